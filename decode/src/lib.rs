@@ -1,0 +1,36 @@
+//! # tracemill-decode
+//!
+//! Pure decoding of Intel RTIT traces (Real Time Instruction Trace, the Silvermont/Airmont
+//! Atom trace) over byte slices. No files, no Arrow: bytes in, packets and rows out.
+//!
+//! Layers, bottom up (each a module with its own tests):
+//! - [`packet`]: the packet codec (spec chapter 4) and a zero-copy [`packet::PacketReader`];
+//! - [`sync`]: PSB search, the only way to find packet boundaries in raw bytes;
+//! - [`stream`]: the trace bytes in time order (plain file or rotated ring dump);
+//! - [`last_ip`], [`tnt`]: the small decoding states (LAST_LIP, queued TNT bits).
+//!
+//! ```
+//! use tracemill_decode::{packet::Packet, stream::TraceStream, sync::find_psbs};
+//! use tracemill_decode::packet::PacketReader;
+//!
+//! // PSB, then a one-bit TNT (taken).
+//! let bytes = [0xC0, 0, 0, 0, 0, 0, 0, 0, 0, 0b11];
+//! let stream = TraceStream::linear(&bytes);
+//! let psbs = find_psbs(&stream);
+//! let packets: Vec<_> = PacketReader::new(&stream, 0, stream.len(), &psbs, false)
+//!     .map(|p| p.unwrap().packet)
+//!     .collect();
+//! assert_eq!(packets[0], Packet::Psb);
+//! assert_eq!(packets.len(), 2);
+//! ```
+
+pub mod config;
+pub mod last_ip;
+pub mod packet;
+pub mod stream;
+pub mod sync;
+pub mod tnt;
+
+pub use config::TraceConfig;
+pub use packet::{FupKind, IpPayload, Packet, PacketError, Parsed, Tnt};
+pub use stream::TraceStream;

@@ -1,0 +1,70 @@
+//! The TNT queue: taken/not-taken bits waiting for conditional branches and compressed
+//! returns (4.2.2). Bits are consumed oldest first. Bits may run across MTC, STS and PSB
+//! packets (only FUP, TIP and PIP force out a partial TNT), so the queue does not care
+//! where one TNT packet ends and the next begins.
+
+use crate::packet::Tnt;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TntQueue {
+    /// Pending bits, the next one at bit `len-1`.
+    bits: u64,
+    len: u8,
+}
+
+impl TntQueue {
+    pub fn new() -> Self {
+        TntQueue::default()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn len(&self) -> u8 {
+        self.len
+    }
+    pub fn clear(&mut self) {
+        *self = TntQueue::default();
+    }
+
+    /// Append the bits of a TNT packet after those already queued.
+    #[inline]
+    pub fn push(&mut self, t: Tnt) {
+        debug_assert!(self.len + t.len <= 64);
+        self.bits = (self.bits << t.len) | t.bits as u64;
+        self.len += t.len;
+    }
+
+    /// Take the oldest bit.
+    #[inline]
+    pub fn pop(&mut self) -> Option<bool> {
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        let b = (self.bits >> self.len) & 1 == 1;
+        self.bits &= (1u64 << self.len) - 1;
+        Some(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits_come_out_oldest_first_across_packets() {
+        let mut q = TntQueue::new();
+        q.push(Tnt {
+            bits: 0b101,
+            len: 3,
+        });
+        assert_eq!(q.pop(), Some(true));
+        q.push(Tnt { bits: 0b0, len: 1 });
+        assert_eq!(q.len(), 3);
+        assert_eq!(q.pop(), Some(false));
+        assert_eq!(q.pop(), Some(true));
+        assert_eq!(q.pop(), Some(false));
+        assert_eq!(q.pop(), None);
+        assert!(q.is_empty());
+    }
+}
