@@ -7,7 +7,9 @@
 //! - [`packet`]: the packet codec (spec chapter 4) and a zero-copy [`packet::PacketReader`];
 //! - [`sync`]: PSB search, the only way to find packet boundaries in raw bytes;
 //! - [`stream`]: the trace bytes in time order (plain file or rotated ring dump);
-//! - [`last_ip`], [`tnt`]: the small decoding states (LAST_LIP, queued TNT bits).
+//! - [`last_ip`], [`tnt`]: the small decoding states (LAST_LIP, queued TNT bits);
+//! - [`image`], [`insn`], [`block`]: code images, instruction classes, the basic-block cache;
+//! - [`rows`]: output columns.
 //!
 //! ```
 //! use tracemill_decode::{packet::Packet, stream::TraceStream, sync::find_psbs};
@@ -24,9 +26,13 @@
 //! assert_eq!(packets.len(), 2);
 //! ```
 
+pub mod block;
 pub mod config;
+pub mod image;
+pub mod insn;
 pub mod last_ip;
 pub mod packet;
+pub mod rows;
 pub mod stream;
 pub mod sync;
 pub mod tnt;

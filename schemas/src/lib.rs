@@ -1,1 +1,147 @@
-//! placeholder, filled below
+//! # tracemill-schemas
+//!
+//! The contract with DuckDB, Python and Spark users: the enums of every output table with
+//! their stable string names, and (feature `arrow`, on by default) the Arrow schema of each
+//! table with every column documented in its field metadata.
+//!
+//! Addresses are `UInt64`. Enum columns are dictionary-encoded strings (`Dictionary(Int8,
+//! Utf8)`), so a query writes `kind = 'ret'`. Every file also carries key-value metadata
+//! ([`meta`]): schema version, tracemill version, source trace and size, rtit_ctl.
+//!
+//! The decoder depends on this crate without the `arrow` feature, for the enums only.
+
+#[cfg(feature = "arrow")]
+pub mod arrow;
+
+/// Version of the table layouts; bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Names of the key-value metadata every output file carries.
+pub mod meta {
+    pub const SCHEMA_VERSION: &str = "tracemill.schema_version";
+    pub const TRACEMILL_VERSION: &str = "tracemill.version";
+    pub const SOURCE: &str = "tracemill.source";
+    pub const SOURCE_SIZE: &str = "tracemill.source_size";
+    pub const RTIT_CTL: &str = "tracemill.rtit_ctl";
+    pub const TABLE: &str = "tracemill.table";
+}
+
+macro_rules! string_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum $name { $($(#[$vm])* $var),+ }
+
+        impl $name {
+            /// Every value, in code order (the code is the dictionary key).
+            pub const ALL: &'static [$name] = &[$($name::$var),+];
+            /// Stable string name, as stored in the tables.
+            pub const fn name(self) -> &'static str {
+                match self { $($name::$var => $s),+ }
+            }
+            /// The value with this dictionary key.
+            pub fn from_code(c: u8) -> Option<Self> {
+                Self::ALL.get(c as usize).copied()
+            }
+            pub fn from_name(s: &str) -> Option<Self> {
+                match s { $($s => Some($name::$var),)+ _ => None }
+            }
+            /// Every string name, in code order (the dictionary values).
+            pub fn names() -> Vec<&'static str> {
+                Self::ALL.iter().map(|v| v.name()).collect()
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+string_enum! {
+    /// What kind of branch a `branches` row is (spec Table 2).
+    BranchKind {
+        /// Conditional direct branch (Jcc, LOOPcc, JrCXZ): one TNT bit.
+        Cond = "cond",
+        /// Unconditional direct JMP: no packet.
+        Jmp = "jmp",
+        /// Direct near CALL: no packet.
+        Call = "call",
+        /// Indirect near JMP: TIP.
+        JmpInd = "jmp_ind",
+        /// Indirect near CALL: TIP.
+        CallInd = "call_ind",
+        /// Near RET: TIP, or a taken TNT bit when return compression applies.
+        Ret = "ret",
+        /// Far transfer (far JMP/CALL/RET, IRET, INT n, SYSRET, SYSEXIT): FUP.FAR + TIP.
+        Far = "far",
+        /// SYSCALL or SYSENTER: FUP.FAR + TIP, or FUP.PGD when it leaves the traced context.
+        Syscall = "syscall",
+    }
+}
+
+string_enum! {
+    /// What an `events` row records.
+    EventKind {
+        /// A PSB packet (a synchronisation point).
+        Psb = "psb",
+        /// Packet generation enabled (FUP.PGE): tracing resumes at `ip`.
+        Enable = "enable",
+        /// Packet generation disabled (FUP.PGD) at `ip`.
+        Disable = "disable",
+        /// Internal buffer overflow (FUP.BuffOvf): packets were lost; resumes at `ip`.
+        Overflow = "overflow",
+        /// TraceSTOP packet: tracing stopped.
+        TraceStop = "trace_stop",
+        /// PIP: CR3 (in `detail`) changed.
+        Paging = "paging",
+        /// STS with a new core/bus ratio.
+        FreqChange = "freq_change",
+        /// Something in the trace or the images could not be decoded; `detail` says what.
+        Error = "error",
+        /// Decoding found its place again after an error or at the start of the trace.
+        Resync = "resync",
+        /// An asynchronous far transfer (interrupt, exception) at `ip` (FUP.FAR not caused
+        /// by a branch instruction).
+        Interrupt = "interrupt",
+    }
+}
+
+string_enum! {
+    /// Which timing packet a `timing` row comes from (spec 4.2.6, 4.2.12–4.2.15).
+    TimingKind {
+        /// Mini time counter: eight TSC bits.
+        Mtc = "mtc",
+        /// Super time sync: TSC[39:0] and core/bus ratios.
+        Sts = "sts",
+        /// Cycle count packet.
+        Cyc = "cyc",
+        /// Periodic cycle count (FUP.PCC).
+        Pcc = "pcc",
+    }
+}
+
+/// Names of the output tables, in the order `decode` writes them.
+pub const TABLES: [&str; 5] = ["branches", "events", "timing", "coverage", "edges"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_codes_are_stable() {
+        for k in BranchKind::ALL {
+            assert_eq!(BranchKind::from_name(k.name()), Some(*k));
+            assert_eq!(BranchKind::from_code(*k as u8), Some(*k));
+        }
+        assert_eq!(BranchKind::Ret as u8, 5);
+        assert_eq!(
+            EventKind::from_name("trace_stop"),
+            Some(EventKind::TraceStop)
+        );
+        assert_eq!(TimingKind::names(), vec!["mtc", "sts", "cyc", "pcc"]);
+    }
+}

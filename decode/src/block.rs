@@ -1,0 +1,241 @@
+//! Basic-block cache: each straight run of instructions up to and including the next branch
+//! is disassembled once and then walked in O(1) per execution.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use iced_x86::{Decoder, DecoderOptions, Instruction};
+
+use crate::image::{ImageSet, Lookup};
+use crate::insn::{info_of, InsnClass};
+
+/// Longest block we build; a longer straight run is split (and continues in a new block).
+const MAX_BLOCK_INSNS: usize = 4096;
+
+/// How a block ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockEnd {
+    /// With the branch instruction at `last_ip`.
+    Branch,
+    /// Straight-line code continues at `next` (block was split at the size cap).
+    Split,
+    /// The instruction at `next` could not be decoded (invalid bytes).
+    Invalid,
+    /// No image covers `next` (or the instruction runs off the image).
+    NoImage,
+    /// Several CR3-tagged images cover `next` and the CR3 is not known yet.
+    Ambiguous,
+}
+
+/// A decoded basic block.
+#[derive(Clone, Debug)]
+pub struct Block {
+    pub start: u64,
+    /// Instruction lengths, in order; the last one is the branch when `end` is `Branch`.
+    pub lens: Box<[u8]>,
+    pub end: BlockEnd,
+    /// Class of the last instruction (meaningful for `Branch`).
+    pub class: InsnClass,
+    /// Address of the last instruction (the branch for `Branch`).
+    pub last_ip: u64,
+    /// Direct target of the branch (`Cond`, `Jmp`, `Call`).
+    pub target: u64,
+    /// Address after the last instruction: the branch's fall-through, or where a
+    /// `Split`/`Invalid`/`NoImage` block stops.
+    pub next: u64,
+}
+
+impl Block {
+    pub fn insns(&self) -> u32 {
+        self.lens.len() as u32
+    }
+
+    /// If `addr` is the start of an instruction of this block, how many instructions come
+    /// before it. `addr == next` (past the last instruction) is not included.
+    pub fn index_of(&self, addr: u64) -> Option<u32> {
+        if addr < self.start || addr > self.last_ip {
+            return None;
+        }
+        let mut a = self.start;
+        for (i, &l) in self.lens.iter().enumerate() {
+            if a == addr {
+                return Some(i as u32);
+            }
+            a += l as u64;
+        }
+        None
+    }
+
+    /// If `addr` falls strictly inside an instruction of this block (not at its first
+    /// byte), that instruction's index and its end address.
+    pub fn inside(&self, addr: u64) -> Option<(u32, u64)> {
+        let mut a = self.start;
+        for (i, &l) in self.lens.iter().enumerate() {
+            let e = a + l as u64;
+            if addr > a && addr < e {
+                return Some((i as u32, e));
+            }
+            a = e;
+        }
+        None
+    }
+}
+
+/// Decode the block starting at `start`.
+pub fn build_block(images: &ImageSet<'_>, start: u64, cr3: Option<u64>) -> Block {
+    let mut lens = Vec::new();
+    let mut ip = start;
+    let mut ins = Instruction::default();
+    let stop = |lens: Vec<u8>, end: BlockEnd, at: u64| Block {
+        start,
+        last_ip: at.wrapping_sub(lens.last().copied().unwrap_or(0) as u64),
+        lens: lens.into_boxed_slice(),
+        end,
+        class: InsnClass::Other,
+        target: 0,
+        next: at,
+    };
+    'segments: loop {
+        let code = match images.code_at(ip, cr3) {
+            Ok(c) => c,
+            Err(Lookup::Missing) => return stop(lens, BlockEnd::NoImage, ip),
+            Err(Lookup::Ambiguous) => return stop(lens, BlockEnd::Ambiguous, ip),
+        };
+        let mut dec = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
+        while dec.can_decode() {
+            if lens.len() >= MAX_BLOCK_INSNS {
+                return stop(lens, BlockEnd::Split, ip);
+            }
+            dec.decode_out(&mut ins);
+            let Some(info) = info_of(&ins) else {
+                // Invalid, or cut off by the end of the segment: the next segment may
+                // continue it only if it starts exactly here, which a decoder cannot see.
+                let end = if dec.last_error() == iced_x86::DecoderError::NoMoreBytes {
+                    BlockEnd::NoImage
+                } else {
+                    BlockEnd::Invalid
+                };
+                return stop(lens, end, ip);
+            };
+            lens.push(info.len);
+            if info.class.is_branch() {
+                return Block {
+                    start,
+                    lens: lens.into_boxed_slice(),
+                    end: BlockEnd::Branch,
+                    class: info.class,
+                    last_ip: ip,
+                    target: info.target,
+                    next: info.nlip(),
+                };
+            }
+            ip = info.nlip();
+        }
+        // Ran to the end of this segment exactly at an instruction boundary.
+        continue 'segments;
+    }
+}
+
+/// Fast hash for address keys (multiplicative, like FxHash).
+#[derive(Default, Clone, Copy)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+pub type AddrMap<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
+
+/// Blocks by (start address, CR3). One cache per worker thread; it lives across chunks.
+#[derive(Default)]
+pub struct BlockCache {
+    map: AddrMap<(u64, u64), Block>,
+    /// Blocks decoded (cache misses), for statistics.
+    pub misses: u64,
+}
+
+/// Key for "CR3 unknown or irrelevant".
+const NO_CR3: u64 = u64::MAX;
+
+impl BlockCache {
+    pub fn new() -> Self {
+        BlockCache::default()
+    }
+
+    /// The block at `start` in address space `cr3`. When the images carry no CR3 tags,
+    /// the CR3 plays no part in the key.
+    #[inline]
+    pub fn get(&mut self, images: &ImageSet<'_>, start: u64, cr3: Option<u64>) -> &Block {
+        let key_cr3 = if images.has_cr3_tags() {
+            cr3.unwrap_or(NO_CR3)
+        } else {
+            NO_CR3
+        };
+        let lookup_cr3 = if images.has_cr3_tags() { cr3 } else { None };
+        let misses = &mut self.misses;
+        self.map.entry((start, key_cr3)).or_insert_with(|| {
+            *misses += 1;
+            build_block(images, start, lookup_cr3)
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_runs_to_first_branch_inclusive() {
+        // nop; xor eax,eax; je +2; nop
+        let code = [0x90, 0x31, 0xC0, 0x74, 0x02, 0x90];
+        let mut set = ImageSet::new();
+        set.add_raw("t", &code, 0x1000, None);
+        let mut cache = BlockCache::new();
+        let b = cache.get(&set, 0x1000, None).clone();
+        assert_eq!(b.end, BlockEnd::Branch);
+        assert_eq!(b.class, InsnClass::Cond);
+        assert_eq!(b.insns(), 3);
+        assert_eq!((b.last_ip, b.target, b.next), (0x1003, 0x1007, 0x1005));
+        assert_eq!(b.index_of(0x1001), Some(1));
+        assert_eq!(b.index_of(0x1002), None);
+        assert_eq!(b.inside(0x1002), Some((1, 0x1003)));
+        cache.get(&set, 0x1000, None);
+        assert_eq!(cache.misses, 1);
+    }
+
+    #[test]
+    fn block_stops_at_image_end_and_invalid_bytes() {
+        let code = [0x90, 0x90];
+        let mut set = ImageSet::new();
+        set.add_raw("t", &code, 0x1000, None);
+        let b = build_block(&set, 0x1000, None);
+        assert_eq!((b.end, b.insns(), b.next), (BlockEnd::NoImage, 2, 0x1002));
+        let b = build_block(&set, 0x5000, None);
+        assert_eq!((b.end, b.insns()), (BlockEnd::NoImage, 0));
+        let bad = [0x90, 0x06, 0x90, 0x90]; // 0x06 (push es) is invalid in 64-bit mode
+        let mut set = ImageSet::new();
+        set.add_raw("t", &bad, 0x1000, None);
+        let b = build_block(&set, 0x1000, None);
+        assert_eq!((b.end, b.insns(), b.next), (BlockEnd::Invalid, 1, 0x1001));
+    }
+}

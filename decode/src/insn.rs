@@ -1,0 +1,199 @@
+//! What one x86-64 instruction means for RTIT (spec 2.2, Table 2), decoded with iced-x86.
+//!
+//! | class     | instructions                                  | RTIT output              |
+//! |-----------|-----------------------------------------------|--------------------------|
+//! | `Cond`    | Jcc, LOOPcc, JrCXZ                            | a TNT bit                |
+//! | `Jmp`     | JMP rel                                       | nothing                  |
+//! | `Call`    | CALL rel                                      | nothing (sets LAST_CALL_NLIP) |
+//! | `JmpInd`  | JMP r/m                                       | TIP                      |
+//! | `CallInd` | CALL r/m                                      | TIP (sets LAST_CALL_NLIP) |
+//! | `Ret`     | RET near                                      | TIP, or a taken bit when compressed |
+//! | `Far`     | far JMP/CALL/RET, IRET, INT n, SYSRET, SYSEXIT | FUP.FAR + TIP           |
+//! | `Syscall` | SYSCALL, SYSENTER                             | FUP.FAR + TIP (or FUP.PGD when leaving user-only tracing) |
+
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
+use tracemill_schemas::BranchKind;
+
+/// The RTIT class of an instruction. Everything but `Other` is a branch row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum InsnClass {
+    Other,
+    Cond,
+    Jmp,
+    Call,
+    JmpInd,
+    CallInd,
+    Ret,
+    Far,
+    Syscall,
+}
+
+impl InsnClass {
+    pub fn is_branch(self) -> bool {
+        self != InsnClass::Other
+    }
+    /// Near calls set LAST_CALL_NLIP (4.2.3.2); far calls do not.
+    pub fn is_near_call(self) -> bool {
+        matches!(self, InsnClass::Call | InsnClass::CallInd)
+    }
+    /// Far transfers: FUP.FAR (or FUP.PGD) then TIP.
+    pub fn is_far(self) -> bool {
+        matches!(self, InsnClass::Far | InsnClass::Syscall)
+    }
+    pub fn branch_kind(self) -> Option<BranchKind> {
+        Some(match self {
+            InsnClass::Other => return None,
+            InsnClass::Cond => BranchKind::Cond,
+            InsnClass::Jmp => BranchKind::Jmp,
+            InsnClass::Call => BranchKind::Call,
+            InsnClass::JmpInd => BranchKind::JmpInd,
+            InsnClass::CallInd => BranchKind::CallInd,
+            InsnClass::Ret => BranchKind::Ret,
+            InsnClass::Far => BranchKind::Far,
+            InsnClass::Syscall => BranchKind::Syscall,
+        })
+    }
+}
+
+/// One decoded instruction, reduced to what the flow needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InsnInfo {
+    pub ip: u64,
+    pub len: u8,
+    pub class: InsnClass,
+    /// Target of a direct branch (`Cond`, `Jmp`, `Call`); 0 otherwise.
+    pub target: u64,
+    /// Has a REP/REPNE prefix on a string instruction (retires once, however many
+    /// iterations it runs).
+    pub rep: bool,
+}
+
+impl InsnInfo {
+    /// Address of the next sequential instruction.
+    pub fn nlip(&self) -> u64 {
+        self.ip.wrapping_add(self.len as u64)
+    }
+}
+
+/// Why an address could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InsnError {
+    /// No code image covers the address.
+    NoImage,
+    /// The bytes are not a valid instruction (or run off the end of the image).
+    Invalid,
+}
+
+/// Classify an iced-x86 instruction.
+pub fn classify(ins: &Instruction) -> InsnClass {
+    match ins.mnemonic() {
+        Mnemonic::Syscall | Mnemonic::Sysenter => return InsnClass::Syscall,
+        Mnemonic::Sysret
+        | Mnemonic::Sysretq
+        | Mnemonic::Sysexit
+        | Mnemonic::Sysexitq
+        | Mnemonic::Iret
+        | Mnemonic::Iretd
+        | Mnemonic::Iretq
+        | Mnemonic::Retf
+        | Mnemonic::Int
+        | Mnemonic::Int1
+        | Mnemonic::Int3
+        | Mnemonic::Into
+        | Mnemonic::Vmcall
+        | Mnemonic::Vmlaunch
+        | Mnemonic::Vmresume
+        | Mnemonic::Rsm => return InsnClass::Far,
+        _ => {}
+    }
+    if ins.is_jmp_far()
+        || ins.is_call_far()
+        || ins.is_jmp_far_indirect()
+        || ins.is_call_far_indirect()
+    {
+        return InsnClass::Far;
+    }
+    match ins.flow_control() {
+        FlowControl::ConditionalBranch => InsnClass::Cond,
+        FlowControl::UnconditionalBranch => InsnClass::Jmp,
+        FlowControl::IndirectBranch => InsnClass::JmpInd,
+        FlowControl::Call => InsnClass::Call,
+        FlowControl::IndirectCall => InsnClass::CallInd,
+        FlowControl::Return => InsnClass::Ret,
+        FlowControl::Interrupt => InsnClass::Far,
+        // XBEGIN/XABORT, UD2 and invalid opcodes do not retire as branches; a fault they
+        // raise shows up in the trace as an asynchronous event.
+        FlowControl::Next | FlowControl::XbeginXabortXend | FlowControl::Exception => {
+            InsnClass::Other
+        }
+    }
+}
+
+/// Decode the instruction at `ip` whose bytes start `bytes`.
+#[inline]
+pub fn decode_insn(bytes: &[u8], ip: u64) -> Result<InsnInfo, InsnError> {
+    let mut dec = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    let mut ins = Instruction::default();
+    dec.decode_out(&mut ins);
+    info_of(&ins).ok_or(InsnError::Invalid)
+}
+
+/// Reduce a decoded instruction; `None` when it is invalid.
+#[inline]
+pub fn info_of(ins: &Instruction) -> Option<InsnInfo> {
+    if ins.is_invalid() {
+        return None;
+    }
+    let class = classify(ins);
+    let target = match class {
+        InsnClass::Cond | InsnClass::Jmp | InsnClass::Call => ins.near_branch_target(),
+        _ => 0,
+    };
+    Some(InsnInfo {
+        ip: ins.ip(),
+        len: ins.len() as u8,
+        class,
+        target,
+        rep: (ins.has_rep_prefix() || ins.has_repne_prefix()) && ins.is_string_instruction(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class_of(bytes: &[u8]) -> InsnClass {
+        decode_insn(bytes, 0x1000).unwrap().class
+    }
+
+    #[test]
+    fn table2_classes() {
+        assert_eq!(class_of(&[0x74, 0x05]), InsnClass::Cond); // je
+        assert_eq!(class_of(&[0xE2, 0xFE]), InsnClass::Cond); // loop
+        assert_eq!(class_of(&[0xE3, 0x00]), InsnClass::Cond); // jrcxz
+        assert_eq!(class_of(&[0xEB, 0x00]), InsnClass::Jmp);
+        assert_eq!(class_of(&[0xE8, 0, 0, 0, 0]), InsnClass::Call);
+        assert_eq!(class_of(&[0xFF, 0xE0]), InsnClass::JmpInd); // jmp rax
+        assert_eq!(class_of(&[0xFF, 0xD0]), InsnClass::CallInd); // call rax
+        assert_eq!(class_of(&[0xC3]), InsnClass::Ret);
+        assert_eq!(class_of(&[0xC2, 8, 0]), InsnClass::Ret);
+        assert_eq!(class_of(&[0x0F, 0x05]), InsnClass::Syscall);
+        assert_eq!(class_of(&[0x48, 0x0F, 0x07]), InsnClass::Far); // sysretq
+        assert_eq!(class_of(&[0x48, 0xCF]), InsnClass::Far); // iretq
+        assert_eq!(class_of(&[0xCD, 0x80]), InsnClass::Far); // int 0x80
+        assert_eq!(class_of(&[0xCB]), InsnClass::Far); // retf
+        assert_eq!(class_of(&[0xFF, 0x28]), InsnClass::Far); // jmp far [rax]
+        assert_eq!(class_of(&[0x90]), InsnClass::Other);
+        assert_eq!(class_of(&[0x0F, 0x0B]), InsnClass::Other); // ud2
+    }
+
+    #[test]
+    fn direct_targets_and_rep() {
+        let i = decode_insn(&[0x74, 0x05], 0x1000).unwrap();
+        assert_eq!((i.target, i.len, i.nlip()), (0x1007, 2, 0x1002));
+        let i = decode_insn(&[0xF3, 0xA4], 0x1000).unwrap(); // rep movsb
+        assert!(i.rep);
+        assert_eq!(decode_insn(&[0x0F], 0), Err(InsnError::Invalid));
+    }
+}

@@ -1,0 +1,250 @@
+//! Output rows as columns (struct of arrays), ready to hand to Arrow without copying.
+//!
+//! The decoder appends to these; the pipeline assigns `seq` when it emits them in order
+//! and fills in the columns that need the whole trace (timing, CR3 before the first PIP).
+
+use tracemill_schemas::{BranchKind, EventKind, TimingKind};
+
+/// A nullable u64 column: values plus validity.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OptU64 {
+    pub values: Vec<u64>,
+    pub valid: Vec<bool>,
+}
+
+impl OptU64 {
+    #[inline]
+    pub fn push(&mut self, v: Option<u64>) {
+        self.values.push(v.unwrap_or(0));
+        self.valid.push(v.is_some());
+    }
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<u64> {
+        if self.valid[i] {
+            Some(self.values[i])
+        } else {
+            None
+        }
+    }
+    #[inline]
+    pub fn set(&mut self, i: usize, v: Option<u64>) {
+        self.values[i] = v.unwrap_or(0);
+        self.valid[i] = v.is_some();
+    }
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+    pub fn truncate(&mut self, n: usize) {
+        self.values.truncate(n);
+        self.valid.truncate(n);
+    }
+    pub fn clear(&mut self) {
+        self.values.clear();
+        self.valid.clear();
+    }
+    pub fn all_null(&self) -> bool {
+        !self.valid.iter().any(|&v| v)
+    }
+    pub fn extend_from(&mut self, o: &OptU64) {
+        self.values.extend_from_slice(&o.values);
+        self.valid.extend_from_slice(&o.valid);
+    }
+}
+
+/// One branch row, as a value (tests and small tools; the decoder writes columns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BranchRow {
+    pub ip: u64,
+    pub target: Option<u64>,
+    pub kind: BranchKind,
+    pub taken: bool,
+    pub compressed: bool,
+    pub insns: u32,
+    pub tsc: Option<u64>,
+    pub cycles: Option<u64>,
+    pub cr3: Option<u64>,
+    pub offset: u64,
+}
+
+/// Columns of the `branches` table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BranchColumns {
+    pub seq: Vec<u64>,
+    pub ip: Vec<u64>,
+    pub target: OptU64,
+    /// `BranchKind as u8`.
+    pub kind: Vec<u8>,
+    pub taken: Vec<bool>,
+    pub compressed: Vec<bool>,
+    pub insns: Vec<u32>,
+    pub tsc: OptU64,
+    pub cycles: OptU64,
+    pub cr3: OptU64,
+    pub offset: Vec<u64>,
+}
+
+impl BranchColumns {
+    pub fn len(&self) -> usize {
+        self.ip.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ip.is_empty()
+    }
+
+    #[inline]
+    pub fn push(&mut self, r: &BranchRow) {
+        self.ip.push(r.ip);
+        self.target.push(r.target);
+        self.kind.push(r.kind as u8);
+        self.taken.push(r.taken);
+        self.compressed.push(r.compressed);
+        self.insns.push(r.insns);
+        self.tsc.push(r.tsc);
+        self.cycles.push(r.cycles);
+        self.cr3.push(r.cr3);
+        self.offset.push(r.offset);
+    }
+
+    pub fn row(&self, i: usize) -> BranchRow {
+        BranchRow {
+            ip: self.ip[i],
+            target: self.target.get(i),
+            kind: BranchKind::from_code(self.kind[i]).expect("valid kind code"),
+            taken: self.taken[i],
+            compressed: self.compressed[i],
+            insns: self.insns[i],
+            tsc: self.tsc.get(i),
+            cycles: self.cycles.get(i),
+            cr3: self.cr3.get(i),
+            offset: self.offset[i],
+        }
+    }
+
+    pub fn rows(&self) -> impl Iterator<Item = BranchRow> + '_ {
+        (0..self.len()).map(|i| self.row(i))
+    }
+
+    pub fn truncate(&mut self, n: usize) {
+        self.seq.truncate(n.min(self.seq.len()));
+        self.ip.truncate(n);
+        self.target.truncate(n);
+        self.kind.truncate(n);
+        self.taken.truncate(n);
+        self.compressed.truncate(n);
+        self.insns.truncate(n);
+        self.tsc.truncate(n);
+        self.cycles.truncate(n);
+        self.cr3.truncate(n);
+        self.offset.truncate(n);
+    }
+
+    pub fn clear(&mut self) {
+        self.truncate(0);
+    }
+
+    /// Append all rows of `o` (its `seq` too, if it has one per row).
+    pub fn extend_from(&mut self, o: &BranchColumns) {
+        self.seq.extend_from_slice(&o.seq);
+        self.ip.extend_from_slice(&o.ip);
+        self.target.extend_from(&o.target);
+        self.kind.extend_from_slice(&o.kind);
+        self.taken.extend_from_slice(&o.taken);
+        self.compressed.extend_from_slice(&o.compressed);
+        self.insns.extend_from_slice(&o.insns);
+        self.tsc.extend_from(&o.tsc);
+        self.cycles.extend_from(&o.cycles);
+        self.cr3.extend_from(&o.cr3);
+        self.offset.extend_from_slice(&o.offset);
+    }
+}
+
+/// One event row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRow {
+    /// Number of branch rows before the event.
+    pub seq: u64,
+    pub offset: u64,
+    pub kind: EventKind,
+    pub ip: Option<u64>,
+    pub tsc: Option<u64>,
+    pub detail: String,
+}
+
+/// Columns of the `events` table (events are few; a Vec of rows is enough).
+pub type EventRows = Vec<EventRow>;
+
+/// One timing packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimingRow {
+    pub offset: u64,
+    pub kind: TimingKind,
+    pub raw: u64,
+    pub value: u64,
+    pub tsc: Option<u64>,
+    pub cycles: Option<u64>,
+    pub core_bus_ratio: Option<u8>,
+}
+
+/// Columns of the `timing` table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TimingColumns {
+    pub offset: Vec<u64>,
+    pub kind: Vec<u8>,
+    pub raw: Vec<u64>,
+    pub value: Vec<u64>,
+    pub tsc: OptU64,
+    pub cycles: OptU64,
+    pub core_bus_ratio: Vec<Option<u8>>,
+}
+
+impl TimingColumns {
+    pub fn len(&self) -> usize {
+        self.offset.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.offset.is_empty()
+    }
+    pub fn push(&mut self, r: &TimingRow) {
+        self.offset.push(r.offset);
+        self.kind.push(r.kind as u8);
+        self.raw.push(r.raw);
+        self.value.push(r.value);
+        self.tsc.push(r.tsc);
+        self.cycles.push(r.cycles);
+        self.core_bus_ratio.push(r.core_bus_ratio);
+    }
+    pub fn row(&self, i: usize) -> TimingRow {
+        TimingRow {
+            offset: self.offset[i],
+            kind: TimingKind::from_code(self.kind[i]).expect("valid timing kind"),
+            raw: self.raw[i],
+            value: self.value[i],
+            tsc: self.tsc.get(i),
+            cycles: self.cycles.get(i),
+            core_bus_ratio: self.core_bus_ratio[i],
+        }
+    }
+}
+
+/// One coverage row (a basic block and how often it ran).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoverageRow {
+    pub image: Option<String>,
+    pub image_offset: Option<u64>,
+    pub start: u64,
+    pub end: u64,
+    pub insns: u32,
+    pub count: u64,
+}
+
+/// One edge row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EdgeRow {
+    pub src: u64,
+    pub dst: u64,
+    pub kind: BranchKind,
+    pub count: u64,
+}
