@@ -1,0 +1,10 @@
+//! # tracemill-datasets
+//!
+//! tracemill's model of the RTIT hardware and the traces it makes. No RTIT hardware is at
+//! hand and no public RTIT traces exist, so tracemill makes its own, faithfully, from real
+//! program executions:
+//! - [`exec`]: execution sources (qemu-user capture of real programs, synthetic walks);
+//! - [`rng`]: the seeded generator behind every random choice.
+
+pub mod exec;
+pub mod rng;
