@@ -6,5 +6,9 @@
 //! - [`exec`]: execution sources (qemu-user capture of real programs, synthetic walks);
 //! - [`rng`]: the seeded generator behind every random choice.
 
+pub mod encode;
 pub mod exec;
+pub mod kernel;
+pub mod model;
 pub mod rng;
+pub mod scenarios;

@@ -48,9 +48,9 @@ impl Step {
     /// Instructions retired in this step.
     pub fn insns(&self) -> u32 {
         match *self {
-            Step::Branch { insns, .. } | Step::Interrupt { insns, .. } | Step::End { insns, .. } => {
-                insns
-            }
+            Step::Branch { insns, .. }
+            | Step::Interrupt { insns, .. }
+            | Step::End { insns, .. } => insns,
         }
     }
 }

@@ -1,0 +1,406 @@
+//! Decoder columns → Arrow `RecordBatch`es with exactly the schemas of
+//! [`tracemill_schemas::arrow`].
+//!
+//! The big tables (`branches`, `timing`) arrive as struct-of-arrays and are taken by value:
+//! every `Vec<u64>` / `Vec<u32>` becomes the array's buffer as is (`ScalarBuffer::from(vec)`
+//! keeps the allocation), and the `Vec<u8>` enum codes become the `Int8` dictionary keys in
+//! place. Only the validity (`Vec<bool>`, one byte per row) has to be packed into a bitmap,
+//! and that is skipped when a column has no nulls. The small tables (`events`, `coverage`,
+//! `edges`) arrive as rows and are transposed.
+//!
+//! Enum columns carry the whole name list of their enum as the dictionary, in code order,
+//! so the decoder's code *is* the key and every batch of a table has the same dictionary
+//! (which also keeps Arrow IPC files, where dictionaries may not change, simple).
+
+use std::sync::Arc;
+
+use arrow_array::types::Int8Type;
+use arrow_array::{
+    ArrayRef, BooleanArray, DictionaryArray, Int8Array, RecordBatch, StringArray, UInt32Array,
+    UInt64Array, UInt8Array,
+};
+use arrow_buffer::{Buffer, NullBuffer, ScalarBuffer};
+use arrow_schema::SchemaRef;
+use tracemill_decode::rows::{
+    BranchColumns, CoverageRow, EdgeRow, EventRow, OptU64, TimingColumns,
+};
+use tracemill_schemas::arrow as schema;
+use tracemill_schemas::{BranchKind, EventKind, TimingKind};
+
+use crate::ConvertError;
+
+type Result<T> = std::result::Result<T, ConvertError>;
+
+/// The `branches` batch. When `cols.seq` is empty (the decoder leaves it to whoever knows
+/// the global order), `seq` is `first_seq, first_seq + 1, ...`.
+pub fn branches(cols: BranchColumns, first_seq: u64) -> Result<RecordBatch> {
+    const T: &str = "branches";
+    let n = cols.len();
+    let seq = if cols.seq.is_empty() {
+        (first_seq..first_seq + n as u64).collect()
+    } else {
+        cols.seq
+    };
+    check_len(T, "seq", seq.len(), n)?;
+    check_len(T, "kind", cols.kind.len(), n)?;
+    check_len(T, "taken", cols.taken.len(), n)?;
+    check_len(T, "compressed", cols.compressed.len(), n)?;
+    check_len(T, "insns", cols.insns.len(), n)?;
+    check_len(T, "offset", cols.offset.len(), n)?;
+    for (name, c) in [
+        ("target", &cols.target),
+        ("tsc", &cols.tsc),
+        ("cycles", &cols.cycles),
+        ("cr3", &cols.cr3),
+    ] {
+        check_opt_len(T, name, c, n)?;
+    }
+    let kind = enum_column(T, "kind", cols.kind, &BranchKind::names(), "BranchKind")?;
+    batch(
+        T,
+        schema::branches(),
+        vec![
+            u64_array(seq),
+            u64_array(cols.ip),
+            opt_u64_array(cols.target),
+            kind,
+            Arc::new(BooleanArray::from(cols.taken)),
+            Arc::new(BooleanArray::from(cols.compressed)),
+            Arc::new(UInt32Array::new(ScalarBuffer::from(cols.insns), None)),
+            opt_u64_array(cols.tsc),
+            opt_u64_array(cols.cycles),
+            opt_u64_array(cols.cr3),
+            u64_array(cols.offset),
+        ],
+    )
+}
+
+/// The `events` batch.
+pub fn events(rows: &[EventRow]) -> Result<RecordBatch> {
+    let codes = rows.iter().map(|r| r.kind as u8).collect();
+    batch(
+        "events",
+        schema::events(),
+        vec![
+            u64_array(rows.iter().map(|r| r.seq).collect()),
+            u64_array(rows.iter().map(|r| r.offset).collect()),
+            enum_column("events", "kind", codes, &EventKind::names(), "EventKind")?,
+            Arc::new(rows.iter().map(|r| r.ip).collect::<UInt64Array>()),
+            Arc::new(rows.iter().map(|r| r.tsc).collect::<UInt64Array>()),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.detail.as_str()),
+            )),
+        ],
+    )
+}
+
+/// The `timing` batch.
+pub fn timing(cols: TimingColumns) -> Result<RecordBatch> {
+    const T: &str = "timing";
+    let n = cols.len();
+    check_len(T, "kind", cols.kind.len(), n)?;
+    check_len(T, "raw", cols.raw.len(), n)?;
+    check_len(T, "value", cols.value.len(), n)?;
+    check_len(T, "core_bus_ratio", cols.core_bus_ratio.len(), n)?;
+    check_opt_len(T, "tsc", &cols.tsc, n)?;
+    check_opt_len(T, "cycles", &cols.cycles, n)?;
+    let kind = enum_column(T, "kind", cols.kind, &TimingKind::names(), "TimingKind")?;
+    batch(
+        T,
+        schema::timing(),
+        vec![
+            u64_array(cols.offset),
+            kind,
+            u64_array(cols.raw),
+            u64_array(cols.value),
+            opt_u64_array(cols.tsc),
+            opt_u64_array(cols.cycles),
+            Arc::new(UInt8Array::from(cols.core_bus_ratio)),
+        ],
+    )
+}
+
+/// The `coverage` batch; the `image` dictionary holds the distinct names in order of first
+/// appearance.
+pub fn coverage(rows: &[CoverageRow]) -> Result<RecordBatch> {
+    coverage_with_images(rows, &mut Vec::new())
+}
+
+/// Like [`coverage`], but the `image` dictionary starts with `images` and new names are
+/// appended to it. A writer that passes the same list for every batch of a file gives each
+/// image the same key throughout, and each batch's dictionary extends the previous one —
+/// what an Arrow IPC file needs (it allows dictionary deltas, not replacements).
+pub fn coverage_with_images(rows: &[CoverageRow], images: &mut Vec<String>) -> Result<RecordBatch> {
+    // Image counts are small (tens), so a linear search beats hashing here.
+    let mut keys = Vec::with_capacity(rows.len());
+    for r in rows {
+        let key = r.image.as_deref().map(|name| {
+            match images.iter().position(|known| known == name) {
+                Some(i) => i,
+                None => {
+                    images.push(name.to_string());
+                    images.len() - 1
+                }
+            }
+        });
+        keys.push(key);
+    }
+    if images.len() > i8::MAX as usize + 1 {
+        return Err(ConvertError::TooManyImages {
+            count: images.len(),
+        });
+    }
+    let keys: Int8Array = keys.into_iter().map(|k| k.map(|k| k as i8)).collect();
+    let values = Arc::new(StringArray::from_iter_values(images.iter()));
+    let image = DictionaryArray::<Int8Type>::try_new(keys, values).map_err(|source| {
+        ConvertError::Arrow {
+            table: "coverage",
+            source,
+        }
+    })?;
+    batch(
+        "coverage",
+        schema::coverage(),
+        vec![
+            Arc::new(image),
+            Arc::new(rows.iter().map(|r| r.image_offset).collect::<UInt64Array>()),
+            u64_array(rows.iter().map(|r| r.start).collect()),
+            u64_array(rows.iter().map(|r| r.end).collect()),
+            Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.insns))),
+            u64_array(rows.iter().map(|r| r.count).collect()),
+        ],
+    )
+}
+
+/// The `edges` batch.
+pub fn edges(rows: &[EdgeRow]) -> Result<RecordBatch> {
+    let codes = rows.iter().map(|r| r.kind as u8).collect();
+    batch(
+        "edges",
+        schema::edges(),
+        vec![
+            u64_array(rows.iter().map(|r| r.src).collect()),
+            u64_array(rows.iter().map(|r| r.dst).collect()),
+            enum_column("edges", "kind", codes, &BranchKind::names(), "BranchKind")?,
+            u64_array(rows.iter().map(|r| r.count).collect()),
+        ],
+    )
+}
+
+fn batch(table: &'static str, schema: SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
+    RecordBatch::try_new(schema, columns).map_err(|source| ConvertError::Arrow { table, source })
+}
+
+fn check_len(table: &'static str, column: &'static str, len: usize, expected: usize) -> Result<()> {
+    if len == expected {
+        Ok(())
+    } else {
+        Err(ConvertError::ColumnLength {
+            table,
+            column,
+            len,
+            expected,
+        })
+    }
+}
+
+fn check_opt_len(table: &'static str, column: &'static str, c: &OptU64, n: usize) -> Result<()> {
+    check_len(table, column, c.values.len(), n)?;
+    check_len(table, column, c.valid.len(), n)
+}
+
+/// Zero-copy: the vector's allocation becomes the array's buffer.
+fn u64_array(v: Vec<u64>) -> ArrayRef {
+    Arc::new(UInt64Array::new(ScalarBuffer::from(v), None))
+}
+
+fn opt_u64_array(c: OptU64) -> ArrayRef {
+    // Many nullable columns are all-valid or all-null for a whole trace (cycles without
+    // cycle-accurate mode, cr3 after the first PIP); an absent null buffer is cheaper for
+    // every reader than a bitmap of ones.
+    let nulls = if c.valid.iter().all(|&v| v) {
+        None
+    } else {
+        Some(NullBuffer::from(c.valid))
+    };
+    Arc::new(UInt64Array::new(ScalarBuffer::from(c.values), nulls))
+}
+
+/// An enum column: `Dictionary(Int8, Utf8)` whose values are all the enum's names in code
+/// order, so the codes are the keys. The `u8` codes are reinterpreted as `i8` in place
+/// (same size and alignment); a code past the name list is rejected first, which also
+/// rules out codes >= 128 turning negative.
+fn enum_column(
+    table: &'static str,
+    column: &'static str,
+    codes: Vec<u8>,
+    names: &[&str],
+    what: &'static str,
+) -> Result<ArrayRef> {
+    if let Some(row) = codes.iter().position(|&c| c as usize >= names.len()) {
+        return Err(ConvertError::BadCode {
+            table,
+            column,
+            row,
+            code: codes[row],
+            what,
+        });
+    }
+    let n = codes.len();
+    let keys = Int8Array::new(ScalarBuffer::new(Buffer::from_vec(codes), 0, n), None);
+    let values = Arc::new(StringArray::from(names.to_vec()));
+    let dict = DictionaryArray::<Int8Type>::try_new(keys, values)
+        .map_err(|source| ConvertError::Arrow { table, source })?;
+    Ok(Arc::new(dict))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::UInt64Type;
+    use arrow_array::Array;
+    use tracemill_decode::rows::{BranchRow, TimingRow};
+
+    fn some_branches(n: usize) -> BranchColumns {
+        let mut c = BranchColumns::default();
+        for i in 0..n as u64 {
+            c.push(&BranchRow {
+                ip: 0x40_1000 + i * 7,
+                target: (i % 5 != 4).then_some(0x40_2000 + i),
+                kind: BranchKind::ALL[(i % 8) as usize],
+                taken: i % 3 != 0,
+                compressed: i % 8 == 5,
+                insns: (i % 17) as u32 + 1,
+                tsc: Some(1000 + i * 10),
+                cycles: None,
+                cr3: (i > 2).then_some(0x1234_5000),
+                offset: 16 * i,
+            });
+        }
+        c
+    }
+
+    #[test]
+    fn branches_match_the_schema_and_keep_the_rows() {
+        let cols = some_branches(50);
+        let expected: Vec<_> = cols.rows().collect();
+        let b = branches(cols, 100).unwrap();
+        assert_eq!(b.schema(), schema::branches());
+        assert_eq!(b.num_rows(), 50);
+        let seq = b.column(0).as_primitive::<UInt64Type>();
+        assert_eq!(seq.value(0), 100);
+        assert_eq!(seq.value(49), 149);
+        let target = b.column(2).as_primitive::<UInt64Type>();
+        let kind = b.column(3).as_dictionary::<Int8Type>();
+        let names = kind.values().as_string::<i32>();
+        for (i, r) in expected.iter().enumerate() {
+            assert_eq!(target.is_valid(i), r.target.is_some());
+            assert_eq!(names.value(kind.keys().value(i) as usize), r.kind.name());
+        }
+        // All-valid and all-null columns carry no null buffer / a full one respectively.
+        assert!(b.column(7).nulls().is_none(), "tsc is always valid");
+        assert_eq!(b.column(8).null_count(), 50, "cycles is always null");
+    }
+
+    #[test]
+    fn big_columns_are_not_copied() {
+        let cols = some_branches(1000);
+        let ip = cols.ip.as_ptr() as usize;
+        let offset = cols.offset.as_ptr() as usize;
+        let insns = cols.insns.as_ptr() as usize;
+        let kind = cols.kind.as_ptr() as usize;
+        let tsc = cols.tsc.values.as_ptr() as usize;
+        let b = branches(cols, 0).unwrap();
+        let ptr = |i: usize| b.column(i).to_data().buffers()[0].as_ptr() as usize;
+        assert_eq!(ptr(1), ip);
+        assert_eq!(ptr(10), offset);
+        assert_eq!(ptr(6), insns);
+        assert_eq!(ptr(7), tsc);
+        let keys = b.column(3).as_dictionary::<Int8Type>().keys();
+        assert_eq!(keys.values().as_ptr() as usize, kind);
+    }
+
+    #[test]
+    fn explicit_seq_is_kept() {
+        let mut cols = some_branches(3);
+        cols.seq = vec![7, 8, 9];
+        let b = branches(cols, 0).unwrap();
+        assert_eq!(b.column(0).as_primitive::<UInt64Type>().values(), &[7, 8, 9]);
+    }
+
+    #[test]
+    fn malformed_columns_are_rejected() {
+        let mut cols = some_branches(3);
+        cols.kind[1] = 8;
+        let e = branches(cols, 0).unwrap_err();
+        assert!(matches!(e, ConvertError::BadCode { row: 1, code: 8, .. }), "{e}");
+
+        let mut cols = some_branches(3);
+        cols.kind[2] = 200; // would be -56 as i8
+        assert!(branches(cols, 0).is_err());
+
+        let mut cols = some_branches(3);
+        cols.tsc.valid.pop();
+        let e = branches(cols, 0).unwrap_err();
+        assert_eq!(e.to_string(), "branches.tsc: 2 values, expected 3");
+    }
+
+    #[test]
+    fn empty_tables_convert() {
+        assert_eq!(branches(BranchColumns::default(), 5).unwrap().num_rows(), 0);
+        assert_eq!(events(&[]).unwrap().num_rows(), 0);
+        assert_eq!(timing(TimingColumns::default()).unwrap().num_rows(), 0);
+        assert_eq!(coverage(&[]).unwrap().num_rows(), 0);
+        assert_eq!(edges(&[]).unwrap().num_rows(), 0);
+    }
+
+    #[test]
+    fn timing_kinds_and_ratio() {
+        let mut t = TimingColumns::default();
+        for (i, k) in TimingKind::ALL.iter().enumerate() {
+            t.push(&TimingRow {
+                offset: i as u64,
+                kind: *k,
+                raw: 1,
+                value: 2,
+                tsc: None,
+                cycles: Some(3),
+                core_bus_ratio: (i == 1).then_some(30),
+            });
+        }
+        let b = timing(t).unwrap();
+        assert_eq!(b.schema(), schema::timing());
+        let kind = b.column(1).as_dictionary::<Int8Type>();
+        assert_eq!(kind.keys().values(), &[0, 1, 2, 3]);
+        assert_eq!(b.column(6).null_count(), 3);
+    }
+
+    #[test]
+    fn coverage_dictionary_grows_in_first_seen_order() {
+        let row = |image: Option<&str>| CoverageRow {
+            image: image.map(str::to_string),
+            image_offset: image.map(|_| 0x10),
+            start: 1,
+            end: 2,
+            insns: 3,
+            count: 4,
+        };
+        let mut images = vec!["libc.so.6".to_string()];
+        let b = coverage_with_images(&[row(Some("a.out")), row(None), row(Some("libc.so.6"))], &mut images)
+            .unwrap();
+        assert_eq!(images, ["libc.so.6", "a.out"]);
+        let image = b.column(0).as_dictionary::<Int8Type>();
+        assert_eq!(image.keys().iter().collect::<Vec<_>>(), [Some(1), None, Some(0)]);
+
+        let many: Vec<_> = (0..129).map(|i| CoverageRow {
+            image: Some(format!("lib{i}.so")),
+            ..row(None)
+        }).collect();
+        assert!(matches!(
+            coverage(&many),
+            Err(ConvertError::TooManyImages { count: 129 })
+        ));
+        assert!(coverage(&many[..128]).is_ok());
+    }
+}

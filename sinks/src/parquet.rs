@@ -1,0 +1,103 @@
+//! Parquet layout choices, made for DuckDB, pyarrow and polars queries over traces with
+//! hundreds of millions of rows.
+//!
+//! - **ZSTD** on every column: a good ratio at a speed that keeps up with decoding.
+//! - **Dictionary encoding** (the default) for everything except the monotone columns:
+//!   enum and string columns have a handful of values, and `ip`, `target`, `cr3`, `insns`
+//!   repeat a lot (the same loops run again and again).
+//! - **DELTA_BINARY_PACKED, no dictionary** for columns that only grow (`seq`, `offset`,
+//!   `tsc`, `cycles`): each value is unique, so a dictionary would only fail over, while
+//!   deltas of a sorted column pack into a few bits each.
+//! - **Bloom filter on `branches.ip`**: "where did this instruction branch" is the classic
+//!   point query, and `ip` is not sorted, so min/max statistics cannot prune it.
+//! - **Page-level statistics** plus the column and offset indexes, so readers prune row
+//!   groups and pages on `seq`, `offset`, `tsc` ranges.
+//! - **Row groups of at most [`DEFAULT_MAX_ROW_GROUP_ROWS`]** rows (configurable): the
+//!   unit DuckDB prunes with statistics and hands to one thread, so a big trace file still
+//!   scans in parallel, while each group stays large enough to compress well.
+//! - The Arrow schema is embedded (`ARROW:schema`), so `UInt64` reads back unsigned and
+//!   enum columns read back as dictionaries; the Parquet logical types alone already give
+//!   DuckDB `UBIGINT` and `VARCHAR`.
+
+use std::fs::File;
+
+use ::parquet::arrow::ArrowWriter;
+use ::parquet::basic::{Compression, Encoding, ZstdLevel};
+use ::parquet::errors::ParquetError;
+use ::parquet::file::metadata::KeyValue;
+use ::parquet::file::properties::{EnabledStatistics, WriterProperties};
+use ::parquet::schema::types::ColumnPath;
+use arrow_schema::SchemaRef;
+
+use crate::WriterOptions;
+
+/// Default row group size: about one million rows. A branches row group is then a few
+/// MiB compressed; smaller groups mean more per-group overhead in the footer and in every
+/// scan, larger ones coarser pruning and fewer units of parallel work.
+pub const DEFAULT_MAX_ROW_GROUP_ROWS: usize = 1 << 20;
+
+/// Default ZSTD level: 3 is zstd's own default, several times faster than the high levels
+/// for a few percent of size.
+pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
+
+/// False-positive rate of the `ip` bloom filter. The filter is folded down to the number of
+/// distinct values actually seen, so a low rate costs little space (programs have
+/// thousands, not millions, of distinct branch addresses per row group).
+const BLOOM_FPP: f64 = 0.01;
+
+/// Columns of each table that never decrease, which get DELTA_BINARY_PACKED.
+pub fn delta_columns(table: &str) -> &'static [&'static str] {
+    match table {
+        "branches" => &["seq", "offset", "tsc", "cycles"],
+        "events" => &["seq", "offset"],
+        "timing" => &["offset", "tsc", "cycles"],
+        _ => &[],
+    }
+}
+
+/// Columns of each table that get a bloom filter.
+pub fn bloom_columns(table: &str) -> &'static [&'static str] {
+    match table {
+        "branches" => &["ip"],
+        _ => &[],
+    }
+}
+
+/// The writer properties of one table's file; `key_value` is the footer metadata.
+pub fn writer_properties(
+    table: &str,
+    key_value: Vec<(String, String)>,
+    options: &WriterOptions,
+) -> Result<WriterProperties, ParquetError> {
+    let mut b = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(options.zstd_level)?))
+        .set_dictionary_enabled(true)
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_max_row_group_row_count(Some(options.max_row_group_rows.max(1)))
+        .set_key_value_metadata(Some(
+            key_value
+                .into_iter()
+                .map(|(k, v)| KeyValue::new(k, v))
+                .collect(),
+        ));
+    for &c in delta_columns(table) {
+        b = b
+            .set_column_dictionary_enabled(ColumnPath::from(c), false)
+            .set_column_encoding(ColumnPath::from(c), Encoding::DELTA_BINARY_PACKED);
+    }
+    for &c in bloom_columns(table) {
+        b = b
+            .set_column_bloom_filter_enabled(ColumnPath::from(c), true)
+            .set_column_bloom_filter_fpp(ColumnPath::from(c), BLOOM_FPP);
+    }
+    Ok(b.build())
+}
+
+pub(crate) fn open(
+    file: File,
+    schema: SchemaRef,
+    props: WriterProperties,
+) -> Result<ArrowWriter<File>, ParquetError> {
+    // No BufWriter: the Parquet writer buffers its output itself, and writes whole pages.
+    ArrowWriter::try_new(file, schema, Some(props))
+}
