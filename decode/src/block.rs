@@ -159,44 +159,118 @@ impl Hasher for AddrHasher {
 
 pub type AddrMap<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
 
-/// Blocks by (start address, CR3). One cache per worker thread; it lives across chunks.
-#[derive(Default)]
+/// Key for "CR3 unknown or irrelevant".
+const NO_CR3: u64 = u64::MAX;
+/// A successor link not yet resolved.
+const UNLINKED: u32 = u32::MAX;
+const FRONT_BITS: u32 = 12;
+
+/// Blocks by (start address, CR3), with their successors linked once seen, so walking a
+/// direct branch is an array index, not a hash lookup. One cache per worker thread; it
+/// lives across chunks.
 pub struct BlockCache {
-    map: AddrMap<(u64, u64), Block>,
+    blocks: Vec<Block>,
+    /// Successor links: [fall-through / not taken, taken] block indices.
+    succ: Vec<[u32; 2]>,
+    /// CR3 key each block was built for.
+    keys: Vec<u64>,
+    index: AddrMap<(u64, u64), u32>,
+    /// Direct-mapped front of `index`: (address, cr3 key, block).
+    front: Box<[(u64, u64, u32)]>,
     /// Blocks decoded (cache misses), for statistics.
     pub misses: u64,
 }
 
-/// Key for "CR3 unknown or irrelevant".
-const NO_CR3: u64 = u64::MAX;
+impl Default for BlockCache {
+    fn default() -> Self {
+        BlockCache {
+            blocks: Vec::new(),
+            succ: Vec::new(),
+            keys: Vec::new(),
+            index: AddrMap::default(),
+            front: vec![(u64::MAX, 0, 0); 1 << FRONT_BITS].into_boxed_slice(),
+            misses: 0,
+        }
+    }
+}
 
 impl BlockCache {
     pub fn new() -> Self {
         BlockCache::default()
     }
 
-    /// The block at `start` in address space `cr3`. When the images carry no CR3 tags,
-    /// the CR3 plays no part in the key.
-    #[inline]
-    pub fn get(&mut self, images: &ImageSet<'_>, start: u64, cr3: Option<u64>) -> &Block {
-        let key_cr3 = if images.has_cr3_tags() {
-            cr3.unwrap_or(NO_CR3)
+    fn key(images: &ImageSet<'_>, cr3: Option<u64>) -> (u64, Option<u64>) {
+        if images.has_cr3_tags() {
+            (cr3.unwrap_or(NO_CR3), cr3)
         } else {
-            NO_CR3
+            (NO_CR3, None)
+        }
+    }
+
+    /// Index of the block at `start` in address space `cr3`. When the images carry no CR3
+    /// tags, the CR3 plays no part.
+    #[inline]
+    pub fn index(&mut self, images: &ImageSet<'_>, start: u64, cr3: Option<u64>) -> u32 {
+        let (key, lookup_cr3) = Self::key(images, cr3);
+        let slot = (start.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FRONT_BITS)) as usize;
+        let f = self.front[slot];
+        if f.0 == start && f.1 == key {
+            return f.2;
+        }
+        let idx = match self.index.get(&(start, key)) {
+            Some(&i) => i,
+            None => {
+                self.misses += 1;
+                let b = build_block(images, start, lookup_cr3);
+                let i = self.blocks.len() as u32;
+                self.blocks.push(b);
+                self.succ.push([UNLINKED; 2]);
+                self.keys.push(key);
+                self.index.insert((start, key), i);
+                i
+            }
         };
-        let lookup_cr3 = if images.has_cr3_tags() { cr3 } else { None };
-        let misses = &mut self.misses;
-        self.map.entry((start, key_cr3)).or_insert_with(|| {
-            *misses += 1;
-            build_block(images, start, lookup_cr3)
-        })
+        self.front[slot] = (start, key, idx);
+        idx
+    }
+
+    #[inline]
+    pub fn block(&self, idx: u32) -> &Block {
+        &self.blocks[idx as usize]
+    }
+
+    /// The block at the start address of successor `which` (0: fall-through, 1: direct
+    /// target) of block `idx`, linked on first use.
+    #[inline]
+    pub fn successor(
+        &mut self,
+        images: &ImageSet<'_>,
+        idx: u32,
+        which: usize,
+        cr3: Option<u64>,
+    ) -> u32 {
+        let s = self.succ[idx as usize][which];
+        if s != UNLINKED && self.keys[s as usize] == Self::key(images, cr3).0 {
+            return s;
+        }
+        let b = &self.blocks[idx as usize];
+        let addr = if which == 0 { b.next } else { b.target };
+        let s = self.index(images, addr, cr3);
+        self.succ[idx as usize][which] = s;
+        s
+    }
+
+    /// The block at `start` (builds it if needed).
+    pub fn get(&mut self, images: &ImageSet<'_>, start: u64, cr3: Option<u64>) -> &Block {
+        let i = self.index(images, start, cr3);
+        &self.blocks[i as usize]
     }
 
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.blocks.len()
     }
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.blocks.is_empty()
     }
 }
 

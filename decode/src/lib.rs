@@ -27,7 +27,9 @@
 //! ```
 
 pub mod block;
+pub mod chunk;
 pub mod config;
+pub mod flow;
 pub mod image;
 pub mod insn;
 pub mod last_ip;

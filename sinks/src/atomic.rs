@@ -159,6 +159,9 @@ mod tests {
         let dest = Path::new("/nonexistent-dir-for-tracemill/branches.parquet");
         let e = PendingFile::create(dest).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.starts_with("/nonexistent-dir-for-tracemill/branches.parquet: creating"), "{msg}");
+        assert!(
+            msg.starts_with("/nonexistent-dir-for-tracemill/branches.parquet: creating"),
+            "{msg}"
+        );
     }
 }

@@ -134,15 +134,16 @@ pub fn coverage_with_images(rows: &[CoverageRow], images: &mut Vec<String>) -> R
     // Image counts are small (tens), so a linear search beats hashing here.
     let mut keys = Vec::with_capacity(rows.len());
     for r in rows {
-        let key = r.image.as_deref().map(|name| {
-            match images.iter().position(|known| known == name) {
-                Some(i) => i,
-                None => {
-                    images.push(name.to_string());
-                    images.len() - 1
-                }
-            }
-        });
+        let key =
+            r.image
+                .as_deref()
+                .map(|name| match images.iter().position(|known| known == name) {
+                    Some(i) => i,
+                    None => {
+                        images.push(name.to_string());
+                        images.len() - 1
+                    }
+                });
         keys.push(key);
     }
     if images.len() > i8::MAX as usize + 1 {
@@ -326,7 +327,10 @@ mod tests {
         let mut cols = some_branches(3);
         cols.seq = vec![7, 8, 9];
         let b = branches(cols, 0).unwrap();
-        assert_eq!(b.column(0).as_primitive::<UInt64Type>().values(), &[7, 8, 9]);
+        assert_eq!(
+            b.column(0).as_primitive::<UInt64Type>().values(),
+            &[7, 8, 9]
+        );
     }
 
     #[test]
@@ -334,7 +338,17 @@ mod tests {
         let mut cols = some_branches(3);
         cols.kind[1] = 8;
         let e = branches(cols, 0).unwrap_err();
-        assert!(matches!(e, ConvertError::BadCode { row: 1, code: 8, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                ConvertError::BadCode {
+                    row: 1,
+                    code: 8,
+                    ..
+                }
+            ),
+            "{e}"
+        );
 
         let mut cols = some_branches(3);
         cols.kind[2] = 200; // would be -56 as i8
@@ -387,16 +401,24 @@ mod tests {
             count: 4,
         };
         let mut images = vec!["libc.so.6".to_string()];
-        let b = coverage_with_images(&[row(Some("a.out")), row(None), row(Some("libc.so.6"))], &mut images)
-            .unwrap();
+        let b = coverage_with_images(
+            &[row(Some("a.out")), row(None), row(Some("libc.so.6"))],
+            &mut images,
+        )
+        .unwrap();
         assert_eq!(images, ["libc.so.6", "a.out"]);
         let image = b.column(0).as_dictionary::<Int8Type>();
-        assert_eq!(image.keys().iter().collect::<Vec<_>>(), [Some(1), None, Some(0)]);
+        assert_eq!(
+            image.keys().iter().collect::<Vec<_>>(),
+            [Some(1), None, Some(0)]
+        );
 
-        let many: Vec<_> = (0..129).map(|i| CoverageRow {
-            image: Some(format!("lib{i}.so")),
-            ..row(None)
-        }).collect();
+        let many: Vec<_> = (0..129)
+            .map(|i| CoverageRow {
+                image: Some(format!("lib{i}.so")),
+                ..row(None)
+            })
+            .collect();
         assert!(matches!(
             coverage(&many),
             Err(ConvertError::TooManyImages { count: 129 })

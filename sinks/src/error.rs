@@ -31,7 +31,9 @@ pub enum ConvertError {
         what: &'static str,
     },
     /// `coverage.image` is `Dictionary(Int8, Utf8)`: at most 128 distinct names per file.
-    #[error("coverage.image: {count} distinct image names, but Int8 dictionary keys index at most 128")]
+    #[error(
+        "coverage.image: {count} distinct image names, but Int8 dictionary keys index at most 128"
+    )]
     TooManyImages { count: usize },
     /// Arrow rejected the assembled batch (should not happen once the checks above pass).
     #[error("{table}: {source}")]
@@ -69,7 +71,7 @@ pub enum Error {
     #[error("{}: batch does not match the {table} schema: {detail}", path.display())]
     SchemaMismatch {
         path: PathBuf,
-        table: String,
+        table: &'static str,
         detail: String,
     },
     #[error("{}: parquet: {source}", path.display())]

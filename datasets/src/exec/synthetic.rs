@@ -23,10 +23,13 @@
 //! - with probability `interrupt_rate` per step, an **interrupt** stops execution at a
 //!   random instruction boundary of the current block (possibly its first instruction or
 //!   its branch) and resumes at the same address;
-//! - code that stops being decodable (a block running into invalid bytes or off its
-//!   segment), or a run of 4096 steps without a single random choice (a `for (;;)
-//!   pause();` loop), ends in an interrupt that resumes at a random function entry: the
-//!   stream stays consistent, each step starts where the previous one said.
+//! - code that cannot run on (invalid bytes, the end of a segment, or `HLT`/`UD2`, which
+//!   fault in user mode) ends in an interrupt before it that resumes at a random function
+//!   entry, as if a signal handler had taken over. So do traps the walk cannot leave by
+//!   chance: 4096 steps in a row without a random choice (`for (;;) pause();`), or 65536
+//!   steps without a call, return or indirect branch (`_exit`'s `for (;;) { exit_group;
+//!   exit; }` loop, whose conditional branches are random but lead nowhere else). The
+//!   stream stays consistent throughout: each step starts where the previous one said.
 //!
 //! Blocks are decoded once (with [`tracemill_decode::block::build_block`]) into a table
 //! whose successors are resolved to table indices on first use, so the steady state is a
@@ -231,6 +234,10 @@ impl WalkConfig {
 const UNRESOLVED: u32 = u32::MAX;
 /// Steps in a row without a random choice before the walk gives up on the loop it is in.
 const FORCED_LIMIT: u32 = 4096;
+/// Steps in a row without a call, return or indirect branch, likewise.
+const LOCAL_LIMIT: u32 = 1 << 16;
+/// Shadow stack depth from which conditional branches mostly go forward.
+const DEEP: usize = 16;
 /// `p_taken` meaning "always".
 const ALWAYS: u64 = 1 << 32;
 
@@ -276,6 +283,7 @@ pub struct Walk<'c, 'a> {
     cur: u32,
     skip: u32,
     forced: u32,
+    local: u32,
     int_threshold: u64,
     wild_threshold: u64,
     max_steps: u64,
@@ -301,6 +309,7 @@ impl<'c, 'a> Walk<'c, 'a> {
             cur: 0,
             skip: 0,
             forced: 0,
+            local: 0,
             int_threshold: probability(config.interrupt_rate, 64),
             wild_threshold: probability(config.wild_ret_rate, 32),
             max_steps: config.max_steps,
@@ -343,14 +352,25 @@ impl<'c, 'a> Walk<'c, 'a> {
         if r < self.int_threshold {
             return self.interrupt(&n, left);
         }
-        if self.forced >= FORCED_LIMIT {
+        if self.forced >= FORCED_LIMIT || self.local >= LOCAL_LIMIT {
             let at = self.address_of(&n, self.skip);
             return self.escape(0, at);
         }
         self.forced += 1;
+        self.local += 1;
+        if matches!(
+            n.class,
+            InsnClass::Call | InsnClass::CallInd | InsnClass::Ret | InsnClass::JmpInd
+        ) {
+            self.local = 0;
+        }
         let next = match n.class {
             InsnClass::Cond => {
-                let take = (r as u32 as u64) < n.p_taken;
+                let take = if self.stack.len() >= DEEP && r >> 61 != 0 {
+                    n.target > n.ip
+                } else {
+                    (r as u32 as u64) < n.p_taken
+                };
                 if n.p_taken != 0 && n.p_taken != ALWAYS {
                     self.forced = 0;
                 }
@@ -413,6 +433,7 @@ impl<'c, 'a> Walk<'c, 'a> {
     fn escape(&mut self, insns: u32, at: u64) -> Step {
         self.stack.clear();
         self.forced = 0;
+        self.local = 0;
         self.skip = 0;
         self.cur = self.random_entry();
         Step::Interrupt {
@@ -506,8 +527,23 @@ impl<'c, 'a> Walk<'c, 'a> {
             b = build_block(images, b.next, None);
             self.lens.extend_from_slice(&b.lens);
         }
-        let insns = self.lens.len() as u32 - lens_at;
-        let node = if b.end == BlockEnd::Branch {
+        let mut insns = self.lens.len() as u32 - lens_at;
+        let mut end = b.end;
+        let mut stop = b.next;
+        // HLT and UD2 decode fine but fault in user mode: the block ends before them.
+        let mut a = addr;
+        for (i, &l) in self.lens[lens_at as usize..].iter().enumerate() {
+            let code = images.code_at(a, None).unwrap_or(&[]);
+            if code.first() == Some(&0xF4) || code.starts_with(&[0x0F, 0x0B]) {
+                insns = i as u32;
+                end = BlockEnd::Invalid;
+                stop = a;
+                break;
+            }
+            a += l as u64;
+        }
+        self.lens.truncate((lens_at + insns) as usize);
+        let node = if end == BlockEnd::Branch {
             let len = *b.lens.last().expect("a branch block has its branch");
             Node {
                 start: addr,
@@ -529,9 +565,9 @@ impl<'c, 'a> Walk<'c, 'a> {
         } else {
             Node {
                 start: addr,
-                ip: b.next,
+                ip: stop,
                 target: 0,
-                nlip: b.next,
+                nlip: stop,
                 insns,
                 lens_at,
                 taken: UNRESOLVED,

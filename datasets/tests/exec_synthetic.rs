@@ -1,0 +1,186 @@
+//! Synthetic walks over real binaries: reproducible, consistent with the code, fast.
+
+use std::hash::{Hash, Hasher};
+use std::path::Path;
+use std::time::Instant;
+
+use tracemill_datasets::exec::qemu;
+use tracemill_datasets::exec::steps::{CheckStats, Checker};
+use tracemill_datasets::exec::synthetic::{Code, EntrySource, WalkConfig};
+use tracemill_datasets::exec::Step;
+use tracemill_decode::insn::InsnClass;
+
+const BUSYBOX: &str = "/usr/bin/busybox";
+
+fn busybox() -> Option<Vec<u8>> {
+    match std::fs::read(BUSYBOX) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("skipping: cannot read {BUSYBOX}: {e}");
+            None
+        }
+    }
+}
+
+fn digest(steps: impl Iterator<Item = Step>) -> (u64, u64) {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut n = 0;
+    for s in steps {
+        format!("{s:?}").hash(&mut h);
+        n += 1;
+    }
+    (n, h.finish())
+}
+
+fn check(code: &Code<'_>, cfg: &WalkConfig) -> CheckStats {
+    let walk = code.walk(cfg);
+    let mut checker = Checker::new(code.images(), walk.entry());
+    for s in walk {
+        checker
+            .step(&s)
+            .unwrap_or_else(|e| panic!("{} seed {}: {e}", code.name(), cfg.seed));
+    }
+    checker.stats().clone()
+}
+
+#[test]
+fn busybox_walks_are_reproducible() {
+    let Some(elf) = busybox() else { return };
+    let code = Code::from_elf("busybox", &elf).unwrap();
+    // busybox is stripped: the entries come from call targets.
+    assert_eq!(code.entry_source(), EntrySource::CallTargets);
+    assert!(code.entries().len() > 1000, "{}", code.entries().len());
+    let cfg = WalkConfig::new(42, 200_000);
+    let a = digest(code.walk(&cfg));
+    let b = digest(code.walk(&cfg));
+    assert_eq!(a, b);
+    assert_eq!(a.0, 200_000);
+    let c = digest(code.walk(&WalkConfig::new(43, 200_000)));
+    assert_ne!(a.1, c.1);
+}
+
+#[test]
+fn busybox_walk_of_a_million_steps_is_consistent() {
+    let Some(elf) = busybox() else { return };
+    let code = Code::from_elf("busybox", &elf).unwrap();
+    let cfg = WalkConfig::new(7, 1_000_000);
+    let stats = check(&code, &cfg);
+    assert_eq!(stats.steps, 1_000_000);
+    let rets = stats.count(InsnClass::Ret);
+    println!(
+        "busybox walk: {} insns, cond {} jmp {} call {} jmpind {} callind {} ret {} \
+         (to caller {}, elsewhere {}, unmatched {}) syscall {} far {} interrupts {} max depth {}",
+        stats.insns,
+        stats.count(InsnClass::Cond),
+        stats.count(InsnClass::Jmp),
+        stats.count(InsnClass::Call),
+        stats.count(InsnClass::JmpInd),
+        stats.count(InsnClass::CallInd),
+        rets,
+        stats.rets_to_caller,
+        stats.rets_elsewhere,
+        stats.rets_unmatched,
+        stats.count(InsnClass::Syscall),
+        stats.count(InsnClass::Far),
+        stats.interrupts,
+        stats.max_depth,
+    );
+    // Every kind of step shows up, returns mostly go home, and a few do not.
+    for class in [
+        InsnClass::Cond,
+        InsnClass::Jmp,
+        InsnClass::Call,
+        InsnClass::JmpInd,
+        InsnClass::CallInd,
+        InsnClass::Ret,
+    ] {
+        assert!(stats.count(class) > 1000, "{class:?}: {stats:?}");
+    }
+    assert!(stats.interrupts > 100, "{stats:?}");
+    assert!(stats.rets_to_caller as f64 > 0.9 * rets as f64, "{stats:?}");
+    assert!(
+        stats.rets_elsewhere + stats.rets_unmatched > 100,
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn walk_over_a_sample_program_uses_its_symbols() {
+    if !qemu::gcc_available() {
+        eprintln!("skipping: gcc not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("callbacks");
+    qemu::compile_c(&qemu::programs_dir().join("callbacks.c"), &exe).unwrap();
+    let elf = std::fs::read(&exe).unwrap();
+    let code = Code::from_elf("callbacks", &elf).unwrap();
+    assert_eq!(code.entry_source(), EntrySource::Symbols);
+    let mut cfg = WalkConfig::new(3, 300_000);
+    cfg.interrupt_rate = 0.01;
+    cfg.wild_ret_rate = 0.05;
+    let stats = check(&code, &cfg);
+    assert!(stats.interrupts > 1000, "{stats:?}");
+    // An instruction budget ends the walk just past it.
+    cfg.max_steps = u64::MAX;
+    cfg.max_insns = 123_456;
+    let mut walk = code.walk(&cfg);
+    let n: u64 = walk.by_ref().map(|s| s.insns() as u64).sum();
+    assert!((123_456..123_456 + 10_000).contains(&n), "{n}");
+    // The small-walk convenience is the same walk.
+    let mut small = WalkConfig::new(5, 1000);
+    small.max_insns = u64::MAX;
+    let exec = code.execution(&small);
+    assert_eq!(exec.steps, code.walk(&small).collect::<Vec<_>>());
+    assert_eq!(exec.images[0].1, elf);
+}
+
+/// Quick throughput figure (not asserted: machines differ).
+#[test]
+fn walk_speed() {
+    let Some(elf) = busybox() else { return };
+    let code = Code::from_elf("busybox", &elf).unwrap();
+    speed(&code, 5_000_000);
+}
+
+/// `cargo test --release -p tracemill-datasets --test exec_synthetic -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn walk_speed_long() {
+    let Some(elf) = busybox() else { return };
+    let t = Instant::now();
+    let code = Code::from_elf("busybox", &elf).unwrap();
+    println!(
+        "busybox: {} entries found in {:.1} ms",
+        code.entries().len(),
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    speed(&code, 200_000_000);
+}
+
+fn speed(code: &Code<'_>, steps: u64) {
+    // Warm the block table first, then time the steady state.
+    let cfg = WalkConfig::new(11, steps);
+    let mut walk = code.walk(&cfg);
+    let warm: u64 = walk
+        .by_ref()
+        .take(steps as usize / 10)
+        .map(|s| s.insns() as u64)
+        .sum();
+    let t = Instant::now();
+    let mut insns = 0u64;
+    let mut n = 0u64;
+    for s in walk.by_ref() {
+        insns += s.insns() as u64;
+        n += 1;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "synthetic walk over {}: {:.1} M steps/s, {:.1} M insns/s ({} blocks, warm-up {} insns)",
+        Path::new(code.name()).display(),
+        n as f64 / secs / 1e6,
+        insns as f64 / secs / 1e6,
+        walk.blocks(),
+        warm,
+    );
+}

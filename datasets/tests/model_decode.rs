@@ -1,0 +1,170 @@
+//! The decoder against the hardware model: on synthetic walks over real code, the decoded
+//! rows equal the model's ground truth (lost stretches aside), and chunked decoding equals
+//! sequential decoding.
+
+use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
+use tracemill_datasets::model::{Model, ModelOptions, Output, OverflowPlan};
+use tracemill_decode::chunk::{decode_all, Decoded, Input};
+use tracemill_decode::config::{ctl, TraceConfig};
+use tracemill_decode::image::ImageSet;
+use tracemill_decode::rows::BranchColumns;
+use tracemill_decode::stream::TraceStream;
+use tracemill_decode::sync::find_psbs;
+
+fn busybox() -> Vec<u8> {
+    std::fs::read("/usr/bin/busybox").expect("busybox-static is installed")
+}
+
+fn run_model(elf: &[u8], o: ModelOptions, steps: u64, seed: u64) -> (Output, u64) {
+    let code = Code::from_elf("busybox", elf).unwrap();
+    let exec = code.execution(&WalkConfig::new(seed, steps));
+    let out = Model::new(o, code.images()).run(exec.entry, exec.steps.iter().copied());
+    (out, exec.entry)
+}
+
+fn decode(elf: &[u8], bytes: &[u8], ctl: u64, chunk: u64) -> Decoded {
+    let mut images = ImageSet::new();
+    images.add_elf("busybox", elf, None, None).unwrap();
+    let stream = TraceStream::linear(bytes);
+    let psbs = find_psbs(&stream);
+    let input = Input {
+        stream: &stream,
+        psbs: &psbs,
+        images: &images,
+        cfg: TraceConfig::from_ctl(ctl),
+    };
+    decode_all(&input, chunk)
+}
+
+/// Truth rows that a decoder can prove.
+fn expected(out: &Output) -> BranchColumns {
+    let mut b = BranchColumns::default();
+    for (i, r) in out.truth.rows.rows().enumerate() {
+        if !out.truth.lost[i] {
+            let mut r = r;
+            r.tsc = None;
+            r.cycles = None;
+            b.push(&r);
+        }
+    }
+    b
+}
+
+fn compare(want: &BranchColumns, got: &BranchColumns) {
+    let n = want.len().min(got.len());
+    for i in 0..n {
+        let (w, g) = (want.row(i), got.row(i));
+        assert_eq!(
+            w,
+            g,
+            "row {i} differs (of {} wanted, {} decoded)",
+            want.len(),
+            got.len()
+        );
+    }
+    assert_eq!(want.len(), got.len(), "row counts differ");
+}
+
+fn options(ctl_bits: u64) -> ModelOptions {
+    ModelOptions {
+        ctl: ctl::TRACE_EN | ctl::TRACE_ACTIVE | ctl::DEST | ctl::USER | ctl_bits,
+        ..ModelOptions::default()
+    }
+}
+
+#[test]
+fn plain_user_trace_decodes_to_truth() {
+    let elf = busybox();
+    let o = options(ctl::CMPRS_RET);
+    let (out, _) = run_model(&elf, o.clone(), 200_000, 1);
+    let d = decode(&elf, &out.bytes, o.ctl, u64::MAX);
+    let errors: Vec<_> = d
+        .events
+        .iter()
+        .filter(|e| e.kind == tracemill_schemas::EventKind::Error)
+        .take(5)
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    compare(&expected(&out), &d.rows);
+}
+
+#[test]
+fn timing_and_psb_every_2k_decode_to_truth() {
+    let elf = busybox();
+    let o = ModelOptions {
+        pkt_mask: 0,
+        e3: 0.3,
+        ..options(ctl::CMPRS_RET | ctl::CYCLE_ACC | ctl::MTC_EN | ctl::STS_EN)
+    };
+    let (out, _) = run_model(&elf, o.clone(), 200_000, 2);
+    let d = decode(&elf, &out.bytes, o.ctl, u64::MAX);
+    compare(&expected(&out), &d.rows);
+}
+
+#[test]
+fn overflows_decode_to_truth_outside_lost_stretches() {
+    let elf = busybox();
+    let o = ModelOptions {
+        overflow: Some(OverflowPlan {
+            every_steps: (2_000, 20_000),
+            duration_steps: (5, 200),
+            e5: 0.5,
+        }),
+        ..options(ctl::CMPRS_RET | ctl::CYCLE_ACC)
+    };
+    let (out, _) = run_model(&elf, o.clone(), 200_000, 3);
+    assert!(out.summary.overflows > 0);
+    let d = decode(&elf, &out.bytes, o.ctl, u64::MAX);
+    compare(&expected(&out), &d.rows);
+}
+
+#[test]
+fn chunked_equals_sequential() {
+    let elf = busybox();
+    let o = ModelOptions {
+        pkt_mask: 0,
+        overflow: Some(OverflowPlan {
+            every_steps: (5_000, 30_000),
+            duration_steps: (5, 100),
+            e5: 0.5,
+        }),
+        ..options(ctl::CMPRS_RET | ctl::CYCLE_ACC | ctl::MTC_EN)
+    };
+    let (out, _) = run_model(&elf, o.clone(), 150_000, 4);
+    let seq = decode(&elf, &out.bytes, o.ctl, u64::MAX);
+    for chunk in [1, 4096, 50_000] {
+        let par = decode(&elf, &out.bytes, o.ctl, chunk);
+        compare(&seq.rows, &par.rows);
+        assert_eq!(
+            seq.events, par.events,
+            "events differ at chunk size {chunk}"
+        );
+        assert_eq!(
+            seq.timing, par.timing,
+            "timing differs at chunk size {chunk}"
+        );
+        eprintln!("chunk {chunk}: {} fallbacks", par.fallbacks);
+    }
+}
+
+#[test]
+#[ignore]
+fn debug_plain() {
+    let elf = busybox();
+    let o = ModelOptions {
+        record_packets: true,
+        ..options(ctl::CMPRS_RET)
+    };
+    let (out, _) = run_model(&elf, o.clone(), 200_000, 1);
+    let d = decode(&elf, &out.bytes, o.ctl, u64::MAX);
+    let w = expected(&out);
+    for i in 315..326 {
+        eprintln!("{i}: want {:x?}\n     got  {:x?}", w.row(i), d.rows.row(i));
+    }
+    for (off, p) in out.packets.iter().filter(|(o, _)| *o > 200 && *o < 260) {
+        eprintln!("pkt {off} {p:x?}");
+    }
+    for e in d.events.iter().take(12) {
+        eprintln!("{e:?}");
+    }
+}

@@ -1,0 +1,308 @@
+//! Parallel decoding: chunks of PSB intervals, decoded independently, then stitched.
+//!
+//! A PSB carries no IP and clears compression state only lazily, so a chunk cannot be
+//! decoded alone from its first byte. Each chunk's *body* starts unsynced, with LAST_LIP,
+//! LAST_CALL_NLIP and CR3 unknown, and outputs rows from its first resume point (FUP.PGE,
+//! FUP.BuffOvf, or a TIP after a known non-PGD flow packet) on. A *stitch* then runs the
+//! ordinary walker from the previous chunk's exit state into the chunk until its state
+//! equals the body's initial state (same packet cursor, tracing, IP, empty TNT queue):
+//! its rows are the chunk's prefix; the body's rows follow. If the stitch never meets the
+//! body, it decodes the whole chunk itself: the safety net that keeps parallel output
+//! identical to sequential output, for any chunk size.
+//!
+//! [`decode_all`] runs the pieces in order on one thread; the pipeline runs bodies on a
+//! thread pool and stitches in order as they arrive.
+
+use crate::block::BlockCache;
+use crate::config::TraceConfig;
+use crate::flow::{FlowState, LastCall, Role, RowSink, Stop, Target, TimingFact, Walker};
+use crate::image::ImageSet;
+use crate::rows::{BranchColumns, EventRow};
+use crate::stream::TraceStream;
+
+/// A range of the stream from one PSB to another (or the end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    pub index: usize,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Cut the stream into chunks of at least `target` bytes, at PSBs. The bytes before the
+/// first PSB cannot be parsed (packet boundaries are unknown there) and belong to no
+/// chunk; with no PSB at all there is nothing to decode.
+pub fn plan_chunks(psbs: &[u64], len: u64, target: u64) -> Vec<Chunk> {
+    let mut out = Vec::new();
+    let Some(&first) = psbs.first() else {
+        return out;
+    };
+    let mut start = first;
+    for &p in &psbs[1..] {
+        if p - start >= target.max(1) {
+            out.push(Chunk {
+                index: out.len(),
+                start,
+                end: p,
+            });
+            start = p;
+        }
+    }
+    out.push(Chunk {
+        index: out.len(),
+        start,
+        end: len,
+    });
+    out
+}
+
+/// Shared inputs of every piece of a decode.
+#[derive(Clone, Copy)]
+pub struct Input<'a> {
+    pub stream: &'a TraceStream<'a>,
+    pub psbs: &'a [u64],
+    pub images: &'a ImageSet<'a>,
+    pub cfg: TraceConfig,
+}
+
+/// Output of one piece (a body, a stitch, or a whole sequential decode).
+#[derive(Clone, Debug, Default)]
+pub struct Piece<S> {
+    pub rows: S,
+    /// `seq` relative to this piece's first row.
+    pub events: Vec<EventRow>,
+    /// `row` relative to this piece's first row.
+    pub timing: Vec<TimingFact>,
+}
+
+/// A chunk body's result.
+#[derive(Clone, Debug)]
+pub struct Body<S> {
+    pub chunk: Chunk,
+    pub out: Piece<S>,
+    /// Where its output starts (None: no resume point in the chunk, or failed).
+    pub start: Option<Target>,
+    /// State at the end of the chunk.
+    pub exit: FlowState,
+    /// Rows before its first PIP (their CR3 comes from before the chunk).
+    pub rows_before_pip: usize,
+    /// Decode this chunk sequentially (the body met something it cannot do alone).
+    pub failed: bool,
+}
+
+/// Decode a chunk's body. The first chunk is decoded like a sequential decode.
+pub fn decode_body<S: RowSink + Default>(
+    input: &Input<'_>,
+    cache: &mut BlockCache,
+    chunk: Chunk,
+) -> Body<S> {
+    let first = chunk.index == 0;
+    let st = FlowState::start(chunk.start, !first);
+    let role = if first { Role::Chain } else { Role::Body };
+    let mut w = Walker::new(
+        input.images,
+        cache,
+        input.stream,
+        input.psbs,
+        input.cfg,
+        chunk.end,
+        st,
+        role,
+        S::default(),
+    );
+    let stop = w.run();
+    let failed = stop == Stop::Failed;
+    let rows_before_pip = w
+        .events
+        .iter()
+        .find(|e| e.kind == tracemill_schemas::EventKind::Paging)
+        .map_or(w.rows.len(), |e| e.seq as usize);
+    let start = if first {
+        Some(Target {
+            cursor: chunk.start,
+            ip: 0,
+        })
+    } else {
+        w.body_start
+    };
+    Body {
+        chunk,
+        start: if failed { None } else { start },
+        exit: w.exit_state(),
+        rows_before_pip,
+        failed,
+        out: Piece {
+            rows: std::mem::take(&mut w.rows),
+            events: std::mem::take(&mut w.events),
+            timing: std::mem::take(&mut w.timing),
+        },
+    }
+}
+
+/// The result of stitching chunk `i` onto the state chunk `i-1` left.
+#[derive(Clone, Debug)]
+pub struct Stitched<S> {
+    /// Rows, events and timing from the previous exit up to the body's start (or the
+    /// whole chunk, when the stitch had to decode it alone).
+    pub prefix: Piece<S>,
+    /// Whether the body's output follows (false: the stitch decoded the chunk itself).
+    pub use_body: bool,
+    /// Instructions to add to the body's first row.
+    pub carry_insns: u32,
+    /// LAST_CALL_NLIP and CR3 at the body's start (for the body's unknowns).
+    pub last_call: LastCall,
+    pub cr3: Option<u64>,
+    /// State after this chunk.
+    pub exit: FlowState,
+}
+
+/// Stitch: walk from `prev_exit` (the previous chunk's exit, with its unknowns already
+/// filled in) through `body.chunk` until meeting the body's initial state.
+pub fn stitch<S: RowSink + Default>(
+    input: &Input<'_>,
+    cache: &mut BlockCache,
+    prev_exit: FlowState,
+    body: &Body<S>,
+) -> Stitched<S> {
+    let target = if body.failed { None } else { body.start };
+    let role = match target {
+        Some(t) => Role::Stitch(t),
+        None => Role::Chain,
+    };
+    let mut w = Walker::new(
+        input.images,
+        cache,
+        input.stream,
+        input.psbs,
+        input.cfg,
+        body.chunk.end,
+        prev_exit,
+        role,
+        S::default(),
+    );
+    let stop = w.run();
+    let converged = stop == Stop::Converged;
+    if !converged && stop != Stop::End {
+        // Diverged: decode the rest of the chunk here.
+        w.extend(body.chunk.end, Role::Chain);
+        let s = w.run();
+        debug_assert_eq!(s, Stop::End);
+    }
+    let at = w.st;
+    let mut exit = if converged { body.exit } else { w.exit_state() };
+    if converged {
+        // The body did not know these; at its start they were the stitch's.
+        if exit.last_call == LastCall::FromChunkStart {
+            exit.last_call = at.last_call;
+        }
+        if exit.cr3.is_none() {
+            exit.cr3 = at.cr3;
+        }
+        if body.out.rows_len() == 0 {
+            exit.open_insns += at.open_insns;
+        }
+    }
+    Stitched {
+        use_body: converged,
+        carry_insns: if converged { at.open_insns } else { 0 },
+        last_call: at.last_call,
+        cr3: at.cr3,
+        exit,
+        prefix: Piece {
+            rows: std::mem::take(&mut w.rows),
+            events: std::mem::take(&mut w.events),
+            timing: std::mem::take(&mut w.timing),
+        },
+    }
+}
+
+impl<S: RowSink> Piece<S> {
+    pub fn rows_len(&self) -> usize {
+        self.rows.len()
+    }
+}
+
+/// Everything a decode produced, in order.
+#[derive(Clone, Debug, Default)]
+pub struct Decoded {
+    pub rows: BranchColumns,
+    pub events: Vec<EventRow>,
+    pub timing: Vec<TimingFact>,
+    /// Chunks whose stitch had to decode them alone.
+    pub fallbacks: usize,
+    /// Core/bus ratio of the last STS, to tell which STS change it.
+    ratio: Option<String>,
+}
+
+impl Decoded {
+    /// Append a piece (rebasing its relative sequence numbers).
+    pub fn append(&mut self, p: Piece<BranchColumns>) {
+        let base = self.rows.len() as u64;
+        for mut e in p.events {
+            e.seq += base;
+            if e.kind == tracemill_schemas::EventKind::FreqChange {
+                // Walkers report every STS; keep those that change the ratio.
+                if self.ratio.as_deref() == Some(e.detail.as_str()) {
+                    continue;
+                }
+                let new = std::mem::take(&mut e.detail);
+                e.detail = match &self.ratio {
+                    Some(old) => format!("core/bus ratio {old} -> {new}"),
+                    None => format!("core/bus ratio {new}"),
+                };
+                self.ratio = Some(new);
+            }
+            self.events.push(e);
+        }
+        self.timing.extend(p.timing.into_iter().map(|mut t| {
+            t.row += base;
+            t
+        }));
+        self.rows.extend_from(&p.rows);
+    }
+}
+
+/// Apply a stitch's findings to its body's output.
+pub fn fix_body(body: &mut Body<BranchColumns>, s: &Stitched<BranchColumns>) {
+    if !body.out.rows.is_empty() {
+        body.out.rows.insns[0] += s.carry_insns;
+    }
+    if s.cr3.is_some() {
+        for i in 0..body.rows_before_pip.min(body.out.rows.len()) {
+            body.out.rows.cr3.set(i, s.cr3);
+        }
+    }
+}
+
+/// Decode the whole trace one chunk after another on this thread, with chunks of at
+/// least `chunk_bytes` (`u64::MAX`: one chunk, a plain sequential decode).
+pub fn decode_all(input: &Input<'_>, chunk_bytes: u64) -> Decoded {
+    let chunks = plan_chunks(input.psbs, input.stream.len(), chunk_bytes);
+    let mut cache = BlockCache::new();
+    let mut out = Decoded::default();
+    let mut prev_exit: Option<FlowState> = None;
+    for c in chunks {
+        let mut body: Body<BranchColumns> = decode_body(input, &mut cache, c);
+        match prev_exit {
+            None => {
+                prev_exit = Some(body.exit);
+                out.append(body.out);
+            }
+            Some(pe) => {
+                let s = stitch(input, &mut cache, pe, &body);
+                prev_exit = Some(s.exit);
+                let use_body = s.use_body;
+                if !use_body {
+                    out.fallbacks += 1;
+                }
+                fix_body(&mut body, &s);
+                out.append(s.prefix);
+                if use_body {
+                    out.append(body.out);
+                }
+            }
+        }
+    }
+    // The end of the last chunk is the end of the trace: rows after the last decided
+    // one are unproven (the walker keeps none there by construction; see flow docs).
+    out
+}

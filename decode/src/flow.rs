@@ -1,0 +1,1089 @@
+//! Instruction flow: walk the code images along the trace and emit one row per executed
+//! branch (spec 2.2, Table 19).
+//!
+//! The walker keeps the small decoding states — LAST_LIP ([`LastIp`]), queued TNT bits
+//! ([`TntQueue`]), the last call's return address ([`LastCall`]) — and consumes *flow items*
+//! (TNT, TIP, FUP.FAR+TIP, FUP.PGD[+TIP], FUP.PGE, FUP.BuffOvf, TraceSTOP) as the code
+//! needs them. Timing packets, PSB and PIP are taken in stream order along the way.
+//!
+//! Rules that decide where a packet applies:
+//! - a cond branch takes the next TNT bit; a RET takes a bit when one is queued or the next
+//!   flow packet is a TNT (return compression), else a TIP; indirect JMP/CALL take a TIP;
+//!   far transfers take FUP.FAR + TIP, or FUP.PGD (leaving the traced context);
+//! - when no TNT bit is queued, the next flow packet is read at once. A FUP.FAR or FUP.PGD
+//!   with IP X then applies at the first instruction boundary where IP == X (interrupts,
+//!   walking out of the filter region), or right after the branch whose sequential NLIP
+//!   is X (the other reading of "NLIP" for a jump out of the region); FUP.PGE,
+//!   FUP.BuffOvf and TraceSTOP apply at once;
+//! - E1: a FUP.FAR pointing inside the far transfer instruction counts as its NLIP;
+//!   E2: a FUP.PGD after a FUP.PGD with no FUP.PGE between is ignored;
+//!   E5: a TIP right after a FUP.BuffOvf with the same IP is ignored;
+//!   E8 and any other inconsistency (a TIP where a TNT bit is due, code no image covers):
+//!   an `error` event, the rows since the last decided one dropped, and a resync.
+//!
+//! Resync (at the start, after an error, at a chunk start): tracing resumes at a FUP.PGE,
+//! a FUP.BuffOvf, or a TIP whose previous flow packet is known and not a FUP.PGD (a TIP
+//! after a PGD is the target of a far transfer out of the traced region, 4.2.9).
+
+use tracemill_schemas::{BranchKind, EventKind, TimingKind};
+
+use crate::block::{BlockCache, BlockEnd};
+use crate::config::TraceConfig;
+use crate::image::ImageSet;
+use crate::insn::InsnClass;
+use crate::last_ip::LastIp;
+use crate::packet::{FupKind, Packet, PacketError, PacketReader, Tnt};
+use crate::rows::{BranchColumns, BranchRow, EventRow};
+use crate::stream::TraceStream;
+use crate::tnt::TntQueue;
+
+/// What the decoder knows of RTIT_LAST_CALL_NLIP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LastCall {
+    /// The NLIP of the last traced near call.
+    Known(u64),
+    /// Cleared (after FUP.BuffOvf): no RET can be compressed.
+    None,
+    /// Unknown because a parallel chunk started here: the true value is in the previous
+    /// chunk. A compressed RET now means this chunk's body started too early.
+    FromChunkStart,
+    /// Unknown after a gap (start of the trace, an error): a compressed RET cannot be
+    /// resolved.
+    AfterGap,
+}
+
+/// Tracing state of the walker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Position unknown: waiting for a resume point.
+    Unsynced,
+    /// Packet generation disabled (after FUP.PGD).
+    Disabled,
+    /// TraceSTOP seen: waiting for a new enable.
+    Stopped,
+    /// Walking instructions at `ip`.
+    Tracing,
+}
+
+/// The previous flow packet (what a TIP after it means; E2 and E5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrevFlow {
+    Unknown,
+    Tnt,
+    Tip,
+    Pge,
+    Pgd,
+    BuffOvf(Option<u64>),
+    Far,
+    TraceStop,
+}
+
+/// Everything the walk depends on: a chunk's exit state is the next stitch's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowState {
+    pub mode: Mode,
+    pub ip: u64,
+    pub tnt: TntQueue,
+    /// Offset of the TNT packet the queued bits came from.
+    pub tnt_off: u64,
+    pub last_ip: LastIp,
+    pub last_call: LastCall,
+    pub cr3: Option<u64>,
+    /// Instructions retired since the last row.
+    pub open_insns: u32,
+    /// Offset of the packet that decided the last decided row (or resumed tracing).
+    pub decision: u64,
+    pub prev: PrevFlow,
+    /// Sequential NLIP of the last branch walked (for FUP.PGD's second reading).
+    pub prev_nlip: u64,
+    /// Reader position (a packet boundary) and whether a CYC is due there.
+    pub cursor: u64,
+    pub want_cyc: bool,
+}
+
+impl FlowState {
+    /// State at the start of a trace or of a parallel chunk at `cursor`.
+    pub fn start(cursor: u64, chunk_start: bool) -> Self {
+        FlowState {
+            mode: Mode::Unsynced,
+            ip: 0,
+            tnt: TntQueue::new(),
+            tnt_off: 0,
+            last_ip: LastIp::unknown(),
+            last_call: if chunk_start {
+                LastCall::FromChunkStart
+            } else {
+                LastCall::AfterGap
+            },
+            cr3: None,
+            open_insns: 0,
+            decision: cursor,
+            prev: PrevFlow::Unknown,
+            prev_nlip: 0,
+            cursor,
+            want_cyc: false,
+        }
+    }
+}
+
+/// A timing packet seen, and where it falls among the rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimingFact {
+    pub offset: u64,
+    pub kind: TimingKind,
+    /// Raw payload: MTC bits, STS TSC[39:0], CYC count, PCC IP.
+    pub raw: u64,
+    /// STS actual core/bus ratio.
+    pub ratio: Option<u8>,
+    /// Rows emitted before it (by this walker).
+    pub row: u64,
+}
+
+/// One flow item.
+#[derive(Clone, Copy, Debug)]
+enum Item {
+    Tnt {
+        tnt: Tnt,
+        off: u64,
+    },
+    /// `anchor`: the flow packet before it is known and is not a PGD, so tracing can
+    /// resume here.
+    Tip {
+        ip: Option<u64>,
+        off: u64,
+        anchor: bool,
+    },
+    /// FUP.FAR and the TIP after it (None: the next flow packet was not a TIP).
+    Far {
+        ip: Option<u64>,
+        off: u64,
+        tip: Option<(Option<u64>, u64)>,
+    },
+    /// FUP.PGD and a TIP right after it (a far transfer out of the region, rows 30/31).
+    Pgd {
+        ip: Option<u64>,
+        off: u64,
+        tip: Option<(Option<u64>, u64)>,
+    },
+    Pge {
+        ip: Option<u64>,
+        off: u64,
+    },
+    BuffOvf {
+        ip: Option<u64>,
+        off: u64,
+    },
+    TraceStop {
+        off: u64,
+    },
+    Error(PacketError),
+    End,
+}
+
+/// Why a walk stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The reader's range is exhausted (end of trace, or end of chunk).
+    End,
+    /// (Stitch) the state equals the next body's initial state.
+    Converged,
+    /// (Stitch) passed the body's start without meeting its state.
+    Diverged,
+    /// (Body) a compressed RET before any call: the body started too early; it restarts
+    /// at the cursor in its state.
+    Restart,
+    /// (Body) something needs state from before the chunk (e.g. an unknown CR3 with
+    /// several address spaces at this address): decode this chunk sequentially.
+    Failed,
+}
+
+/// What the walker is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Decoding a whole trace: everything is output; at the end, rows not decided by a
+    /// packet are dropped.
+    Sequential,
+    /// Decoding to the end of a range that is not the end of the trace (the first chunk,
+    /// or a chunk a stitch decodes alone): everything is output.
+    Chain,
+    /// A parallel chunk body: output starts after its first resume point (the stitch
+    /// covers what comes before).
+    Body,
+    /// A stitch: walks until its state equals `Target`'s.
+    Stitch(Target),
+}
+
+/// A body's initial state, which the stitch must meet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub cursor: u64,
+    pub ip: u64,
+}
+
+/// Receives branch rows. The columns builder is the normal sink; a counting sink measures
+/// the walk alone.
+pub trait RowSink {
+    fn push(&mut self, r: &BranchRow);
+    fn len(&self) -> usize;
+    fn truncate(&mut self, n: usize);
+    /// Add `n` instructions to row `i` (a stitch's open count onto a body's first row).
+    fn add_insns(&mut self, i: usize, n: u32);
+}
+
+impl RowSink for BranchColumns {
+    #[inline]
+    fn push(&mut self, r: &BranchRow) {
+        BranchColumns::push(self, r)
+    }
+    fn len(&self) -> usize {
+        BranchColumns::len(self)
+    }
+    fn truncate(&mut self, n: usize) {
+        BranchColumns::truncate(self, n)
+    }
+    fn add_insns(&mut self, i: usize, n: u32) {
+        self.insns[i] += n;
+    }
+}
+
+/// Counts rows and instructions without storing them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CountSink {
+    pub rows: usize,
+    pub insns: u64,
+}
+
+impl RowSink for CountSink {
+    #[inline]
+    fn push(&mut self, r: &BranchRow) {
+        self.rows += 1;
+        self.insns += r.insns as u64;
+    }
+    fn len(&self) -> usize {
+        self.rows
+    }
+    fn truncate(&mut self, n: usize) {
+        self.rows = n;
+    }
+    fn add_insns(&mut self, _i: usize, n: u32) {
+        self.insns += n as u64;
+    }
+}
+
+/// The instruction-flow walker over one range of the stream.
+pub struct Walker<'a, 'c, S: RowSink> {
+    images: &'a ImageSet<'a>,
+    cache: &'c mut BlockCache,
+    reader: PacketReader<'a>,
+    #[allow(dead_code)]
+    cfg: TraceConfig,
+    pub st: FlowState,
+    la: Option<Item>,
+    pending: Option<Item>,
+    role: Role,
+    /// (Body) has resumed once; output before that is dropped.
+    started: bool,
+    /// Rows from here on are not decided by a packet yet.
+    tail_start: usize,
+    pub rows: S,
+    pub events: Vec<EventRow>,
+    pub timing: Vec<TimingFact>,
+    /// (Body) cursor and IP right after the resume point its output starts from.
+    pub body_start: Option<Target>,
+    /// Rows and NLIP right after the last branch (for FUP.PGD's second reading).
+    alt_pgd: Option<(usize, u64)>,
+}
+
+impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        images: &'a ImageSet<'a>,
+        cache: &'c mut BlockCache,
+        stream: &'a TraceStream<'a>,
+        psbs: &'a [u64],
+        cfg: TraceConfig,
+        end: u64,
+        st: FlowState,
+        role: Role,
+        rows: S,
+    ) -> Self {
+        let mut reader = PacketReader::new(stream, st.cursor, end, psbs, cfg.cycle_acc);
+        reader.seek(st.cursor, st.want_cyc);
+        Walker {
+            images,
+            cache,
+            reader,
+            cfg,
+            st,
+            la: None,
+            pending: None,
+            role,
+            started: role != Role::Body,
+            tail_start: 0,
+            rows,
+            events: Vec::new(),
+            timing: Vec::new(),
+            body_start: None,
+            alt_pgd: None,
+        }
+    }
+
+    /// The state to hand on (valid after `Stop::End`, when nothing is looked ahead).
+    pub fn exit_state(&self) -> FlowState {
+        let mut s = self.st;
+        s.cursor = self.reader.pos();
+        s.want_cyc = self.reader.wants_cyc();
+        s
+    }
+
+    /// Let the stitch read further (into the next chunk).
+    pub fn end(&self) -> u64 {
+        self.reader.end()
+    }
+
+    pub fn extend(&mut self, end: u64, role: Role) {
+        self.reader.set_end(end);
+        self.role = role;
+    }
+
+    /// Walk until the range ends or the role says stop.
+    pub fn run(&mut self) -> Stop {
+        loop {
+            let r = match self.st.mode {
+                Mode::Tracing => self.walk(),
+                _ => self.idle(),
+            };
+            if let Some(stop) = r {
+                if stop == Stop::End && self.role == Role::Sequential {
+                    // End of the trace: rows after the last decided one are unproven.
+                    self.drop_tail();
+                }
+                return stop;
+            }
+        }
+    }
+
+    // ----- output -------------------------------------------------------------------
+
+    fn event(&mut self, offset: u64, kind: EventKind, ip: Option<u64>, detail: String) {
+        self.events.push(EventRow {
+            seq: self.rows.len() as u64,
+            offset,
+            kind,
+            ip,
+            tsc: None,
+            detail,
+        });
+    }
+
+    #[inline]
+    fn row(&mut self, ip: u64, target: Option<u64>, kind: BranchKind, taken: bool, off: u64) {
+        let r = BranchRow {
+            ip,
+            target,
+            kind,
+            taken,
+            compressed: false,
+            insns: self.st.open_insns,
+            tsc: None,
+            cycles: None,
+            cr3: self.st.cr3,
+            offset: off,
+        };
+        self.st.open_insns = 0;
+        self.rows.push(&r);
+    }
+
+    /// The rows so far are decided by packets.
+    #[inline]
+    fn decided(&mut self, off: u64) {
+        self.st.decision = off;
+        self.tail_start = self.rows.len();
+        self.alt_pgd = None;
+    }
+
+    fn drop_tail(&mut self) {
+        if self.rows.len() > self.tail_start {
+            self.rows.truncate(self.tail_start);
+            let n = self.tail_start as u64;
+            for e in &mut self.events {
+                e.seq = e.seq.min(n);
+            }
+            for t in &mut self.timing {
+                t.row = t.row.min(n);
+            }
+        }
+    }
+
+    /// A gap: report, drop what is unproven, and look for a resume point.
+    fn gap(&mut self, offset: u64, detail: String) {
+        self.event(offset, EventKind::Error, Some(self.st.ip), detail);
+        self.drop_tail();
+        self.st.mode = Mode::Unsynced;
+        self.st.tnt.clear();
+        self.st.open_insns = 0;
+        if self.st.last_call != LastCall::FromChunkStart {
+            self.st.last_call = LastCall::AfterGap;
+        }
+    }
+
+    /// Tracing resumes at `ip`, decided by the packet at `off`.
+    fn resume(&mut self, ip: u64, off: u64) {
+        self.st.mode = Mode::Tracing;
+        self.st.ip = ip;
+        self.st.tnt.clear();
+        self.decided(off);
+        if !self.started {
+            // A body's output starts here; the stitch covers everything before.
+            self.started = true;
+            self.rows.truncate(0);
+            self.events.clear();
+            self.timing.clear();
+            self.tail_start = 0;
+            self.st.open_insns = 0;
+            self.body_start = Some(Target {
+                cursor: self.reader.pos(),
+                ip,
+            });
+        }
+    }
+
+    // ----- packets ----------------------------------------------------------------
+
+    /// Next flow item; timing packets, PSB and PIP on the way are taken in order.
+    fn next_item(&mut self) -> Item {
+        if let Some(it) = self.pending.take() {
+            return it;
+        }
+        loop {
+            let before = Snapshot {
+                pos: self.reader.pos(),
+                want_cyc: self.reader.wants_cyc(),
+                st: self.st,
+                events: self.events.len(),
+                timing: self.timing.len(),
+            };
+            let p = match self.reader.next_packet() {
+                None => return Item::End,
+                Some(Err(e)) => {
+                    self.st.last_ip.forget();
+                    self.st.prev = PrevFlow::Unknown;
+                    return Item::Error(e);
+                }
+                Some(Ok(p)) => p,
+            };
+            let off = p.offset;
+            match p.packet {
+                Packet::Psb => self.event(off, EventKind::Psb, None, String::new()),
+                Packet::Mtc { tsc, .. } => self.timing_fact(off, TimingKind::Mtc, tsc as u64, None),
+                Packet::Cyc { value, .. } => {
+                    self.timing_fact(off, TimingKind::Cyc, value as u64, None)
+                }
+                Packet::Sts { acbr, tsc, .. } => {
+                    // Whether the ratio changed is known only in stream order, which a
+                    // chunk does not have: every STS is reported here and the emitter
+                    // keeps those that change it (see `chunk::Decoded::append`).
+                    self.timing_fact(off, TimingKind::Sts, tsc, Some(acbr));
+                    self.event(off, EventKind::FreqChange, None, acbr.to_string());
+                }
+                Packet::Pip { cr3, pg } => {
+                    self.st.cr3 = Some(cr3);
+                    let detail = format!("cr3={cr3:#x} pg={}", pg as u8);
+                    self.event(off, EventKind::Paging, None, detail);
+                }
+                Packet::Fup(FupKind::Pcc, pl) => {
+                    let ip = self.st.last_ip.update(&pl);
+                    self.timing_fact(off, TimingKind::Pcc, ip.unwrap_or(0), None);
+                }
+                Packet::Tnt(tnt) => {
+                    self.st.prev = PrevFlow::Tnt;
+                    return Item::Tnt { tnt, off };
+                }
+                Packet::Tip(pl) => {
+                    let ip = self.st.last_ip.update(&pl);
+                    if let PrevFlow::BuffOvf(Some(x)) = self.st.prev {
+                        if ip == Some(x) {
+                            // E5: a spurious TIP after FUP.BuffOvf, with its IP: ignored.
+                            self.st.prev = PrevFlow::Tip;
+                            continue;
+                        }
+                    }
+                    let anchor = !matches!(self.st.prev, PrevFlow::Unknown | PrevFlow::Pgd);
+                    self.st.prev = PrevFlow::Tip;
+                    return Item::Tip { ip, off, anchor };
+                }
+                Packet::Fup(FupKind::Far, pl) => {
+                    let ip = self.st.last_ip.update(&pl);
+                    self.st.prev = PrevFlow::Far;
+                    return match self.tip_after(&before) {
+                        Some(tip) => Item::Far { ip, off, tip },
+                        None => Item::End,
+                    };
+                }
+                Packet::Fup(FupKind::Pgd, pl) => {
+                    let ip = self.st.last_ip.update(&pl);
+                    self.st.prev = PrevFlow::Pgd;
+                    return match self.tip_after(&before) {
+                        Some(tip) => Item::Pgd { ip, off, tip },
+                        None => Item::End,
+                    };
+                }
+                Packet::Fup(FupKind::Pge, pl) => {
+                    let ip = self.st.last_ip.update(&pl);
+                    self.st.prev = PrevFlow::Pge;
+                    return Item::Pge { ip, off };
+                }
+                Packet::Fup(FupKind::BuffOvf, pl) => {
+                    let ip = self.st.last_ip.update(&pl);
+                    self.st.prev = PrevFlow::BuffOvf(ip);
+                    return Item::BuffOvf { ip, off };
+                }
+                Packet::TraceStop => {
+                    self.st.prev = PrevFlow::TraceStop;
+                    return Item::TraceStop { off };
+                }
+            }
+        }
+    }
+
+    /// After a FUP.FAR or FUP.PGD: the TIP that follows, if the next flow packet is one
+    /// (another item is kept for later). `None` when the range ends first: everything
+    /// since `before` is undone, so the FUP is read again by whoever reads on.
+    #[allow(clippy::option_option)]
+    fn tip_after(&mut self, before: &Snapshot) -> Option<Option<(Option<u64>, u64)>> {
+        match self.next_item() {
+            Item::Tip { ip, off, .. } => Some(Some((ip, off))),
+            Item::End => {
+                self.events.truncate(before.events);
+                self.timing.truncate(before.timing);
+                self.st = before.st;
+                self.reader.seek(before.pos, before.want_cyc);
+                None
+            }
+            other => {
+                self.pending = Some(other);
+                Some(None)
+            }
+        }
+    }
+
+    fn timing_fact(&mut self, offset: u64, kind: TimingKind, raw: u64, ratio: Option<u8>) {
+        self.timing.push(TimingFact {
+            offset,
+            kind,
+            raw,
+            ratio,
+            row: self.rows.len() as u64,
+        });
+    }
+
+    /// The next item without consuming it.
+    fn peek(&mut self) -> Item {
+        if let Some(it) = self.la {
+            return it;
+        }
+        let it = self.next_item();
+        self.la = Some(it);
+        it
+    }
+
+    fn consume(&mut self) {
+        self.la = None;
+    }
+
+    // ----- not tracing ---------------------------------------------------------------
+
+    /// Waiting for a resume point.
+    fn idle(&mut self) -> Option<Stop> {
+        let it = self.peek();
+        self.consume();
+        match it {
+            Item::End => return Some(Stop::End),
+            Item::Error(e) => {
+                self.event(e.offset, EventKind::Error, None, e.kind.to_string());
+                self.st.mode = Mode::Unsynced;
+            }
+            Item::Pge { ip, off } => match ip {
+                Some(ip) => {
+                    self.event(off, EventKind::Enable, Some(ip), String::new());
+                    self.resume(ip, off);
+                }
+                None => self.st.mode = Mode::Unsynced,
+            },
+            Item::BuffOvf { ip, off } => {
+                self.event(off, EventKind::Overflow, ip, String::new());
+                self.st.last_call = LastCall::None;
+                match ip {
+                    Some(ip) => self.resume(ip, off),
+                    None => self.st.mode = Mode::Unsynced,
+                }
+            }
+            Item::Tip { ip, off, anchor } => {
+                if let (Mode::Unsynced, true, Some(ip)) = (self.st.mode, anchor, ip) {
+                    self.event(off, EventKind::Resync, Some(ip), String::new());
+                    self.resume(ip, off);
+                }
+            }
+            Item::Far { tip, .. } => {
+                if let (Mode::Unsynced, Some((Some(t), toff))) = (self.st.mode, tip) {
+                    self.event(toff, EventKind::Resync, Some(t), String::new());
+                    self.resume(t, toff);
+                }
+            }
+            Item::Pgd { ip, off, .. } => {
+                if self.st.mode != Mode::Disabled {
+                    self.event(off, EventKind::Disable, ip, String::new());
+                }
+                // E2: a second PGD with no PGE between is ignored.
+                if self.st.mode != Mode::Stopped {
+                    self.st.mode = Mode::Disabled;
+                }
+            }
+            Item::Tnt { tnt, off } => {
+                if self.st.mode == Mode::Disabled {
+                    self.event(
+                        off,
+                        EventKind::Error,
+                        None,
+                        format!("{} TNT bits while tracing is disabled", tnt.len),
+                    );
+                }
+            }
+            Item::TraceStop { off } => {
+                self.event(off, EventKind::TraceStop, None, String::new());
+                self.st.mode = Mode::Stopped;
+            }
+        }
+        None
+    }
+
+    // ----- tracing -------------------------------------------------------------------
+
+    /// For a stitch: has the walk met the body's initial state, or passed it?
+    #[inline]
+    fn at_target(&self) -> Option<Stop> {
+        let Role::Stitch(t) = self.role else {
+            return None;
+        };
+        let pos = self.reader.pos();
+        if self.la.is_some() || self.pending.is_some() {
+            return None;
+        }
+        if pos == t.cursor
+            && self.st.mode == Mode::Tracing
+            && self.st.tnt.is_empty()
+            && self.st.ip == t.ip
+        {
+            return Some(Stop::Converged);
+        }
+        if pos > t.cursor {
+            return Some(Stop::Diverged);
+        }
+        None
+    }
+
+    /// Something the trace and the code disagree on: report it with the offset of the
+    /// packet involved and resync.
+    fn inconsistent(&mut self, what: &str) {
+        if self.pgd_second_reading() {
+            return;
+        }
+        let (off, found) = match self.la {
+            Some(Item::Tnt { off, .. }) => (off, "a TNT packet"),
+            Some(Item::Tip { off, .. }) => (off, "a TIP"),
+            Some(Item::Far { off, .. }) => (off, "a FUP.FAR"),
+            Some(Item::Pgd { off, .. }) => (off, "a FUP.PGD"),
+            Some(Item::Pge { off, .. }) => (off, "a FUP.PGE"),
+            Some(Item::BuffOvf { off, .. }) => (off, "a FUP.BuffOvf"),
+            Some(Item::TraceStop { off }) => (off, "TraceSTOP"),
+            _ => (self.reader.pos(), "nothing usable"),
+        };
+        self.consume();
+        let ip = self.st.ip;
+        self.gap(off, format!("{what} at {ip:#x}, found {found}"));
+    }
+
+    /// Make sure a TNT bit is queued, reading the next flow packet if needed.
+    #[inline]
+    fn need_bit(&mut self) -> Result<(), Option<Stop>> {
+        if !self.st.tnt.is_empty() {
+            return Ok(());
+        }
+        match self.peek() {
+            Item::Tnt { tnt, off } => {
+                self.consume();
+                self.st.tnt.push(tnt);
+                self.st.tnt_off = off;
+                Ok(())
+            }
+            Item::End => Err(Some(Stop::End)),
+            _ => Err(None),
+        }
+    }
+
+    /// Walk instructions while tracing.
+    fn walk(&mut self) -> Option<Stop> {
+        let mut after_branch = false;
+        loop {
+            if let Some(s) = self.at_target() {
+                return Some(s);
+            }
+            if self.st.tnt.is_empty() {
+                // Nothing queued: the next flow packet says what happens next.
+                match self.peek() {
+                    Item::Tnt { .. } | Item::Tip { .. } => {}
+                    Item::End => return Some(Stop::End),
+                    Item::Error(e) => {
+                        self.consume();
+                        self.gap(e.offset, e.kind.to_string());
+                        return None;
+                    }
+                    Item::Pge { .. } | Item::BuffOvf { .. } | Item::TraceStop { .. } => {
+                        // Apply at once: tracing stopped, overflowed or restarted here.
+                        return self.idle();
+                    }
+                    Item::Far {
+                        ip: Some(x),
+                        off,
+                        tip,
+                    } => {
+                        if x == self.st.ip {
+                            // An asynchronous far transfer (interrupt, exception) before
+                            // the instruction at X.
+                            self.consume();
+                            self.event(off, EventKind::Interrupt, Some(x), String::new());
+                            match tip {
+                                Some((Some(t), _)) => {
+                                    self.st.ip = t;
+                                    self.decided(off);
+                                    after_branch = false;
+                                    continue;
+                                }
+                                _ => {
+                                    self.gap(off, "FUP.FAR without a TIP".to_string());
+                                    return None;
+                                }
+                            }
+                        }
+                    }
+                    Item::Pgd {
+                        ip: Some(x), off, ..
+                    } => {
+                        if x == self.st.ip {
+                            self.consume();
+                            self.event(off, EventKind::Disable, Some(x), String::new());
+                            self.decided(off);
+                            self.st.mode = Mode::Disabled;
+                            return None;
+                        }
+                        if after_branch {
+                            // If the walk cannot reach X, the PGD may name the sequential
+                            // NLIP of this branch (a jump out of the region): remember it.
+                            self.alt_pgd = Some((self.rows.len(), self.st.prev_nlip));
+                        }
+                    }
+                    Item::Far { ip: None, .. } | Item::Pgd { ip: None, .. } => {
+                        self.inconsistent("a FUP whose IP is unknown");
+                        return None;
+                    }
+                }
+            }
+            after_branch = false;
+            // Walk one block.
+            let bi = self.cache.index(self.images, self.st.ip, self.st.cr3);
+            let b = self.cache.block(bi);
+            let (start, n, end, class, last_ip, target, next) = (
+                b.start,
+                b.insns(),
+                b.end,
+                b.class,
+                b.last_ip,
+                b.target,
+                b.next,
+            );
+            // A pending FUP.FAR / FUP.PGD inside this block applies at its address.
+            if self.st.tnt.is_empty() {
+                if let Some(Item::Far { ip: Some(x), .. } | Item::Pgd { ip: Some(x), .. }) = self.la
+                {
+                    if x > start && x <= last_ip {
+                        if let Some(k) = self.cache.block(bi).index_of(x) {
+                            self.st.open_insns += k;
+                            self.st.ip = x;
+                            continue;
+                        }
+                    }
+                }
+            }
+            match end {
+                BlockEnd::Branch => {}
+                BlockEnd::Split => {
+                    self.st.open_insns += n;
+                    self.st.ip = next;
+                    continue;
+                }
+                BlockEnd::Ambiguous if self.role == Role::Body => return Some(Stop::Failed),
+                BlockEnd::NoImage | BlockEnd::Invalid | BlockEnd::Ambiguous => {
+                    if self.st.tnt.is_empty() && self.pgd_second_reading() {
+                        return None;
+                    }
+                    self.st.open_insns += n;
+                    let why = match end {
+                        BlockEnd::NoImage => "no code image covers",
+                        BlockEnd::Invalid => "undecodable instruction",
+                        _ => "several address spaces map (CR3 unknown)",
+                    };
+                    let off = self.reader.pos();
+                    self.st.ip = next;
+                    self.gap(off, format!("{why} {next:#x}"));
+                    return None;
+                }
+            }
+            self.st.open_insns += n;
+            self.st.prev_nlip = next;
+            match class {
+                InsnClass::Cond => {
+                    if let Err(stop) = self.need_bit() {
+                        if stop.is_some() {
+                            self.st.open_insns -= n;
+                            return stop;
+                        }
+                        self.st.open_insns -= n;
+                        self.inconsistent("expected a TNT bit for the conditional branch");
+                        return None;
+                    }
+                    let taken = self.st.tnt.pop().unwrap_or(false);
+                    let to = if taken { target } else { next };
+                    let off = self.st.tnt_off;
+                    self.row(last_ip, Some(to), BranchKind::Cond, taken, off);
+                    self.decided(off);
+                    self.st.ip = to;
+                }
+                InsnClass::Jmp => {
+                    let off = self.st.decision;
+                    self.row(last_ip, Some(target), BranchKind::Jmp, true, off);
+                    self.st.ip = target;
+                }
+                InsnClass::Call => {
+                    let off = self.st.decision;
+                    self.row(last_ip, Some(target), BranchKind::Call, true, off);
+                    self.st.last_call = LastCall::Known(next);
+                    self.st.ip = target;
+                }
+                InsnClass::Ret => {
+                    // Compressed (a taken bit) when a bit is queued or a TNT comes next.
+                    let compressed = match self.need_bit() {
+                        Ok(()) => true,
+                        Err(Some(stop)) => {
+                            self.st.open_insns -= n;
+                            return Some(stop);
+                        }
+                        Err(None) => false,
+                    };
+                    if compressed {
+                        let bit = self.st.tnt.pop().unwrap_or(false);
+                        let off = self.st.tnt_off;
+                        if !bit {
+                            self.st.open_insns -= n;
+                            self.gap(
+                                off,
+                                format!("not-taken TNT bit for the RET at {last_ip:#x}"),
+                            );
+                            return None;
+                        }
+                        match self.st.last_call {
+                            LastCall::Known(to) => {
+                                let r = BranchRow {
+                                    ip: last_ip,
+                                    target: Some(to),
+                                    kind: BranchKind::Ret,
+                                    taken: true,
+                                    compressed: true,
+                                    insns: self.st.open_insns,
+                                    tsc: None,
+                                    cycles: None,
+                                    cr3: self.st.cr3,
+                                    offset: off,
+                                };
+                                self.st.open_insns = 0;
+                                self.rows.push(&r);
+                                self.decided(off);
+                                self.st.ip = to;
+                            }
+                            LastCall::FromChunkStart if self.role == Role::Body => {
+                                // The return address is in an earlier chunk: this body
+                                // started too early. Start over after this TNT packet.
+                                self.restart();
+                                return None;
+                            }
+                            _ => {
+                                self.st.open_insns -= n;
+                                self.gap(
+                                    off,
+                                    format!(
+                                        "compressed RET at {last_ip:#x}, but the last call is unknown"
+                                    ),
+                                );
+                                return None;
+                            }
+                        }
+                    } else {
+                        match self.peek() {
+                            Item::Tip {
+                                ip: Some(to), off, ..
+                            } => {
+                                self.consume();
+                                self.row(last_ip, Some(to), BranchKind::Ret, true, off);
+                                self.decided(off);
+                                self.st.ip = to;
+                            }
+                            _ => {
+                                self.st.open_insns -= n;
+                                self.inconsistent("expected a TIP or TNT bit for the RET");
+                                return None;
+                            }
+                        }
+                    }
+                }
+                InsnClass::JmpInd | InsnClass::CallInd => {
+                    let kind = if class == InsnClass::JmpInd {
+                        BranchKind::JmpInd
+                    } else {
+                        BranchKind::CallInd
+                    };
+                    if !self.st.tnt.is_empty() {
+                        self.st.open_insns -= n;
+                        let off = self.st.tnt_off;
+                        self.gap(
+                            off,
+                            format!("TNT bits left at the indirect branch at {last_ip:#x}"),
+                        );
+                        return None;
+                    }
+                    match self.peek() {
+                        Item::Tip {
+                            ip: Some(to), off, ..
+                        } => {
+                            self.consume();
+                            self.row(last_ip, Some(to), kind, true, off);
+                            self.decided(off);
+                            if class == InsnClass::CallInd {
+                                self.st.last_call = LastCall::Known(next);
+                            }
+                            self.st.ip = to;
+                        }
+                        Item::End => {
+                            self.st.open_insns -= n;
+                            return Some(Stop::End);
+                        }
+                        _ => {
+                            self.st.open_insns -= n;
+                            self.inconsistent("expected a TIP for the indirect branch");
+                            return None;
+                        }
+                    }
+                }
+                InsnClass::Far | InsnClass::Syscall => {
+                    let kind = class.branch_kind().expect("far");
+                    if !self.st.tnt.is_empty() {
+                        self.st.open_insns -= n;
+                        let off = self.st.tnt_off;
+                        self.gap(
+                            off,
+                            format!("TNT bits left at the far transfer at {last_ip:#x}"),
+                        );
+                        return None;
+                    }
+                    // The FUP names the far transfer's NLIP; E1: or an address inside it.
+                    let ours = |x: u64| x == next || (x > last_ip && x < next);
+                    match self.peek() {
+                        Item::Far {
+                            ip: Some(x),
+                            tip: Some((Some(to), toff)),
+                            ..
+                        } if ours(x) => {
+                            self.consume();
+                            self.row(last_ip, Some(to), kind, true, toff);
+                            self.decided(toff);
+                            self.st.ip = to;
+                        }
+                        Item::Pgd {
+                            ip: Some(x),
+                            off,
+                            tip,
+                        } if ours(x) => {
+                            self.consume();
+                            let to = tip.and_then(|t| t.0);
+                            self.row(last_ip, to, kind, true, off);
+                            self.decided(off);
+                            self.event(off, EventKind::Disable, Some(x), String::new());
+                            self.st.mode = Mode::Disabled;
+                            return None;
+                        }
+                        Item::End => {
+                            self.st.open_insns -= n;
+                            return Some(Stop::End);
+                        }
+                        _ => {
+                            self.st.open_insns -= n;
+                            self.inconsistent(
+                                "expected FUP.FAR+TIP or FUP.PGD for the far transfer",
+                            );
+                            return None;
+                        }
+                    }
+                }
+                InsnClass::Other => unreachable!("blocks end with a branch"),
+            }
+            after_branch = true;
+        }
+    }
+
+    /// The walk cannot reach the address of the pending FUP.PGD. If that address is the
+    /// sequential NLIP of a branch walked since the last decided row (the other reading of
+    /// "NLIP" for a jump out of the filter region, Table 1), tracing stopped right after
+    /// that branch: undo the walk since and apply the PGD there.
+    fn pgd_second_reading(&mut self) -> bool {
+        let (
+            Some((rows, nlip)),
+            Some(Item::Pgd {
+                ip: Some(x), off, ..
+            }),
+        ) = (self.alt_pgd, self.la)
+        else {
+            return false;
+        };
+        if x != nlip || rows < self.tail_start {
+            return false;
+        }
+        self.consume();
+        self.rows.truncate(rows);
+        self.st.open_insns = 0;
+        self.event(off, EventKind::Disable, Some(x), String::new());
+        self.decided(off);
+        self.st.mode = Mode::Disabled;
+        self.alt_pgd = None;
+        true
+    }
+
+    /// (Body) discard everything and look for a resume point again.
+    fn restart(&mut self) {
+        self.rows.truncate(0);
+        self.events.clear();
+        self.timing.clear();
+        self.tail_start = 0;
+        self.started = false;
+        self.body_start = None;
+        self.st.mode = Mode::Unsynced;
+        self.st.tnt.clear();
+        self.st.open_insns = 0;
+    }
+}
+
+/// What to restore when a look-ahead runs off the end of the range.
+struct Snapshot {
+    pos: u64,
+    want_cyc: bool,
+    st: FlowState,
+    events: usize,
+    timing: usize,
+}

@@ -1,0 +1,685 @@
+//! Whole-writer tests: every table through Parquet and Arrow IPC and back, the Parquet
+//! layout (encodings, compression, bloom filter, row groups, metadata) as a reader sees
+//! it, and the all-or-nothing publication.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::path::Path;
+
+use ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use ::parquet::basic::{Compression, Encoding};
+use ::parquet::file::metadata::ParquetMetaData;
+use ::parquet::file::properties::ReaderProperties;
+use ::parquet::file::reader::{FileReader, SerializedFileReader};
+use ::parquet::file::serialized_reader::ReadOptionsBuilder;
+use arrow::compute::{cast, concat_batches};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{UInt32Type, UInt64Type, UInt8Type};
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::{DataType, SchemaRef};
+use tracemill_decode::rows::{
+    BranchColumns, BranchRow, CoverageRow, EdgeRow, EventRow, TimingColumns, TimingRow,
+};
+use tracemill_schemas::{arrow as schema, meta, BranchKind, EventKind, TimingKind};
+
+use crate::{Error, FileMeta, Format, TableWriter, WriterOptions};
+
+// ---------------------------------------------------------------- sample data
+
+/// A small deterministic generator (xorshift), so failures reproduce.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Branch rows with every feature: null targets, timing only part of the way, cycles
+/// never, CR3 from some point on; `offset` and `tsc` growing like in a real trace.
+fn sample_branches(n: usize, seed: u64, start_offset: u64) -> BranchColumns {
+    let mut r = Rng(seed | 1);
+    let mut c = BranchColumns::default();
+    let mut offset = start_offset;
+    for i in 0..n {
+        offset += r.below(3);
+        let kind = BranchKind::ALL[r.below(8) as usize];
+        c.push(&BranchRow {
+            ip: 0x40_0000 + r.below(64) * 0x10,
+            target: (r.below(50) != 0).then(|| 0x40_0000 + r.below(4096)),
+            kind,
+            taken: kind != BranchKind::Cond || r.below(2) == 0,
+            compressed: kind == BranchKind::Ret && r.below(2) == 0,
+            insns: 1 + r.below(30) as u32,
+            tsc: (i > n / 4).then_some(1_000_000 + offset * 3),
+            cycles: None,
+            cr3: (i > 10).then_some(0x7f00_0000),
+            offset,
+        });
+    }
+    c
+}
+
+fn sample_events() -> Vec<EventRow> {
+    EventKind::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, &kind)| EventRow {
+            seq: i as u64 * 3,
+            offset: i as u64 * 100,
+            kind,
+            ip: (i % 2 == 0).then_some(0x40_1000 + i as u64),
+            tsc: (i % 3 == 0).then_some(5000 + i as u64),
+            detail: format!("detail {i}"),
+        })
+        .collect()
+}
+
+fn sample_timing(n: usize) -> TimingColumns {
+    let mut t = TimingColumns::default();
+    for i in 0..n as u64 {
+        t.push(&TimingRow {
+            offset: i * 5,
+            kind: TimingKind::ALL[(i % 4) as usize],
+            raw: i & 0xff,
+            value: i << 8,
+            tsc: (i > 3).then_some(10_000 + i * 64),
+            cycles: Some(i * 7),
+            core_bus_ratio: (i % 4 == 1).then_some(28),
+        });
+    }
+    t
+}
+
+fn sample_coverage(images: &[Option<&str>]) -> Vec<CoverageRow> {
+    images
+        .iter()
+        .enumerate()
+        .map(|(i, img)| CoverageRow {
+            image: img.map(str::to_string),
+            image_offset: img.map(|_| 0x100 * i as u64),
+            start: 0x40_0000 + 0x100 * i as u64,
+            end: 0x40_0000 + 0x100 * i as u64 + 0x20,
+            insns: 3 + i as u32,
+            count: 1 + i as u64 * 1000,
+        })
+        .collect()
+}
+
+fn sample_edges() -> Vec<EdgeRow> {
+    BranchKind::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, &kind)| EdgeRow {
+            src: 0x1000 + i as u64,
+            dst: 0x2000 + i as u64,
+            kind,
+            count: u64::MAX - i as u64, // the top bit must survive as unsigned
+        })
+        .collect()
+}
+
+fn file_meta() -> FileMeta {
+    FileMeta {
+        source: "/data/bundle-7/trace.rtit".into(),
+        source_size: 123_456,
+        rtit_ctl: 0x2e0d,
+        extra: vec![("host".into(), "node-3".into())],
+    }
+}
+
+// ---------------------------------------------------------------- reading back
+
+fn read_parquet(path: &Path) -> (SchemaRef, RecordBatch) {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(path).unwrap()).unwrap();
+    let schema = builder.schema().clone();
+    let batches: Vec<_> = builder.build().unwrap().map(Result::unwrap).collect();
+    let all = concat_batches(&schema, &batches).unwrap();
+    (schema, all)
+}
+
+fn read_ipc(path: &Path) -> (SchemaRef, RecordBatch) {
+    let reader = arrow::ipc::reader::FileReader::try_new(File::open(path).unwrap(), None).unwrap();
+    let schema = reader.schema();
+    let batches: Vec<_> = reader.map(Result::unwrap).collect();
+    let all = concat_batches(&schema, &batches).unwrap();
+    (schema, all)
+}
+
+fn parquet_meta(path: &Path) -> ParquetMetaData {
+    let opts = ReadOptionsBuilder::new().with_page_index().build();
+    let r = SerializedFileReader::new_with_options(File::open(path).unwrap(), opts).unwrap();
+    r.metadata().clone()
+}
+
+fn u64s(b: &RecordBatch, name: &str) -> Vec<Option<u64>> {
+    b.column_by_name(name)
+        .unwrap()
+        .as_primitive::<UInt64Type>()
+        .iter()
+        .collect()
+}
+
+fn u64_at(b: &RecordBatch, name: &str, i: usize) -> u64 {
+    b.column_by_name(name)
+        .unwrap()
+        .as_primitive::<UInt64Type>()
+        .value(i)
+}
+
+/// Strings of an enum or string column, whatever dictionary the reader rebuilt.
+fn strings(b: &RecordBatch, name: &str) -> Vec<Option<String>> {
+    let c = cast(b.column_by_name(name).unwrap(), &DataType::Utf8).unwrap();
+    c.as_string::<i32>()
+        .iter()
+        .map(|s| s.map(str::to_string))
+        .collect()
+}
+
+fn bools(b: &RecordBatch, name: &str) -> Vec<bool> {
+    b.column_by_name(name)
+        .unwrap()
+        .as_boolean()
+        .iter()
+        .map(Option::unwrap)
+        .collect()
+}
+
+fn branch_rows(b: &RecordBatch) -> Vec<BranchRow> {
+    let target = u64s(b, "target");
+    let kind = strings(b, "kind");
+    let taken = bools(b, "taken");
+    let compressed = bools(b, "compressed");
+    let insns = b
+        .column_by_name("insns")
+        .unwrap()
+        .as_primitive::<UInt32Type>();
+    let (tsc, cycles, cr3) = (u64s(b, "tsc"), u64s(b, "cycles"), u64s(b, "cr3"));
+    (0..b.num_rows())
+        .map(|i| BranchRow {
+            ip: u64_at(b, "ip", i),
+            target: target[i],
+            kind: BranchKind::from_name(kind[i].as_deref().unwrap()).unwrap(),
+            taken: taken[i],
+            compressed: compressed[i],
+            insns: insns.value(i),
+            tsc: tsc[i],
+            cycles: cycles[i],
+            cr3: cr3[i],
+            offset: u64_at(b, "offset", i),
+        })
+        .collect()
+}
+
+fn event_rows(b: &RecordBatch) -> Vec<EventRow> {
+    let (kind, detail) = (strings(b, "kind"), strings(b, "detail"));
+    let (ip, tsc) = (u64s(b, "ip"), u64s(b, "tsc"));
+    (0..b.num_rows())
+        .map(|i| EventRow {
+            seq: u64_at(b, "seq", i),
+            offset: u64_at(b, "offset", i),
+            kind: EventKind::from_name(kind[i].as_deref().unwrap()).unwrap(),
+            ip: ip[i],
+            tsc: tsc[i],
+            detail: detail[i].clone().unwrap(),
+        })
+        .collect()
+}
+
+fn timing_rows(b: &RecordBatch) -> Vec<TimingRow> {
+    let kind = strings(b, "kind");
+    let (tsc, cycles) = (u64s(b, "tsc"), u64s(b, "cycles"));
+    let ratio: Vec<_> = b
+        .column_by_name("core_bus_ratio")
+        .unwrap()
+        .as_primitive::<UInt8Type>()
+        .iter()
+        .collect();
+    (0..b.num_rows())
+        .map(|i| TimingRow {
+            offset: u64_at(b, "offset", i),
+            kind: TimingKind::from_name(kind[i].as_deref().unwrap()).unwrap(),
+            raw: u64_at(b, "raw", i),
+            value: u64_at(b, "value", i),
+            tsc: tsc[i],
+            cycles: cycles[i],
+            core_bus_ratio: ratio[i],
+        })
+        .collect()
+}
+
+fn coverage_rows(b: &RecordBatch) -> Vec<CoverageRow> {
+    let image = strings(b, "image");
+    let image_offset = u64s(b, "image_offset");
+    let insns = b
+        .column_by_name("insns")
+        .unwrap()
+        .as_primitive::<UInt32Type>();
+    (0..b.num_rows())
+        .map(|i| CoverageRow {
+            image: image[i].clone(),
+            image_offset: image_offset[i],
+            start: u64_at(b, "start", i),
+            end: u64_at(b, "end", i),
+            insns: insns.value(i),
+            count: u64_at(b, "count", i),
+        })
+        .collect()
+}
+
+fn edge_rows(b: &RecordBatch) -> Vec<EdgeRow> {
+    let kind = strings(b, "kind");
+    (0..b.num_rows())
+        .map(|i| EdgeRow {
+            src: u64_at(b, "src", i),
+            dst: u64_at(b, "dst", i),
+            kind: BranchKind::from_name(kind[i].as_deref().unwrap()).unwrap(),
+            count: u64_at(b, "count", i),
+        })
+        .collect()
+}
+
+/// The schema read back is the table's: names, types (dictionaries included),
+/// nullability and field docs; and the file metadata is all there.
+fn check_schema_and_meta(table: &str, got: &SchemaRef) {
+    let want = schema::by_name(table).unwrap();
+    assert_eq!(got.fields(), want.fields(), "{table}");
+    let md = got.metadata();
+    let expect = [
+        (meta::SCHEMA_VERSION, "1"),
+        (meta::TRACEMILL_VERSION, env!("CARGO_PKG_VERSION")),
+        (meta::SOURCE, "/data/bundle-7/trace.rtit"),
+        (meta::SOURCE_SIZE, "123456"),
+        (meta::RTIT_CTL, "0x2e0d"),
+        (meta::TABLE, table),
+        ("host", "node-3"),
+    ];
+    for (k, v) in expect {
+        assert_eq!(md.get(k).map(String::as_str), Some(v), "{table}: {k}");
+    }
+}
+
+fn dir_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn options(format: Format) -> WriterOptions {
+    WriterOptions {
+        format,
+        ..WriterOptions::default()
+    }
+}
+
+// ---------------------------------------------------------------- round trips
+
+/// Writes all five tables in `format` (branches in several batches, one of them empty,
+/// coverage in two batches with different images) and checks every value read back.
+fn round_trip_all_tables(format: Format) {
+    let dir = tempfile::tempdir().unwrap();
+    let read = |p: &Path| match format {
+        Format::Parquet => read_parquet(p),
+        Format::ArrowIpc => read_ipc(p),
+    };
+    let opts = options(format);
+
+    // branches
+    let parts = [
+        sample_branches(3000, 1, 0),
+        BranchColumns::default(),
+        sample_branches(1, 2, 20_000),
+        sample_branches(5000, 3, 30_000),
+    ];
+    let expected: Vec<BranchRow> = parts.iter().flat_map(|p| p.rows()).collect();
+    let mut w = TableWriter::create_in(dir.path(), "branches", &file_meta(), &opts).unwrap();
+    for p in parts {
+        w.write_branches(p).unwrap();
+    }
+    let written = w.finish().unwrap();
+    assert_eq!(written.rows, expected.len() as u64);
+    assert_eq!(written.path, dir.path().join(format.file_name("branches")));
+    assert_eq!(written.bytes, fs::metadata(&written.path).unwrap().len());
+    let (s, b) = read(&written.path);
+    check_schema_and_meta("branches", &s);
+    assert_eq!(branch_rows(&b), expected);
+    let seq = u64s(&b, "seq");
+    assert!(
+        seq.iter().enumerate().all(|(i, s)| *s == Some(i as u64)),
+        "seq 0..n"
+    );
+    assert_eq!(
+        b.column_by_name("cycles").unwrap().null_count(),
+        b.num_rows()
+    );
+    assert!(b.column_by_name("target").unwrap().null_count() > 0);
+
+    // events
+    let ev = sample_events();
+    let mut w = TableWriter::create_in(dir.path(), "events", &file_meta(), &opts).unwrap();
+    w.write_events(&ev[..4]).unwrap();
+    w.write_events(&ev[4..]).unwrap();
+    let (s, b) = read(&w.finish().unwrap().path);
+    check_schema_and_meta("events", &s);
+    assert_eq!(event_rows(&b), ev);
+
+    // timing
+    let t = sample_timing(100);
+    let expected: Vec<_> = (0..t.len()).map(|i| t.row(i)).collect();
+    let mut w = TableWriter::create_in(dir.path(), "timing", &file_meta(), &opts).unwrap();
+    w.write_timing(t).unwrap();
+    let (s, b) = read(&w.finish().unwrap().path);
+    check_schema_and_meta("timing", &s);
+    assert_eq!(timing_rows(&b), expected);
+
+    // coverage: the second batch brings a new image, the first has a null one
+    let c1 = sample_coverage(&[Some("a.out"), None, Some("libc.so.6"), Some("a.out")]);
+    let c2 = sample_coverage(&[Some("ld.so"), Some("a.out")]);
+    let mut w = TableWriter::create_in(dir.path(), "coverage", &file_meta(), &opts).unwrap();
+    w.write_coverage(&c1).unwrap();
+    w.write_coverage(&c2).unwrap();
+    let (s, b) = read(&w.finish().unwrap().path);
+    check_schema_and_meta("coverage", &s);
+    assert_eq!(coverage_rows(&b), [c1, c2].concat());
+
+    // edges
+    let e = sample_edges();
+    let mut w = TableWriter::create_in(dir.path(), "edges", &file_meta(), &opts).unwrap();
+    w.write_edges(&e).unwrap();
+    let (s, b) = read(&w.finish().unwrap().path);
+    check_schema_and_meta("edges", &s);
+    assert_eq!(edge_rows(&b), e);
+
+    // Nothing but the five tables: no temporaries left behind.
+    let mut want: Vec<_> = tracemill_schemas::TABLES
+        .iter()
+        .map(|t| format.file_name(t))
+        .collect();
+    want.sort();
+    assert_eq!(dir_names(dir.path()), want);
+}
+
+#[test]
+fn every_table_round_trips_through_parquet() {
+    round_trip_all_tables(Format::Parquet);
+}
+
+#[test]
+fn every_table_round_trips_through_arrow_ipc() {
+    round_trip_all_tables(Format::ArrowIpc);
+}
+
+#[test]
+fn parquet_footer_carries_the_key_value_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut meta = file_meta();
+    meta.extra
+        .push((meta::TRACEMILL_VERSION.into(), "9.9.9-dev".into()));
+    let mut w =
+        TableWriter::create_in(dir.path(), "edges", &meta, &WriterOptions::default()).unwrap();
+    w.write_edges(&sample_edges()).unwrap();
+    let path = w.finish().unwrap().path;
+    let md = parquet_meta(&path);
+    let kv: HashMap<_, _> = md
+        .file_metadata()
+        .key_value_metadata()
+        .unwrap()
+        .iter()
+        .map(|kv| (kv.key.as_str(), kv.value.as_deref().unwrap_or("")))
+        .collect();
+    assert_eq!(kv[meta::TABLE], "edges");
+    assert_eq!(kv[meta::RTIT_CTL], "0x2e0d");
+    assert_eq!(kv[meta::SCHEMA_VERSION], "1");
+    assert_eq!(kv[meta::TRACEMILL_VERSION], "9.9.9-dev", "extra overrides");
+    assert_eq!(kv["host"], "node-3");
+    assert!(kv.contains_key("ARROW:schema"), "arrow schema embedded");
+    // One entry per key, even with the override.
+    assert_eq!(
+        md.file_metadata().key_value_metadata().unwrap().len(),
+        kv.len()
+    );
+}
+
+// ---------------------------------------------------------------- parquet layout
+
+#[test]
+fn parquet_layout_is_what_readers_need() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = TableWriter::create_in(
+        dir.path(),
+        "branches",
+        &file_meta(),
+        &WriterOptions::default(),
+    )
+    .unwrap();
+    let cols = sample_branches(50_000, 9, 0);
+    let some_ip = cols.ip[123];
+    w.write_branches(cols).unwrap();
+    let path = w.finish().unwrap().path;
+
+    let md = parquet_meta(&path);
+    assert_eq!(md.num_row_groups(), 1);
+    let rg = md.row_group(0);
+    let col = |name: &str| {
+        rg.columns()
+            .iter()
+            .find(|c| c.column_path().string() == name)
+            .unwrap_or_else(|| panic!("no column {name}"))
+    };
+    for c in rg.columns() {
+        let name = c.column_path().string();
+        assert!(matches!(c.compression(), Compression::ZSTD(_)), "{name}");
+        assert!(c.statistics().is_some(), "{name}: chunk statistics");
+        assert!(c.column_index_offset().is_some(), "{name}: page statistics");
+        assert!(c.offset_index_offset().is_some(), "{name}: offset index");
+    }
+    for name in ["seq", "offset", "tsc", "cycles"] {
+        let enc: Vec<_> = col(name).encodings().collect();
+        assert!(
+            enc.contains(&Encoding::DELTA_BINARY_PACKED),
+            "{name}: {enc:?}"
+        );
+        assert!(!enc.contains(&Encoding::RLE_DICTIONARY), "{name}: {enc:?}");
+    }
+    for name in ["kind", "ip", "cr3"] {
+        let enc: Vec<_> = col(name).encodings().collect();
+        assert!(enc.contains(&Encoding::RLE_DICTIONARY), "{name}: {enc:?}");
+    }
+    assert!(
+        col("ip").bloom_filter_offset().is_some(),
+        "bloom filter on ip"
+    );
+    assert!(col("target").bloom_filter_offset().is_none());
+
+    // seq statistics let a reader skip by range.
+    let seq_stats = col("seq").statistics().unwrap();
+    assert_eq!(seq_stats.min_bytes_opt(), Some(&0u64.to_le_bytes()[..]));
+    assert_eq!(
+        seq_stats.max_bytes_opt(),
+        Some(&49_999u64.to_le_bytes()[..])
+    );
+    // Page index present and multi-page (20k rows per page by default).
+    let pages = md.page_index_for_row_group(0);
+    assert!(pages.offset_index(0).unwrap().page_locations().len() >= 3);
+
+    // The bloom filter answers for a present ip and rejects an absent one.
+    let props = ReaderProperties::builder()
+        .set_read_bloom_filter(true)
+        .build();
+    let opts = ReadOptionsBuilder::new()
+        .with_reader_properties(props)
+        .build();
+    let r = SerializedFileReader::new_with_options(File::open(&path).unwrap(), opts).unwrap();
+    let rgr = r.get_row_group(0).unwrap();
+    let ip_idx = rg
+        .columns()
+        .iter()
+        .position(|c| c.column_path().string() == "ip")
+        .unwrap();
+    let bloom = rgr.get_column_bloom_filter(ip_idx).expect("bloom filter");
+    assert!(bloom.check(&some_ip));
+    let absent = (0..100u64)
+        .filter(|i| bloom.check(&(0xdead_0000_0000 + i)))
+        .count();
+    assert!(absent < 10, "{absent} false positives out of 100");
+}
+
+#[test]
+fn row_groups_follow_max_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = WriterOptions {
+        max_row_group_rows: 1000,
+        ..WriterOptions::default()
+    };
+    let mut w = TableWriter::create_in(dir.path(), "branches", &file_meta(), &opts).unwrap();
+    // Batches that straddle row group boundaries.
+    let parts = [sample_branches(700, 1, 0), sample_branches(1800, 2, 10_000)];
+    let expected: Vec<_> = parts.iter().flat_map(|p| p.rows()).collect();
+    for p in parts {
+        w.write_branches(p).unwrap();
+    }
+    let path = w.finish().unwrap().path;
+    let md = parquet_meta(&path);
+    let rows: Vec<_> = md.row_groups().iter().map(|rg| rg.num_rows()).collect();
+    assert_eq!(rows, [1000, 1000, 500]);
+    // Every row group has its own bloom filter and seq range.
+    for (i, rg) in md.row_groups().iter().enumerate() {
+        let ip = rg
+            .columns()
+            .iter()
+            .find(|c| c.column_path().string() == "ip")
+            .unwrap();
+        assert!(ip.bloom_filter_offset().is_some());
+        let seq = rg.column(0).statistics().unwrap();
+        assert_eq!(
+            seq.min_bytes_opt(),
+            Some(&(i as u64 * 1000).to_le_bytes()[..])
+        );
+    }
+    assert_eq!(branch_rows(&read_parquet(&path).1), expected);
+}
+
+// ---------------------------------------------------------------- publication
+
+#[test]
+fn dropping_a_writer_publishes_nothing_and_keeps_the_old_file() {
+    for format in [Format::Parquet, Format::ArrowIpc] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = options(format);
+        let mut w = TableWriter::create_in(dir.path(), "branches", &file_meta(), &opts).unwrap();
+        w.write_branches(sample_branches(100, 1, 0)).unwrap();
+        assert_eq!(dir_names(dir.path()).len(), 1, "only the temporary");
+        assert!(dir_names(dir.path())[0].starts_with(".branches."));
+        drop(w);
+        assert!(dir_names(dir.path()).is_empty(), "{format:?}");
+
+        // An earlier run's file survives an abandoned writer, and is replaced by a
+        // finished one.
+        let name = format.file_name("branches");
+        let old = dir.path().join(&name);
+        fs::write(&old, b"previous run").unwrap();
+        let mut w = TableWriter::create_in(dir.path(), "branches", &file_meta(), &opts).unwrap();
+        w.write_branches(sample_branches(100, 1, 0)).unwrap();
+        drop(w);
+        assert_eq!(fs::read(&old).unwrap(), b"previous run");
+        assert_eq!(dir_names(dir.path()), std::slice::from_ref(&name));
+
+        let mut w = TableWriter::create_in(dir.path(), "branches", &file_meta(), &opts).unwrap();
+        w.write_branches(sample_branches(100, 1, 0)).unwrap();
+        assert_eq!(
+            fs::read(&old).unwrap(),
+            b"previous run",
+            "untouched until finish"
+        );
+        w.finish().unwrap();
+        assert_ne!(fs::read(&old).unwrap(), b"previous run");
+        assert_eq!(dir_names(dir.path()), [name]);
+    }
+}
+
+#[test]
+fn a_panic_while_writing_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let r = std::panic::catch_unwind(move || {
+        let mut w =
+            TableWriter::create_in(&d, "timing", &file_meta(), &WriterOptions::default()).unwrap();
+        w.write_timing(sample_timing(10)).unwrap();
+        panic!("decoder bug");
+    });
+    assert!(r.is_err());
+    assert!(dir_names(dir.path()).is_empty());
+}
+
+#[test]
+fn empty_tables_are_valid_files() {
+    let dir = tempfile::tempdir().unwrap();
+    for format in [Format::Parquet, Format::ArrowIpc] {
+        let w =
+            TableWriter::create_in(dir.path(), "events", &file_meta(), &options(format)).unwrap();
+        let written = w.finish().unwrap();
+        assert_eq!(written.rows, 0);
+        let (s, b) = match format {
+            Format::Parquet => read_parquet(&written.path),
+            Format::ArrowIpc => read_ipc(&written.path),
+        };
+        check_schema_and_meta("events", &s);
+        assert_eq!(b.num_rows(), 0);
+    }
+}
+
+// ---------------------------------------------------------------- misuse
+
+#[test]
+fn misuse_is_reported_with_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = TableWriter::create_in(
+        dir.path(),
+        "brnaches",
+        &file_meta(),
+        &WriterOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::UnknownTable(_)), "{e}");
+
+    // Events rows into the branches file.
+    let mut w = TableWriter::create_in(
+        dir.path(),
+        "branches",
+        &file_meta(),
+        &WriterOptions::default(),
+    )
+    .unwrap();
+    let e = w.write_events(&sample_events()).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, Error::SchemaMismatch { .. }), "{msg}");
+    assert!(msg.contains("branches.parquet"), "{msg}");
+    // Broken columns.
+    let mut cols = sample_branches(10, 1, 0);
+    cols.insns.pop();
+    let msg = w.write_branches(cols).unwrap_err().to_string();
+    assert!(
+        msg.ends_with("branches.insns: 9 values, expected 10"),
+        "{msg}"
+    );
+    // Neither error spoiled the file.
+    w.write_branches(sample_branches(10, 1, 0)).unwrap();
+    assert_eq!(w.finish().unwrap().rows, 10);
+
+    // A bad option fails before any file exists.
+    let bad = WriterOptions {
+        zstd_level: 99,
+        ..WriterOptions::default()
+    };
+    let e = TableWriter::create_in(dir.path(), "timing", &file_meta(), &bad).unwrap_err();
+    assert!(matches!(e, Error::Parquet { .. }), "{e}");
+    assert_eq!(dir_names(dir.path()), ["branches.parquet"]);
+}

@@ -1,0 +1,392 @@
+//! [`TableWriter`]: one table, one file, written incrementally and published atomically.
+
+use std::fmt;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use ::parquet::arrow::ArrowWriter;
+use arrow_array::RecordBatch;
+use arrow_schema::{Schema, SchemaRef};
+use tracemill_decode::rows::{BranchColumns, CoverageRow, EdgeRow, EventRow, TimingColumns};
+use tracemill_schemas::{meta, SCHEMA_VERSION, TABLES};
+
+use crate::atomic::PendingFile;
+use crate::{convert, ipc, parquet, ConvertError, Error};
+
+/// Output file format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// Parquet, compressed and indexed for queries (see [`crate::parquet`]).
+    #[default]
+    Parquet,
+    /// Arrow IPC file, uncompressed and memory-mappable (see [`crate::ipc`]).
+    ArrowIpc,
+}
+
+impl Format {
+    /// File extension, without the dot.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Parquet => "parquet",
+            Format::ArrowIpc => "arrow",
+        }
+    }
+
+    /// Conventional file name of a table: `branches.parquet`, `events.arrow`, ...
+    pub fn file_name(self, table: &str) -> String {
+        format!("{table}.{}", self.extension())
+    }
+}
+
+/// Facts about the trace that every output file records in its key-value metadata.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FileMeta {
+    /// Path of the trace (or bundle) the table was decoded from.
+    pub source: String,
+    /// Its size in bytes.
+    pub source_size: u64,
+    /// The RTIT_CTL value the trace was collected with.
+    pub rtit_ctl: u64,
+    /// More pairs (bundle labels, tool options). A key equal to one of the standard keys
+    /// ([`tracemill_schemas::meta`]) replaces the standard value, e.g. `tracemill.version`
+    /// for a build-specific version string.
+    pub extra: Vec<(String, String)>,
+}
+
+impl FileMeta {
+    /// The key-value pairs of a `table` file: the standard keys in a fixed order, then
+    /// `extra`.
+    pub fn key_values(&self, table: &str) -> Vec<(String, String)> {
+        let mut kv: Vec<(String, String)> = [
+            (meta::SCHEMA_VERSION, SCHEMA_VERSION.to_string()),
+            (
+                meta::TRACEMILL_VERSION,
+                env!("CARGO_PKG_VERSION").to_string(),
+            ),
+            (meta::SOURCE, self.source.clone()),
+            (meta::SOURCE_SIZE, self.source_size.to_string()),
+            (meta::RTIT_CTL, format!("{:#x}", self.rtit_ctl)),
+            (meta::TABLE, table.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (k, v) in &self.extra {
+            // Readers turn the pairs into a map; a duplicate key would be ambiguous.
+            match kv.iter_mut().find(|(known, _)| known == k) {
+                Some(slot) => slot.1 = v.clone(),
+                None => kv.push((k.clone(), v.clone())),
+            }
+        }
+        kv
+    }
+}
+
+/// Knobs of a [`TableWriter`]; `Default` is what `tracemill decode` uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriterOptions {
+    pub format: Format,
+    /// Parquet: maximum rows per row group (0 is taken as 1).
+    pub max_row_group_rows: usize,
+    /// Parquet: ZSTD level (1–22; negative levels are zstd's fast modes).
+    pub zstd_level: i32,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            format: Format::Parquet,
+            max_row_group_rows: parquet::DEFAULT_MAX_ROW_GROUP_ROWS,
+            zstd_level: parquet::DEFAULT_ZSTD_LEVEL,
+        }
+    }
+}
+
+/// What [`TableWriter::finish`] published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    pub path: PathBuf,
+    pub table: &'static str,
+    pub rows: u64,
+    /// Size of the file.
+    pub bytes: u64,
+}
+
+// Both writers are a few hundred bytes; boxing them would buy nothing.
+#[allow(clippy::large_enum_variant)]
+enum Sink {
+    Parquet(ArrowWriter<File>),
+    Ipc(ipc::IpcWriter),
+}
+
+/// Writes one table to one file, batch by batch, and publishes it on [`finish`].
+///
+/// Until `finish` returns, the data lives in a hidden temporary file next to the final
+/// path; dropping the writer (an error elsewhere, a panic) deletes it, and a file of the
+/// same name from an earlier run stays as it was. See the [crate docs](crate).
+///
+/// [`finish`]: TableWriter::finish
+pub struct TableWriter {
+    // Declared before `pending`: fields drop in order, so the file is closed before the
+    // temporary is removed.
+    sink: Sink,
+    pending: PendingFile,
+    table: &'static str,
+    format: Format,
+    schema: SchemaRef,
+    rows: u64,
+    /// `coverage.image` dictionary so far, so keys stay stable across batches.
+    images: Vec<String>,
+    poisoned: bool,
+}
+
+impl fmt::Debug for TableWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableWriter")
+            .field("path", &self.pending.dest())
+            .field("table", &self.table)
+            .field("format", &self.format)
+            .field("rows", &self.rows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TableWriter {
+    /// A Parquet writer with the default options.
+    pub fn create(path: impl AsRef<Path>, table: &str, meta: &FileMeta) -> Result<Self, Error> {
+        Self::create_with(path, table, meta, &WriterOptions::default())
+    }
+
+    /// A writer for `dir/<table>.<extension>`.
+    pub fn create_in(
+        dir: impl AsRef<Path>,
+        table: &str,
+        meta: &FileMeta,
+        options: &WriterOptions,
+    ) -> Result<Self, Error> {
+        let path = dir.as_ref().join(options.format.file_name(table));
+        Self::create_with(path, table, meta, options)
+    }
+
+    /// A writer of `table` (one of [`tracemill_schemas::TABLES`]) that will publish `path`.
+    pub fn create_with(
+        path: impl AsRef<Path>,
+        table: &str,
+        meta: &FileMeta,
+        options: &WriterOptions,
+    ) -> Result<Self, Error> {
+        let path = path.as_ref();
+        let table = TABLES
+            .iter()
+            .copied()
+            .find(|t| *t == table)
+            .ok_or_else(|| Error::UnknownTable(table.to_string()))?;
+        let schema = tracemill_schemas::arrow::by_name(table).expect("every table has a schema");
+        let kv = meta.key_values(table);
+        let parquet_err = |source| Error::Parquet {
+            path: path.to_path_buf(),
+            source,
+        };
+        // Settle the properties before creating anything, so a bad option leaves no file.
+        let props = match options.format {
+            Format::Parquet => {
+                Some(parquet::writer_properties(table, kv.clone(), options).map_err(parquet_err)?)
+            }
+            Format::ArrowIpc => None,
+        };
+        let (pending, file) = PendingFile::create(path)?;
+        let sink = match props {
+            Some(props) => {
+                Sink::Parquet(parquet::open(file, schema.clone(), props).map_err(parquet_err)?)
+            }
+            None => {
+                let mut md = schema.metadata().clone();
+                md.extend(kv);
+                let with_meta = Schema::new_with_metadata(schema.fields().clone(), md);
+                Sink::Ipc(ipc::open(file, &with_meta).map_err(|source| Error::Arrow {
+                    path: path.to_path_buf(),
+                    source,
+                })?)
+            }
+        };
+        Ok(TableWriter {
+            sink,
+            pending,
+            table,
+            format: options.format,
+            schema,
+            rows: 0,
+            images: Vec::new(),
+            poisoned: false,
+        })
+    }
+
+    /// The final path (where the file appears on `finish`).
+    pub fn path(&self) -> &Path {
+        self.pending.dest()
+    }
+
+    pub fn table(&self) -> &'static str {
+        self.table
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Rows accepted so far.
+    pub fn rows_written(&self) -> u64 {
+        self.rows
+    }
+
+    /// Appends a batch. Its columns must be the table's (names, types, nullability, in
+    /// order); field metadata is not compared.
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), Error> {
+        self.check_schema(batch)?;
+        if self.poisoned {
+            return Err(Error::Poisoned {
+                path: self.path().to_path_buf(),
+            });
+        }
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let r = match &mut self.sink {
+            Sink::Parquet(w) => w.write(batch).map_err(|source| Error::Parquet {
+                path: self.pending.dest().to_path_buf(),
+                source,
+            }),
+            Sink::Ipc(w) => w.write(batch).map_err(|source| Error::Arrow {
+                path: self.pending.dest().to_path_buf(),
+                source,
+            }),
+        };
+        match r {
+            Ok(()) => {
+                self.rows += batch.num_rows() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // The writer may hold half a row group; never publish what follows.
+                self.poisoned = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// Appends `branches` rows. An empty `cols.seq` is filled in from the rows already
+    /// written, so a file written batch by batch is numbered 0, 1, 2, ... throughout.
+    pub fn write_branches(&mut self, cols: BranchColumns) -> Result<(), Error> {
+        let b = convert::branches(cols, self.rows).map_err(|e| self.convert_err(e))?;
+        self.write(&b)
+    }
+
+    pub fn write_events(&mut self, rows: &[EventRow]) -> Result<(), Error> {
+        let b = convert::events(rows).map_err(|e| self.convert_err(e))?;
+        self.write(&b)
+    }
+
+    pub fn write_timing(&mut self, cols: TimingColumns) -> Result<(), Error> {
+        let b = convert::timing(cols).map_err(|e| self.convert_err(e))?;
+        self.write(&b)
+    }
+
+    /// Appends `coverage` rows; image names keep the same dictionary key throughout the
+    /// file (at most 128 distinct names per file, a limit of the Int8 keys).
+    pub fn write_coverage(&mut self, rows: &[CoverageRow]) -> Result<(), Error> {
+        let mut images = std::mem::take(&mut self.images);
+        let b = convert::coverage_with_images(rows, &mut images);
+        self.images = images;
+        let b = b.map_err(|e| self.convert_err(e))?;
+        self.write(&b)
+    }
+
+    pub fn write_edges(&mut self, rows: &[EdgeRow]) -> Result<(), Error> {
+        let b = convert::edges(rows).map_err(|e| self.convert_err(e))?;
+        self.write(&b)
+    }
+
+    /// Writes the footer, makes the file durable and renames it to its final path.
+    pub fn finish(self) -> Result<Written, Error> {
+        let TableWriter {
+            sink,
+            pending,
+            table,
+            rows,
+            poisoned,
+            ..
+        } = self;
+        let path = pending.dest().to_path_buf();
+        if poisoned {
+            return Err(Error::Poisoned { path });
+        }
+        let file = match sink {
+            // `into_inner` writes the footer and flushes (calling `finish` first would
+            // write the footer twice).
+            Sink::Parquet(w) => w.into_inner().map_err(|source| Error::Parquet {
+                path: path.clone(),
+                source,
+            })?,
+            Sink::Ipc(w) => ipc::close(w).map_err(|source| Error::Arrow {
+                path: path.clone(),
+                source,
+            })?,
+        };
+        let bytes = pending.commit(file)?;
+        Ok(Written {
+            path,
+            table,
+            rows,
+            bytes,
+        })
+    }
+
+    fn convert_err(&self, source: ConvertError) -> Error {
+        Error::Convert {
+            path: self.path().to_path_buf(),
+            source,
+        }
+    }
+
+    fn check_schema(&self, batch: &RecordBatch) -> Result<(), Error> {
+        let want = self.schema.fields();
+        let got = batch.schema_ref().fields();
+        let detail = if want.len() != got.len() {
+            Some(format!("{} columns, expected {}", got.len(), want.len()))
+        } else {
+            want.iter()
+                .zip(got.iter())
+                .enumerate()
+                .find_map(|(i, (w, g))| {
+                    let same = w.name() == g.name()
+                        && w.data_type() == g.data_type()
+                        && w.is_nullable() == g.is_nullable();
+                    (!same).then(|| {
+                        format!(
+                            "column {i} is {} {}{}, expected {} {}{}",
+                            g.name(),
+                            g.data_type(),
+                            if g.is_nullable() { "" } else { " not null" },
+                            w.name(),
+                            w.data_type(),
+                            if w.is_nullable() { "" } else { " not null" },
+                        )
+                    })
+                })
+        };
+        match detail {
+            None => Ok(()),
+            Some(detail) => Err(Error::SchemaMismatch {
+                path: self.path().to_path_buf(),
+                table: self.table,
+                detail,
+            }),
+        }
+    }
+}
+
+// The pipeline hands each table's writer to its own thread: keep it `Send`.
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<TableWriter>()
+};
