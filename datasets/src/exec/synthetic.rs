@@ -236,8 +236,6 @@ const UNRESOLVED: u32 = u32::MAX;
 const FORCED_LIMIT: u32 = 4096;
 /// Steps in a row without a call, return or indirect branch, likewise.
 const LOCAL_LIMIT: u32 = 1 << 16;
-/// Shadow stack depth from which conditional branches mostly go forward.
-const DEEP: usize = 16;
 /// `p_taken` meaning "always".
 const ALWAYS: u64 = 1 << 32;
 
@@ -366,11 +364,7 @@ impl<'c, 'a> Walk<'c, 'a> {
         }
         let next = match n.class {
             InsnClass::Cond => {
-                let take = if self.stack.len() >= DEEP && r >> 61 != 0 {
-                    n.target > n.ip
-                } else {
-                    (r as u32 as u64) < n.p_taken
-                };
+                let take = (r as u32 as u64) < n.p_taken;
                 if n.p_taken != 0 && n.p_taken != ALWAYS {
                     self.forced = 0;
                 }
@@ -427,15 +421,18 @@ impl<'c, 'a> Walk<'c, 'a> {
         }
     }
 
-    /// `insns` more instructions retire, execution stops before `at` and resumes at a
-    /// random function entry with a fresh stack.
+    /// `insns` more instructions retire, execution stops before `at` and resumes in the
+    /// innermost caller, at its call's NLIP, as if an exception unwound one frame (or at a
+    /// random function entry when no frame is known).
     #[cold]
     fn escape(&mut self, insns: u32, at: u64) -> Step {
-        self.stack.clear();
         self.forced = 0;
         self.local = 0;
         self.skip = 0;
-        self.cur = self.random_entry();
+        self.cur = match self.stack.pop_back() {
+            Some(ret) => ret,
+            None => self.random_entry(),
+        };
         Step::Interrupt {
             insns,
             at,
