@@ -12,3 +12,5 @@ pub mod kernel;
 pub mod model;
 pub mod rng;
 pub mod scenarios;
+pub mod bundle;
+pub mod samples;

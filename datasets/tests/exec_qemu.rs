@@ -243,7 +243,7 @@ fn busybox(args: &[&str], stdin: &[u8]) -> Option<Capture> {
 fn numbers() -> Vec<u8> {
     let mut x = 7u32;
     let mut s = String::new();
-    for _ in 0..300 {
+    for _ in 0..120 {
         x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
         s += &format!("{}\n", (x >> 8) % 10_000);
     }

@@ -221,23 +221,29 @@ impl<S: RowSink> Piece<S> {
     }
 }
 
-/// Everything a decode produced, in order.
+/// Puts pieces in trace order: numbers rows (`seq`), rebases events and timing facts onto
+/// the global row count, and keeps only the STS events that change the core/bus ratio
+/// (which only stream order can tell).
 #[derive(Clone, Debug, Default)]
-pub struct Decoded {
-    pub rows: BranchColumns,
-    pub events: Vec<EventRow>,
-    pub timing: Vec<TimingFact>,
-    /// Chunks whose stitch had to decode them alone.
-    pub fallbacks: usize,
-    /// Core/bus ratio of the last STS, to tell which STS change it.
+pub struct Sequencer {
+    rows: u64,
     ratio: Option<String>,
 }
 
-impl Decoded {
-    /// Append a piece (rebasing its relative sequence numbers).
-    pub fn append(&mut self, p: Piece<BranchColumns>) {
-        let base = self.rows.len() as u64;
-        for mut e in p.events {
+impl Sequencer {
+    /// Rows sequenced so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Make `p` the next piece of the trace.
+    pub fn sequence(&mut self, p: &mut Piece<BranchColumns>) {
+        let base = self.rows;
+        let n = p.rows.len() as u64;
+        p.rows.seq.clear();
+        p.rows.seq.extend(base..base + n);
+        let events = std::mem::take(&mut p.events);
+        for mut e in events {
             e.seq += base;
             if e.kind == tracemill_schemas::EventKind::FreqChange {
                 // Walkers report every STS; keep those that change the ratio.
@@ -251,13 +257,81 @@ impl Decoded {
                 };
                 self.ratio = Some(new);
             }
-            self.events.push(e);
+            p.events.push(e);
         }
-        self.timing.extend(p.timing.into_iter().map(|mut t| {
+        for t in &mut p.timing {
             t.row += base;
-            t
-        }));
+        }
+        self.rows += n;
+    }
+}
+
+/// Everything a decode produced, in order.
+#[derive(Clone, Debug, Default)]
+pub struct Decoded {
+    pub rows: BranchColumns,
+    pub events: Vec<EventRow>,
+    pub timing: Vec<TimingFact>,
+    /// Chunks whose stitch had to decode them alone.
+    pub fallbacks: usize,
+    seq: Sequencer,
+}
+
+impl Decoded {
+    /// Append the next piece.
+    pub fn append(&mut self, mut p: Piece<BranchColumns>) {
+        self.seq.sequence(&mut p);
+        self.events.append(&mut p.events);
+        self.timing.append(&mut p.timing);
         self.rows.extend_from(&p.rows);
+    }
+}
+
+/// Stitches chunk bodies in order and hands out pieces in trace order. Feed it bodies in
+/// chunk order ([`Stitcher::push`]); it calls `emit` with each piece.
+pub struct Stitcher<'i, 'a> {
+    input: &'i Input<'a>,
+    cache: BlockCache,
+    prev_exit: Option<FlowState>,
+    /// Chunks whose stitch had to decode them alone.
+    pub fallbacks: usize,
+}
+
+impl<'i, 'a> Stitcher<'i, 'a> {
+    pub fn new(input: &'i Input<'a>) -> Self {
+        Stitcher {
+            input,
+            cache: BlockCache::new(),
+            prev_exit: None,
+            fallbacks: 0,
+        }
+    }
+
+    /// The next chunk's body; `emit` receives its stitch prefix and then its rows.
+    pub fn push(
+        &mut self,
+        mut body: Body<BranchColumns>,
+        mut emit: impl FnMut(Piece<BranchColumns>),
+    ) {
+        match self.prev_exit {
+            None => {
+                self.prev_exit = Some(body.exit);
+                emit(body.out);
+            }
+            Some(pe) => {
+                let s = stitch(self.input, &mut self.cache, pe, &body);
+                self.prev_exit = Some(s.exit);
+                if !s.use_body {
+                    self.fallbacks += 1;
+                }
+                fix_body(&mut body, &s);
+                let use_body = s.use_body;
+                emit(s.prefix);
+                if use_body {
+                    emit(body.out);
+                }
+            }
+        }
     }
 }
 
@@ -279,30 +353,11 @@ pub fn decode_all(input: &Input<'_>, chunk_bytes: u64) -> Decoded {
     let chunks = plan_chunks(input.psbs, input.stream.len(), chunk_bytes);
     let mut cache = BlockCache::new();
     let mut out = Decoded::default();
-    let mut prev_exit: Option<FlowState> = None;
+    let mut st = Stitcher::new(input);
     for c in chunks {
-        let mut body: Body<BranchColumns> = decode_body(input, &mut cache, c);
-        match prev_exit {
-            None => {
-                prev_exit = Some(body.exit);
-                out.append(body.out);
-            }
-            Some(pe) => {
-                let s = stitch(input, &mut cache, pe, &body);
-                prev_exit = Some(s.exit);
-                let use_body = s.use_body;
-                if !use_body {
-                    out.fallbacks += 1;
-                }
-                fix_body(&mut body, &s);
-                out.append(s.prefix);
-                if use_body {
-                    out.append(body.out);
-                }
-            }
-        }
+        let body: Body<BranchColumns> = decode_body(input, &mut cache, c);
+        st.push(body, |p| out.append(p));
     }
-    // The end of the last chunk is the end of the trace: rows after the last decided
-    // one are unproven (the walker keeps none there by construction; see flow docs).
+    out.fallbacks = st.fallbacks;
     out
 }

@@ -12,15 +12,18 @@
 //! so the decoder's code *is* the key and every batch of a table has the same dictionary
 //! (which also keeps Arrow IPC files, where dictionaries may not change, simple).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use arrow::compute::cast;
+use arrow_array::cast::AsArray;
 use arrow_array::types::Int8Type;
 use arrow_array::{
     ArrayRef, BooleanArray, DictionaryArray, Int8Array, RecordBatch, StringArray, UInt32Array,
     UInt64Array, UInt8Array,
 };
 use arrow_buffer::{Buffer, NullBuffer, ScalarBuffer};
-use arrow_schema::SchemaRef;
+use arrow_schema::{DataType, SchemaRef};
 use tracemill_decode::rows::{
     BranchColumns, CoverageRow, EdgeRow, EventRow, OptU64, TimingColumns,
 };
@@ -120,50 +123,34 @@ pub fn timing(cols: TimingColumns) -> Result<RecordBatch> {
     )
 }
 
-/// The `coverage` batch; the `image` dictionary holds the distinct names in order of first
-/// appearance.
+/// The `coverage` batch; the `image` dictionary holds the batch's distinct names in order
+/// of first appearance.
 pub fn coverage(rows: &[CoverageRow]) -> Result<RecordBatch> {
-    coverage_with_images(rows, &mut Vec::new())
-}
-
-/// Like [`coverage`], but the `image` dictionary starts with `images` and new names are
-/// appended to it. A writer that passes the same list for every batch of a file gives each
-/// image the same key throughout, and each batch's dictionary extends the previous one —
-/// what an Arrow IPC file needs (it allows dictionary deltas, not replacements).
-pub fn coverage_with_images(rows: &[CoverageRow], images: &mut Vec<String>) -> Result<RecordBatch> {
     // Image counts are small (tens), so a linear search beats hashing here.
-    let mut keys = Vec::with_capacity(rows.len());
-    for r in rows {
-        let key =
-            r.image
-                .as_deref()
-                .map(|name| match images.iter().position(|known| known == name) {
-                    Some(i) => i,
-                    None => {
-                        images.push(name.to_string());
-                        images.len() - 1
-                    }
-                });
-        keys.push(key);
-    }
-    if images.len() > i8::MAX as usize + 1 {
-        return Err(ConvertError::TooManyImages {
-            count: images.len(),
-        });
+    let mut names: Vec<&str> = Vec::new();
+    let keys: Vec<Option<usize>> = rows
+        .iter()
+        .map(|r| {
+            let name = r.image.as_deref()?;
+            Some(match names.iter().position(|&known| known == name) {
+                Some(i) => i,
+                None => {
+                    names.push(name);
+                    names.len() - 1
+                }
+            })
+        })
+        .collect();
+    if names.len() > MAX_IMAGES {
+        return Err(ConvertError::TooManyImages { count: names.len() });
     }
     let keys: Int8Array = keys.into_iter().map(|k| k.map(|k| k as i8)).collect();
-    let values = Arc::new(StringArray::from_iter_values(images.iter()));
-    let image = DictionaryArray::<Int8Type>::try_new(keys, values).map_err(|source| {
-        ConvertError::Arrow {
-            table: "coverage",
-            source,
-        }
-    })?;
+    let image = image_column(keys, Arc::new(StringArray::from(names)))?;
     batch(
         "coverage",
         schema::coverage(),
         vec![
-            Arc::new(image),
+            image,
             Arc::new(rows.iter().map(|r| r.image_offset).collect::<UInt64Array>()),
             u64_array(rows.iter().map(|r| r.start).collect()),
             u64_array(rows.iter().map(|r| r.end).collect()),
@@ -171,6 +158,82 @@ pub fn coverage_with_images(rows: &[CoverageRow], images: &mut Vec<String>) -> R
             u64_array(rows.iter().map(|r| r.count).collect()),
         ],
     )
+}
+
+/// Most distinct image names a `coverage` file may hold. `coverage.image` has `Int8` keys,
+/// and readers turn a Parquet column chunk's dictionary into the Arrow dictionary as is, so
+/// the limit holds for a whole row group, not just a batch: past 128 names pyarrow, polars
+/// and parquet-rs all fail to read the file (DuckDB, which ignores the Arrow schema, does
+/// not), and parquet-rs already refuses a 128-entry dictionary for `Int8` keys, hence 127.
+pub const MAX_IMAGES: usize = i8::MAX as usize;
+
+fn image_column(keys: Int8Array, values: ArrayRef) -> Result<ArrayRef> {
+    let dict = DictionaryArray::<Int8Type>::try_new(keys, values).map_err(|source| {
+        ConvertError::Arrow {
+            table: "coverage",
+            source,
+        }
+    })?;
+    Ok(Arc::new(dict))
+}
+
+/// The distinct image names of all `coverage` batches of one file, in order of first
+/// appearance: enforces [`MAX_IMAGES`] per file, and gives batches one shared dictionary
+/// where the format needs it (an Arrow IPC file allows a single dictionary per column;
+/// polars also rejects the "delta" extensions the format would allow).
+#[derive(Debug, Default)]
+pub(crate) struct ImageDictionary {
+    names: Vec<String>,
+    keys: HashMap<String, i8>,
+}
+
+impl ImageDictionary {
+    /// Adds the names used by `batch` (a `coverage` batch). Fails, and adds nothing, if
+    /// the file would exceed [`MAX_IMAGES`].
+    pub(crate) fn add(&mut self, batch: &RecordBatch) -> Result<()> {
+        let names = image_names(batch)?;
+        let mut new: Vec<&str> = Vec::new();
+        for name in names.iter().flatten() {
+            if !self.keys.contains_key(name) && !new.contains(&name) {
+                new.push(name);
+            }
+        }
+        let count = self.names.len() + new.len();
+        if count > MAX_IMAGES {
+            return Err(ConvertError::TooManyImages { count });
+        }
+        for name in new {
+            self.keys.insert(name.to_string(), self.names.len() as i8);
+            self.names.push(name.to_string());
+        }
+        Ok(())
+    }
+
+    /// The dictionary values; pass the same array to every [`rekey`](Self::rekey) so the
+    /// batches share it (the IPC writer then recognises it by pointer).
+    pub(crate) fn values(&self) -> ArrayRef {
+        Arc::new(StringArray::from_iter_values(self.names.iter()))
+    }
+
+    /// `batch` with its `image` column re-keyed against `values` (from
+    /// [`values`](Self::values), after every batch was [`add`](Self::add)ed).
+    pub(crate) fn rekey(&self, batch: &RecordBatch, values: &ArrayRef) -> Result<RecordBatch> {
+        let names = image_names(batch)?;
+        let keys: Int8Array = names.iter().map(|n| n.map(|n| self.keys[n])).collect();
+        let mut columns = batch.columns().to_vec();
+        columns[0] = image_column(keys, values.clone())?;
+        self::batch("coverage", batch.schema(), columns)
+    }
+}
+
+/// The `image` column of a coverage batch as plain strings.
+fn image_names(batch: &RecordBatch) -> Result<StringArray> {
+    let arrow = |source| ConvertError::Arrow {
+        table: "coverage",
+        source,
+    };
+    let strings = cast(batch.column(0), &DataType::Utf8).map_err(arrow)?;
+    Ok(strings.as_string::<i32>().clone())
 }
 
 /// The `edges` batch.
@@ -258,7 +321,6 @@ fn enum_column(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow_array::cast::AsArray;
     use arrow_array::types::UInt64Type;
     use arrow_array::Array;
     use tracemill_decode::rows::{BranchRow, TimingRow};
@@ -390,39 +452,63 @@ mod tests {
         assert_eq!(b.column(6).null_count(), 3);
     }
 
-    #[test]
-    fn coverage_dictionary_grows_in_first_seen_order() {
-        let row = |image: Option<&str>| CoverageRow {
+    fn cov(image: Option<&str>) -> CoverageRow {
+        CoverageRow {
             image: image.map(str::to_string),
             image_offset: image.map(|_| 0x10),
             start: 1,
             end: 2,
             insns: 3,
             count: 4,
-        };
-        let mut images = vec!["libc.so.6".to_string()];
-        let b = coverage_with_images(
-            &[row(Some("a.out")), row(None), row(Some("libc.so.6"))],
-            &mut images,
-        )
+        }
+    }
+
+    #[test]
+    fn coverage_dictionary_is_in_first_seen_order() {
+        let b = coverage(&[
+            cov(Some("a.out")),
+            cov(None),
+            cov(Some("libc.so.6")),
+            cov(Some("a.out")),
+        ])
         .unwrap();
-        assert_eq!(images, ["libc.so.6", "a.out"]);
         let image = b.column(0).as_dictionary::<Int8Type>();
         assert_eq!(
             image.keys().iter().collect::<Vec<_>>(),
-            [Some(1), None, Some(0)]
+            [Some(0), None, Some(1), Some(0)]
         );
+        assert_eq!(image.values().as_string::<i32>().value(1), "libc.so.6");
 
-        let many: Vec<_> = (0..129)
-            .map(|i| CoverageRow {
-                image: Some(format!("lib{i}.so")),
-                ..row(None)
-            })
-            .collect();
+        let many: Vec<_> = (0..128).map(|i| cov(Some(&format!("lib{i}.so")))).collect();
         assert!(matches!(
             coverage(&many),
-            Err(ConvertError::TooManyImages { count: 129 })
+            Err(ConvertError::TooManyImages { count: 128 })
         ));
-        assert!(coverage(&many[..128]).is_ok());
+        assert!(coverage(&many[..127]).is_ok());
+    }
+
+    #[test]
+    fn image_dictionary_spans_batches() {
+        let b1 = coverage(&[cov(Some("a.out")), cov(None)]).unwrap();
+        let b2 = coverage(&[cov(Some("ld.so")), cov(Some("a.out"))]).unwrap();
+        let mut d = ImageDictionary::default();
+        d.add(&b1).unwrap();
+        d.add(&b2).unwrap();
+        let values = d.values();
+        let r2 = d.rekey(&b2, &values).unwrap();
+        let image = r2.column(0).as_dictionary::<Int8Type>();
+        assert_eq!(image.keys().iter().collect::<Vec<_>>(), [Some(1), Some(0)]);
+        assert!(Arc::ptr_eq(image.values(), &values));
+        assert_eq!(r2.column(2).as_primitive::<UInt64Type>().values(), &[1, 1]);
+
+        // A file-wide limit: adding a batch that would overflow changes nothing.
+        let many: Vec<_> = (0..126).map(|i| cov(Some(&format!("lib{i}.so")))).collect();
+        let e = d.add(&coverage(&many).unwrap()).unwrap_err();
+        assert!(
+            matches!(e, ConvertError::TooManyImages { count: 128 }),
+            "{e}"
+        );
+        d.add(&coverage(&many[..125]).unwrap()).unwrap();
+        assert_eq!(d.names.len(), MAX_IMAGES);
     }
 }

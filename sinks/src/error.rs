@@ -30,10 +30,9 @@ pub enum ConvertError {
         code: u8,
         what: &'static str,
     },
-    /// `coverage.image` is `Dictionary(Int8, Utf8)`: at most 128 distinct names per file.
-    #[error(
-        "coverage.image: {count} distinct image names, but Int8 dictionary keys index at most 128"
-    )]
+    /// `coverage.image` is `Dictionary(Int8, Utf8)`: at most
+    /// [`MAX_IMAGES`](crate::convert::MAX_IMAGES) distinct names per file.
+    #[error("coverage.image: {count} distinct image names, more than the 127 that Int8 dictionary keys allow readers to load")]
     TooManyImages { count: usize },
     /// Arrow rejected the assembled batch (should not happen once the checks above pass).
     #[error("{table}: {source}")]

@@ -3,22 +3,23 @@
 //! ([`crate::FileMeta`]) goes into the schema's metadata, where pyarrow
 //! (`reader.schema.metadata`) and polars find it.
 //!
-//! An IPC file may not replace a dictionary between batches, only extend it (a delta), so
-//! the writer asks for delta dictionaries: the enum columns never change, and
-//! `coverage.image` only grows (see [`crate::convert::coverage_with_images`]).
+//! An IPC file has one dictionary per column for the whole file (the format allows
+//! "delta" extensions, but polars cannot read them). The enum columns always carry their
+//! enum's full name list, so they never change; `coverage` batches are held by the
+//! [`TableWriter`](crate::TableWriter) and written at `finish` with one dictionary of
+//! every image name in the file.
 
 use std::fs::File;
 use std::io::BufWriter;
 
-use arrow::ipc::writer::{DictionaryHandling, FileWriter, IpcWriteOptions};
+use arrow::ipc::writer::FileWriter;
 use arrow_schema::{ArrowError, Schema};
 
 pub(crate) type IpcWriter = FileWriter<BufWriter<File>>;
 
 pub(crate) fn open(file: File, schema: &Schema) -> Result<IpcWriter, ArrowError> {
     // The IPC writer emits many small writes (message headers, padding) per batch.
-    let options = IpcWriteOptions::default().with_dictionary_handling(DictionaryHandling::Delta);
-    FileWriter::try_new_with_options(BufWriter::with_capacity(1 << 20, file), schema, options)
+    FileWriter::try_new(BufWriter::with_capacity(1 << 20, file), schema)
 }
 
 /// Writes the footer and hands back the file, flushed.

@@ -21,12 +21,17 @@
 //!   never sees a truncated table, even after a crash. After a failed write the writer
 //!   refuses to publish ([`Error::Poisoned`]).
 //! - **Bounded memory.** Parquet holds at most one row group (about 1M rows, see
-//!   [`WriterOptions`]) before writing it out; Arrow IPC writes each batch immediately.
+//!   [`WriterOptions`]) before writing it out; Arrow IPC writes each batch immediately,
+//!   except `coverage` (one row per basic block), which it holds until `finish` so that the
+//!   file gets a single `image` dictionary.
 //! - **The schema contract.** Batches must have the table's columns (checked on every
 //!   write). `UInt64` stays unsigned for every reader (DuckDB `UBIGINT`), enum columns are
 //!   dictionary-encoded strings (DuckDB `VARCHAR`), and every file carries the
 //!   [`tracemill_schemas::meta`] key-value metadata: schema version, tracemill version,
-//!   source trace and size, `rtit_ctl` (hex), table name, plus [`FileMeta::extra`].
+//!   source trace and size, `rtit_ctl` (hex), table name, plus [`FileMeta::extra`] — in
+//!   the Parquet footer and in the embedded Arrow schema (where pyarrow looks), or in the
+//!   IPC file's schema. A `coverage` file names at most 127 images
+//!   ([`convert::MAX_IMAGES`]), so that every reader can load its `Int8` dictionary.
 //! - **Errors name the file** ([`Error`]); conversion problems say which column and row
 //!   ([`ConvertError`]).
 //!

@@ -683,3 +683,40 @@ fn misuse_is_reported_with_the_path() {
     assert!(matches!(e, Error::Parquet { .. }), "{e}");
     assert_eq!(dir_names(dir.path()), ["branches.parquet"]);
 }
+
+#[test]
+fn a_file_holds_at_most_127_image_names() {
+    // More would make the Int8-keyed `image` column unreadable for parquet-rs (and past
+    // 128 for pyarrow and polars: "Integer value 128 not in range").
+    for format in [Format::Parquet, Format::ArrowIpc] {
+        let dir = tempfile::tempdir().unwrap();
+        let names: Vec<String> = (0..200).map(|i| format!("lib{i}.so")).collect();
+        let rows: Vec<Vec<CoverageRow>> = [0..100, 100..200, 100..127]
+            .into_iter()
+            .map(|r| {
+                sample_coverage(
+                    &names[r]
+                        .iter()
+                        .map(|n| Some(n.as_str()))
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        let mut w =
+            TableWriter::create_in(dir.path(), "coverage", &file_meta(), &options(format)).unwrap();
+        w.write_coverage(&rows[0]).unwrap();
+        let e = w.write_coverage(&rows[1]).unwrap_err();
+        assert!(e.to_string().contains("200 distinct image names"), "{e}");
+        // The rejected batch left no trace; one that fits is still accepted.
+        w.write_coverage(&rows[2]).unwrap();
+        let path = w.finish().unwrap().path;
+        let (_, b) = match format {
+            Format::Parquet => read_parquet(&path),
+            Format::ArrowIpc => read_ipc(&path),
+        };
+        assert_eq!(
+            coverage_rows(&b),
+            [rows[0].clone(), rows[2].clone()].concat()
+        );
+    }
+}

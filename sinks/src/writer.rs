@@ -3,6 +3,7 @@
 use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ::parquet::arrow::ArrowWriter;
 use arrow_array::RecordBatch;
@@ -11,6 +12,7 @@ use tracemill_decode::rows::{BranchColumns, CoverageRow, EdgeRow, EventRow, Timi
 use tracemill_schemas::{meta, SCHEMA_VERSION, TABLES};
 
 use crate::atomic::PendingFile;
+use crate::convert::ImageDictionary;
 use crate::{convert, ipc, parquet, ConvertError, Error};
 
 /// Output file format.
@@ -112,8 +114,6 @@ pub struct Written {
     pub bytes: u64,
 }
 
-// Both writers are a few hundred bytes; boxing them would buy nothing.
-#[allow(clippy::large_enum_variant)]
 enum Sink {
     Parquet(ArrowWriter<File>),
     Ipc(ipc::IpcWriter),
@@ -135,8 +135,12 @@ pub struct TableWriter {
     format: Format,
     schema: SchemaRef,
     rows: u64,
-    /// `coverage.image` dictionary so far, so keys stay stable across batches.
-    images: Vec<String>,
+    /// `coverage` only: every image name of the file so far (see [`ImageDictionary`]).
+    images: Option<ImageDictionary>,
+    /// Arrow IPC `coverage` only: the batches, held until `finish` can give them one
+    /// dictionary covering every image of the file. Coverage is one row per basic block,
+    /// so this stays small.
+    held: Option<Vec<RecordBatch>>,
     poisoned: bool,
 }
 
@@ -194,21 +198,25 @@ impl TableWriter {
             }
             Format::ArrowIpc => None,
         };
+        // The file's Arrow schema carries the metadata too: pyarrow shows only the embedded
+        // Arrow schema's metadata (not the Parquet footer's), and for IPC it is the only
+        // place. Batches keep the bare table schema; the writers do not compare them.
+        let mut md = schema.metadata().clone();
+        md.extend(kv);
+        let file_schema = Arc::new(Schema::new_with_metadata(schema.fields().clone(), md));
         let (pending, file) = PendingFile::create(path)?;
         let sink = match props {
             Some(props) => {
-                Sink::Parquet(parquet::open(file, schema.clone(), props).map_err(parquet_err)?)
+                Sink::Parquet(parquet::open(file, file_schema, props).map_err(parquet_err)?)
             }
-            None => {
-                let mut md = schema.metadata().clone();
-                md.extend(kv);
-                let with_meta = Schema::new_with_metadata(schema.fields().clone(), md);
-                Sink::Ipc(ipc::open(file, &with_meta).map_err(|source| Error::Arrow {
+            None => Sink::Ipc(
+                ipc::open(file, &file_schema).map_err(|source| Error::Arrow {
                     path: path.to_path_buf(),
                     source,
-                })?)
-            }
+                })?,
+            ),
         };
+        let coverage = table == "coverage";
         Ok(TableWriter {
             sink,
             pending,
@@ -216,7 +224,8 @@ impl TableWriter {
             format: options.format,
             schema,
             rows: 0,
-            images: Vec::new(),
+            images: coverage.then(ImageDictionary::default),
+            held: (coverage && options.format == Format::ArrowIpc).then(Vec::new),
             poisoned: false,
         })
     }
@@ -249,6 +258,18 @@ impl TableWriter {
             });
         }
         if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        if let Some(images) = &mut self.images {
+            // Before anything is written, so a rejected batch leaves the file usable.
+            images.add(batch).map_err(|source| Error::Convert {
+                path: self.pending.dest().to_path_buf(),
+                source,
+            })?;
+        }
+        if let Some(held) = &mut self.held {
+            held.push(batch.clone());
+            self.rows += batch.num_rows() as u64;
             return Ok(());
         }
         let r = match &mut self.sink {
@@ -291,13 +312,11 @@ impl TableWriter {
         self.write(&b)
     }
 
-    /// Appends `coverage` rows; image names keep the same dictionary key throughout the
-    /// file (at most 128 distinct names per file, a limit of the Int8 keys).
+    /// Appends `coverage` rows. A file holds at most [`convert::MAX_IMAGES`] (127) distinct
+    /// image names (the schema's Int8 dictionary keys); a batch that would exceed it is
+    /// rejected, and the file stays usable.
     pub fn write_coverage(&mut self, rows: &[CoverageRow]) -> Result<(), Error> {
-        let mut images = std::mem::take(&mut self.images);
-        let b = convert::coverage_with_images(rows, &mut images);
-        self.images = images;
-        let b = b.map_err(|e| self.convert_err(e))?;
+        let b = convert::coverage(rows).map_err(|e| self.convert_err(e))?;
         self.write(&b)
     }
 
@@ -309,16 +328,31 @@ impl TableWriter {
     /// Writes the footer, makes the file durable and renames it to its final path.
     pub fn finish(self) -> Result<Written, Error> {
         let TableWriter {
-            sink,
+            mut sink,
             pending,
             table,
             rows,
+            images,
+            held,
             poisoned,
             ..
         } = self;
         let path = pending.dest().to_path_buf();
         if poisoned {
             return Err(Error::Poisoned { path });
+        }
+        if let (Some(held), Some(images), Sink::Ipc(w)) = (held, images, &mut sink) {
+            let values = images.values();
+            for b in held {
+                let b = images.rekey(&b, &values).map_err(|source| Error::Convert {
+                    path: path.clone(),
+                    source,
+                })?;
+                w.write(&b).map_err(|source| Error::Arrow {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
         }
         let file = match sink {
             // `into_inner` writes the footer and flushes (calling `finish` first would

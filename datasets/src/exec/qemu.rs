@@ -42,6 +42,16 @@
 //! qemu writes it line-buffered — one `write` per instruction — which is cheapest into
 //! tmpfs, so the log goes to `/dev/shm` when that is writable (else the system temporary
 //! directory) and is read back as a stream, then deleted.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use tracemill_datasets::exec::qemu;
+//!
+//! qemu::check_tools()?; // a clear error naming the missing tool
+//! let cap = qemu::trace(Path::new("/usr/bin/busybox"), &["sha256sum"], b"hello\n")?;
+//! println!("{} steps, {} instructions", cap.execution.steps.len(), cap.stats.retired);
+//! # Ok::<(), qemu::QemuError>(())
+//! ```
 
 use std::ffi::OsString;
 use std::fs;

@@ -24,6 +24,25 @@
 //! on its branch, each interrupt on an instruction boundary, and that direct branches go
 //! where their encoding says. It also keeps a shadow call stack to count returns that
 //! went back to their call site.
+//!
+//! ```
+//! use tracemill_datasets::exec::steps::{steps_from_ips, Checker};
+//! use tracemill_datasets::exec::Step;
+//! use tracemill_decode::image::ImageSet;
+//! use tracemill_decode::insn::InsnClass;
+//!
+//! // 1000: nop; 1001: je 1000 (74 fd); 1003: nop
+//! let code = [0x90, 0x74, 0xFD, 0x90];
+//! let mut images = ImageSet::new();
+//! images.add_raw("demo", &code, 0x1000, None);
+//! let (entry, steps) = steps_from_ips(&images, [0x1000, 0x1001, 0x1000, 0x1001, 0x1003])?;
+//! assert_eq!(steps.len(), 3); // taken, not taken, then the nop ends the stream
+//! assert!(matches!(steps[0], Step::Branch { class: InsnClass::Cond, next: 0x1000, insns: 2, .. }));
+//! assert_eq!(steps[2], Step::End { insns: 1, at: 0x1004 });
+//! let stats = Checker::check_all(&images, entry, steps)?;
+//! assert_eq!(stats.insns, 5);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::collections::VecDeque;
 

@@ -1,0 +1,235 @@
+//! Trace bundles: the unit of input (DESIGN.md "Trace bundle").
+//!
+//! ```text
+//! BUNDLE/
+//!   bundle.toml      rtit_ctl, ring_offset?, guaranteed_ratio?, [[image]], [labels]
+//!   trace.rtit       the raw bytes as collected
+//!   images/          code images
+//!   truth/           (generated bundles) branches.parquet, summary.json
+//! ```
+//!
+//! In `bundle.toml`, addresses and CR3 values may be integers or strings such as
+//! `"0x401000"` (TOML integers are signed 64-bit, too small for kernel addresses);
+//! tracemill writes them as hex strings.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+/// `bundle.toml`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// RTIT_CTL (spec 3.3.2).
+    #[serde(with = "hex_u64")]
+    pub rtit_ctl: u64,
+    /// The trace file, relative to the bundle (default `trace.rtit`).
+    #[serde(default = "default_trace", skip_serializing_if = "is_default_trace")]
+    pub trace: String,
+    /// Set when the trace is a dump of the circular output buffer: RTIT_OFFSET after
+    /// tracing stopped. The bytes in time order are `data[ring_offset..] ++ data[..ring_offset]`.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_hex_u64")]
+    pub ring_offset: Option<u64>,
+    /// TSC/bus ratio, for converting core cycles to TSC ticks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guaranteed_ratio: Option<u8>,
+    #[serde(default, rename = "image", skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageEntry>,
+    /// Free-form facts (host, cpu, date...); `ingest` turns them into partition columns.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// How a generated bundle was made (model options, source), for reproducing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<toml::Table>,
+}
+
+fn default_trace() -> String {
+    "trace.rtit".to_string()
+}
+fn is_default_trace(s: &str) -> bool {
+    s == "trace.rtit"
+}
+
+/// How to read an image file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageKind {
+    /// An ELF file: its executable PT_LOAD segments.
+    #[default]
+    Elf,
+    /// Raw bytes loaded at `base`.
+    Raw,
+}
+
+/// One `[[image]]` entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageEntry {
+    /// Path relative to the bundle directory (or absolute).
+    pub path: String,
+    /// Load address: for raw images where byte 0 goes; for ELF files where the lowest
+    /// PT_LOAD segment goes (omit to use the ELF's own addresses).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_hex_u64")]
+    pub base: Option<u64>,
+    /// The address space (CR3) the image belongs to; omit for images shared by all.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_hex_u64")]
+    pub cr3: Option<u64>,
+    #[serde(default)]
+    pub kind: ImageKind,
+}
+
+/// Errors reading a bundle.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Toml {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+}
+
+impl Manifest {
+    pub fn new(rtit_ctl: u64) -> Self {
+        Manifest {
+            rtit_ctl,
+            trace: default_trace(),
+            ring_offset: None,
+            guaranteed_ratio: None,
+            images: Vec::new(),
+            labels: BTreeMap::new(),
+            generator: None,
+        }
+    }
+
+    /// Read `DIR/bundle.toml`.
+    pub fn load(dir: &Path) -> Result<Self, BundleError> {
+        let path = dir.join("bundle.toml");
+        let text = std::fs::read_to_string(&path).map_err(|source| BundleError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| BundleError::Toml { path, source })
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("a manifest serializes")
+    }
+
+    /// Path of the trace file.
+    pub fn trace_path(&self, dir: &Path) -> PathBuf {
+        dir.join(&self.trace)
+    }
+}
+
+/// Accepts an integer or a string ("0x1f", "31"); writes a hex string.
+pub mod hex_u64 {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{v:#x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(HexVisitor)
+    }
+
+    pub(super) struct HexVisitor;
+
+    impl Visitor<'_> for HexVisitor {
+        type Value = u64;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an integer or a string like \"0x401000\"")
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::custom("negative value"))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+            parse_u64(v).ok_or_else(|| E::custom(format!("not a number: {v:?}")))
+        }
+    }
+}
+
+/// Optional [`hex_u64`].
+pub mod opt_hex_u64 {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.serialize_str(&format!("{v:#x}")),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        d.deserialize_any(hex_u64::HexVisitor).map(Some)
+    }
+}
+
+/// Parse "0x1f", "1f" is not accepted (ambiguous); "31", "0b101", "0o17" are.
+pub fn parse_u64(s: &str) -> Option<u64> {
+    let t = s.trim().replace('_', "");
+    let (digits, radix) = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        (h.to_string(), 16)
+    } else if let Some(b) = t.strip_prefix("0b") {
+        (b.to_string(), 2)
+    } else if let Some(o) = t.strip_prefix("0o") {
+        (o.to_string(), 8)
+    } else {
+        (t, 10)
+    };
+    u64::from_str_radix(&digits, radix).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_round_trips_and_reads_hand_written_forms() {
+        let mut m = Manifest::new(0x2E0D);
+        m.ring_offset = Some(0x1234);
+        m.guaranteed_ratio = Some(20);
+        m.images.push(ImageEntry {
+            path: "images/kernel".into(),
+            base: Some(0xFFFF_FFFF_8100_0000),
+            cr3: None,
+            kind: ImageKind::Raw,
+        });
+        m.labels.insert("host".into(), "atom-7".into());
+        let t = m.to_toml();
+        assert!(t.contains("0xffffffff81000000"), "{t}");
+        assert_eq!(toml::from_str::<Manifest>(&t).unwrap(), m);
+
+        let hand = r#"
+            rtit_ctl = 11789
+            [[image]]
+            path = "images/prog"
+            base = 0x400000
+        "#;
+        let m: Manifest = toml::from_str(hand).unwrap();
+        assert_eq!(m.rtit_ctl, 11789);
+        assert_eq!(m.images[0].base, Some(0x40_0000));
+        assert_eq!(m.images[0].kind, ImageKind::Elf);
+        assert_eq!(m.trace, "trace.rtit");
+    }
+
+    #[test]
+    fn numbers_parse_in_several_radixes() {
+        assert_eq!(parse_u64("0x2e0d"), Some(0x2E0D));
+        assert_eq!(parse_u64("11789"), Some(11789));
+        assert_eq!(parse_u64("0b101"), Some(5));
+        assert_eq!(parse_u64("0xffff_ffff_8100_0000"), Some(0xFFFF_FFFF_8100_0000));
+        assert_eq!(parse_u64("zz"), None);
+    }
+}

@@ -1,0 +1,15 @@
+//! # tracemill
+//!
+//! The tracemill pipeline and command line: load a trace bundle (memory-mapped), cut the
+//! trace into chunks at PSBs, decode chunk bodies on a thread pool, stitch them in order,
+//! and stream the rows to Parquet (or Arrow IPC) files.
+//!
+//! - [`bundle`]: bundle loading;
+//! - [`run`]: the parallel decode and the closing summary;
+//! - [`dump`]: the packet listing;
+//! - [`synth`]: making bundles (real programs, synthetic walks, spec scenarios).
+
+pub mod bundle;
+pub mod dump;
+pub mod run;
+pub mod synth;

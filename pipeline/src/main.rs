@@ -1,0 +1,194 @@
+//! The `tracemill` command.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tracemill::bundle::{parse_image_arg, Bundle};
+use tracemill::run::{self, Tables};
+use tracemill_datasets::bundle::parse_u64;
+use tracemill_decode::config::TraceConfig;
+use tracemill_sinks::Format;
+
+/// Decode Intel RTIT traces (Silvermont/Airmont Real Time Instruction Trace) into
+/// Parquet tables of every executed branch, its timing, and code coverage.
+#[derive(Parser)]
+#[command(name = "tracemill", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List the packets of a trace (like ptdump): offset, bytes, packet, fields.
+    Dump(DumpArgs),
+    /// Decode a bundle into tables (branches, events, timing).
+    Decode(DecodeArgs),
+    /// Make trace bundles with ground truth from tracemill's model of the RTIT hardware.
+    Synth(SynthArgs),
+}
+
+/// The trace and the facts about it.
+#[derive(Args)]
+struct Source {
+    /// A bundle directory (with bundle.toml), or a bare trace file (then give --ctl).
+    bundle: PathBuf,
+    /// RTIT_CTL value the trace was recorded with (hex like 0x2e0d, or decimal);
+    /// overrides the bundle's.
+    #[arg(long, value_parser = parse_num)]
+    ctl: Option<u64>,
+    /// A code image: PATH (an ELF at its own addresses), PATH@ADDR, or PATH@ADDR@CR3.
+    /// Files ending in .bin or .raw are raw bytes loaded at ADDR. Repeatable.
+    #[arg(long = "image", value_name = "PATH@ADDR")]
+    images: Vec<String>,
+}
+
+#[derive(Args)]
+struct DumpArgs {
+    #[command(flatten)]
+    src: Source,
+    /// Print counts per packet type instead of the listing.
+    #[arg(long)]
+    stats: bool,
+}
+
+#[derive(Args)]
+struct DecodeArgs {
+    #[command(flatten)]
+    src: Source,
+    /// Directory for the tables (created if missing). Without it, decode and summarize only.
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+    /// Worker threads (default: all cores).
+    #[arg(long, short)]
+    jobs: Option<usize>,
+    /// Tables to write, comma-separated: branches, events, timing (default: all).
+    #[arg(long, default_value = "branches,events,timing")]
+    tables: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutFormat::Parquet)]
+    format: OutFormat,
+    /// Chunk size for parallel decoding, in bytes (cut at PSBs; default: from trace size).
+    #[arg(long, value_parser = parse_num)]
+    chunk_size: Option<u64>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum OutFormat {
+    Parquet,
+    Arrow,
+}
+
+#[derive(Args)]
+struct SynthArgs {
+    #[command(subcommand)]
+    what: SynthCmd,
+}
+
+#[derive(Subcommand)]
+enum SynthCmd {
+    /// Generate sample bundles by recipe name (see `synth list`), or `all`.
+    Sample {
+        /// Recipe names, or `all`.
+        #[arg(required = true)]
+        names: Vec<String>,
+        /// Parent directory; each sample goes to OUT/<name>/.
+        #[arg(long, short, default_value = "datasets/samples")]
+        out: PathBuf,
+    },
+    /// List the sample recipes.
+    List,
+}
+
+fn parse_num(s: &str) -> Result<u64, String> {
+    parse_u64(s).ok_or_else(|| format!("not a number: {s:?} (use 0x... or decimal)"))
+}
+
+fn open(src: &Source) -> Result<Bundle> {
+    let extra = src
+        .images
+        .iter()
+        .map(|s| parse_image_arg(s))
+        .collect::<Result<Vec<_>>>()?;
+    Bundle::open(&src.bundle, src.ctl, &extra)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match real_main(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            // One line: what, where, why.
+            let msg = format!("{e:#}");
+            eprintln!("tracemill: error: {}", msg.replace('\n', " "));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn real_main(cli: Cli) -> Result<ExitCode> {
+    match cli.cmd {
+        Cmd::Dump(a) => {
+            let b = open(&a.src)?;
+            let cfg = TraceConfig::from_ctl(b.manifest.rtit_ctl);
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            match tracemill::dump::dump(&b.stream(), &cfg, a.stats, &mut out) {
+                Ok(()) => {}
+                // `tracemill dump | head` closes the pipe early: not an error.
+                Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
+                Err(e) => return Err(e),
+            }
+            if let Err(e) = out.flush() {
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    return Err(e.into());
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Decode(a) => {
+            let b = open(&a.src)?;
+            let mut opts = run::Options {
+                out: a.out.clone(),
+                tables: Tables::parse(&a.tables)?,
+                format: match a.format {
+                    OutFormat::Parquet => Format::Parquet,
+                    OutFormat::Arrow => Format::ArrowIpc,
+                },
+                chunk_bytes: a.chunk_size,
+                progress: !a.quiet,
+                ..run::Options::default()
+            };
+            if let Some(j) = a.jobs {
+                opts.jobs = j.max(1);
+            }
+            let report = run::decode(&b, &opts)
+                .with_context(|| format!("decoding {}", a.src.bundle.display()))?;
+            eprint!("{}", run::summary(&a.src.bundle.display().to_string(), &report));
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Synth(s) => match s.what {
+            SynthCmd::List => {
+                print!("{}", tracemill::synth::list());
+                Ok(ExitCode::SUCCESS)
+            }
+            SynthCmd::Sample { names, out } => {
+                tracemill::synth::samples(&names, &out)?;
+                Ok(ExitCode::SUCCESS)
+            }
+        },
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

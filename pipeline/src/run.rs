@@ -1,0 +1,457 @@
+//! `tracemill decode`: the parallel pipeline.
+//!
+//! ```text
+//!   rayon pool            main thread                 writer thread
+//!   chunk bodies  ──►  stitch in order, number  ──►  Arrow batches ──► Parquet files
+//!   (batches of       rows, count               (bounded channel)    (temp + rename)
+//!    4×jobs chunks)
+//! ```
+//!
+//! Bodies of the next batch decode while the main thread stitches the previous one and
+//! the writer thread writes; every channel is bounded, so memory stays bounded whatever
+//! the trace size (beyond the memory map itself).
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use crossbeam_channel::bounded;
+use rayon::prelude::*;
+use tracemill_decode::block::BlockCache;
+use tracemill_decode::chunk::{decode_body, plan_chunks, Body, Input, Piece, Sequencer, Stitcher};
+use tracemill_decode::config::TraceConfig;
+use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns, TimingRow};
+use tracemill_decode::sync::find_psbs;
+use tracemill_schemas::{BranchKind, EventKind};
+use tracemill_sinks::{FileMeta, Format, TableWriter, WriterOptions, Written};
+
+use crate::bundle::Bundle;
+
+/// Which tables to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tables {
+    pub branches: bool,
+    pub events: bool,
+    pub timing: bool,
+}
+
+impl Tables {
+    pub const ALL: Tables = Tables {
+        branches: true,
+        events: true,
+        timing: true,
+    };
+    pub const NONE: Tables = Tables {
+        branches: false,
+        events: false,
+        timing: false,
+    };
+
+    /// Parse `branches,events,...`.
+    pub fn parse(s: &str) -> Result<Tables> {
+        let mut t = Tables::NONE;
+        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "branches" => t.branches = true,
+                "events" => t.events = true,
+                "timing" => t.timing = true,
+                "all" => t = Tables::ALL,
+                other => bail!(
+                    "unknown table {other:?}: choose from branches, events, timing (or all)"
+                ),
+            }
+        }
+        Ok(t)
+    }
+}
+
+/// How to decode.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Worker threads for chunk bodies.
+    pub jobs: usize,
+    /// Chunk size in bytes (at PSB boundaries); `None`: chosen from the trace size.
+    pub chunk_bytes: Option<u64>,
+    /// Where to write tables; `None`: decode only.
+    pub out: Option<PathBuf>,
+    pub tables: Tables,
+    pub format: Format,
+    pub writer: WriterOptions,
+    /// Show a progress bar (on a terminal).
+    pub progress: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            chunk_bytes: None,
+            out: None,
+            tables: Tables::ALL,
+            format: Format::Parquet,
+            writer: WriterOptions::default(),
+            progress: false,
+        }
+    }
+}
+
+/// What a decode did.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub trace_bytes: u64,
+    pub psbs: usize,
+    pub chunks: usize,
+    pub jobs: usize,
+    pub rows: u64,
+    pub instructions: u64,
+    pub by_kind: [u64; 8],
+    pub events_by_kind: BTreeMap<&'static str, u64>,
+    /// The first few problems, for the summary.
+    pub first_errors: Vec<EventRow>,
+    /// Chunks whose stitch decoded them alone (the safety net).
+    pub fallbacks: usize,
+    pub elapsed: Duration,
+    pub written: Vec<Written>,
+    /// Warnings about the inputs (images that could not be loaded, reserved bits).
+    pub warnings: Vec<String>,
+}
+
+impl Report {
+    fn count(&mut self, p: &Piece<BranchColumns>) {
+        self.rows += p.rows.len() as u64;
+        self.instructions += p.rows.insns.iter().map(|&i| i as u64).sum::<u64>();
+        for &k in &p.rows.kind {
+            self.by_kind[k as usize] += 1;
+        }
+        for e in &p.events {
+            *self.events_by_kind.entry(e.kind.name()).or_default() += 1;
+            if e.kind == EventKind::Error && self.first_errors.len() < 5 {
+                self.first_errors.push(e.clone());
+            }
+        }
+    }
+
+    pub fn errors(&self) -> u64 {
+        self.events_by_kind.get("error").copied().unwrap_or(0)
+    }
+}
+
+/// Pick a chunk size: a few MiB, and many more chunks than threads.
+pub fn default_chunk_bytes(len: u64, jobs: usize) -> u64 {
+    (len / (jobs as u64 * 16).max(1)).clamp(256 << 10, 8 << 20)
+}
+
+/// Decode a bundle; write the tables asked for.
+pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
+    let t0 = Instant::now();
+    let stream = bundle.stream();
+    let psbs = find_psbs(&stream);
+    let cfg = TraceConfig::from_ctl(bundle.manifest.rtit_ctl);
+    let (images, problems) = bundle.image_set();
+    let mut report = Report {
+        trace_bytes: stream.len(),
+        psbs: psbs.len(),
+        jobs: opts.jobs.max(1),
+        warnings: problems,
+        ..Report::default()
+    };
+    if cfg.reserved_bits() != 0 {
+        report.warnings.push(format!(
+            "rtit_ctl {:#x} sets reserved bits {:#x}; decoding as given",
+            cfg.ctl,
+            cfg.reserved_bits()
+        ));
+    }
+    if images.segments().is_empty() {
+        report
+            .warnings
+            .push("no code image loaded: no branch can be followed".to_string());
+    }
+    let Some(&first_psb) = psbs.first() else {
+        bail!(
+            "{}: no PSB packet in {} bytes: nothing to decode (is this an RTIT trace?)",
+            bundle.trace_path.display(),
+            stream.len()
+        );
+    };
+    let input = Input {
+        stream: &stream,
+        psbs: &psbs,
+        images: &images,
+        cfg,
+    };
+    let chunk_bytes = opts
+        .chunk_bytes
+        .unwrap_or_else(|| default_chunk_bytes(stream.len(), report.jobs));
+    let chunks = plan_chunks(&psbs, stream.len(), chunk_bytes);
+    report.chunks = chunks.len();
+
+    let meta = FileMeta {
+        source: bundle.trace_path.display().to_string(),
+        source_size: bundle.trace.len() as u64,
+        rtit_ctl: bundle.manifest.rtit_ctl,
+        extra: bundle
+            .manifest
+            .labels
+            .iter()
+            .map(|(k, v)| (format!("label.{k}"), v.clone()))
+            .collect(),
+    };
+    let mut writers = Writers::create(opts, &meta)?;
+
+    let progress = opts.progress && std::io::stderr().is_terminal();
+    let bar = progress.then(|| {
+        let b = indicatif::ProgressBar::new(stream.len());
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} decoding [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        b
+    });
+
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(report.jobs)
+        .thread_name(|i| format!("tracemill-decode-{i}"))
+        .build()
+        .context("starting the decode threads")?;
+    let caches: Vec<Mutex<BlockCache>> = (0..report.jobs).map(|_| Mutex::default()).collect();
+    let batch = report.jobs * 4;
+
+    let mut seq = Sequencer::default();
+    let mut stitcher = Stitcher::new(&input);
+    let mut junk = None;
+    if first_psb > 0 {
+        junk = Some(EventRow {
+            seq: 0,
+            offset: 0,
+            kind: EventKind::Resync,
+            ip: None,
+            tsc: None,
+            detail: format!(
+                "skipped {first_psb} bytes before the first PSB (packet boundaries are unknown there)"
+            ),
+        });
+    }
+
+    let written = std::thread::scope(|s| -> Result<Vec<Written>> {
+        let (piece_tx, piece_rx) = bounded::<Piece<BranchColumns>>(8);
+        let writer = s.spawn(move || -> Result<Vec<Written>> {
+            for p in piece_rx {
+                writers.write(p)?;
+            }
+            writers.finish()
+        });
+        let (body_tx, body_rx) = bounded::<Vec<Body<BranchColumns>>>(1);
+        let input_ref = &input;
+        let caches_ref = &caches;
+        let pool_ref = &pool;
+        let chunks_ref = &chunks;
+        let producer = s.spawn(move || {
+            pool_ref.install(|| {
+                for group in chunks_ref.chunks(batch) {
+                    let bodies: Vec<Body<BranchColumns>> = group
+                        .par_iter()
+                        .map(|c| {
+                            let i = rayon::current_thread_index().unwrap_or(0);
+                            let mut cache = caches_ref[i % caches_ref.len()]
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner());
+                            decode_body(input_ref, &mut cache, *c)
+                        })
+                        .collect();
+                    if body_tx.send(bodies).is_err() {
+                        return; // the consumer stopped (a write failed)
+                    }
+                }
+            })
+        });
+        let mut send_err = false;
+        for bodies in body_rx {
+            for b in bodies {
+                let done = b.chunk.end - b.chunk.start;
+                stitcher.push(b, |mut p| {
+                    if let Some(j) = junk.take() {
+                        p.events.insert(0, j);
+                    }
+                    seq.sequence(&mut p);
+                    report.count(&p);
+                    if piece_tx.send(p).is_err() {
+                        send_err = true;
+                    }
+                });
+                if let Some(b) = &bar {
+                    b.inc(done);
+                }
+            }
+            if send_err {
+                break;
+            }
+        }
+        drop(piece_tx);
+        producer.join().expect("decode threads do not panic");
+        writer.join().expect("writer thread does not panic")
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    report.fallbacks = stitcher.fallbacks;
+    report.written = written;
+    report.elapsed = t0.elapsed();
+    Ok(report)
+}
+
+/// The open table writers.
+struct Writers {
+    branches: Option<TableWriter>,
+    events: Option<TableWriter>,
+    timing: Option<TableWriter>,
+}
+
+impl Writers {
+    fn create(opts: &Options, meta: &FileMeta) -> Result<Writers> {
+        let Some(dir) = &opts.out else {
+            return Ok(Writers {
+                branches: None,
+                events: None,
+                timing: None,
+            });
+        };
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("{}: cannot create the output directory", dir.display()))?;
+        let open = |on: bool, table: &str| -> Result<Option<TableWriter>> {
+            if !on {
+                return Ok(None);
+            }
+            let mut wo = opts.writer.clone();
+            wo.format = opts.format;
+            Ok(Some(TableWriter::create_in(dir, table, meta, &wo)?))
+        };
+        Ok(Writers {
+            branches: open(opts.tables.branches, "branches")?,
+            events: open(opts.tables.events, "events")?,
+            timing: open(opts.tables.timing, "timing")?,
+        })
+    }
+
+    fn write(&mut self, p: Piece<BranchColumns>) -> Result<()> {
+        if let Some(w) = &mut self.events {
+            if !p.events.is_empty() {
+                w.write_events(&p.events)?;
+            }
+        }
+        if let Some(w) = &mut self.timing {
+            if !p.timing.is_empty() {
+                let mut t = TimingColumns::default();
+                for f in &p.timing {
+                    t.push(&TimingRow {
+                        offset: f.offset,
+                        kind: f.kind,
+                        raw: f.raw,
+                        value: f.raw,
+                        tsc: None,
+                        cycles: None,
+                        core_bus_ratio: f.ratio,
+                    });
+                }
+                w.write_timing(t)?;
+            }
+        }
+        if let Some(w) = &mut self.branches {
+            if !p.rows.is_empty() {
+                w.write_branches(p.rows)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Vec<Written>> {
+        let mut out = Vec::new();
+        for w in [self.branches, self.events, self.timing].into_iter().flatten() {
+            out.push(w.finish()?);
+        }
+        Ok(out)
+    }
+}
+
+/// The closing summary, one screen.
+pub fn summary(name: &str, r: &Report) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    let mb = r.trace_bytes as f64 / (1 << 20) as f64;
+    let _ = writeln!(s, "tracemill decode: {name}");
+    let _ = writeln!(
+        s,
+        "  trace         {:.2} MiB, {} PSBs, {} chunks on {} threads",
+        mb, r.psbs, r.chunks, r.jobs
+    );
+    let _ = writeln!(
+        s,
+        "  decoded       {} branches, {} instructions in {:.3} s ({:.1} MB/s of trace, {:.2} M branches/s)",
+        group(r.rows),
+        group(r.instructions),
+        secs,
+        r.trace_bytes as f64 / 1e6 / secs,
+        r.rows as f64 / 1e6 / secs
+    );
+    let kinds: Vec<String> = BranchKind::ALL
+        .iter()
+        .filter(|k| r.by_kind[**k as usize] > 0)
+        .map(|k| format!("{} {}", k.name(), group(r.by_kind[*k as usize])))
+        .collect();
+    if !kinds.is_empty() {
+        let _ = writeln!(s, "  by kind       {}", kinds.join(", "));
+    }
+    let g = |k: &str| r.events_by_kind.get(k).copied().unwrap_or(0);
+    let _ = writeln!(
+        s,
+        "  gaps          {} overflows, {} errors, {} resyncs, {} trace stops; {} disables/{} enables",
+        g("overflow"),
+        g("error"),
+        g("resync"),
+        g("trace_stop"),
+        g("disable"),
+        g("enable")
+    );
+    for e in &r.first_errors {
+        let _ = writeln!(s, "    error at offset {:#x}: {}", e.offset, e.detail);
+    }
+    if r.errors() > r.first_errors.len() as u64 {
+        let _ = writeln!(
+            s,
+            "    ... {} more in the events table",
+            r.errors() - r.first_errors.len() as u64
+        );
+    }
+    for w in &r.warnings {
+        let _ = writeln!(s, "  warning       {w}");
+    }
+    for w in &r.written {
+        let _ = writeln!(
+            s,
+            "  wrote         {} ({} rows)",
+            w.path.display(),
+            group(w.rows)
+        );
+    }
+    s
+}
+
+/// 1234567 -> "1,234,567".
+pub fn group(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::new();
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
