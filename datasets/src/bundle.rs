@@ -229,7 +229,10 @@ mod tests {
         assert_eq!(parse_u64("0x2e0d"), Some(0x2E0D));
         assert_eq!(parse_u64("11789"), Some(11789));
         assert_eq!(parse_u64("0b101"), Some(5));
-        assert_eq!(parse_u64("0xffff_ffff_8100_0000"), Some(0xFFFF_FFFF_8100_0000));
+        assert_eq!(
+            parse_u64("0xffff_ffff_8100_0000"),
+            Some(0xFFFF_FFFF_8100_0000)
+        );
         assert_eq!(parse_u64("zz"), None);
     }
 }

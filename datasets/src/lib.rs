@@ -6,11 +6,11 @@
 //! - [`exec`]: execution sources (qemu-user capture of real programs, synthetic walks);
 //! - [`rng`]: the seeded generator behind every random choice.
 
+pub mod bundle;
 pub mod encode;
 pub mod exec;
 pub mod kernel;
 pub mod model;
 pub mod rng;
-pub mod scenarios;
-pub mod bundle;
 pub mod samples;
+pub mod scenarios;

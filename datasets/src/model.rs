@@ -246,6 +246,8 @@ pub struct Model<'i> {
     decision: Decision,
     /// First row after the last decided one: lost if a gap comes before a decision.
     tail_start: usize,
+    /// Where the undecided tail starts executing.
+    tail_ip: u64,
     step_no: u64,
     /// Where the next step starts executing.
     cur_ip: u64,
@@ -304,6 +306,7 @@ impl<'i> Model<'i> {
             vis_insns: 0,
             decision: Decision::Known(0),
             tail_start: 0,
+            tail_ip: 0,
             step_no: 0,
             cur_ip: 0,
             pip_cr3: None,
@@ -530,7 +533,15 @@ impl<'i> Model<'i> {
         for &r in &rows[..n] {
             self.truth.rows.offset[r] = off;
         }
-        self.tail_start = self.tail_start.max(rows[n - 1] + 1);
+        if rows[n - 1] + 1 > self.tail_start {
+            self.tail_start = rows[n - 1] + 1;
+            self.tail_ip = self
+                .truth
+                .rows
+                .target
+                .get(rows[n - 1])
+                .unwrap_or(self.cur_ip);
+        }
         if t.is_full() && self.cfg.cycle_acc {
             self.truth.cyc_exact[rows[n - 1]] = true;
         }
@@ -610,6 +621,7 @@ impl<'i> Model<'i> {
     fn resume_at(&mut self, off: u64) {
         self.decision = Decision::Known(off);
         self.tail_start = self.truth.rows.len();
+        self.tail_ip = self.cur_ip;
     }
 
     /// Mark the undecided tail lost.
@@ -996,6 +1008,7 @@ impl<'i> Model<'i> {
         self.truth.cyc_exact[row] = self.cfg.cycle_acc;
         self.decision = Decision::Known(off);
         self.tail_start = row + 1;
+        self.tail_ip = self.truth.rows.target.get(row).unwrap_or(self.cur_ip);
     }
 
     fn push_row(&mut self, r: &BranchRow, lost: bool) {
@@ -1015,6 +1028,11 @@ impl<'i> Model<'i> {
         let after = context && self.filter_en(target);
         self.cpl = to_cpl;
         self.cur_ip = target;
+        if before && row.is_none() {
+            // An asynchronous transfer at `saved`: its bits go out first.
+            self.flush_tnt();
+            self.first_arrival(saved);
+        }
         match (before, after) {
             (true, true) => {
                 self.flush_tnt();
@@ -1062,6 +1080,32 @@ impl<'i> Model<'i> {
                 }
             }
             (false, false) => {}
+        }
+    }
+
+    /// An interrupt at `x` ends a stretch of direct branches only (no packet since the
+    /// last decided row). If that stretch passed `x` before — a loop with no conditional
+    /// or indirect branch, spinning until the interrupt — no trace can tell how many
+    /// times: a decoder stops at the first arrival. Rows after it are unprovable.
+    fn first_arrival(&mut self, x: u64) {
+        let mut start = self.tail_ip;
+        for r in self.tail_start..self.truth.rows.len() {
+            let ip = self.truth.rows.ip[r];
+            if x >= start && x <= ip {
+                let k = self.blocks.get(self.images, start, self.cr3).index_of(x);
+                if let Some(k) = k {
+                    for l in r..self.truth.rows.len() {
+                        self.truth.lost[l] = true;
+                    }
+                    self.vis_insns = k;
+                    self.tail_start = self.truth.rows.len();
+                    return;
+                }
+            }
+            match self.truth.rows.target.get(r) {
+                Some(t) => start = t,
+                None => return,
+            }
         }
     }
 

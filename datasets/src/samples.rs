@@ -73,13 +73,30 @@ fn ctl_user(extra: u64) -> u64 {
 fn text_input(seed: u64, lines: usize) -> Vec<u8> {
     let mut r = Rng::new(seed);
     let words = [
-        "atom", "silvermont", "airmont", "trace", "packet", "branch", "cycle", "overflow",
-        "stitch", "decode", "parquet", "duckdb", "tnt", "tip", "fup", "psb", "mtc",
+        "atom",
+        "silvermont",
+        "airmont",
+        "trace",
+        "packet",
+        "branch",
+        "cycle",
+        "overflow",
+        "stitch",
+        "decode",
+        "parquet",
+        "duckdb",
+        "tnt",
+        "tip",
+        "fup",
+        "psb",
+        "mtc",
     ];
     let mut s = String::new();
     for i in 0..lines {
         let n = 2 + r.below(6) as usize;
-        let line: Vec<&str> = (0..n).map(|_| words[r.below(words.len() as u64) as usize]).collect();
+        let line: Vec<&str> = (0..n)
+            .map(|_| words[r.below(words.len() as u64) as usize])
+            .collect();
         s.push_str(&format!("{} {} {}\n", line.join(" "), r.below(1000), i));
     }
     s.into_bytes()
@@ -263,7 +280,10 @@ pub fn recipes() -> Vec<Recipe> {
 }
 
 fn scenario_recipe(name: &'static str, about: &'static str) -> Recipe {
-    let s = scenarios::all().into_iter().find(|s| s.name == name).expect("scenario");
+    let s = scenarios::all()
+        .into_iter()
+        .find(|s| s.name == name)
+        .expect("scenario");
     Recipe {
         name: match name {
             "table3" => "scenario-table3",
@@ -459,9 +479,15 @@ pub fn generate(r: &Recipe) -> Result<Generated> {
         });
     }
     manifest.labels.insert("sample".into(), r.name.into());
-    manifest
-        .labels
-        .insert("program".into(), prepared.execs.iter().map(|e| e.name.clone()).collect::<Vec<_>>().join(" + "));
+    manifest.labels.insert(
+        "program".into(),
+        prepared
+            .execs
+            .iter()
+            .map(|e| e.name.clone())
+            .collect::<Vec<_>>()
+            .join(" + "),
+    );
     let mut gen = toml::Table::new();
     gen.insert("recipe".into(), r.name.into());
     gen.insert("about".into(), r.about.into());
@@ -575,8 +601,12 @@ fn write_truth(dir: &Path, g: &Generated) -> Result<()> {
                     .map(|x| (x.0 as i64 + g.shift).max(0) as u64)
                     .collect::<Vec<_>>(),
             )) as ArrayRef,
-            Arc::new(UInt64Array::from(t.timing.iter().map(|x| x.1).collect::<Vec<_>>())),
-            Arc::new(UInt64Array::from(t.timing.iter().map(|x| x.2).collect::<Vec<_>>())),
+            Arc::new(UInt64Array::from(
+                t.timing.iter().map(|x| x.1).collect::<Vec<_>>(),
+            )),
+            Arc::new(UInt64Array::from(
+                t.timing.iter().map(|x| x.2).collect::<Vec<_>>(),
+            )),
         ],
     )?;
     write_parquet(&dir.join("timing.parquet"), &timing)?;

@@ -159,7 +159,10 @@ fn every_table18_row_round_trips() {
 
 #[test]
 fn truncated_packet_at_end_of_file_is_an_error_with_offset() {
-    let mut b = to_bytes(&[Packet::Psb, Packet::Tip(compress_ip(0x7FFF_0000_1000, None))]);
+    let mut b = to_bytes(&[
+        Packet::Psb,
+        Packet::Tip(compress_ip(0x7FFF_0000_1000, None)),
+    ]);
     b.truncate(b.len() - 2);
     let s = TraceStream::linear(&b);
     let psbs = find_psbs(&s);
@@ -176,7 +179,10 @@ fn junk_then_psb_resyncs_and_reserved_headers_are_errors() {
     let mut b = vec![0xE5u8, 0x00, 0x17];
     b.extend(to_bytes(&[Packet::Psb, Packet::TraceStop]));
     b.push(0xC9); // reserved 11001xxx
-    b.extend(to_bytes(&[Packet::Psb, Packet::Tnt(Tnt { bits: 1, len: 1 })]));
+    b.extend(to_bytes(&[
+        Packet::Psb,
+        Packet::Tnt(Tnt { bits: 1, len: 1 }),
+    ]));
     let s = TraceStream::linear(&b);
     let psbs = find_psbs(&s);
     assert_eq!(psbs, vec![3, 14]);
@@ -188,5 +194,8 @@ fn junk_then_psb_resyncs_and_reserved_headers_are_errors() {
             Err(e) => format!("err@{}", e.offset),
         })
         .collect();
-    assert_eq!(kinds, vec!["psb", "tracestop", "err@13", "psb", "tnt.partial"]);
+    assert_eq!(
+        kinds,
+        vec!["psb", "tracestop", "err@13", "psb", "tnt.partial"]
+    );
 }

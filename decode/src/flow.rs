@@ -292,6 +292,8 @@ pub struct Walker<'a, 'c, S: RowSink> {
     pub body_start: Option<Target>,
     /// Rows and NLIP right after the last branch (for FUP.PGD's second reading).
     alt_pgd: Option<(usize, u64)>,
+    /// Tracing resumed here and no instruction has been walked since.
+    resumed_at: Option<u64>,
 }
 
 impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
@@ -325,6 +327,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             timing: Vec::new(),
             body_start: None,
             alt_pgd: None,
+            resumed_at: None,
         }
     }
 
@@ -431,6 +434,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     fn resume(&mut self, ip: u64, off: u64) {
         self.st.mode = Mode::Tracing;
         self.st.ip = ip;
+        self.resumed_at = Some(ip);
         self.st.tnt.clear();
         self.decided(off);
         if !self.started {
@@ -747,7 +751,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                         off,
                         tip,
                     } => {
-                        if x == self.st.ip {
+                        if x == self.st.ip && !self.far_ahead(x) {
                             // An asynchronous far transfer (interrupt, exception) before
                             // the instruction at X.
                             self.consume();
@@ -769,7 +773,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     Item::Pgd {
                         ip: Some(x), off, ..
                     } => {
-                        if x == self.st.ip {
+                        if x == self.st.ip && !self.far_ahead(x) {
                             self.consume();
                             self.event(off, EventKind::Disable, Some(x), String::new());
                             self.decided(off);
@@ -789,6 +793,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 }
             }
             after_branch = false;
+            self.resumed_at = None;
             // Walk one block.
             let bi = self.cache.index(self.images, self.st.ip, self.st.cr3);
             let b = self.cache.block(bi);
@@ -1036,6 +1041,36 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             }
             after_branch = true;
         }
+    }
+
+    /// Right after tracing resumed at `x`, a FUP.FAR/PGD naming `x` is either an interrupt
+    /// before any instruction ran, or the far transfer that ends a loop back here with no
+    /// packet on the way (a syscall whose NLIP is `x`, as in `_exit`'s `syscall; jmp`
+    /// loop). The second reading wins when the code from `x` reaches such a far transfer
+    /// through direct branches only.
+    fn far_ahead(&mut self, x: u64) -> bool {
+        if self.resumed_at != Some(x) {
+            return false;
+        }
+        let mut ip = x;
+        for _ in 0..64 {
+            let bi = self.cache.index(self.images, ip, self.st.cr3);
+            let b = self.cache.block(bi);
+            if b.end != BlockEnd::Branch {
+                return false;
+            }
+            match b.class {
+                InsnClass::Far | InsnClass::Syscall => {
+                    return b.next == x || (x > b.last_ip && x < b.next);
+                }
+                InsnClass::Jmp | InsnClass::Call => ip = b.target,
+                _ => return false,
+            }
+            if ip == x {
+                return false;
+            }
+        }
+        false
     }
 
     /// The walk cannot reach the address of the pending FUP.PGD. If that address is the

@@ -91,7 +91,11 @@ impl Bundle {
         let mut image_problems = Vec::new();
         for e in &manifest.images {
             let p = Path::new(&e.path);
-            let p = if p.is_absolute() { p.to_path_buf() } else { dir.join(p) };
+            let p = if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                dir.join(p)
+            };
             match map_file(&p) {
                 Ok(bytes) => images.push(LoadedImage {
                     entry: e.clone(),
@@ -124,9 +128,10 @@ impl Bundle {
         let mut set = ImageSet::new();
         let mut problems = self.image_problems.clone();
         for im in &self.images {
-            let name = Path::new(&im.entry.path)
-                .file_name()
-                .map_or_else(|| im.entry.path.clone(), |n| n.to_string_lossy().into_owned());
+            let name = Path::new(&im.entry.path).file_name().map_or_else(
+                || im.entry.path.clone(),
+                |n| n.to_string_lossy().into_owned(),
+            );
             match im.entry.kind {
                 ImageKind::Raw => {
                     set.add_raw(&name, &im.bytes, im.entry.base.unwrap_or(0), im.entry.cr3);

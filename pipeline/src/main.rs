@@ -170,7 +170,10 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             }
             let report = run::decode(&b, &opts)
                 .with_context(|| format!("decoding {}", a.src.bundle.display()))?;
-            eprint!("{}", run::summary(&a.src.bundle.display().to_string(), &report));
+            eprint!(
+                "{}",
+                run::summary(&a.src.bundle.display().to_string(), &report)
+            );
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Synth(s) => match s.what {

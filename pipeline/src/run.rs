@@ -59,9 +59,9 @@ impl Tables {
                 "events" => t.events = true,
                 "timing" => t.timing = true,
                 "all" => t = Tables::ALL,
-                other => bail!(
-                    "unknown table {other:?}: choose from branches, events, timing (or all)"
-                ),
+                other => {
+                    bail!("unknown table {other:?}: choose from branches, events, timing (or all)")
+                }
             }
         }
         Ok(t)
@@ -372,7 +372,10 @@ impl Writers {
 
     fn finish(self) -> Result<Vec<Written>> {
         let mut out = Vec::new();
-        for w in [self.branches, self.events, self.timing].into_iter().flatten() {
+        for w in [self.branches, self.events, self.timing]
+            .into_iter()
+            .flatten()
+        {
             out.push(w.finish()?);
         }
         Ok(out)
