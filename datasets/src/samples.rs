@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use arrow::array::{ArrayRef, BooleanArray, UInt32Array, UInt64Array};
+use arrow::array::{ArrayRef, BooleanArray, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use tracemill_decode::config::ctl;
@@ -34,8 +34,12 @@ pub enum Source {
     },
     /// Debian's busybox-static, run under qemu.
     Busybox { args: Vec<String>, stdin: Vec<u8> },
-    /// A seeded synthetic walk over busybox's code.
-    Synthetic { steps: u64, seed: u64 },
+    /// A seeded synthetic walk over the code of a C program of `datasets/programs/`.
+    Synthetic {
+        program: &'static str,
+        steps: u64,
+        seed: u64,
+    },
     /// A hand-made spec scenario.
     Scenario(&'static str),
     /// Several processes on one CPU with the kernel traced (context switches send PIPs).
@@ -157,14 +161,14 @@ pub fn recipes() -> Vec<Recipe> {
                 stdin: vec![],
             },
             options: ModelOptions {
-                ctl: ctl_user(ctl::CMPRS_RET | ctl::CYCLE_ACC | ctl::MTC_EN),
+                ctl: ctl_user(ctl::CMPRS_RET | ctl::CYCLE_ACC | ctl::MTC_EN | (3 << 14)),
                 seed: 13,
                 overflow: Some(OverflowPlan {
                     every_steps: (3_000, 15_000),
                     duration_steps: (3, 300),
                     e5: 0.5,
                 }),
-                stall: Some((0.0005, 2_200_000)),
+                stall: Some((0.00003, 2_200_000)),
                 ..d.clone()
             },
             kernel: false,
@@ -210,7 +214,7 @@ pub fn recipes() -> Vec<Recipe> {
         },
         Recipe {
             name: "busybox-gzip-ring",
-            about: "busybox gzip: a dump of a 256 KiB circular output buffer that wrapped, with \
+            about: "busybox gzip: a dump of a 64 KiB circular output buffer that wrapped, with \
                     ring_offset, starting mid-packet",
             source: Source::Busybox {
                 args: vec!["gzip".into(), "-c".into()],
@@ -222,7 +226,7 @@ pub fn recipes() -> Vec<Recipe> {
                 ..d.clone()
             },
             kernel: false,
-            layout: Layout::Ring(256 << 10),
+            layout: Layout::Ring(64 << 10),
         },
         Recipe {
             name: "kernel-processes",
@@ -257,9 +261,10 @@ pub fn recipes() -> Vec<Recipe> {
         },
         Recipe {
             name: "synthetic",
-            about: "a seeded synthetic walk over busybox's code: interrupts inside blocks, wild \
-                    returns, all timing packets",
+            about: "a seeded synthetic walk over the jumptable program's code: interrupts \
+                    inside blocks, wild returns, all timing packets",
             source: Source::Synthetic {
+                program: "jumptable",
                 steps: 150_000,
                 seed: 7,
             },
@@ -329,6 +334,12 @@ fn capture(src: &Source) -> Result<Execution> {
                 .with_context(|| format!("tracing {}", path.display()))?;
             let mut e = c.execution;
             e.name = program.to_string();
+            // Symbols are not needed to decode; stripping keeps the samples small.
+            for (_, bytes) in &mut e.images {
+                if let Some(s) = strip(bytes) {
+                    *bytes = s;
+                }
+            }
             Ok(e)
         }
         Source::Busybox { args, stdin } => {
@@ -338,13 +349,47 @@ fn capture(src: &Source) -> Result<Execution> {
             e.name = format!("busybox {}", args.join(" "));
             Ok(e)
         }
-        Source::Synthetic { steps, seed } => {
-            let elf = fs::read(busybox_path()).context("reading busybox")?;
-            let code = Code::from_elf("busybox", &elf)?;
+        Source::Synthetic {
+            program,
+            steps,
+            seed,
+        } => {
+            let elf = compile(program)?;
+            let code = Code::from_elf(program, &elf)?;
             Ok(code.execution(&WalkConfig::new(*seed, *steps)))
         }
         Source::Scenario(_) | Source::Processes(_) => unreachable!("handled by the caller"),
     }
+}
+
+/// Compile a program of `datasets/programs/` (stripped) and return its ELF bytes.
+fn compile(program: &str) -> Result<Vec<u8>> {
+    let src = qemu::programs_dir().join(format!("{program}.c"));
+    let dir = std::env::temp_dir().join(format!("tracemill-synth-{}", std::process::id()));
+    fs::create_dir_all(&dir)?;
+    let exe = dir.join(program);
+    qemu::compile_c(&src, &exe)?;
+    let bytes = fs::read(&exe)?;
+    let _ = fs::remove_dir_all(&dir);
+    Ok(strip(&bytes).unwrap_or(bytes))
+}
+
+/// `strip` an ELF (symbols and debug sections only; code stays where it is).
+fn strip(elf: &[u8]) -> Option<Vec<u8>> {
+    let dir = std::env::temp_dir().join(format!("tracemill-strip-{}", std::process::id()));
+    fs::create_dir_all(&dir).ok()?;
+    let (i, o) = (dir.join("in"), dir.join("out"));
+    fs::write(&i, elf).ok()?;
+    let ok = std::process::Command::new("strip")
+        .arg("-o")
+        .arg(&o)
+        .arg(&i)
+        .status()
+        .ok()?
+        .success();
+    let out = if ok { fs::read(&o).ok() } else { None };
+    let _ = fs::remove_dir_all(&dir);
+    out
 }
 
 /// The bundle files of a generated sample.
@@ -588,29 +633,6 @@ fn write_truth(dir: &Path, g: &Generated) -> Result<()> {
         ],
     )?;
     write_parquet(&dir.join("rows.parquet"), &extra)?;
-    let timing = RecordBatch::try_new(
-        Arc::new(Schema::new(vec![
-            Field::new("offset", DataType::UInt64, false),
-            Field::new("tsc", DataType::UInt64, false),
-            Field::new("cycles", DataType::UInt64, false),
-        ])),
-        vec![
-            Arc::new(UInt64Array::from(
-                t.timing
-                    .iter()
-                    .map(|x| (x.0 as i64 + g.shift).max(0) as u64)
-                    .collect::<Vec<_>>(),
-            )) as ArrayRef,
-            Arc::new(UInt64Array::from(
-                t.timing.iter().map(|x| x.1).collect::<Vec<_>>(),
-            )),
-            Arc::new(UInt64Array::from(
-                t.timing.iter().map(|x| x.2).collect::<Vec<_>>(),
-            )),
-        ],
-    )?;
-    write_parquet(&dir.join("timing.parquet"), &timing)?;
-
     let (blocks, block_executions) = count_blocks(g);
     let summary = TruthSummary {
         model: g.output.summary.clone(),

@@ -83,8 +83,6 @@ pub struct Body<S> {
     pub start: Option<Target>,
     /// State at the end of the chunk.
     pub exit: FlowState,
-    /// Rows before its first PIP (their CR3 comes from before the chunk).
-    pub rows_before_pip: usize,
     /// Decode this chunk sequentially (the body met something it cannot do alone).
     pub failed: bool,
 }
@@ -111,11 +109,7 @@ pub fn decode_body<S: RowSink + Default>(
     );
     let stop = w.run();
     let failed = stop == Stop::Failed;
-    let rows_before_pip = w
-        .events
-        .iter()
-        .find(|e| e.kind == tracemill_schemas::EventKind::Paging)
-        .map_or(w.rows.len(), |e| e.seq as usize);
+
     let start = if first {
         Some(Target {
             cursor: chunk.start,
@@ -128,7 +122,6 @@ pub fn decode_body<S: RowSink + Default>(
         chunk,
         start: if failed { None } else { start },
         exit: w.exit_state(),
-        rows_before_pip,
         failed,
         out: Piece {
             rows: std::mem::take(&mut w.rows),
@@ -196,6 +189,9 @@ pub fn stitch<S: RowSink + Default>(
         }
         if exit.cr3.is_none() {
             exit.cr3 = at.cr3;
+        }
+        if exit.cr3_row.is_none() {
+            exit.cr3_row = at.cr3_row;
         }
         if body.out.rows_len() == 0 {
             exit.open_insns += at.open_insns;
@@ -341,7 +337,11 @@ pub fn fix_body(body: &mut Body<BranchColumns>, s: &Stitched<BranchColumns>) {
         body.out.rows.insns[0] += s.carry_insns;
     }
     if s.cr3.is_some() {
-        for i in 0..body.rows_before_pip.min(body.out.rows.len()) {
+        // Rows before the body's first PIP did not know the CR3: it is the stitch's.
+        for i in 0..body.out.rows.len() {
+            if body.out.rows.cr3.get(i).is_some() {
+                break;
+            }
             body.out.rows.cr3.set(i, s.cr3);
         }
     }

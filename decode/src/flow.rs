@@ -89,6 +89,9 @@ pub struct FlowState {
     pub last_ip: LastIp,
     pub last_call: LastCall,
     pub cr3: Option<u64>,
+    /// CR3 as of the last packet consumed: what rows are stamped with (a row's CR3 is the
+    /// one from the last PIP before the packet that decided it).
+    pub cr3_row: Option<u64>,
     /// Instructions retired since the last row.
     pub open_insns: u32,
     /// Offset of the packet that decided the last decided row (or resumed tracing).
@@ -116,6 +119,7 @@ impl FlowState {
                 LastCall::AfterGap
             },
             cr3: None,
+            cr3_row: None,
             open_insns: 0,
             decision: cursor,
             prev: PrevFlow::Unknown,
@@ -390,7 +394,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             insns: self.st.open_insns,
             tsc: None,
             cycles: None,
-            cr3: self.st.cr3,
+            cr3: self.st.cr3_row,
             offset: off,
         };
         self.st.open_insns = 0;
@@ -557,6 +561,8 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     fn tip_after(&mut self, before: &Snapshot) -> Option<Option<(Option<u64>, u64)>> {
         match self.next_item() {
             Item::Tip { ip, off, .. } => Some(Some((ip, off))),
+            // At the end of the trace nothing follows: no TIP.
+            Item::End if self.reader.ends_at_stream_end() => Some(None),
             Item::End => {
                 self.events.truncate(before.events);
                 self.timing.truncate(before.timing);
@@ -593,6 +599,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
 
     fn consume(&mut self) {
         self.la = None;
+        self.st.cr3_row = self.st.cr3;
     }
 
     // ----- not tracing ---------------------------------------------------------------
@@ -906,7 +913,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                                     insns: self.st.open_insns,
                                     tsc: None,
                                     cycles: None,
-                                    cr3: self.st.cr3,
+                                    cr3: self.st.cr3_row,
                                     offset: off,
                                 };
                                 self.st.open_insns = 0;

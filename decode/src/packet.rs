@@ -449,6 +449,11 @@ impl<'s> PacketReader<'s> {
         self.psb_idx = self.psbs.partition_point(|&p| p < pos);
     }
 
+    /// The range ends where the stream ends (not at a chunk boundary).
+    pub fn ends_at_stream_end(&self) -> bool {
+        self.end >= self.stream.len()
+    }
+
     /// Extend the readable range (used when a stitch walks on into the next chunk).
     pub fn set_end(&mut self, end: u64) {
         self.end = end.min(self.stream.len());

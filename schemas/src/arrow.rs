@@ -84,7 +84,12 @@ pub fn branches() -> SchemaRef {
                  corrected), exact where the row's own packet carries a CYC, interpolated \
                  between; null without cycle-accurate mode.",
             ),
-            u64f("cr3", true, "CR3 from the last PIP; null before the first."),
+            u64f(
+                "cr3",
+                true,
+                "CR3 from the last PIP before the packet that decided the row (for direct \
+                 jumps and calls, the previous decided row's); null before the first PIP.",
+            ),
             u64f(
                 "offset",
                 false,

@@ -1,0 +1,160 @@
+//! Helpers shared by the integration tests: the committed sample bundles and their truth.
+
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{UInt32Type, UInt64Type};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use tracemill::bundle::Bundle;
+use tracemill_datasets::samples::TruthSummary;
+use tracemill_decode::chunk::{decode_all, Decoded, Input};
+use tracemill_decode::config::TraceConfig;
+use tracemill_decode::rows::{BranchColumns, BranchRow};
+use tracemill_decode::sync::find_psbs;
+use tracemill_schemas::BranchKind;
+
+pub fn samples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/samples")
+}
+
+/// Every committed bundle (directories with a bundle.toml).
+pub fn bundles() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(samples_dir())
+        .expect("datasets/samples exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("bundle.toml").exists())
+        .collect();
+    v.sort();
+    assert!(!v.is_empty(), "no sample bundles found");
+    v
+}
+
+/// Read a branches-schema Parquet file into columns.
+pub fn read_branches(path: &Path) -> BranchColumns {
+    let f = File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = BranchColumns::default();
+    for batch in reader {
+        let b = batch.unwrap();
+        let u64col = |n: &str| {
+            b.column_by_name(n)
+                .unwrap()
+                .as_primitive::<UInt64Type>()
+                .clone()
+        };
+        let seq = u64col("seq");
+        let ip = u64col("ip");
+        let target = u64col("target");
+        let tsc = u64col("tsc");
+        let cycles = u64col("cycles");
+        let cr3 = u64col("cr3");
+        let offset = u64col("offset");
+        let insns = b
+            .column_by_name("insns")
+            .unwrap()
+            .as_primitive::<UInt32Type>()
+            .clone();
+        let taken = b.column_by_name("taken").unwrap().as_boolean().clone();
+        let compressed = b.column_by_name("compressed").unwrap().as_boolean().clone();
+        let kind = b.column_by_name("kind").unwrap();
+        let kind = arrow::compute::cast(kind, &arrow::datatypes::DataType::Utf8).unwrap();
+        let kind = kind.as_string::<i32>();
+        let opt = |a: &arrow::array::PrimitiveArray<UInt64Type>, i: usize| {
+            if a.is_null(i) {
+                None
+            } else {
+                Some(a.value(i))
+            }
+        };
+        for i in 0..b.num_rows() {
+            out.seq.push(seq.value(i));
+            out.push(&BranchRow {
+                ip: ip.value(i),
+                target: opt(&target, i),
+                kind: BranchKind::from_name(kind.value(i)).unwrap(),
+                taken: taken.value(i),
+                compressed: compressed.value(i),
+                insns: insns.value(i),
+                tsc: opt(&tsc, i),
+                cycles: opt(&cycles, i),
+                cr3: opt(&cr3, i),
+                offset: offset.value(i),
+            });
+        }
+    }
+    out
+}
+
+/// The truth of a generated bundle.
+pub struct Truth {
+    pub rows: BranchColumns,
+    pub lost: Vec<bool>,
+    pub cyc_exact: Vec<bool>,
+    pub e6_zero_before: Vec<u32>,
+    pub summary: TruthSummary,
+}
+
+pub fn truth(dir: &Path) -> Truth {
+    let rows = read_branches(&dir.join("truth/branches.parquet"));
+    let f = File::open(dir.join("truth/rows.parquet")).unwrap();
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .build()
+        .unwrap();
+    let (mut lost, mut cyc_exact, mut e6) = (Vec::new(), Vec::new(), Vec::new());
+    for b in reader {
+        let b = b.unwrap();
+        let l = b.column_by_name("lost").unwrap().as_boolean().clone();
+        let c = b.column_by_name("cyc_exact").unwrap().as_boolean().clone();
+        let z = b
+            .column_by_name("e6_zero_before")
+            .unwrap()
+            .as_primitive::<UInt32Type>()
+            .clone();
+        for i in 0..b.num_rows() {
+            lost.push(l.value(i));
+            cyc_exact.push(c.value(i));
+            e6.push(z.value(i));
+        }
+    }
+    let summary: TruthSummary =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("truth/summary.json")).unwrap())
+            .unwrap();
+    Truth {
+        rows,
+        lost,
+        cyc_exact,
+        e6_zero_before: e6,
+        summary,
+    }
+}
+
+/// Decode a bundle in this thread with chunks of at least `chunk` bytes.
+pub fn decode(b: &Bundle, chunk: u64) -> Decoded {
+    let stream = b.stream();
+    let psbs = find_psbs(&stream);
+    let (images, problems) = b.image_set();
+    assert!(problems.is_empty(), "{problems:?}");
+    let input = Input {
+        stream: &stream,
+        psbs: &psbs,
+        images: &images,
+        cfg: TraceConfig::from_ctl(b.manifest.rtit_ctl),
+    };
+    decode_all(&input, chunk)
+}
+
+/// A row with the columns the flow decode decides (timing aside).
+pub fn flow_row(r: &BranchRow) -> BranchRow {
+    BranchRow {
+        tsc: None,
+        cycles: None,
+        ..*r
+    }
+}

@@ -1,0 +1,199 @@
+//! Every committed bundle against its ground truth, through every path: one-chunk
+//! sequential decode, chunks down to a single PSB interval, and the threaded pipeline
+//! writing Parquet; and `tracemill dump --stats` against the truth's packet counts.
+
+mod common;
+
+use common::*;
+use tracemill::bundle::Bundle;
+use tracemill::run::{self, Tables};
+use tracemill_decode::config::TraceConfig;
+use tracemill_decode::rows::BranchColumns;
+
+fn open(dir: &std::path::Path) -> Bundle {
+    Bundle::open(dir, None, &[]).unwrap()
+}
+
+/// Truth rows a decoder can prove, flow columns only.
+fn expected(t: &Truth) -> BranchColumns {
+    let mut b = BranchColumns::default();
+    for (i, r) in t.rows.rows().enumerate() {
+        if !t.lost[i] {
+            b.push(&flow_row(&r));
+        }
+    }
+    b
+}
+
+fn assert_rows_equal(name: &str, want: &BranchColumns, got: &BranchColumns) {
+    for i in 0..want.len().min(got.len()) {
+        let (w, g) = (want.row(i), flow_row(&got.row(i)));
+        assert_eq!(w, g, "{name}: row {i} differs");
+    }
+    assert_eq!(want.len(), got.len(), "{name}: row counts differ");
+}
+
+#[test]
+fn every_bundle_decodes_to_its_truth() {
+    for dir in bundles() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let t = truth(&dir);
+        let b = open(&dir);
+        let d = decode(&b, u64::MAX);
+        let want = expected(&t);
+        if t.summary.ring {
+            // Only the newest part of the trace survives in a wrapped ring. Every stretch
+            // the decoder resynced into must be exactly a run of the truth (its first row
+            // counts instructions from the resume point), and the last runs to the end.
+            assert!(d.rows.len() > 1000, "{name}: only {} rows", d.rows.len());
+            let mut cuts: Vec<usize> = d
+                .events
+                .iter()
+                .filter(|e| e.kind == tracemill_schemas::EventKind::Error)
+                .map(|e| e.seq as usize)
+                .collect();
+            cuts.push(0);
+            cuts.push(d.rows.len());
+            cuts.sort_unstable();
+            cuts.dedup();
+            let mut end_at = 0;
+            for w in cuts.windows(2) {
+                let (a, b) = (w[0], w[1]);
+                if a == b {
+                    continue;
+                }
+                let first = flow_row(&d.rows.row(a));
+                let p = (end_at..want.len())
+                    .find(|&i| {
+                        let w = want.row(i);
+                        w.offset == first.offset
+                            && w.ip == first.ip
+                            && w.kind == first.kind
+                            && i + (b - a) <= want.len()
+                            && (1..(b - a).min(65))
+                                .all(|j| want.row(i + j) == flow_row(&d.rows.row(a + j)))
+                    })
+                    .unwrap_or_else(|| panic!("{name}: decoded row {a} {first:x?} not in truth"));
+                for j in 1..b - a {
+                    assert_eq!(
+                        want.row(p + j),
+                        flow_row(&d.rows.row(a + j)),
+                        "{name}: row {}",
+                        a + j
+                    );
+                }
+                end_at = p + (b - a);
+            }
+            assert_eq!(
+                end_at,
+                want.len(),
+                "{name}: the decode does not reach the end"
+            );
+        } else {
+            assert_rows_equal(&name, &want, &d.rows);
+        }
+        let errors: Vec<_> = d
+            .events
+            .iter()
+            .filter(|e| e.kind == tracemill_schemas::EventKind::Error)
+            .collect();
+        assert!(
+            errors.is_empty() || t.summary.ring,
+            "{name}: unexpected errors {errors:#?}"
+        );
+        eprintln!(
+            "{name}: {} rows decoded, {} lost in truth",
+            d.rows.len(),
+            t.summary.model.lost_rows
+        );
+    }
+}
+
+#[test]
+fn dump_stats_agree_with_summary() {
+    for dir in bundles() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let t = truth(&dir);
+        if t.summary.ring {
+            continue; // the oldest packets were overwritten
+        }
+        let b = open(&dir);
+        let s = tracemill::dump::stats(&b.stream(), &TraceConfig::from_ctl(b.manifest.rtit_ctl));
+        assert_eq!(s.errors, 0, "{name}");
+        for (k, v) in &t.summary.model.packets_by_type {
+            assert_eq!(
+                s.by_type.get(k.as_str()).copied().unwrap_or(0),
+                *v,
+                "{name}: count of {k}"
+            );
+        }
+        let total: u64 = s.by_type.values().sum();
+        let want: u64 = t.summary.model.packets_by_type.values().sum();
+        assert_eq!(total, want, "{name}: total packets");
+    }
+}
+
+#[test]
+fn chunked_decoding_equals_sequential_for_every_bundle() {
+    for dir in bundles() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let b = open(&dir);
+        let seq = decode(&b, u64::MAX);
+        for chunk in [1, 2048, 16 << 10, 256 << 10] {
+            let par = decode(&b, chunk);
+            assert_eq!(seq.rows, par.rows, "{name}: rows at chunk size {chunk}");
+            assert_eq!(
+                seq.events, par.events,
+                "{name}: events at chunk size {chunk}"
+            );
+            assert_eq!(
+                seq.timing, par.timing,
+                "{name}: timing at chunk size {chunk}"
+            );
+        }
+    }
+}
+
+#[test]
+fn threaded_pipeline_writes_the_same_tables_for_any_thread_count() {
+    for dir in bundles() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let b = open(&dir);
+        let seq = decode(&b, u64::MAX);
+        for (jobs, chunk) in [(1, None), (2, Some(1)), (3, Some(4096))] {
+            let out = tempfile::tempdir().unwrap();
+            let opts = run::Options {
+                jobs,
+                chunk_bytes: chunk,
+                out: Some(out.path().to_path_buf()),
+                tables: Tables::ALL,
+                ..run::Options::default()
+            };
+            let report = run::decode(&b, &opts).unwrap();
+            assert_eq!(report.rows, seq.rows.len() as u64, "{name}");
+            let got = read_branches(&out.path().join("branches.parquet"));
+            let mut want = seq.rows.clone();
+            want.seq = (0..want.len() as u64).collect();
+            assert_eq!(got, want, "{name}: branches.parquet with {jobs} jobs");
+        }
+    }
+}
+
+#[test]
+#[ignore]
+fn debug_tail() {
+    let dir = samples_dir().join(std::env::var("BUNDLE").unwrap());
+    let t = truth(&dir);
+    let b = open(&dir);
+    let d = decode(&b, u64::MAX);
+    let want = expected(&t);
+    for i in want.len().saturating_sub(6)..want.len() {
+        eprintln!("want {i} {:x?}", want.row(i));
+    }
+    for i in d.rows.len().saturating_sub(4)..d.rows.len() {
+        eprintln!("got  {i} {:x?}", d.rows.row(i));
+    }
+    for e in d.events.iter().rev().take(6) {
+        eprintln!("{e:?}");
+    }
+}
