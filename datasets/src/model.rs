@@ -93,6 +93,14 @@ pub struct ModelOptions {
     pub filter: Option<(u64, u64)>,
     /// Keep every packet with its offset (for scenario tests; costs memory).
     pub record_packets: bool,
+    /// Keep the ground truth of every row. Off for benchmark traces of many GiB: the
+    /// model then keeps only the rows it may still revise.
+    #[serde(default = "yes")]
+    pub keep_truth: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for ModelOptions {
@@ -117,6 +125,7 @@ impl Default for ModelOptions {
             kernel_cycles: (2_000, 20_000),
             filter: None,
             record_packets: false,
+            keep_truth: true,
         }
     }
 }
@@ -232,8 +241,12 @@ pub struct Model<'i> {
     // Time.
     cycles_total: u64,
     cntp: u64,
-    tsc: u64,
-    tsc_frac: u64,
+    /// TSC × core/bus ratio (+ the fraction of a tick): the TSC advances by
+    /// `cycles × guaranteed_ratio / core_ratio`, kept in fixed point so that time costs no
+    /// division per step.
+    acc: u64,
+    /// `acc` at the next MTC boundary.
+    mtc_next_acc: u64,
     core_ratio: u8,
     eff_ratio: u8,
     mtc_last: Option<u8>,
@@ -241,7 +254,16 @@ pub struct Model<'i> {
     next_sleep: u64,
     e6_zero: u32,
 
+    // Counters for the summary (by packet name index, by branch kind).
+    packet_counts: [u64; 14],
+    kind_counts: [u64; 8],
+
     // Truth bookkeeping.
+    /// Rows so far (stored in `truth` only with `keep_truth`).
+    nrows: usize,
+    last_branch_ip: u64,
+    /// A FUP.PGE went out at this address and no instruction has retired since.
+    fresh_pge: Option<u64>,
     vis_insns: u32,
     decision: Decision,
     /// First row after the last decided one: lost if a gap comes before a decision.
@@ -272,7 +294,8 @@ impl<'i> Model<'i> {
             cfg,
             core_ratio: o.core_ratio,
             eff_ratio: o.core_ratio,
-            tsc: o.tsc_start,
+            acc: o.tsc_start * o.core_ratio as u64,
+            mtc_next_acc: 0,
             rng,
             images,
             blocks: BlockCache::new(),
@@ -298,11 +321,15 @@ impl<'i> Model<'i> {
             next_ovf_step,
             cycles_total: 0,
             cntp: 0,
-            tsc_frac: 0,
             mtc_last: None,
             next_freq,
             next_sleep,
             e6_zero: 0,
+            packet_counts: [0; 14],
+            kind_counts: [0; 8],
+            nrows: 0,
+            last_branch_ip: 0,
+            fresh_pge: None,
             vis_insns: 0,
             decision: Decision::Known(0),
             tail_start: 0,
@@ -469,11 +496,7 @@ impl<'i> Model<'i> {
     fn put(&mut self, p: Packet) {
         let off = self.out.len() as u64;
         write_packet(&mut self.out, &p);
-        *self
-            .summary
-            .packets_by_type
-            .entry(p.name().to_string())
-            .or_default() += 1;
+        self.packet_counts[packet_index(&p)] += 1;
         if self.o.record_packets {
             self.packets.push((off, p));
         }
@@ -484,7 +507,10 @@ impl<'i> Model<'i> {
                 | Packet::Cyc { .. }
                 | Packet::Fup(FupKind::Pcc, _)
         ) {
-            self.truth.timing.push((off, self.tsc, self.cycles_total));
+            if self.o.keep_truth {
+                let tsc = self.tsc();
+                self.truth.timing.push((off, tsc, self.cycles_total));
+            }
         }
     }
 
@@ -531,19 +557,14 @@ impl<'i> Model<'i> {
         let off = self.out.len() as u64;
         self.emit_raw(Packet::Tnt(t));
         for &r in &rows[..n] {
-            self.truth.rows.offset[r] = off;
+            self.set_offset(r, off);
         }
         if rows[n - 1] + 1 > self.tail_start {
             self.tail_start = rows[n - 1] + 1;
-            self.tail_ip = self
-                .truth
-                .rows
-                .target
-                .get(rows[n - 1])
-                .unwrap_or(self.cur_ip);
+            self.tail_ip = self.row_target(rows[n - 1]).unwrap_or(self.cur_ip);
         }
         if t.is_full() && self.cfg.cycle_acc {
-            self.truth.cyc_exact[rows[n - 1]] = true;
+            self.set_exact(rows[n - 1], true);
         }
     }
 
@@ -595,10 +616,10 @@ impl<'i> Model<'i> {
             let full = self.tnt_len == 6;
             self.write_tnt();
             if full {
-                let last = self.truth.rows.len();
+                let last = self.nrows;
                 // write_tnt marked the sixth row exact; under 4.2.5 it is not.
                 for r in (0..last).rev().take(6) {
-                    self.truth.cyc_exact[r] = false;
+                    self.set_exact(r, false);
                 }
             }
         }
@@ -620,16 +641,16 @@ impl<'i> Model<'i> {
     /// Tracing resumes after a gap or a disable, decided by the packet at `off`.
     fn resume_at(&mut self, off: u64) {
         self.decision = Decision::Known(off);
-        self.tail_start = self.truth.rows.len();
+        self.tail_start = self.nrows;
         self.tail_ip = self.cur_ip;
     }
 
     /// Mark the undecided tail lost.
     fn lose_tail(&mut self) {
-        for r in self.tail_start..self.truth.rows.len() {
-            self.truth.lost[r] = true;
+        for r in self.tail_start..self.nrows {
+            self.set_lost(r);
         }
-        self.tail_start = self.truth.rows.len();
+        self.tail_start = self.nrows;
     }
 
     // ----- enables ----------------------------------------------------------------------
@@ -685,8 +706,21 @@ impl<'i> Model<'i> {
 
     // ----- time -------------------------------------------------------------------------
 
+    /// The TSC now.
+    #[inline]
+    fn tsc(&self) -> u64 {
+        self.acc / self.core_ratio as u64
+    }
+
     fn mtc_bits(&self) -> u8 {
-        (self.tsc >> mtc_shift(self.cfg.mtc_range)) as u8
+        (self.tsc() >> mtc_shift(self.cfg.mtc_range)) as u8
+    }
+
+    /// Where the next MTC boundary is, after the TSC or the ratio jumped.
+    fn rebase_mtc(&mut self) {
+        let shift = mtc_shift(self.cfg.mtc_range);
+        let next = ((self.tsc() >> shift) + 1) << shift;
+        self.mtc_next_acc = next * self.core_ratio as u64;
     }
 
     fn mtc_allowed(&self) -> bool {
@@ -695,24 +729,27 @@ impl<'i> Model<'i> {
 
     /// Let `cycles` core cycles pass. `counting`: the cycle counter runs (traced context).
     /// MTCs go out as the TSC bits they carry change (4.2.12).
+    #[inline]
     fn advance(&mut self, cycles: u64, counting: bool) {
+        let gr = self.o.guaranteed_ratio as u64;
         if !self.mtc_allowed() {
             self.tick(cycles, counting);
             return;
         }
-        let shift = mtc_shift(self.cfg.mtc_range);
-        let period = 1u64 << shift;
-        let gr = self.o.guaranteed_ratio as u64;
+        if self.mtc_next_acc == 0 {
+            self.rebase_mtc();
+        }
         let mut left = cycles;
         while left > 0 {
+            if self.acc + left * gr < self.mtc_next_acc {
+                self.tick(left, counting);
+                return;
+            }
             // Core cycles until the TSC reaches the next MTC boundary.
-            let to_boundary = period - (self.tsc & (period - 1));
-            let need = (to_boundary * self.core_ratio as u64 - self.tsc_frac)
-                .div_ceil(gr)
-                .max(1);
-            let chunk = need.min(left);
-            self.tick(chunk, counting);
-            left -= chunk;
+            let need = (self.mtc_next_acc - self.acc).div_ceil(gr).clamp(1, left);
+            self.tick(need, counting);
+            left -= need;
+            self.rebase_mtc();
             let v = self.mtc_bits();
             if self.mtc_last != Some(v) {
                 self.mtc_last = Some(v);
@@ -724,15 +761,14 @@ impl<'i> Model<'i> {
         }
     }
 
+    #[inline]
     fn tick(&mut self, cycles: u64, counting: bool) {
         if counting {
             self.cntp += cycles;
             self.cycles_total += cycles;
         }
         // The TSC runs at the guaranteed ratio, the core at its actual ratio.
-        let num = self.tsc_frac + cycles * self.o.guaranteed_ratio as u64;
-        self.tsc += num / self.core_ratio as u64;
-        self.tsc_frac = num % self.core_ratio as u64;
+        self.acc += cycles * self.o.guaranteed_ratio as u64;
     }
 
     fn emit_sts(&mut self) {
@@ -742,7 +778,7 @@ impl<'i> Model<'i> {
         self.emit(Packet::Sts {
             acbr: self.core_ratio,
             ecbr: self.eff_ratio,
-            tsc: self.tsc & 0xFF_FFFF_FFFF,
+            tsc: self.tsc() & 0xFF_FFFF_FFFF,
         });
     }
 
@@ -758,9 +794,11 @@ impl<'i> Model<'i> {
             if r == self.core_ratio {
                 r += 1;
             }
+            let tsc = self.tsc();
             self.core_ratio = r;
             self.eff_ratio = if self.rng.chance(0.25) { r - 2 } else { r };
-            self.tsc_frac = 0;
+            self.acc = tsc * r as u64;
+            self.rebase_mtc();
             self.emit_sts();
         }
         if self.cycles_total >= self.next_sleep {
@@ -769,7 +807,8 @@ impl<'i> Model<'i> {
             // Asleep (C1/C2): the cycle counter stops, no MTC goes out, the TSC runs on;
             // an STS is sent on wake (Appendix B).
             let slept = self.rng.range(10_000, 2_000_000);
-            self.tsc += slept;
+            self.acc += slept * self.core_ratio as u64;
+            self.rebase_mtc();
             self.mtc_last = Some(self.mtc_bits());
             self.emit_sts();
         }
@@ -778,9 +817,11 @@ impl<'i> Model<'i> {
     /// Cycles a step of `insns` instructions takes (a simple seeded CPI model).
     fn step_cycles(&mut self, insns: u32, branch: bool) -> u64 {
         let i = insns as u64;
-        let mut c = i + self.rng.below(i + 1);
-        if branch && self.rng.chance(0.1) {
-            c += 12; // mispredict
+        // One draw: 1..2 cycles per instruction, and a mispredicted branch one time in ten.
+        let r = self.rng.next_u64();
+        let mut c = i + (((r & 0xFFFF_FFFF) * (i + 1)) >> 32);
+        if branch && (r >> 54) < 102 {
+            c += 12;
         }
         if let Some((p, stall)) = self.o.stall {
             if self.rng.chance(p) {
@@ -809,6 +850,9 @@ impl<'i> Model<'i> {
             }
         }
         self.time_events();
+        if s.insns() > 0 {
+            self.fresh_pge = None;
+        }
         let start = self.cur_ip;
         self.maybe_end_overflow(start);
         self.maybe_pcc(start);
@@ -886,7 +930,7 @@ impl<'i> Model<'i> {
             }
             return;
         }
-        let row = self.truth.rows.len();
+        let row = self.nrows;
         self.vis_insns += insns;
         let r = BranchRow {
             ip,
@@ -901,17 +945,13 @@ impl<'i> Model<'i> {
                 && self.last_call == Some(next)
                 && self.ovf.is_none(),
             insns: self.vis_insns,
-            tsc: Some(self.tsc),
+            tsc: self.o.keep_truth.then(|| self.tsc()),
             cycles: Some(self.cycles_total),
             cr3: self.pip_cr3,
             offset: INHERIT,
         };
         self.vis_insns = 0;
-        *self
-            .summary
-            .branches_by_kind
-            .entry(kind.name().to_string())
-            .or_default() += 1;
+        self.kind_counts[kind as usize] += 1;
         self.summary.branches += 1;
         self.push_row(&r, self.ovf.is_some());
         self.cur_ip = next;
@@ -931,7 +971,7 @@ impl<'i> Model<'i> {
             }
             InsnClass::Jmp | InsnClass::Call => {
                 if let Decision::Known(o) = self.decision {
-                    self.truth.rows.offset[row] = o;
+                    self.set_offset(row, o);
                 }
             }
             InsnClass::JmpInd | InsnClass::CallInd | InsnClass::Ret => {
@@ -994,9 +1034,9 @@ impl<'i> Model<'i> {
             let off = self.out.len() as u64;
             if self.emit(Packet::Fup(FupKind::Pgd, ip_payload(next))) {
                 if matches!(class, InsnClass::Jmp | InsnClass::Call) {
-                    self.truth.rows.offset[row] = off;
+                    self.set_offset(row, off);
                 }
-                self.tail_start = self.truth.rows.len();
+                self.tail_start = self.nrows;
             }
             self.packet_en = false;
         }
@@ -1004,18 +1044,56 @@ impl<'i> Model<'i> {
 
     /// The row was decided by the packet at `off`.
     fn decided(&mut self, row: usize, off: u64) {
-        self.truth.rows.offset[row] = off;
-        self.truth.cyc_exact[row] = self.cfg.cycle_acc;
+        self.set_offset(row, off);
+        self.set_exact(row, self.cfg.cycle_acc);
         self.decision = Decision::Known(off);
         self.tail_start = row + 1;
-        self.tail_ip = self.truth.rows.target.get(row).unwrap_or(self.cur_ip);
+        self.tail_ip = self.row_target(row).unwrap_or(self.cur_ip);
     }
 
     fn push_row(&mut self, r: &BranchRow, lost: bool) {
-        self.truth.rows.push(r);
-        self.truth.lost.push(lost);
-        self.truth.cyc_exact.push(false);
-        self.truth.e6_zero_before.push(self.e6_zero);
+        self.nrows += 1;
+        self.last_branch_ip = r.ip;
+        if self.o.keep_truth {
+            self.truth.rows.push(r);
+            self.truth.lost.push(lost);
+            self.truth.cyc_exact.push(false);
+            self.truth.e6_zero_before.push(self.e6_zero);
+        }
+    }
+
+    /// Set a truth column of row `r` (a no-op without `keep_truth`).
+    #[inline]
+    fn set_offset(&mut self, r: usize, off: u64) {
+        if self.o.keep_truth {
+            self.truth.rows.offset[r] = off;
+        }
+    }
+    #[inline]
+    fn set_lost(&mut self, r: usize) {
+        if self.o.keep_truth {
+            self.truth.lost[r] = true;
+        }
+    }
+    #[inline]
+    fn set_exact(&mut self, r: usize, v: bool) {
+        if self.o.keep_truth {
+            self.truth.cyc_exact[r] = v;
+        }
+    }
+    #[inline]
+    fn set_target(&mut self, r: usize, t: Option<u64>) {
+        if self.o.keep_truth {
+            self.truth.rows.target.set(r, t);
+        }
+    }
+    #[inline]
+    fn row_target(&self, r: usize) -> Option<u64> {
+        if self.o.keep_truth {
+            self.truth.rows.target.get(r)
+        } else {
+            None
+        }
     }
 
     /// A far transfer from the traced context's point of view (Table 19 rows 27–35):
@@ -1042,7 +1120,7 @@ impl<'i> Model<'i> {
                 let tip = self.out.len() as u64;
                 let b = self.emit(Packet::Tip(ip_payload(target)));
                 if let Some(r) = row {
-                    self.truth.rows.target.set(r, Some(target));
+                    self.set_target(r, Some(target));
                 }
                 if a && b {
                     match row {
@@ -1059,12 +1137,12 @@ impl<'i> Model<'i> {
                 let sent = self.emit(Packet::Fup(FupKind::Pgd, ip_payload(saved)));
                 let tip = context && self.emit(Packet::Tip(ip_payload(target)));
                 if let Some(r) = row {
-                    self.truth.rows.target.set(r, tip.then_some(target));
+                    self.set_target(r, tip.then_some(target));
                 }
                 if sent {
                     match row {
                         Some(r) => self.decided(r, off),
-                        None => self.tail_start = self.truth.rows.len(),
+                        None => self.tail_start = self.nrows,
                     }
                 }
                 self.packet_en = false;
@@ -1077,6 +1155,7 @@ impl<'i> Model<'i> {
                 let off = self.out.len() as u64;
                 if self.emit(Packet::Fup(FupKind::Pge, ip_payload(target))) {
                     self.resume_at(off);
+                    self.fresh_pge = Some(target);
                 }
             }
             (false, false) => {}
@@ -1088,21 +1167,24 @@ impl<'i> Model<'i> {
     /// or indirect branch, spinning until the interrupt — no trace can tell how many
     /// times: a decoder stops at the first arrival. Rows after it are unprovable.
     fn first_arrival(&mut self, x: u64) {
+        if !self.o.keep_truth {
+            return;
+        }
         let mut start = self.tail_ip;
-        for r in self.tail_start..self.truth.rows.len() {
+        for r in self.tail_start..self.nrows {
             let ip = self.truth.rows.ip[r];
             if x >= start && x <= ip {
                 let k = self.blocks.get(self.images, start, self.cr3).index_of(x);
                 if let Some(k) = k {
-                    for l in r..self.truth.rows.len() {
-                        self.truth.lost[l] = true;
+                    for l in r..self.nrows {
+                        self.set_lost(l);
                     }
                     self.vis_insns = k;
-                    self.tail_start = self.truth.rows.len();
+                    self.tail_start = self.nrows;
                     return;
                 }
             }
-            match self.truth.rows.target.get(r) {
+            match self.row_target(r) {
                 Some(t) => start = t,
                 None => return,
             }
@@ -1115,13 +1197,21 @@ impl<'i> Model<'i> {
         let (Some(k), Some(r)) = (self.kernel, row) else {
             return saved;
         };
-        if k.e1 && self.truth.rows.ip[r] == k.sysret_ip && k.sysret_prefixes > 3 {
+        let _ = r;
+        if k.e1 && self.last_branch_ip == k.sysret_ip && k.sysret_prefixes > 3 {
             return k.sysret_ip + 1 + self.rng.below(k.sysret_len as u64 - 2);
         }
         saved
     }
 
     fn interrupt(&mut self, at: u64, resume: u64) {
+        if self.fresh_pge == Some(at) && at == resume && self.kernel.is_none() {
+            // Nothing ran since tracing resumed here: the interrupt was taken in the kernel
+            // before it returned to user code (the trace cannot tell the two apart, and a
+            // FUP.PGD naming the address just resumed at reads as a loop back to it).
+            self.kernel_time();
+            return;
+        }
         if let (Some(k), true) = (self.kernel, self.cfg.os) {
             // Into the traced kernel: FUP.FAR with the interrupted address, TIP to the
             // handler, the handler's code, IRET back.
@@ -1194,7 +1284,7 @@ impl<'i> Model<'i> {
             self.summary.instructions += insns as u64;
             if class.is_far() {
                 // IRET/SYSRET back to user code.
-                let row = self.truth.rows.len();
+                let row = self.nrows;
                 self.vis_insns += insns;
                 let r = BranchRow {
                     ip,
@@ -1203,17 +1293,13 @@ impl<'i> Model<'i> {
                     taken: true,
                     compressed: false,
                     insns: self.vis_insns,
-                    tsc: Some(self.tsc),
+                    tsc: self.o.keep_truth.then(|| self.tsc()),
                     cycles: Some(self.cycles_total),
                     cr3: self.pip_cr3,
                     offset: INHERIT,
                 };
                 self.vis_insns = 0;
-                *self
-                    .summary
-                    .branches_by_kind
-                    .entry(r.kind.name().to_string())
-                    .or_default() += 1;
+                self.kind_counts[r.kind as usize] += 1;
                 self.summary.branches += 1;
                 self.push_row(&r, self.ovf.is_some());
                 self.far(ip + len as u64, next, 3, Some(row));
@@ -1258,6 +1344,11 @@ impl<'i> Model<'i> {
         self.pkt_cnt
     }
 
+    /// Bytes of trace written so far.
+    pub fn bytes_written(&self) -> usize {
+        self.out.len()
+    }
+
     /// Begin tracing at `entry` (TriggerEn 0->1); then feed steps with [`Model::feed`]
     /// and end with [`Model::end`]. [`Model::run`] does all three.
     pub fn start(&mut self, entry: u64) {
@@ -1295,7 +1386,7 @@ impl<'i> Model<'i> {
 
     fn drop_tnt(&mut self) {
         for i in 0..self.tnt_len as usize {
-            self.truth.lost[self.tnt_rows[i]] = true;
+            self.set_lost(self.tnt_rows[i]);
         }
         self.tnt_len = 0;
         self.tnt_bits = 0;
@@ -1315,6 +1406,21 @@ impl<'i> Model<'i> {
             }
         }
         self.summary.lost_rows = self.truth.lost.iter().filter(|&&l| l).count() as u64;
+        for (i, &n) in self.packet_counts.iter().enumerate() {
+            if n > 0 {
+                self.summary
+                    .packets_by_type
+                    .insert(Packet::NAMES[i].to_string(), n);
+            }
+        }
+        for (i, &n) in self.kind_counts.iter().enumerate() {
+            if n > 0 {
+                let k = tracemill_schemas::BranchKind::ALL[i];
+                self.summary
+                    .branches_by_kind
+                    .insert(k.name().to_string(), n);
+            }
+        }
         self.summary.bytes = self.out.len() as u64;
         Output {
             bytes: self.out,
@@ -1364,3 +1470,23 @@ pub enum KStep {
 }
 
 pub use crate::kernel::Kernel;
+
+/// Index of a packet's name in [`Packet::NAMES`].
+fn packet_index(p: &Packet) -> usize {
+    match p {
+        Packet::Psb => 0,
+        Packet::Tnt(t) if !t.is_full() => 1,
+        Packet::Tnt(_) => 2,
+        Packet::Tip(_) => 3,
+        Packet::Fup(FupKind::Pge, _) => 4,
+        Packet::Fup(FupKind::Pgd, _) => 5,
+        Packet::Fup(FupKind::BuffOvf, _) => 6,
+        Packet::Fup(FupKind::Pcc, _) => 7,
+        Packet::Fup(FupKind::Far, _) => 8,
+        Packet::TraceStop => 9,
+        Packet::Pip { .. } => 10,
+        Packet::Mtc { .. } => 11,
+        Packet::Sts { .. } => 12,
+        Packet::Cyc { .. } => 13,
+    }
+}

@@ -19,7 +19,7 @@ use crate::bundle::{ImageEntry, ImageKind, Manifest};
 use crate::exec::synthetic::{Code, WalkConfig};
 use crate::exec::{qemu, Execution};
 use crate::kernel::{Kernel, KERNEL_BASE};
-use crate::model::{Model, ModelOptions, Output, OverflowPlan, Process};
+use crate::model::{Model, ModelOptions, Output, OverflowPlan, Process, Summary};
 use crate::rng::Rng;
 use crate::scenarios;
 
@@ -706,4 +706,59 @@ pub fn synth_samples(names: &[String], out: &Path) -> Result<Vec<PathBuf>> {
         dirs.push(dir);
     }
     Ok(dirs)
+}
+
+/// A large synthetic bundle for benchmarks: a seeded walk over `elf`'s code, run through the
+/// model until the trace reaches `size` bytes. No per-row truth is kept (it would not fit);
+/// `truth/summary.json` has the counts.
+pub fn synth_big(elf_path: &Path, size: u64, seed: u64, ctl: u64, out: &Path) -> Result<Summary> {
+    let elf = fs::read(elf_path).with_context(|| format!("reading {}", elf_path.display()))?;
+    let name = elf_path
+        .file_name()
+        .map_or("program".into(), |n| n.to_string_lossy().into_owned());
+    let code = Code::from_elf(&name, &elf)?;
+    let mut cfg = WalkConfig::new(seed, u64::MAX);
+    cfg.interrupt_rate = 1.0 / 65536.0;
+    let mut walk = code.walk(&cfg);
+    let o = ModelOptions {
+        ctl,
+        seed,
+        keep_truth: false,
+        ..ModelOptions::default()
+    };
+    let mut m = Model::new(o.clone(), code.images());
+    m.start(walk.entry());
+    while (m.bytes_written() as u64) < size {
+        match walk.next() {
+            Some(s) => m.feed(&s),
+            None => break,
+        }
+    }
+    let output = m.end();
+    fs::create_dir_all(out.join("images"))?;
+    fs::create_dir_all(out.join("truth"))?;
+    fs::write(out.join("trace.rtit"), &output.bytes)?;
+    fs::write(out.join("images").join(&name), &elf)?;
+    let mut manifest = Manifest::new(ctl);
+    manifest.guaranteed_ratio = Some(o.guaranteed_ratio);
+    manifest.images.push(ImageEntry {
+        path: format!("images/{name}"),
+        base: None,
+        cr3: None,
+        kind: ImageKind::Elf,
+    });
+    manifest
+        .labels
+        .insert("sample".into(), "synthetic-big".into());
+    let mut gen = toml::Table::new();
+    gen.insert("recipe".into(), "synth_big".into());
+    gen.insert("walk_seed".into(), (seed as i64).into());
+    gen.insert("model".into(), toml::Value::try_from(&o)?);
+    manifest.generator = Some(gen);
+    fs::write(out.join("bundle.toml"), manifest.to_toml())?;
+    fs::write(
+        out.join("truth/summary.json"),
+        serde_json::to_string_pretty(&output.summary)? + "\n",
+    )?;
+    Ok(output.summary)
 }

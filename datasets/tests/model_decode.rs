@@ -189,3 +189,23 @@ fn debug_plain() {
     let lost_run = out.truth.lost[fi..].iter().take_while(|&&l| !l).count();
     eprintln!("non-lost run from fi: {lost_run}");
 }
+
+/// A longer walk with frequent interrupts (PGD/PGE pairs at every kind of place, syscall
+/// loops like `_exit`'s): every chunk size gives the sequential rows, which are the truth.
+#[test]
+fn interrupts_and_syscall_loops_across_chunk_boundaries() {
+    let elf = busybox();
+    let code = Code::from_elf("busybox", &elf).unwrap();
+    let mut cfg = WalkConfig::new(21, 600_000);
+    cfg.interrupt_rate = 1.0 / 500.0;
+    let exec = code.execution(&cfg);
+    let o = options(ctl::CMPRS_RET | ctl::CYCLE_ACC | ctl::MTC_EN | (3 << 14));
+    let out = Model::new(o.clone(), code.images()).run(exec.entry, exec.steps.iter().copied());
+    let seq = decode(&elf, &out.bytes, o.ctl, u64::MAX);
+    compare(&expected(&out), &seq.rows);
+    for chunk in [1, 700, 8192, 65536] {
+        let par = decode(&elf, &out.bytes, o.ctl, chunk);
+        compare(&seq.rows, &par.rows);
+        assert_eq!(seq.events, par.events, "events at chunk size {chunk}");
+    }
+}

@@ -99,6 +99,10 @@ pub struct FlowState {
     pub prev: PrevFlow,
     /// Sequential NLIP of the last branch walked (for FUP.PGD's second reading).
     pub prev_nlip: u64,
+    /// Tracing resumed here and no instruction has been walked since.
+    pub resumed_at: Option<u64>,
+    /// The last thing walked was a branch (for FUP.PGD's second reading).
+    pub after_branch: bool,
     /// Reader position (a packet boundary) and whether a CYC is due there.
     pub cursor: u64,
     pub want_cyc: bool,
@@ -124,6 +128,8 @@ impl FlowState {
             decision: cursor,
             prev: PrevFlow::Unknown,
             prev_nlip: 0,
+            resumed_at: None,
+            after_branch: false,
             cursor,
             want_cyc: false,
         }
@@ -296,8 +302,6 @@ pub struct Walker<'a, 'c, S: RowSink> {
     pub body_start: Option<Target>,
     /// Rows and NLIP right after the last branch (for FUP.PGD's second reading).
     alt_pgd: Option<(usize, u64)>,
-    /// Tracing resumed here and no instruction has been walked since.
-    resumed_at: Option<u64>,
 }
 
 impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
@@ -331,7 +335,6 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             timing: Vec::new(),
             body_start: None,
             alt_pgd: None,
-            resumed_at: None,
         }
     }
 
@@ -438,7 +441,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     fn resume(&mut self, ip: u64, off: u64) {
         self.st.mode = Mode::Tracing;
         self.st.ip = ip;
-        self.resumed_at = Some(ip);
+        self.st.resumed_at = Some(ip);
         self.st.tnt.clear();
         self.decided(off);
         if !self.started {
@@ -734,7 +737,6 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
 
     /// Walk instructions while tracing.
     fn walk(&mut self) -> Option<Stop> {
-        let mut after_branch = false;
         loop {
             if let Some(s) = self.at_target() {
                 return Some(s);
@@ -767,7 +769,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                                 Some((Some(t), _)) => {
                                     self.st.ip = t;
                                     self.decided(off);
-                                    after_branch = false;
+                                    self.st.after_branch = false;
                                     continue;
                                 }
                                 _ => {
@@ -787,7 +789,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                             self.st.mode = Mode::Disabled;
                             return None;
                         }
-                        if after_branch {
+                        if self.st.after_branch {
                             // If the walk cannot reach X, the PGD may name the sequential
                             // NLIP of this branch (a jump out of the region): remember it.
                             self.alt_pgd = Some((self.rows.len(), self.st.prev_nlip));
@@ -799,8 +801,8 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     }
                 }
             }
-            after_branch = false;
-            self.resumed_at = None;
+            self.st.after_branch = false;
+            self.st.resumed_at = None;
             // Walk one block.
             let bi = self.cache.index(self.images, self.st.ip, self.st.cr3);
             let b = self.cache.block(bi);
@@ -1046,7 +1048,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 }
                 InsnClass::Other => unreachable!("blocks end with a branch"),
             }
-            after_branch = true;
+            self.st.after_branch = true;
         }
     }
 
@@ -1056,7 +1058,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     /// loop). The second reading wins when the code from `x` reaches such a far transfer
     /// through direct branches only.
     fn far_ahead(&mut self, x: u64) -> bool {
-        if self.resumed_at != Some(x) {
+        if self.st.resumed_at != Some(x) {
             return false;
         }
         let mut ip = x;

@@ -104,6 +104,38 @@ enum SynthCmd {
     },
     /// List the sample recipes.
     List,
+    /// A large synthetic trace for benchmarks: a seeded walk over a program's code
+    /// through the hardware model, until the trace has SIZE bytes.
+    Synthetic {
+        /// Trace size in bytes (suffixes K, M, G: 1G = 2^30).
+        #[arg(long, value_parser = parse_size, default_value = "1G")]
+        size: u64,
+        /// The program whose code is walked (a static x86-64 ELF).
+        #[arg(long, default_value = "datasets/samples/busybox-sort/images/busybox")]
+        elf: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// RTIT_CTL (default 0xef0b: user-only, return compression, cycle-accurate, MTC with
+        /// range 3, STS).
+        #[arg(long, value_parser = parse_num, default_value = "0xef0b")]
+        ctl: u64,
+        /// Bundle directory to write.
+        #[arg(long, short)]
+        out: PathBuf,
+    },
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    parse_u64(num)
+        .map(|n| n * mult)
+        .ok_or_else(|| format!("not a size: {s:?} (like 512M or 1G)"))
 }
 
 fn parse_num(s: &str) -> Result<u64, String> {
@@ -183,6 +215,27 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             }
             SynthCmd::Sample { names, out } => {
                 tracemill::synth::samples(&names, &out)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            SynthCmd::Synthetic {
+                size,
+                elf,
+                seed,
+                ctl,
+                out,
+            } => {
+                let t = std::time::Instant::now();
+                let sum = tracemill_datasets::samples::synth_big(&elf, size, seed, ctl, &out)?;
+                let secs = t.elapsed().as_secs_f64();
+                eprintln!(
+                    "wrote {}: {} bytes of trace, {} branches, {} instructions in {:.1} s ({:.0} MB/s of trace)",
+                    out.display(),
+                    sum.bytes,
+                    sum.branches,
+                    sum.instructions,
+                    secs,
+                    sum.bytes as f64 / 1e6 / secs
+                );
                 Ok(ExitCode::SUCCESS)
             }
         },

@@ -197,3 +197,41 @@ fn debug_tail() {
         eprintln!("{e:?}");
     }
 }
+
+#[test]
+#[ignore]
+fn debug_chunks() {
+    let dir = std::path::PathBuf::from(std::env::var("BUNDLE").unwrap());
+    let chunk: u64 = std::env::var("CHUNK").unwrap().parse().unwrap();
+    let b = open(&dir);
+    let seq = decode(&b, u64::MAX);
+    let par = decode(&b, chunk);
+    eprintln!(
+        "seq {} rows, par {} rows, fallbacks {}",
+        seq.rows.len(),
+        par.rows.len(),
+        par.fallbacks
+    );
+    let bad = (0..seq.rows.len().min(par.rows.len())).find(|&i| seq.rows.row(i) != par.rows.row(i));
+    if let Some(i) = bad {
+        for j in i.saturating_sub(3)..i + 3 {
+            eprintln!("seq {j} {:x?}", seq.rows.row(j));
+            eprintln!("par {j} {:x?}", par.rows.row(j));
+        }
+        let off = seq.rows.offset[i];
+        for e in seq
+            .events
+            .iter()
+            .filter(|e| e.offset + 200 > off && e.offset < off + 200)
+        {
+            eprintln!("seq ev {e:?}");
+        }
+        for e in par
+            .events
+            .iter()
+            .filter(|e| e.offset + 200 > off && e.offset < off + 200)
+        {
+            eprintln!("par ev {e:?}");
+        }
+    }
+}

@@ -429,7 +429,18 @@ impl<'c, 'a> Walk<'c, 'a> {
     /// An interrupt at a random boundary of the rest of the block; resumes there.
     #[cold]
     fn interrupt(&mut self, n: &Node, left: u32) -> Step {
-        let k = self.rng.below(left as u64) as u32;
+        // At least one instruction retires first: an interrupt at the very address where
+        // tracing just resumed is indistinguishable in the trace from a far transfer that
+        // ends a packet-free loop back to it (see the decoder's `far_ahead`).
+        let k = 1 + self.rng.below(left.saturating_sub(1).max(1) as u64) as u32;
+        let k = k.min(left.saturating_sub(1));
+        if k == 0 {
+            return Step::Interrupt {
+                insns: 0,
+                at: self.address_of(n, self.skip),
+                resume: self.address_of(n, self.skip),
+            };
+        }
         let at = self.address_of(n, self.skip + k);
         self.skip += k;
         Step::Interrupt {
