@@ -159,6 +159,20 @@ impl Hasher for AddrHasher {
 
 pub type AddrMap<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
 
+/// What the walk reads of a block on every execution, packed (40 bytes) and kept apart
+/// from the instruction lengths so that walking touches as little memory as possible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hot {
+    pub last_ip: u64,
+    pub target: u64,
+    pub next: u64,
+    pub insns: u32,
+    pub class: InsnClass,
+    pub end: BlockEnd,
+    /// Successor links: [fall-through / not taken, taken]; `UNLINKED` until first used.
+    pub succ: [u32; 2],
+}
+
 /// Key for "CR3 unknown or irrelevant".
 const NO_CR3: u64 = u64::MAX;
 /// A successor link not yet resolved.
@@ -170,8 +184,7 @@ const FRONT_BITS: u32 = 12;
 /// lives across chunks.
 pub struct BlockCache {
     blocks: Vec<Block>,
-    /// Successor links: [fall-through / not taken, taken] block indices.
-    succ: Vec<[u32; 2]>,
+    hot: Vec<Hot>,
     /// CR3 key each block was built for.
     keys: Vec<u64>,
     index: AddrMap<(u64, u64), u32>,
@@ -185,7 +198,7 @@ impl Default for BlockCache {
     fn default() -> Self {
         BlockCache {
             blocks: Vec::new(),
-            succ: Vec::new(),
+            hot: Vec::new(),
             keys: Vec::new(),
             index: AddrMap::default(),
             front: vec![(u64::MAX, 0, 0); 1 << FRONT_BITS].into_boxed_slice(),
@@ -223,8 +236,16 @@ impl BlockCache {
                 self.misses += 1;
                 let b = build_block(images, start, lookup_cr3);
                 let i = self.blocks.len() as u32;
+                self.hot.push(Hot {
+                    last_ip: b.last_ip,
+                    target: b.target,
+                    next: b.next,
+                    insns: b.insns(),
+                    class: b.class,
+                    end: b.end,
+                    succ: [UNLINKED; 2],
+                });
                 self.blocks.push(b);
-                self.succ.push([UNLINKED; 2]);
                 self.keys.push(key);
                 self.index.insert((start, key), i);
                 i
@@ -239,6 +260,12 @@ impl BlockCache {
         &self.blocks[idx as usize]
     }
 
+    /// The packed per-execution view of block `idx`.
+    #[inline]
+    pub fn hot(&self, idx: u32) -> Hot {
+        self.hot[idx as usize]
+    }
+
     /// The block at the start address of successor `which` (0: fall-through, 1: direct
     /// target) of block `idx`, linked on first use.
     #[inline]
@@ -249,14 +276,16 @@ impl BlockCache {
         which: usize,
         cr3: Option<u64>,
     ) -> u32 {
-        let s = self.succ[idx as usize][which];
-        if s != UNLINKED && self.keys[s as usize] == Self::key(images, cr3).0 {
+        let h = &self.hot[idx as usize];
+        let s = h.succ[which];
+        if s != UNLINKED
+            && (!images.has_cr3_tags() || self.keys[s as usize] == Self::key(images, cr3).0)
+        {
             return s;
         }
-        let b = &self.blocks[idx as usize];
-        let addr = if which == 0 { b.next } else { b.target };
+        let addr = if which == 0 { h.next } else { h.target };
         let s = self.index(images, addr, cr3);
-        self.succ[idx as usize][which] = s;
+        self.hot[idx as usize].succ[which] = s;
         s
     }
 

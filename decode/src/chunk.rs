@@ -64,10 +64,32 @@ pub struct Input<'a> {
     pub cfg: TraceConfig,
 }
 
+/// Counts over a piece's rows, taken where the piece was decoded (so that the thread
+/// putting pieces in order does as little per row as possible).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PieceStats {
+    pub insns: u64,
+    pub by_kind: [u64; 8],
+}
+
+impl PieceStats {
+    pub fn of(rows: &BranchColumns) -> Self {
+        let mut s = PieceStats {
+            insns: rows.insns.iter().map(|&i| i as u64).sum(),
+            ..PieceStats::default()
+        };
+        for &k in &rows.kind {
+            s.by_kind[k as usize & 7] += 1;
+        }
+        s
+    }
+}
+
 /// Output of one piece (a body, a stitch, or a whole sequential decode).
 #[derive(Clone, Debug, Default)]
 pub struct Piece<S> {
     pub rows: S,
+    pub stats: PieceStats,
     /// `seq` relative to this piece's first row.
     pub events: Vec<EventRow>,
     /// `row` relative to this piece's first row.
@@ -107,6 +129,9 @@ pub fn decode_body<S: RowSink + Default>(
         role,
         S::default(),
     );
+    // About one row per byte of trace (TNT bits pack six branches a byte; TIPs, FUPs and
+    // timing packets take several).
+    w.rows.reserve((chunk.end - chunk.start) as usize);
     let stop = w.run();
     let failed = stop == Stop::Failed;
 
@@ -123,11 +148,18 @@ pub fn decode_body<S: RowSink + Default>(
         start: if failed { None } else { start },
         exit: w.exit_state(),
         failed,
-        out: Piece {
-            rows: std::mem::take(&mut w.rows),
-            events: std::mem::take(&mut w.events),
-            timing: std::mem::take(&mut w.timing),
-        },
+        out: finish_piece(&mut w),
+    }
+}
+
+fn finish_piece<S: RowSink + Default>(w: &mut Walker<'_, '_, S>) -> Piece<S> {
+    let mut rows = std::mem::take(&mut w.rows);
+    let stats = rows.finish();
+    Piece {
+        rows,
+        stats,
+        events: std::mem::take(&mut w.events),
+        timing: std::mem::take(&mut w.timing),
     }
 }
 
@@ -203,11 +235,7 @@ pub fn stitch<S: RowSink + Default>(
         last_call: at.last_call,
         cr3: at.cr3,
         exit,
-        prefix: Piece {
-            rows: std::mem::take(&mut w.rows),
-            events: std::mem::take(&mut w.events),
-            timing: std::mem::take(&mut w.timing),
-        },
+        prefix: finish_piece(&mut w),
     }
 }
 
@@ -236,8 +264,7 @@ impl Sequencer {
     pub fn sequence(&mut self, p: &mut Piece<BranchColumns>) {
         let base = self.rows;
         let n = p.rows.len() as u64;
-        p.rows.seq.clear();
-        p.rows.seq.extend(base..base + n);
+        // `seq` is base.. in order; writers number rows themselves, so it stays empty here.
         let events = std::mem::take(&mut p.events);
         for mut e in events {
             e.seq += base;
@@ -335,6 +362,7 @@ impl<'i, 'a> Stitcher<'i, 'a> {
 pub fn fix_body(body: &mut Body<BranchColumns>, s: &Stitched<BranchColumns>) {
     if !body.out.rows.is_empty() {
         body.out.rows.insns[0] += s.carry_insns;
+        body.out.stats.insns += s.carry_insns as u64;
     }
     if s.cr3.is_some() {
         // Rows before the body's first PIP did not know the CR3: it is the stitch's.

@@ -233,7 +233,14 @@ pub struct Target {
 /// Receives branch rows. The columns builder is the normal sink; a counting sink measures
 /// the walk alone.
 pub trait RowSink {
+    /// Append a row (the walker leaves `tsc` and `cycles` to the timing pass).
     fn push(&mut self, r: &BranchRow);
+    /// Room for about `n` more rows.
+    fn reserve(&mut self, _n: usize) {}
+    /// The walk is over: complete the rows and count them.
+    fn finish(&mut self) -> crate::chunk::PieceStats {
+        crate::chunk::PieceStats::default()
+    }
     fn len(&self) -> usize;
     fn truncate(&mut self, n: usize);
     /// Add `n` instructions to row `i` (a stitch's open count onto a body's first row).
@@ -243,7 +250,14 @@ pub trait RowSink {
 impl RowSink for BranchColumns {
     #[inline]
     fn push(&mut self, r: &BranchRow) {
-        BranchColumns::push(self, r)
+        BranchColumns::push_flow(self, r)
+    }
+    fn reserve(&mut self, n: usize) {
+        BranchColumns::reserve(self, n)
+    }
+    fn finish(&mut self) -> crate::chunk::PieceStats {
+        self.pad_timing();
+        crate::chunk::PieceStats::of(self)
     }
     fn len(&self) -> usize {
         BranchColumns::len(self)
@@ -278,6 +292,12 @@ impl RowSink for CountSink {
     fn add_insns(&mut self, _i: usize, n: u32) {
         self.insns += n as u64;
     }
+    fn finish(&mut self) -> crate::chunk::PieceStats {
+        crate::chunk::PieceStats {
+            insns: self.insns,
+            by_kind: [0; 8],
+        }
+    }
 }
 
 /// The instruction-flow walker over one range of the stream.
@@ -302,6 +322,8 @@ pub struct Walker<'a, 'c, S: RowSink> {
     pub body_start: Option<Target>,
     /// Rows and NLIP right after the last branch (for FUP.PGD's second reading).
     alt_pgd: Option<(usize, u64)>,
+    /// The block at this address, from the last block's successor link.
+    hint: Option<(u64, u32)>,
 }
 
 impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
@@ -335,6 +357,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             timing: Vec::new(),
             body_start: None,
             alt_pgd: None,
+            hint: None,
         }
     }
 
@@ -467,13 +490,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             return it;
         }
         loop {
-            let before = Snapshot {
-                pos: self.reader.pos(),
-                want_cyc: self.reader.wants_cyc(),
-                st: self.st,
-                events: self.events.len(),
-                timing: self.timing.len(),
-            };
+            let (pos, want_cyc) = (self.reader.pos(), self.reader.wants_cyc());
             let p = match self.reader.next_packet() {
                 None => return Item::End,
                 Some(Err(e)) => {
@@ -524,6 +541,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     return Item::Tip { ip, off, anchor };
                 }
                 Packet::Fup(FupKind::Far, pl) => {
+                    let before = self.snapshot(pos, want_cyc);
                     let ip = self.st.last_ip.update(&pl);
                     self.st.prev = PrevFlow::Far;
                     return match self.tip_after(&before) {
@@ -532,6 +550,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     };
                 }
                 Packet::Fup(FupKind::Pgd, pl) => {
+                    let before = self.snapshot(pos, want_cyc);
                     let ip = self.st.last_ip.update(&pl);
                     self.st.prev = PrevFlow::Pgd;
                     return match self.tip_after(&before) {
@@ -554,6 +573,17 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     return Item::TraceStop { off };
                 }
             }
+        }
+    }
+
+    /// What to restore if the look-ahead after a FUP runs off the end of the range.
+    fn snapshot(&self, pos: u64, want_cyc: bool) -> Snapshot {
+        Snapshot {
+            pos,
+            want_cyc,
+            st: self.st,
+            events: self.events.len(),
+            timing: self.timing.len(),
         }
     }
 
@@ -723,6 +753,16 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         if !self.st.tnt.is_empty() {
             return Ok(());
         }
+        if self.la.is_none() && self.pending.is_none() {
+            // The common case, a TNT byte next: skip the general packet path.
+            if let Some((tnt, off)) = self.reader.try_tnt() {
+                self.st.prev = PrevFlow::Tnt;
+                self.st.cr3_row = self.st.cr3;
+                self.st.tnt.push(tnt);
+                self.st.tnt_off = off;
+                return Ok(());
+            }
+        }
         match self.peek() {
             Item::Tnt { tnt, off } => {
                 self.consume();
@@ -801,19 +841,20 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     }
                 }
             }
+            if !self.st.tnt.is_empty() && self.fast_walk() {
+                continue;
+            }
             self.st.after_branch = false;
             self.st.resumed_at = None;
-            // Walk one block.
-            let bi = self.cache.index(self.images, self.st.ip, self.st.cr3);
-            let b = self.cache.block(bi);
+            // Walk one block: the successor link of the last one, or a lookup.
+            let bi = match self.hint {
+                Some((ip, bi)) if ip == self.st.ip => bi,
+                _ => self.cache.index(self.images, self.st.ip, self.st.cr3),
+            };
+            self.hint = None;
+            let h = self.cache.hot(bi);
             let (start, n, end, class, last_ip, target, next) = (
-                b.start,
-                b.insns(),
-                b.end,
-                b.class,
-                b.last_ip,
-                b.target,
-                b.next,
+                self.st.ip, h.insns, h.end, h.class, h.last_ip, h.target, h.next,
             );
             // A pending FUP.FAR / FUP.PGD inside this block applies at its address.
             if self.st.tnt.is_empty() {
@@ -871,17 +912,20 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     self.row(last_ip, Some(to), BranchKind::Cond, taken, off);
                     self.decided(off);
                     self.st.ip = to;
+                    self.link(bi, taken as usize, to);
                 }
                 InsnClass::Jmp => {
                     let off = self.st.decision;
                     self.row(last_ip, Some(target), BranchKind::Jmp, true, off);
                     self.st.ip = target;
+                    self.link(bi, 1, target);
                 }
                 InsnClass::Call => {
                     let off = self.st.decision;
                     self.row(last_ip, Some(target), BranchKind::Call, true, off);
                     self.st.last_call = LastCall::Known(next);
                     self.st.ip = target;
+                    self.link(bi, 1, target);
                 }
                 InsnClass::Ret => {
                     // Compressed (a taken bit) when a bit is queued or a TNT comes next.
@@ -1107,6 +1151,67 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         self.st.mode = Mode::Disabled;
         self.alt_pgd = None;
         true
+    }
+
+    /// The hot loop: while TNT bits are queued, walk blocks that end in a conditional
+    /// branch, a direct jump or call, or a compressed return, without looking at packets
+    /// (no asynchronous FUP can apply while bits are queued, and a stitch cannot meet its
+    /// target). Returns whether it walked anything; anything else goes to the general
+    /// walk.
+    #[inline]
+    fn fast_walk(&mut self) -> bool {
+        let mut walked = false;
+        while !self.st.tnt.is_empty() {
+            let bi = match self.hint {
+                Some((ip, bi)) if ip == self.st.ip => bi,
+                _ => self.cache.index(self.images, self.st.ip, self.st.cr3),
+            };
+            let h = self.cache.hot(bi);
+            if h.end != BlockEnd::Branch {
+                self.hint = Some((self.st.ip, bi));
+                break;
+            }
+            let (which, to, kind, taken, off) = match h.class {
+                InsnClass::Cond => {
+                    let taken = self.st.tnt.pop().unwrap_or(false);
+                    let to = if taken { h.target } else { h.next };
+                    let off = self.st.tnt_off;
+                    self.st.decision = off;
+                    (taken as usize, to, BranchKind::Cond, taken, off)
+                }
+                InsnClass::Jmp => (1, h.target, BranchKind::Jmp, true, self.st.decision),
+                InsnClass::Call => {
+                    self.st.last_call = LastCall::Known(h.next);
+                    (1, h.target, BranchKind::Call, true, self.st.decision)
+                }
+                _ => {
+                    self.hint = Some((self.st.ip, bi));
+                    break;
+                }
+            };
+            self.st.open_insns += h.insns;
+            self.row(h.last_ip, Some(to), kind, taken, off);
+            if kind == BranchKind::Cond {
+                self.tail_start = self.rows.len();
+                self.alt_pgd = None;
+            }
+            self.st.ip = to;
+            self.st.prev_nlip = h.next;
+            self.st.after_branch = true;
+            self.st.resumed_at = None;
+            let s = self.cache.successor(self.images, bi, which, self.st.cr3);
+            self.hint = Some((to, s));
+            walked = true;
+        }
+        walked
+    }
+
+    /// Remember the block that follows block `bi` on side `which` (0: fall-through,
+    /// 1: direct target), which starts at `to`.
+    #[inline]
+    fn link(&mut self, bi: u32, which: usize, to: u64) {
+        let s = self.cache.successor(self.images, bi, which, self.st.cr3);
+        self.hint = Some((to, s));
     }
 
     /// (Body) discard everything and look for a resume point again.

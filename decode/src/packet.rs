@@ -459,6 +459,28 @@ impl<'s> PacketReader<'s> {
         self.end = end.min(self.stream.len());
     }
 
+    /// The next packet if it is a TNT (the decoder's hot path): one byte, no CYC due, not
+    /// at the end of the range. A PSB cannot start here (its header is 0xC0).
+    #[inline]
+    pub fn try_tnt(&mut self) -> Option<(Tnt, u64)> {
+        if self.want_cyc || self.pos >= self.end {
+            return None;
+        }
+        let h = self.stream.byte(self.pos)?;
+        if h & 0x80 != 0 || h < 2 {
+            return None;
+        }
+        let len = 7 - h.leading_zeros() as u8;
+        let t = Tnt {
+            bits: h & ((1u8 << len) - 1),
+            len,
+        };
+        let off = self.pos;
+        self.pos += 1;
+        self.want_cyc = self.cycle_acc && t.is_full();
+        Some((t, off))
+    }
+
     /// The next packet, `None` at the end of the range, or an error; after an error the
     /// cursor has moved to the next PSB.
     #[inline]

@@ -18,9 +18,11 @@ impl OptU64 {
         self.values.push(v.unwrap_or(0));
         self.valid.push(v.is_some());
     }
+    /// Value `i`; rows past the end of the column are null (a column filled later, like
+    /// `tsc`, may be shorter than the table until then).
     #[inline]
     pub fn get(&self, i: usize) -> Option<u64> {
-        if self.valid[i] {
+        if i < self.valid.len() && self.valid[i] {
             Some(self.values[i])
         } else {
             None
@@ -51,6 +53,15 @@ impl OptU64 {
     pub fn extend_from(&mut self, o: &OptU64) {
         self.values.extend_from_slice(&o.values);
         self.valid.extend_from_slice(&o.valid);
+    }
+    /// Pad with nulls up to `n` rows.
+    pub fn pad_to(&mut self, n: usize) {
+        self.values.resize(n, 0);
+        self.valid.resize(n, false);
+    }
+    pub fn reserve(&mut self, n: usize) {
+        self.values.reserve(n);
+        self.valid.reserve(n);
     }
 }
 
@@ -92,6 +103,39 @@ impl BranchColumns {
     }
     pub fn is_empty(&self) -> bool {
         self.ip.is_empty()
+    }
+
+    /// Append a row without its timing columns (`tsc`, `cycles`), which are filled once
+    /// the row's place in the whole trace is known ([`BranchColumns::pad_timing`]).
+    #[inline]
+    pub fn push_flow(&mut self, r: &BranchRow) {
+        self.ip.push(r.ip);
+        self.target.push(r.target);
+        self.kind.push(r.kind as u8);
+        self.taken.push(r.taken);
+        self.compressed.push(r.compressed);
+        self.insns.push(r.insns);
+        self.cr3.push(r.cr3);
+        self.offset.push(r.offset);
+    }
+
+    /// Make the timing columns as long as the table (null where not set).
+    pub fn pad_timing(&mut self) {
+        let n = self.len();
+        self.tsc.pad_to(n);
+        self.cycles.pad_to(n);
+    }
+
+    /// Room for `n` more rows.
+    pub fn reserve(&mut self, n: usize) {
+        self.ip.reserve(n);
+        self.target.reserve(n);
+        self.kind.reserve(n);
+        self.taken.reserve(n);
+        self.compressed.reserve(n);
+        self.insns.reserve(n);
+        self.cr3.reserve(n);
+        self.offset.reserve(n);
     }
 
     #[inline]

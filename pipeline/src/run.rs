@@ -122,9 +122,9 @@ pub struct Report {
 impl Report {
     fn count(&mut self, p: &Piece<BranchColumns>) {
         self.rows += p.rows.len() as u64;
-        self.instructions += p.rows.insns.iter().map(|&i| i as u64).sum::<u64>();
-        for &k in &p.rows.kind {
-            self.by_kind[k as usize] += 1;
+        self.instructions += p.stats.insns;
+        for (k, n) in p.stats.by_kind.iter().enumerate() {
+            self.by_kind[k] += n;
         }
         for e in &p.events {
             *self.events_by_kind.entry(e.kind.name()).or_default() += 1;
@@ -141,7 +141,9 @@ impl Report {
 
 /// Pick a chunk size: a few MiB, and many more chunks than threads.
 pub fn default_chunk_bytes(len: u64, jobs: usize) -> u64 {
-    (len / (jobs as u64 * 16).max(1)).clamp(256 << 10, 8 << 20)
+    // Large enough that stitches are a small share; small enough that a chunk's rows stay
+    // in cache-friendly, reusable allocations.
+    (len / (jobs as u64 * 16).max(1)).clamp(256 << 10, 2 << 20)
 }
 
 /// Decode a bundle; write the tables asked for.

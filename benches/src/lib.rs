@@ -1,0 +1,1 @@
+//! Benchmarks live in `benches/` (criterion) and `src/pipeline_bench.rs` (whole pipeline).
