@@ -147,6 +147,10 @@ pub struct Truth {
     /// Number of CYC packets whose payload was 0 while the true count was 1 (E6), before
     /// each row: the decoder's cumulative cycles may lag by this much.
     pub e6_zero_before: Vec<u32>,
+    /// The basic block each row closes: its first instruction (an entry: the previous
+    /// branch's target, or where tracing resumed) and its instruction count.
+    pub block_start: Vec<u64>,
+    pub block_insns: Vec<u32>,
 }
 
 /// Counts for `truth/summary.json`.
@@ -262,6 +266,9 @@ pub struct Model<'i> {
     /// Rows so far (stored in `truth` only with `keep_truth`).
     nrows: usize,
     last_branch_ip: u64,
+    /// Where the current basic block began, and its instructions so far.
+    entry_ip: u64,
+    block_acc: u32,
     /// A FUP.PGE went out at this address and no instruction has retired since.
     fresh_pge: Option<u64>,
     vis_insns: u32,
@@ -329,6 +336,8 @@ impl<'i> Model<'i> {
             kind_counts: [0; 8],
             nrows: 0,
             last_branch_ip: 0,
+            entry_ip: 0,
+            block_acc: 0,
             fresh_pge: None,
             vis_insns: 0,
             decision: Decision::Known(0),
@@ -643,6 +652,7 @@ impl<'i> Model<'i> {
         self.decision = Decision::Known(off);
         self.tail_start = self.nrows;
         self.tail_ip = self.cur_ip;
+        self.enter_block(self.cur_ip);
     }
 
     /// Mark the undecided tail lost.
@@ -878,6 +888,7 @@ impl<'i> Model<'i> {
                 self.advance(cycles, counting);
                 self.summary.instructions += insns as u64;
                 self.vis_insns += insns;
+                self.block_acc += insns;
                 self.interrupt(at, resume);
             }
             Step::End { insns, at } => {
@@ -932,6 +943,7 @@ impl<'i> Model<'i> {
         }
         let row = self.nrows;
         self.vis_insns += insns;
+        self.block_acc += insns;
         let r = BranchRow {
             ip,
             target: Some(next),
@@ -1059,7 +1071,19 @@ impl<'i> Model<'i> {
             self.truth.lost.push(lost);
             self.truth.cyc_exact.push(false);
             self.truth.e6_zero_before.push(self.e6_zero);
+            self.truth.block_start.push(self.entry_ip);
+            self.truth.block_insns.push(self.block_acc);
         }
+        // The next block starts where the branch went (a far transfer that stops
+        // tracing sets it again where tracing resumes).
+        self.entry_ip = r.target.unwrap_or(0);
+        self.block_acc = 0;
+    }
+
+    /// A basic block begins at `ip` (tracing resumed there, or an interrupt landed).
+    fn enter_block(&mut self, ip: u64) {
+        self.entry_ip = ip;
+        self.block_acc = 0;
     }
 
     /// Set a truth column of row `r` (a no-op without `keep_truth`).
@@ -1114,6 +1138,7 @@ impl<'i> Model<'i> {
         match (before, after) {
             (true, true) => {
                 self.flush_tnt();
+                self.enter_block(target);
                 let off = self.out.len() as u64;
                 let saved = self.e1_address(saved, row);
                 let a = self.emit(Packet::Fup(FupKind::Far, ip_payload(saved)));
@@ -1286,6 +1311,7 @@ impl<'i> Model<'i> {
                 // IRET/SYSRET back to user code.
                 let row = self.nrows;
                 self.vis_insns += insns;
+                self.block_acc += insns;
                 let r = BranchRow {
                     ip,
                     target: Some(next),

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use arrow::array::{ArrayRef, BooleanArray, UInt32Array};
+use arrow::array::{ArrayRef, BooleanArray, UInt32Array, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use tracemill_decode::config::ctl;
@@ -625,11 +625,15 @@ fn write_truth(dir: &Path, g: &Generated) -> Result<()> {
             Field::new("lost", DataType::Boolean, false),
             Field::new("cyc_exact", DataType::Boolean, false),
             Field::new("e6_zero_before", DataType::UInt32, false),
+            Field::new("block_start", DataType::UInt64, false),
+            Field::new("block_insns", DataType::UInt32, false),
         ])),
         vec![
             Arc::new(BooleanArray::from(t.lost.clone())) as ArrayRef,
             Arc::new(BooleanArray::from(t.cyc_exact.clone())),
             Arc::new(UInt32Array::from(t.e6_zero_before.clone())),
+            Arc::new(UInt64Array::from(t.block_start.clone())),
+            Arc::new(UInt32Array::from(t.block_insns.clone())),
         ],
     )?;
     write_parquet(&dir.join("rows.parquet"), &extra)?;
@@ -648,23 +652,16 @@ fn write_truth(dir: &Path, g: &Generated) -> Result<()> {
     Ok(())
 }
 
-/// Blocks per the coverage definition, over the rows a decoder can prove: a block runs
-/// from an entry (the previous row's target, or a resume point) to the row's branch.
+/// Blocks per the coverage definition, over the rows a decoder can prove.
 fn count_blocks(g: &Generated) -> (u64, u64) {
     let t = &g.output.truth;
     let mut seen = std::collections::HashSet::new();
     let mut execs = 0;
     for i in 0..t.rows.len() {
-        if t.lost[i] {
-            continue;
+        if !t.lost[i] {
+            seen.insert((t.block_start[i], t.rows.ip[i]));
+            execs += 1;
         }
-        let start = if i > 0 && !t.lost[i - 1] {
-            t.rows.target.get(i - 1)
-        } else {
-            None
-        };
-        seen.insert((start, t.rows.ip[i]));
-        execs += 1;
     }
     (seen.len() as u64, execs)
 }

@@ -15,6 +15,7 @@
 
 use crate::block::BlockCache;
 use crate::config::TraceConfig;
+use crate::coverage::Coverage;
 use crate::flow::{FlowState, LastCall, Role, RowSink, Stop, Target, TimingFact, Walker};
 use crate::image::ImageSet;
 use crate::rows::{BranchColumns, EventRow};
@@ -90,6 +91,8 @@ impl PieceStats {
 pub struct Piece<S> {
     pub rows: S,
     pub stats: PieceStats,
+    /// Blocks and edges of these rows.
+    pub coverage: Coverage,
     /// `seq` relative to this piece's first row.
     pub events: Vec<EventRow>,
     /// `row` relative to this piece's first row.
@@ -154,10 +157,11 @@ pub fn decode_body<S: RowSink + Default>(
 
 fn finish_piece<S: RowSink + Default>(w: &mut Walker<'_, '_, S>) -> Piece<S> {
     let mut rows = std::mem::take(&mut w.rows);
-    let stats = rows.finish();
+    let (stats, coverage) = rows.finish();
     Piece {
         rows,
         stats,
+        coverage,
         events: std::mem::take(&mut w.events),
         timing: std::mem::take(&mut w.timing),
     }
@@ -295,6 +299,7 @@ pub struct Decoded {
     pub rows: BranchColumns,
     pub events: Vec<EventRow>,
     pub timing: Vec<TimingFact>,
+    pub coverage: Coverage,
     /// Chunks whose stitch had to decode them alone.
     pub fallbacks: usize,
     seq: Sequencer,
@@ -304,6 +309,7 @@ impl Decoded {
     /// Append the next piece.
     pub fn append(&mut self, mut p: Piece<BranchColumns>) {
         self.seq.sequence(&mut p);
+        self.coverage.merge(std::mem::take(&mut p.coverage));
         self.events.append(&mut p.events);
         self.timing.append(&mut p.timing);
         self.rows.extend_from(&p.rows);

@@ -94,6 +94,9 @@ pub struct FlowState {
     pub cr3_row: Option<u64>,
     /// Instructions retired since the last row.
     pub open_insns: u32,
+    /// Where the current basic block began, and the open count when it did.
+    pub block_start: u64,
+    pub block_base: u32,
     /// Offset of the packet that decided the last decided row (or resumed tracing).
     pub decision: u64,
     pub prev: PrevFlow,
@@ -125,6 +128,8 @@ impl FlowState {
             cr3: None,
             cr3_row: None,
             open_insns: 0,
+            block_start: 0,
+            block_base: 0,
             decision: cursor,
             prev: PrevFlow::Unknown,
             prev_nlip: 0,
@@ -233,13 +238,14 @@ pub struct Target {
 /// Receives branch rows. The columns builder is the normal sink; a counting sink measures
 /// the walk alone.
 pub trait RowSink {
-    /// Append a row (the walker leaves `tsc` and `cycles` to the timing pass).
-    fn push(&mut self, r: &BranchRow);
+    /// Append a row (the walker leaves `tsc` and `cycles` to the timing pass) and the
+    /// basic block it closes: (first instruction, instructions in the block).
+    fn push(&mut self, r: &BranchRow, block: (u64, u32));
     /// Room for about `n` more rows.
     fn reserve(&mut self, _n: usize) {}
-    /// The walk is over: complete the rows and count them.
-    fn finish(&mut self) -> crate::chunk::PieceStats {
-        crate::chunk::PieceStats::default()
+    /// The walk is over: complete the rows, count them, aggregate their coverage.
+    fn finish(&mut self) -> (crate::chunk::PieceStats, crate::coverage::Coverage) {
+        Default::default()
     }
     fn len(&self) -> usize;
     fn truncate(&mut self, n: usize);
@@ -249,15 +255,22 @@ pub trait RowSink {
 
 impl RowSink for BranchColumns {
     #[inline]
-    fn push(&mut self, r: &BranchRow) {
-        BranchColumns::push_flow(self, r)
+    fn push(&mut self, r: &BranchRow, block: (u64, u32)) {
+        BranchColumns::push_flow(self, r);
+        self.block_start.push(block.0);
+        self.block_insns.push(block.1);
     }
     fn reserve(&mut self, n: usize) {
         BranchColumns::reserve(self, n)
     }
-    fn finish(&mut self) -> crate::chunk::PieceStats {
+    fn finish(&mut self) -> (crate::chunk::PieceStats, crate::coverage::Coverage) {
         self.pad_timing();
-        crate::chunk::PieceStats::of(self)
+        let mut cov = crate::coverage::Coverage::default();
+        cov.add_rows(self);
+        // The block columns have served; free them before the rows travel on.
+        self.block_start = Vec::new();
+        self.block_insns = Vec::new();
+        (crate::chunk::PieceStats::of(self), cov)
     }
     fn len(&self) -> usize {
         BranchColumns::len(self)
@@ -279,7 +292,7 @@ pub struct CountSink {
 
 impl RowSink for CountSink {
     #[inline]
-    fn push(&mut self, r: &BranchRow) {
+    fn push(&mut self, r: &BranchRow, _block: (u64, u32)) {
         self.rows += 1;
         self.insns += r.insns as u64;
     }
@@ -292,11 +305,12 @@ impl RowSink for CountSink {
     fn add_insns(&mut self, _i: usize, n: u32) {
         self.insns += n as u64;
     }
-    fn finish(&mut self) -> crate::chunk::PieceStats {
-        crate::chunk::PieceStats {
+    fn finish(&mut self) -> (crate::chunk::PieceStats, crate::coverage::Coverage) {
+        let stats = crate::chunk::PieceStats {
             insns: self.insns,
             by_kind: [0; 8],
-        }
+        };
+        (stats, Default::default())
     }
 }
 
@@ -411,20 +425,47 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
 
     #[inline]
     fn row(&mut self, ip: u64, target: Option<u64>, kind: BranchKind, taken: bool, off: u64) {
+        self.push_row(ip, target, kind, taken, false, off);
+    }
+
+    /// Emit a row for the branch at `ip`: it closes the open instruction count and the
+    /// current basic block (which began at `block_start`, `block_base` instructions into
+    /// the open count); the next block begins at `target`.
+    #[inline]
+    fn push_row(
+        &mut self,
+        ip: u64,
+        target: Option<u64>,
+        kind: BranchKind,
+        taken: bool,
+        compressed: bool,
+        off: u64,
+    ) {
         let r = BranchRow {
             ip,
             target,
             kind,
             taken,
-            compressed: false,
+            compressed,
             insns: self.st.open_insns,
             tsc: None,
             cycles: None,
             cr3: self.st.cr3_row,
             offset: off,
         };
+        let block = (self.st.block_start, self.st.open_insns - self.st.block_base);
         self.st.open_insns = 0;
-        self.rows.push(&r);
+        self.st.block_base = 0;
+        self.st.block_start = target.unwrap_or(0);
+        self.rows.push(&r, block);
+    }
+
+    /// A new basic block begins at `ip` (tracing resumed, or an asynchronous transfer
+    /// landed there); the instructions counted so far belong to no block.
+    #[inline]
+    fn enter_block(&mut self, ip: u64) {
+        self.st.block_start = ip;
+        self.st.block_base = self.st.open_insns;
     }
 
     /// The rows so far are decided by packets.
@@ -464,6 +505,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     fn resume(&mut self, ip: u64, off: u64) {
         self.st.mode = Mode::Tracing;
         self.st.ip = ip;
+        self.enter_block(ip);
         self.st.resumed_at = Some(ip);
         self.st.tnt.clear();
         self.decided(off);
@@ -808,6 +850,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                             match tip {
                                 Some((Some(t), _)) => {
                                     self.st.ip = t;
+                                    self.enter_block(t);
                                     self.decided(off);
                                     self.st.after_branch = false;
                                     continue;
@@ -950,20 +993,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                         }
                         match self.st.last_call {
                             LastCall::Known(to) => {
-                                let r = BranchRow {
-                                    ip: last_ip,
-                                    target: Some(to),
-                                    kind: BranchKind::Ret,
-                                    taken: true,
-                                    compressed: true,
-                                    insns: self.st.open_insns,
-                                    tsc: None,
-                                    cycles: None,
-                                    cr3: self.st.cr3_row,
-                                    offset: off,
-                                };
-                                self.st.open_insns = 0;
-                                self.rows.push(&r);
+                                self.push_row(last_ip, Some(to), BranchKind::Ret, true, true, off);
                                 self.decided(off);
                                 self.st.ip = to;
                             }

@@ -29,6 +29,7 @@
 pub mod block;
 pub mod chunk;
 pub mod config;
+pub mod coverage;
 pub mod flow;
 pub mod image;
 pub mod insn;

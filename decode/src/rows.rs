@@ -95,6 +95,10 @@ pub struct BranchColumns {
     pub cycles: OptU64,
     pub cr3: OptU64,
     pub offset: Vec<u64>,
+    /// Not a table column: the first instruction of the basic block each row closes, and
+    /// the block's instruction count (for coverage; dropped once aggregated).
+    pub block_start: Vec<u64>,
+    pub block_insns: Vec<u32>,
 }
 
 impl BranchColumns {
@@ -136,6 +140,8 @@ impl BranchColumns {
         self.insns.reserve(n);
         self.cr3.reserve(n);
         self.offset.reserve(n);
+        self.block_start.reserve(n);
+        self.block_insns.reserve(n);
     }
 
     #[inline]
@@ -183,6 +189,8 @@ impl BranchColumns {
         self.cycles.truncate(n);
         self.cr3.truncate(n);
         self.offset.truncate(n);
+        self.block_start.truncate(n.min(self.block_start.len()));
+        self.block_insns.truncate(n.min(self.block_insns.len()));
     }
 
     pub fn clear(&mut self) {
@@ -202,6 +210,8 @@ impl BranchColumns {
         self.cycles.extend_from(&o.cycles);
         self.cr3.extend_from(&o.cr3);
         self.offset.extend_from_slice(&o.offset);
+        self.block_start.extend_from_slice(&o.block_start);
+        self.block_insns.extend_from_slice(&o.block_insns);
     }
 }
 

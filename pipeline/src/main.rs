@@ -65,8 +65,9 @@ struct DecodeArgs {
     /// Worker threads (default: all cores).
     #[arg(long, short)]
     jobs: Option<usize>,
-    /// Tables to write, comma-separated: branches, events, timing (default: all).
-    #[arg(long, default_value = "branches,events,timing")]
+    /// Tables to write, comma-separated: branches, events, timing, coverage, edges
+    /// (default: all).
+    #[arg(long, default_value = "all")]
     tables: String,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutFormat::Parquet)]

@@ -23,6 +23,8 @@ use rayon::prelude::*;
 use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_body, plan_chunks, Body, Input, Piece, Sequencer, Stitcher};
 use tracemill_decode::config::TraceConfig;
+use tracemill_decode::coverage::Coverage;
+use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns, TimingRow};
 use tracemill_decode::sync::find_psbs;
 use tracemill_schemas::{BranchKind, EventKind};
@@ -36,6 +38,8 @@ pub struct Tables {
     pub branches: bool,
     pub events: bool,
     pub timing: bool,
+    pub coverage: bool,
+    pub edges: bool,
 }
 
 impl Tables {
@@ -43,11 +47,15 @@ impl Tables {
         branches: true,
         events: true,
         timing: true,
+        coverage: true,
+        edges: true,
     };
     pub const NONE: Tables = Tables {
         branches: false,
         events: false,
         timing: false,
+        coverage: false,
+        edges: false,
     };
 
     /// Parse `branches,events,...`.
@@ -58,10 +66,13 @@ impl Tables {
                 "branches" => t.branches = true,
                 "events" => t.events = true,
                 "timing" => t.timing = true,
+                "coverage" => t.coverage = true,
+                "edges" => t.edges = true,
                 "all" => t = Tables::ALL,
-                other => {
-                    bail!("unknown table {other:?}: choose from branches, events, timing (or all)")
-                }
+                other => bail!(
+                    "unknown table {other:?}: choose from branches, events, timing, coverage, \
+                     edges (or all)"
+                ),
             }
         }
         Ok(t)
@@ -243,11 +254,12 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
 
     let written = std::thread::scope(|s| -> Result<Vec<Written>> {
         let (piece_tx, piece_rx) = bounded::<Piece<BranchColumns>>(8);
+        let images_ref = &images;
         let writer = s.spawn(move || -> Result<Vec<Written>> {
             for p in piece_rx {
                 writers.write(p)?;
             }
-            writers.finish()
+            writers.finish(images_ref)
         });
         let (body_tx, body_rx) = bounded::<Vec<Body<BranchColumns>>>(1);
         let input_ref = &input;
@@ -313,6 +325,10 @@ struct Writers {
     branches: Option<TableWriter>,
     events: Option<TableWriter>,
     timing: Option<TableWriter>,
+    coverage: Option<TableWriter>,
+    edges: Option<TableWriter>,
+    /// Blocks and edges so far (written at the end: they are aggregates).
+    cov: Coverage,
 }
 
 impl Writers {
@@ -322,6 +338,9 @@ impl Writers {
                 branches: None,
                 events: None,
                 timing: None,
+                coverage: None,
+                edges: None,
+                cov: Coverage::default(),
             });
         };
         std::fs::create_dir_all(dir)
@@ -338,10 +357,14 @@ impl Writers {
             branches: open(opts.tables.branches, "branches")?,
             events: open(opts.tables.events, "events")?,
             timing: open(opts.tables.timing, "timing")?,
+            coverage: open(opts.tables.coverage, "coverage")?,
+            edges: open(opts.tables.edges, "edges")?,
+            cov: Coverage::default(),
         })
     }
 
-    fn write(&mut self, p: Piece<BranchColumns>) -> Result<()> {
+    fn write(&mut self, mut p: Piece<BranchColumns>) -> Result<()> {
+        self.cov.merge(std::mem::take(&mut p.coverage));
         if let Some(w) = &mut self.events {
             if !p.events.is_empty() {
                 w.write_events(&p.events)?;
@@ -372,11 +395,23 @@ impl Writers {
         Ok(())
     }
 
-    fn finish(self) -> Result<Vec<Written>> {
+    fn finish(mut self, images: &ImageSet<'_>) -> Result<Vec<Written>> {
+        if let Some(w) = &mut self.coverage {
+            w.write_coverage(&self.cov.block_rows(images))?;
+        }
+        if let Some(w) = &mut self.edges {
+            w.write_edges(&self.cov.edge_rows())?;
+        }
         let mut out = Vec::new();
-        for w in [self.branches, self.events, self.timing]
-            .into_iter()
-            .flatten()
+        for w in [
+            self.branches,
+            self.events,
+            self.timing,
+            self.coverage,
+            self.edges,
+        ]
+        .into_iter()
+        .flatten()
         {
             out.push(w.finish()?);
         }

@@ -54,7 +54,10 @@ fn provable(t: &Truth) -> BranchColumns {
 }
 
 fn errors(d: &Decoded) -> Vec<&tracemill_decode::rows::EventRow> {
-    d.events.iter().filter(|e| e.kind == EventKind::Error).collect()
+    d.events
+        .iter()
+        .filter(|e| e.kind == EventKind::Error)
+        .collect()
 }
 
 /// Decoded rows decided before `clean_before` equal the truth's first rows; the decoded
@@ -82,7 +85,10 @@ fn check_outside_damage(
     let first_after = (0..got.rows.len()).find(|&k| got.rows.offset[k] >= clean_from);
     if let Some(k) = first_after {
         let n = got.rows.len() - k;
-        assert!(n <= want.len(), "{name}: more rows after the damage than exist");
+        assert!(
+            n <= want.len(),
+            "{name}: more rows after the damage than exist"
+        );
         let w0 = want.len() - n;
         for j in 1..n {
             assert_eq!(
@@ -104,7 +110,12 @@ fn check_outside_damage(
 fn psb_window(bytes: &[u8], off: u64, n: usize) -> (u64, u64) {
     let s = TraceStream::linear(bytes);
     let psbs = find_psbs(&s);
-    let before = psbs.iter().copied().filter(|&p| p <= off).last().unwrap_or(0);
+    let before = psbs
+        .iter()
+        .copied()
+        .filter(|&p| p <= off)
+        .last()
+        .unwrap_or(0);
     let after = psbs
         .iter()
         .copied()
@@ -137,19 +148,17 @@ fn bit_flips_are_reported_and_rows_outside_the_damage_stay_right() {
             assert!(!e.detail.is_empty());
         }
         let (psb_before, psb_after) = psb_window(&bytes, at as u64, 3);
-        let matched = check_outside_damage(
-            &format!("seed {seed}"),
-            &want,
-            &d,
-            psb_before,
-            psb_after,
-        );
+        let matched =
+            check_outside_damage(&format!("seed {seed}"), &want, &d, psb_before, psb_after);
         total_matched += matched;
         // Damaged input decodes the same whatever the chunking.
         for chunk in [1, 4096] {
             let p = decode_bytes(&b, &bytes, b.manifest.rtit_ctl, chunk);
             assert_eq!(d.rows, p.rows, "seed {seed}: rows at chunk size {chunk}");
-            assert_eq!(d.events, p.events, "seed {seed}: events at chunk size {chunk}");
+            assert_eq!(
+                d.events, p.events,
+                "seed {seed}: events at chunk size {chunk}"
+            );
         }
     }
     // Nearly every row survives a local burst.
@@ -171,7 +180,11 @@ fn truncated_traces_give_a_prefix_of_the_truth() {
         let d = decode_bytes(&b, &clean[..cut], b.manifest.rtit_ctl, u64::MAX);
         assert!(d.rows.len() <= want.len());
         for i in 0..d.rows.len() {
-            assert_eq!(flow_row(&d.rows.row(i)), want.row(i), "cut at {cut}: row {i}");
+            assert_eq!(
+                flow_row(&d.rows.row(i)),
+                want.row(i),
+                "cut at {cut}: row {i}"
+            );
         }
         // Only the last packet can be cut: at most one error, at the end.
         let e = errors(&d);
@@ -191,15 +204,25 @@ fn a_missing_image_is_reported_with_addresses_and_decoding_goes_on() {
     let d = decode_with(&empty, &b.trace, b.manifest.rtit_ctl, u64::MAX);
     let e = errors(&d);
     assert!(!e.is_empty());
-    assert!(e.iter().all(|e| e.detail.contains("no code image covers")), "{e:?}");
+    assert!(
+        e.iter().all(|e| e.detail.contains("no code image covers")),
+        "{e:?}"
+    );
     // Every resume point was found and reported; no branch can be followed.
     assert!(d.rows.is_empty());
-    let enables = d.events.iter().filter(|e| e.kind == EventKind::Enable).count() as u64;
+    let enables = d
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::Enable)
+        .count() as u64;
     let stats = tracemill::dump::stats(
         &TraceStream::linear(&b.trace),
         &TraceConfig::from_ctl(b.manifest.rtit_ctl),
     );
-    assert_eq!(enables, stats.by_type["fup.pge"], "every FUP.PGE is a resume point");
+    assert_eq!(
+        enables, stats.by_type["fup.pge"],
+        "every FUP.PGE is a resume point"
+    );
 
     // Through the CLI path: an image file that does not exist is a warning, not a failure.
     let dir = tempfile::tempdir().unwrap();
@@ -217,7 +240,10 @@ fn a_missing_image_is_reported_with_addresses_and_decoding_goes_on() {
         ..run::Options::default()
     };
     let report = run::decode(&b2, &opts).unwrap();
-    assert!(report.warnings.iter().any(|w| w.contains("/nonexistent/prog")));
+    assert!(report
+        .warnings
+        .iter()
+        .any(|w| w.contains("/nonexistent/prog")));
     assert!(report.errors() > 0);
     assert!(dir.path().join("out/events.parquet").exists());
 }

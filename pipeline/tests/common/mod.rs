@@ -97,6 +97,8 @@ pub struct Truth {
     pub lost: Vec<bool>,
     pub cyc_exact: Vec<bool>,
     pub e6_zero_before: Vec<u32>,
+    pub block_start: Vec<u64>,
+    pub block_insns: Vec<u32>,
     pub summary: TruthSummary,
 }
 
@@ -108,6 +110,7 @@ pub fn truth(dir: &Path) -> Truth {
         .build()
         .unwrap();
     let (mut lost, mut cyc_exact, mut e6) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut bs, mut bi) = (Vec::new(), Vec::new());
     for b in reader {
         let b = b.unwrap();
         let l = b.column_by_name("lost").unwrap().as_boolean().clone();
@@ -117,10 +120,22 @@ pub fn truth(dir: &Path) -> Truth {
             .unwrap()
             .as_primitive::<UInt32Type>()
             .clone();
+        let s = b
+            .column_by_name("block_start")
+            .unwrap()
+            .as_primitive::<UInt64Type>()
+            .clone();
+        let n = b
+            .column_by_name("block_insns")
+            .unwrap()
+            .as_primitive::<UInt32Type>()
+            .clone();
         for i in 0..b.num_rows() {
             lost.push(l.value(i));
             cyc_exact.push(c.value(i));
             e6.push(z.value(i));
+            bs.push(s.value(i));
+            bi.push(n.value(i));
         }
     }
     let summary: TruthSummary =
@@ -131,6 +146,8 @@ pub fn truth(dir: &Path) -> Truth {
         lost,
         cyc_exact,
         e6_zero_before: e6,
+        block_start: bs,
+        block_insns: bi,
         summary,
     }
 }

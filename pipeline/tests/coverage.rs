@@ -1,0 +1,90 @@
+//! Coverage: block and edge counts of every bundle equal those derived from the truth, and
+//! do not depend on how the trace was cut into chunks.
+
+mod common;
+
+use common::*;
+use tracemill::bundle::Bundle;
+use tracemill_decode::coverage::Coverage;
+
+/// Blocks and edges of the truth's provable rows.
+fn truth_coverage(t: &Truth) -> Coverage {
+    let mut c = Coverage::default();
+    for i in 0..t.rows.len() {
+        if t.lost[i] {
+            continue;
+        }
+        c.blocks
+            .entry((t.block_start[i], t.rows.ip[i]))
+            .or_insert((t.block_insns[i], 0))
+            .1 += 1;
+        if let Some(dst) = t.rows.target.get(i) {
+            *c.edges
+                .entry((t.rows.ip[i], dst, t.rows.kind[i]))
+                .or_default() += 1;
+        }
+    }
+    c
+}
+
+#[test]
+fn coverage_equals_the_truths_for_every_bundle() {
+    for dir in bundles() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let t = truth(&dir);
+        if t.summary.ring {
+            continue; // only a suffix of the truth survives in the ring
+        }
+        let b = Bundle::open(&dir, None, &[]).unwrap();
+        let d = decode(&b, u64::MAX);
+        let want = truth_coverage(&t);
+        let mut missing: Vec<_> = want
+            .blocks
+            .iter()
+            .filter(|(k, v)| d.coverage.blocks.get(k) != Some(v))
+            .take(5)
+            .collect();
+        missing.sort();
+        assert!(
+            missing.is_empty(),
+            "{name}: blocks differ, e.g. {missing:x?}"
+        );
+        assert_eq!(
+            d.coverage.blocks.len(),
+            want.blocks.len(),
+            "{name}: block count"
+        );
+        assert_eq!(d.coverage.edges, want.edges, "{name}: edges");
+        assert_eq!(
+            (want.blocks.len() as u64, want.executions()),
+            (t.summary.blocks, t.summary.block_executions),
+            "{name}: summary.json"
+        );
+        for chunk in [1, 4096] {
+            let p = decode(&b, chunk);
+            assert_eq!(
+                d.coverage, p.coverage,
+                "{name}: coverage at chunk size {chunk}"
+            );
+        }
+    }
+}
+
+#[test]
+fn coverage_rows_name_the_image_and_offset() {
+    let dir = samples_dir().join("recursion");
+    let b = Bundle::open(&dir, None, &[]).unwrap();
+    let d = decode(&b, u64::MAX);
+    let (images, _) = b.image_set();
+    let rows = d.coverage.block_rows(&images);
+    assert!(!rows.is_empty());
+    for r in &rows {
+        assert_eq!(r.image.as_deref(), Some("recursion"));
+        assert_eq!(r.image_offset, Some(r.start - 0x40_0000));
+        assert!(r.end >= r.start && r.insns >= 1 && r.count >= 1);
+    }
+    assert_eq!(
+        rows.iter().map(|r| r.count).sum::<u64>(),
+        d.rows.len() as u64
+    );
+}
