@@ -47,6 +47,11 @@ fn count_mode(b: &Bundle, jobs: usize) -> Result<(f64, Counts)> {
         psbs: &psbs,
         images: &images,
         cfg: TraceConfig::from_ctl(b.manifest.rtit_ctl),
+        timing: tracemill_decode::timing::TimingConfig::new(
+            &TraceConfig::from_ctl(b.manifest.rtit_ctl),
+            b.manifest.guaranteed_ratio,
+            b.manifest.ring_offset.is_none(),
+        ),
     };
     let chunks = plan_chunks(
         &psbs,

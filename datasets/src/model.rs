@@ -623,13 +623,12 @@ impl<'i> Model<'i> {
         // CYC is the drain time, not the sixth branch's, and FUP.BuffOvf's CYC is then 0).
         if self.tnt_len > 0 {
             let full = self.tnt_len == 6;
+            let sixth = self.tnt_rows[self.tnt_len as usize - 1];
             self.write_tnt();
             if full {
-                let last = self.nrows;
-                // write_tnt marked the sixth row exact; under 4.2.5 it is not.
-                for r in (0..last).rev().take(6) {
-                    self.set_exact(r, false);
-                }
+                // write_tnt marked the sixth row exact; under 4.2.5 it is not: its CYC is
+                // the time the overflow drained.
+                self.set_exact(sixth, false);
             }
         }
         // Compression state is cleared before the overflow packet is sent.

@@ -18,8 +18,10 @@ use crate::config::TraceConfig;
 use crate::coverage::Coverage;
 use crate::flow::{FlowState, LastCall, Role, RowSink, Stop, Target, TimingFact, Walker};
 use crate::image::ImageSet;
+use crate::rows::TimingColumns;
 use crate::rows::{BranchColumns, EventRow};
 use crate::stream::TraceStream;
+use crate::timing::{Timeline, TimingConfig};
 
 /// A range of the stream from one PSB to another (or the end).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +65,8 @@ pub struct Input<'a> {
     pub psbs: &'a [u64],
     pub images: &'a ImageSet<'a>,
     pub cfg: TraceConfig,
+    /// How to turn timing packets into time (bundle facts beyond RTIT_CTL).
+    pub timing: TimingConfig,
 }
 
 /// Counts over a piece's rows, taken where the piece was decoded (so that the thread
@@ -299,6 +303,8 @@ pub struct Decoded {
     pub rows: BranchColumns,
     pub events: Vec<EventRow>,
     pub timing: Vec<TimingFact>,
+    /// The `timing` table.
+    pub timing_rows: TimingColumns,
     pub coverage: Coverage,
     /// Chunks whose stitch had to decode them alone.
     pub fallbacks: usize,
@@ -306,13 +312,14 @@ pub struct Decoded {
 }
 
 impl Decoded {
-    /// Append the next piece.
-    pub fn append(&mut self, mut p: Piece<BranchColumns>) {
+    /// Append the next piece (already timed by a [`Timeline`]).
+    pub fn append(&mut self, mut p: Piece<BranchColumns>, t: TimingColumns) {
         self.seq.sequence(&mut p);
         self.coverage.merge(std::mem::take(&mut p.coverage));
         self.events.append(&mut p.events);
         self.timing.append(&mut p.timing);
         self.rows.extend_from(&p.rows);
+        self.timing_rows.extend_from(&t);
     }
 }
 
@@ -388,9 +395,17 @@ pub fn decode_all(input: &Input<'_>, chunk_bytes: u64) -> Decoded {
     let mut cache = BlockCache::new();
     let mut out = Decoded::default();
     let mut st = Stitcher::new(input);
+    let mut timeline = Timeline::new(input.timing);
     for c in chunks {
         let body: Body<BranchColumns> = decode_body(input, &mut cache, c);
-        st.push(body, |p| out.append(p));
+        st.push(body, |p| {
+            for (p, t) in timeline.push(p) {
+                out.append(p, t);
+            }
+        });
+    }
+    for (p, t) in timeline.finish() {
+        out.append(p, t);
     }
     out.fallbacks = st.fallbacks;
     out

@@ -38,6 +38,7 @@ pub mod packet;
 pub mod rows;
 pub mod stream;
 pub mod sync;
+pub mod timing;
 pub mod tnt;
 
 pub use config::TraceConfig;

@@ -270,6 +270,16 @@ impl TimingColumns {
         self.cycles.push(r.cycles);
         self.core_bus_ratio.push(r.core_bus_ratio);
     }
+    pub fn extend_from(&mut self, o: &TimingColumns) {
+        self.offset.extend_from_slice(&o.offset);
+        self.kind.extend_from_slice(&o.kind);
+        self.raw.extend_from_slice(&o.raw);
+        self.value.extend_from_slice(&o.value);
+        self.tsc.extend_from(&o.tsc);
+        self.cycles.extend_from(&o.cycles);
+        self.core_bus_ratio.extend_from_slice(&o.core_bus_ratio);
+    }
+
     pub fn row(&self, i: usize) -> TimingRow {
         TimingRow {
             offset: self.offset[i],

@@ -25,8 +25,9 @@ use tracemill_decode::chunk::{decode_body, plan_chunks, Body, Input, Piece, Sequ
 use tracemill_decode::config::TraceConfig;
 use tracemill_decode::coverage::Coverage;
 use tracemill_decode::image::ImageSet;
-use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns, TimingRow};
+use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns};
 use tracemill_decode::sync::find_psbs;
+use tracemill_decode::timing::Timeline;
 use tracemill_schemas::{BranchKind, EventKind};
 use tracemill_sinks::{FileMeta, Format, TableWriter, WriterOptions, Written};
 
@@ -195,6 +196,11 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
         psbs: &psbs,
         images: &images,
         cfg,
+        timing: tracemill_decode::timing::TimingConfig::new(
+            &cfg,
+            bundle.manifest.guaranteed_ratio,
+            bundle.manifest.ring_offset.is_none(),
+        ),
     };
     let chunk_bytes = opts
         .chunk_bytes
@@ -237,6 +243,7 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     let batch = report.jobs * 4;
 
     let mut seq = Sequencer::default();
+    let mut timeline = Timeline::new(input.timing);
     let mut stitcher = Stitcher::new(&input);
     let mut junk = None;
     if first_psb > 0 {
@@ -253,11 +260,11 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     }
 
     let written = std::thread::scope(|s| -> Result<Vec<Written>> {
-        let (piece_tx, piece_rx) = bounded::<Piece<BranchColumns>>(8);
+        let (piece_tx, piece_rx) = bounded::<(Piece<BranchColumns>, TimingColumns)>(8);
         let images_ref = &images;
         let writer = s.spawn(move || -> Result<Vec<Written>> {
-            for p in piece_rx {
-                writers.write(p)?;
+            for (p, t) in piece_rx {
+                writers.write(p, t)?;
             }
             writers.finish(images_ref)
         });
@@ -293,10 +300,12 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                     if let Some(j) = junk.take() {
                         p.events.insert(0, j);
                     }
-                    seq.sequence(&mut p);
-                    report.count(&p);
-                    if piece_tx.send(p).is_err() {
-                        send_err = true;
+                    for (mut p, t) in timeline.push(p) {
+                        seq.sequence(&mut p);
+                        report.count(&p);
+                        if piece_tx.send((p, t)).is_err() {
+                            send_err = true;
+                        }
                     }
                 });
                 if let Some(b) = &bar {
@@ -306,6 +315,11 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
             if send_err {
                 break;
             }
+        }
+        for (mut p, t) in timeline.finish() {
+            seq.sequence(&mut p);
+            report.count(&p);
+            let _ = piece_tx.send((p, t));
         }
         drop(piece_tx);
         producer.join().expect("decode threads do not panic");
@@ -363,7 +377,7 @@ impl Writers {
         })
     }
 
-    fn write(&mut self, mut p: Piece<BranchColumns>) -> Result<()> {
+    fn write(&mut self, mut p: Piece<BranchColumns>, timing: TimingColumns) -> Result<()> {
         self.cov.merge(std::mem::take(&mut p.coverage));
         if let Some(w) = &mut self.events {
             if !p.events.is_empty() {
@@ -371,20 +385,8 @@ impl Writers {
             }
         }
         if let Some(w) = &mut self.timing {
-            if !p.timing.is_empty() {
-                let mut t = TimingColumns::default();
-                for f in &p.timing {
-                    t.push(&TimingRow {
-                        offset: f.offset,
-                        kind: f.kind,
-                        raw: f.raw,
-                        value: f.raw,
-                        tsc: None,
-                        cycles: None,
-                        core_bus_ratio: f.ratio,
-                    });
-                }
-                w.write_timing(t)?;
+            if !timing.is_empty() {
+                w.write_timing(timing)?;
             }
         }
         if let Some(w) = &mut self.branches {

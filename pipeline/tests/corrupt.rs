@@ -38,6 +38,11 @@ fn decode_with(images: &ImageSet<'_>, bytes: &[u8], ctl: u64, chunk: u64) -> Dec
         psbs: &psbs,
         images,
         cfg: TraceConfig::from_ctl(ctl),
+        timing: tracemill_decode::timing::TimingConfig::new(
+            &TraceConfig::from_ctl(ctl),
+            Some(20),
+            true,
+        ),
     };
     decode_all(&input, chunk)
 }

@@ -163,6 +163,11 @@ pub fn decode(b: &Bundle, chunk: u64) -> Decoded {
         psbs: &psbs,
         images: &images,
         cfg: TraceConfig::from_ctl(b.manifest.rtit_ctl),
+        timing: tracemill_decode::timing::TimingConfig::new(
+            &TraceConfig::from_ctl(b.manifest.rtit_ctl),
+            b.manifest.guaranteed_ratio,
+            b.manifest.ring_offset.is_none(),
+        ),
     };
     decode_all(&input, chunk)
 }

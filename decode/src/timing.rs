@@ -1,0 +1,773 @@
+//! Timing: cycles and TSC along the trace (spec 4.2.12–4.2.15, E6, E7, 4.2.5).
+//!
+//! Timing packets are reconstructed in stream order ([`Clock`]):
+//! - **CYC** counts core cycles since the previous CYC. Erratum E6: payloads are one less
+//!   than the true count, so 1 is added to every non-zero payload (a 0 may have been a 1:
+//!   the sum can lag by one per zero payload). `cycles` is the running sum.
+//! - **STS** carries TSC[39:0] and the actual core/bus ratio. The 40-bit value is extended
+//!   to 64 bits across wraps (the upper bits start at 0 at the first STS).
+//! - **MTC** carries TSC[s+7:s] (s from MTC_Range) when those bits change: the TSC is the
+//!   smallest value with those bits, at or after the previous TSC (a jump of several
+//!   periods means MTCs were lost; with cycle-accurate timing the cycle count picks the
+//!   right 2^(s+8) wrap). Erratum E7: the first MTC after tracing is enabled is ignored.
+//! - Between TSC-bearing packets, cycles convert to TSC ticks as
+//!   `cycles × guaranteed_ratio / core_bus_ratio` (the bundle's ratio, the last STS's).
+//!
+//! Rows ([`Timeline`]): a row whose own packet carries a CYC — a TIP, a FUP, the sixth bit
+//! of a full TNT — gets the exact cumulative cycles at that CYC, except the 4.2.5 case (a
+//! full TNT followed by a FUP.BuffOvf whose CYC is 0 carries the overflow's time). Those
+//! rows (with cycle-accurate timing) or the MTC/STS packets (without) are *anchors*; rows
+//! between anchors are interpolated by instruction count, so values never leave the
+//! bounds of their neighbours; rows after the last anchor take its value. `tsc` stays null
+//! until the first STS; both columns never decrease.
+
+use std::collections::VecDeque;
+
+use tracemill_schemas::{BranchKind, EventKind, TimingKind};
+
+use crate::chunk::Piece;
+use crate::config::TraceConfig;
+use crate::flow::TimingFact;
+use crate::rows::{BranchColumns, EventRow, TimingColumns, TimingRow};
+
+/// What the timing reconstruction needs to know about the trace.
+#[derive(Clone, Copy, Debug)]
+pub struct TimingConfig {
+    pub cycle_acc: bool,
+    /// Lowest TSC bit an MTC carries.
+    pub mtc_shift: u32,
+    /// TSC/bus ratio (the bundle's `guaranteed_ratio`).
+    pub guaranteed_ratio: Option<u8>,
+    /// The trace begins where tracing was enabled (not a ring dump), so the first MTC is
+    /// the one E7 concerns.
+    pub starts_at_enable: bool,
+}
+
+impl TimingConfig {
+    pub fn new(cfg: &TraceConfig, guaranteed_ratio: Option<u8>, starts_at_enable: bool) -> Self {
+        TimingConfig {
+            cycle_acc: cfg.cycle_acc,
+            mtc_shift: cfg.mtc_shift(),
+            guaranteed_ratio,
+            starts_at_enable,
+        }
+    }
+}
+
+/// The corrected value of a CYC payload (E6).
+pub fn cyc_value(raw: u64) -> u64 {
+    if raw == 0 {
+        0
+    } else {
+        raw + 1
+    }
+}
+
+/// Extend a 40-bit TSC to 64 bits next to `prev` (the nearest value with these low bits
+/// not before it, allowing for a little disorder).
+pub fn extend_tsc40(prev: Option<u64>, tsc40: u64) -> u64 {
+    const M: u64 = 1 << 40;
+    match prev {
+        None => tsc40,
+        Some(p) => {
+            let mut v = (p & !(M - 1)) | (tsc40 & (M - 1));
+            // A value far below the previous one is a wrap of the 40-bit counter.
+            if v + (M / 2) < p {
+                v += M;
+            }
+            v
+        }
+    }
+}
+
+/// Time in stream order.
+#[derive(Clone, Debug)]
+pub struct Clock {
+    c: TimingConfig,
+    /// Cumulative cycles (E6-corrected).
+    pub cycles: u64,
+    /// TSC at the last TSC-bearing packet, and the cumulative cycles then.
+    tsc: Option<u64>,
+    tsc_cycles: u64,
+    /// An MTC/STS just set `tsc`; its CYC, next, says when in cycles.
+    anchor_pending: bool,
+    pub ratio: Option<u8>,
+    /// The next MTC is the first after an enable (E7).
+    skip_mtc: bool,
+}
+
+impl Clock {
+    pub fn new(c: TimingConfig) -> Self {
+        Clock {
+            c,
+            cycles: 0,
+            tsc: None,
+            tsc_cycles: 0,
+            anchor_pending: false,
+            ratio: None,
+            skip_mtc: c.starts_at_enable,
+        }
+    }
+
+    /// The TSC now, from the last TSC-bearing packet and the cycles since.
+    pub fn tsc_now(&self) -> Option<u64> {
+        let t = self.tsc?;
+        match (self.c.guaranteed_ratio, self.ratio, self.c.cycle_acc) {
+            (Some(g), Some(r), true) if r > 0 => {
+                Some(t + (self.cycles - self.tsc_cycles) * g as u64 / r as u64)
+            }
+            _ => Some(t),
+        }
+    }
+
+    /// Tracing was enabled again (after a TraceSTOP): E7 applies to the next MTC.
+    pub fn enabled(&mut self) {
+        self.skip_mtc = true;
+    }
+
+    /// Take one timing packet; returns its row of the `timing` table.
+    pub fn fact(&mut self, f: &TimingFact) -> TimingRow {
+        let mut value = f.raw;
+        match f.kind {
+            TimingKind::Cyc => {
+                value = cyc_value(f.raw);
+                self.cycles += value;
+                if self.anchor_pending {
+                    // The CYC after an MTC/STS dates it in cycles.
+                    self.tsc_cycles = self.cycles;
+                    self.anchor_pending = false;
+                }
+            }
+            TimingKind::Sts => {
+                let t = extend_tsc40(self.tsc_now().or(self.tsc), f.raw);
+                self.set_tsc(t);
+                self.ratio = f.ratio.or(self.ratio);
+            }
+            TimingKind::Mtc => {
+                let s = self.c.mtc_shift;
+                value = f.raw << s;
+                if std::mem::take(&mut self.skip_mtc) {
+                    // E7: sent at the wrong time; ignored.
+                } else if let Some(prev) = self.tsc {
+                    let period = 1u64 << (s + 8);
+                    let est = self.tsc_now().unwrap_or(prev);
+                    // Candidates k·2^(s+8) + bits·2^s: the first at or after `prev`,
+                    // moved on by whole wraps when the cycle count says so.
+                    let base = (prev & !(period - 1)) | value;
+                    let mut t = if base < prev { base + period } else { base };
+                    while t + period / 2 < est {
+                        t += period;
+                    }
+                    self.set_tsc(t.max(prev));
+                }
+            }
+            TimingKind::Pcc => {}
+        }
+        TimingRow {
+            offset: f.offset,
+            kind: f.kind,
+            raw: f.raw,
+            value,
+            tsc: self.tsc_now(),
+            cycles: self.c.cycle_acc.then_some(self.cycles),
+            core_bus_ratio: self.ratio,
+        }
+    }
+
+    fn set_tsc(&mut self, t: u64) {
+        self.tsc = Some(t);
+        self.tsc_cycles = self.cycles;
+        self.anchor_pending = self.c.cycle_acc;
+    }
+}
+
+/// Rows waiting for the next anchor of one column: (piece number, row, cumulative
+/// instructions at the row).
+#[derive(Clone, Debug, Default)]
+struct Stream {
+    /// Last anchor: (cumulative instructions, value).
+    last: Option<(u64, u64)>,
+    pending: Vec<(u64, usize, u64)>,
+}
+
+/// Which column a stream fills.
+#[derive(Clone, Copy, Debug)]
+enum Col {
+    Cycles,
+    Tsc,
+}
+
+/// A timing packet or an event that matters to time, in stream order.
+#[derive(Clone, Copy, Debug)]
+enum Mark {
+    Fact(TimingFact),
+    Event(u64, EventKind),
+}
+
+impl Mark {
+    fn offset(&self) -> u64 {
+        match self {
+            Mark::Fact(f) => f.offset,
+            Mark::Event(o, _) => *o,
+        }
+    }
+    fn is_cyc(&self) -> bool {
+        matches!(self, Mark::Fact(f) if f.kind == TimingKind::Cyc)
+    }
+}
+
+/// The timing packets and time-relevant events of a piece, merged in stream order.
+fn marks_of(p: &Piece<BranchColumns>) -> Vec<Mark> {
+    let events = p.events.iter().filter(|e| {
+        matches!(
+            e.kind,
+            EventKind::TraceStop
+                | EventKind::Enable
+                | EventKind::Disable
+                | EventKind::Overflow
+                | EventKind::Resync
+                | EventKind::Interrupt
+        )
+    });
+    let mut out = Vec::with_capacity(p.timing.len());
+    let mut ev = events.peekable();
+    for f in &p.timing {
+        while let Some(e) = ev.next_if(|e| e.offset < f.offset) {
+            out.push(Mark::Event(e.offset, e.kind));
+        }
+        out.push(Mark::Fact(*f));
+    }
+    out.extend(ev.map(|e| Mark::Event(e.offset, e.kind)));
+    out
+}
+
+/// Fills `tsc` and `cycles` of rows and computes the `timing` table, piece by piece in
+/// trace order. A piece comes back once none of its rows waits for an anchor.
+///
+/// A timing packet sits among the rows before the first row placed by a later packet
+/// (rows are placed by the packet that decided them; direct jumps and calls, which no
+/// packet decides, by the next decided row's). `cycles` anchors are the rows whose own
+/// packet carries a CYC and the points where tracing resumes, each dated by its CYC;
+/// `tsc` anchors are the same in cycle-accurate mode, else every MTC and STS, spread
+/// over the rows of the packet that follows them (a TNT packet leaves only when full or
+/// forced out, an MTC at once, so the branches it covers may straddle several MTCs).
+///
+/// The answer does not depend on how the trace was cut into pieces: a piece is
+/// processed once the next one is here (its rows' CYCs may be read by the next piece),
+/// and timing packets after a piece's last row are carried into the next piece.
+pub struct Timeline {
+    c: TimingConfig,
+    clock: Clock,
+    /// Cumulative instructions of the rows so far.
+    insns: u64,
+    cycles: Stream,
+    tsc: Stream,
+    /// TSC anchors placed among rows not seen yet: (cumulative instructions, TSC).
+    scheduled: VecDeque<(u64, u64)>,
+    held: VecDeque<(u64, Piece<BranchColumns>, TimingColumns)>,
+    queue: VecDeque<Piece<BranchColumns>>,
+    /// Marks after the last row of the previous piece.
+    carry: Vec<Mark>,
+    next_piece: u64,
+    /// Running maxima (never backwards).
+    max_cycles: u64,
+    max_tsc: u64,
+    /// Past this many waiting rows, rows take the last anchor's value (bounded memory for
+    /// traces whose anchors are far apart).
+    pub max_pending: usize,
+}
+
+impl Timeline {
+    pub fn new(c: TimingConfig) -> Self {
+        Timeline {
+            c,
+            clock: Clock::new(c),
+            insns: 0,
+            cycles: Stream::default(),
+            tsc: Stream::default(),
+            scheduled: VecDeque::new(),
+            held: VecDeque::new(),
+            queue: VecDeque::new(),
+            carry: Vec::new(),
+            next_piece: 0,
+            max_cycles: 0,
+            max_tsc: 0,
+            max_pending: 4 << 20,
+        }
+    }
+
+    /// Add the next piece; returns the pieces, with their `timing` rows, that are done.
+    pub fn push(&mut self, p: Piece<BranchColumns>) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
+        self.queue.push_back(p);
+        let mut out = Vec::new();
+        while self.queue.len() >= 2 {
+            let p = self.queue.pop_front().expect("two pieces queued");
+            let next = std::mem::take(&mut self.queue[0].timing);
+            out.extend(self.process(p, &next, false));
+            self.queue[0].timing = next;
+        }
+        out
+    }
+
+    /// The end of the trace: the last rows take the last anchors' values.
+    pub fn finish(&mut self) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
+        let mut out = Vec::new();
+        while let Some(p) = self.queue.pop_front() {
+            let last = self.queue.is_empty();
+            out.extend(self.process(p, &[], last));
+        }
+        self.flush();
+        out.extend(self.release(true));
+        out
+    }
+
+    /// Time one piece; `next` are the timing packets of the piece after it; `last`: no
+    /// piece follows.
+    fn process(
+        &mut self,
+        p: Piece<BranchColumns>,
+        next: &[TimingFact],
+        last: bool,
+    ) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
+        let id = self.next_piece;
+        self.next_piece += 1;
+        let mut p = p;
+        let mut timing = TimingColumns::default();
+        let mut marks = std::mem::take(&mut self.carry);
+        marks.extend(marks_of(&p));
+        let exact = if self.c.cycle_acc {
+            exact_rows(&p.rows)
+        } else {
+            Vec::new()
+        };
+        let n = p.rows.len();
+        let eff = effective_offsets(&p.rows, &p.events);
+        let mut mi = 0;
+        for i in 0..=n {
+            if i == n && !last {
+                // What follows the last row belongs with the next piece's first rows.
+                self.carry = marks.split_off(mi);
+                break;
+            }
+            let bound = if i < n { eff[i] } else { u64::MAX };
+            let mut group: Vec<u64> = Vec::new();
+            while mi < marks.len() && marks[mi].offset() < bound {
+                match marks[mi] {
+                    Mark::Event(o, kind) => {
+                        mi += 1;
+                        if kind == EventKind::TraceStop {
+                            // The next enable starts with a PSB; E7 applies after it.
+                            self.clock.enabled();
+                        } else if self.c.cycle_acc {
+                            // Tracing stops or resumes here: dated by the FUP's own CYC
+                            // (which brackets time spent untraced).
+                            if let Some((c, t)) = self.time_after(&marks, mi, next, o) {
+                                let x = self.insns;
+                                self.anchor(Col::Cycles, x, c, &mut p.rows, id);
+                                if let Some(t) = t {
+                                    self.anchor(Col::Tsc, x, t, &mut p.rows, id);
+                                }
+                            }
+                        }
+                    }
+                    Mark::Fact(f) => {
+                        mi += 1;
+                        let r = self.clock.fact(&f);
+                        timing.push(&r);
+                        if !self.c.cycle_acc && matches!(f.kind, TimingKind::Mtc | TimingKind::Sts)
+                        {
+                            if let Some(t) = r.tsc {
+                                group.push(t);
+                            }
+                        }
+                    }
+                }
+            }
+            if !group.is_empty() {
+                // Spread over the rows the next packet places, one alone in their middle;
+                // ahead of rows not seen yet, so applied when the rows get there.
+                let run = run_insns(&p.rows, &eff, i);
+                let m = group.len() as u64;
+                for (k, t) in group.into_iter().enumerate() {
+                    let x = if m == 1 {
+                        self.insns + run / 2
+                    } else {
+                        self.insns + run * k as u64 / (m - 1)
+                    };
+                    self.scheduled.push_back((x, t));
+                }
+            }
+            if i == n {
+                break;
+            }
+            self.insns += p.rows.insns[i] as u64;
+            while let Some(&(x, t)) = self.scheduled.front() {
+                if x >= self.insns {
+                    break;
+                }
+                self.scheduled.pop_front();
+                self.anchor(Col::Tsc, x, t, &mut p.rows, id);
+            }
+            let x = self.insns;
+            let exact_here = if self.c.cycle_acc && exact[i] {
+                self.exact_time(&marks, mi, next, &p.rows, i)
+            } else {
+                None
+            };
+            match exact_here {
+                Some((c, t)) => {
+                    self.anchor(Col::Cycles, x, c, &mut p.rows, id);
+                    p.rows.cycles.set(i, Some(c));
+                    match t {
+                        Some(t) => {
+                            self.anchor(Col::Tsc, x, t, &mut p.rows, id);
+                            p.rows.tsc.set(i, Some(t));
+                        }
+                        None => self.tsc.pending.push((id, i, x)),
+                    }
+                }
+                None => {
+                    if self.c.cycle_acc {
+                        self.cycles.pending.push((id, i, x));
+                    }
+                    self.tsc.pending.push((id, i, x));
+                }
+            }
+        }
+        self.held.push_back((id, p, timing));
+        if self.cycles.pending.len() + self.tsc.pending.len() > self.max_pending {
+            self.flush();
+        }
+        self.release(false)
+    }
+
+    fn flush(&mut self) {
+        while let Some((x, t)) = self.scheduled.pop_front() {
+            self.resolve(Col::Tsc, Some((x, t)), None);
+            self.tsc.last = Some((x, t));
+        }
+        self.resolve(Col::Cycles, None, None);
+        self.resolve(Col::Tsc, None, None);
+    }
+
+    /// (cycles, tsc) at exact row `i`: those of the first CYC after its packet (unless
+    /// 4.2.5 says that CYC dates an overflow).
+    fn exact_time(
+        &self,
+        marks: &[Mark],
+        mi: usize,
+        next: &[TimingFact],
+        rows: &BranchColumns,
+        i: usize,
+    ) -> Option<(u64, Option<u64>)> {
+        let o = rows.offset[i];
+        let from = mi.max(marks.partition_point(|m| m.offset() <= o));
+        if let Some(k) = marks[from..].iter().position(Mark::is_cyc) {
+            if overflow_rule(&marks[from + k..], rows.kind[i]) {
+                return None;
+            }
+        }
+        self.time_after(marks, mi, next, o)
+    }
+
+    /// (cycles, tsc) at the first CYC after stream offset `o`: the clock run on to it.
+    fn time_after(
+        &self,
+        marks: &[Mark],
+        mi: usize,
+        next: &[TimingFact],
+        o: u64,
+    ) -> Option<(u64, Option<u64>)> {
+        let from = mi.max(marks.partition_point(|m| m.offset() <= o));
+        let mut clk = self.clock.clone();
+        let mut tsc = None;
+        let facts = |ms: &[Mark]| -> Vec<TimingFact> {
+            ms.iter()
+                .filter_map(|m| match m {
+                    Mark::Fact(f) => Some(*f),
+                    Mark::Event(..) => None,
+                })
+                .collect()
+        };
+        match marks[from..].iter().position(Mark::is_cyc) {
+            Some(k) => {
+                for f in facts(&marks[mi..=from + k]) {
+                    tsc = clk.fact(&f).tsc;
+                }
+            }
+            None => {
+                // Read by the next piece.
+                let k = next
+                    .iter()
+                    .position(|f| f.kind == TimingKind::Cyc && f.offset > o)?;
+                for f in facts(&marks[mi..]).iter().chain(&next[..=k]) {
+                    tsc = clk.fact(f).tsc;
+                }
+            }
+        }
+        Some((clk.cycles, tsc))
+    }
+
+    /// A new anchor of column `col` at `x` instructions: waiting rows interpolate.
+    fn anchor(&mut self, col: Col, x: u64, v: u64, cur: &mut BranchColumns, cur_id: u64) {
+        self.resolve(col, Some((x, v)), Some((cur, cur_id)));
+        self.stream(col).last = Some((x, v));
+    }
+
+    fn stream(&mut self, col: Col) -> &mut Stream {
+        match col {
+            Col::Cycles => &mut self.cycles,
+            Col::Tsc => &mut self.tsc,
+        }
+    }
+
+    /// Fill the rows waiting in column `col`: between the last anchor and `next`, or
+    /// with the last anchor's value when there is no next one.
+    fn resolve(
+        &mut self,
+        col: Col,
+        next: Option<(u64, u64)>,
+        cur: Option<(&mut BranchColumns, u64)>,
+    ) {
+        let st = self.stream(col);
+        let last = st.last;
+        let pending = std::mem::take(&mut st.pending);
+        let (mut cur_rows, cur_id) = match cur {
+            Some((r, id)) => (Some(r), id),
+            None => (None, u64::MAX),
+        };
+        let mut hi = 0;
+        for (pid, row, x) in pending {
+            let v = match (col, last) {
+                // No TSC before the first STS: the MTC bits alone cannot say which TSC.
+                (Col::Tsc, None) => None,
+                _ => interpolate(last, next, x),
+            };
+            let rows = if pid == cur_id {
+                cur_rows.as_deref_mut().expect("current piece")
+            } else {
+                while self.held[hi].0 != pid {
+                    hi += 1;
+                }
+                &mut self.held[hi].1.rows
+            };
+            match col {
+                Col::Cycles => rows.cycles.set(row, v),
+                Col::Tsc => rows.tsc.set(row, v),
+            }
+        }
+    }
+
+    /// Hand back the pieces no waiting row belongs to (all of them at the end), with
+    /// their columns made non-decreasing.
+    fn release(&mut self, all: bool) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
+        let first_waiting = |s: &Stream| s.pending.first().map_or(u64::MAX, |p| p.0);
+        let keep_from = if all {
+            u64::MAX
+        } else {
+            first_waiting(&self.cycles).min(first_waiting(&self.tsc))
+        };
+        let mut out = Vec::new();
+        while let Some((id, _, _)) = self.held.front() {
+            if !all && *id >= keep_from {
+                break;
+            }
+            let (_, mut p, t) = self.held.pop_front().expect("front exists");
+            for i in 0..p.rows.len() {
+                if let Some(v) = p.rows.cycles.get(i) {
+                    self.max_cycles = self.max_cycles.max(v);
+                    p.rows.cycles.set(i, Some(self.max_cycles));
+                }
+                if let Some(v) = p.rows.tsc.get(i) {
+                    self.max_tsc = self.max_tsc.max(v);
+                    p.rows.tsc.set(i, Some(self.max_tsc));
+                }
+            }
+            out.push((p, t));
+        }
+        out
+    }
+}
+
+/// Value at cumulative instruction count `x` between anchors `a` and `b` (by
+/// instructions; the earlier value where they disagree, or there is one only).
+fn interpolate(a: Option<(u64, u64)>, b: Option<(u64, u64)>, x: u64) -> Option<u64> {
+    match (a, b) {
+        (Some((xa, u)), Some((xb, v))) if xb > xa && v >= u => {
+            let f = (x.clamp(xa, xb) - xa) as u128;
+            Some(u + ((v - u) as u128 * f / (xb - xa) as u128) as u64)
+        }
+        (Some((_, u)), _) => Some(u),
+        (None, Some((_, v))) => Some(v),
+        (None, None) => None,
+    }
+}
+
+/// For each row, the offset of the packet that places it in time: its own for rows
+/// decided by a packet; for a direct jump or call, which no packet decides, the first of
+/// the next decided row's packet and a FUP.PGD or FUP.FAR the walk reached after it (it
+/// retired after the previous packet went out, before that one). `u64::MAX` when
+/// neither is in the piece.
+fn effective_offsets(rows: &BranchColumns, events: &[EventRow]) -> Vec<u64> {
+    let n = rows.len();
+    let mut eff = vec![u64::MAX; n];
+    let mut next = u64::MAX;
+    // Stops the walk reached, by the row index they follow.
+    let stops: Vec<(usize, u64)> = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Disable | EventKind::Interrupt))
+        .map(|e| (e.seq as usize, e.offset))
+        .collect();
+    let mut si = stops.len();
+    for i in (0..n).rev() {
+        let k = rows.kind[i];
+        if k != BranchKind::Jmp as u8 && k != BranchKind::Call as u8 {
+            next = rows.offset[i];
+            eff[i] = next;
+            continue;
+        }
+        // The first stop after row i: events with seq > i, the earliest of them.
+        while si > 0 && stops[si - 1].0 > i {
+            si -= 1;
+        }
+        let stop = stops.get(si).map_or(u64::MAX, |s| s.1);
+        eff[i] = next.min(stop);
+    }
+    eff
+}
+
+/// Instructions of the rows placed by the same packet as row `i` (from row `i` on).
+fn run_insns(rows: &BranchColumns, eff: &[u64], i: usize) -> u64 {
+    if i >= rows.len() {
+        return 0;
+    }
+    let e = eff[i];
+    eff[i..]
+        .iter()
+        .zip(&rows.insns[i..])
+        .take_while(|(&x, _)| x == e)
+        .map(|(_, &n)| n as u64)
+        .sum()
+}
+
+/// Rows decided by their own packet that carries a CYC (cycle-accurate mode): TIP and FUP
+/// rows, and the last of six rows of one TNT packet.
+fn exact_rows(rows: &BranchColumns) -> Vec<bool> {
+    let n = rows.len();
+    let mut exact = vec![false; n];
+    let is_bit = |i: usize| {
+        rows.kind[i] == BranchKind::Cond as u8
+            || (rows.kind[i] == BranchKind::Ret as u8 && rows.compressed[i])
+    };
+    let mut i = 0;
+    while i < n {
+        let k = rows.kind[i];
+        if k == BranchKind::Jmp as u8 || k == BranchKind::Call as u8 {
+            i += 1;
+            continue;
+        }
+        if !is_bit(i) {
+            exact[i] = true; // decided by a TIP or a FUP
+            i += 1;
+            continue;
+        }
+        // The rows of one TNT packet share its offset (direct rows between them too).
+        let o = rows.offset[i];
+        let (mut bits, mut last, mut j) = (0, i, i);
+        while j < n && rows.offset[j] == o {
+            if is_bit(j) {
+                bits += 1;
+                last = j;
+            }
+            j += 1;
+        }
+        if bits == 6 {
+            exact[last] = true;
+        }
+        i = j;
+    }
+    exact
+}
+
+/// 4.2.5: a full TNT followed by a FUP.BuffOvf whose CYC is 0 carries the overflow's time,
+/// not its sixth branch's. `marks` starts at the TNT's CYC.
+fn overflow_rule(marks: &[Mark], kind: u8) -> bool {
+    if kind != BranchKind::Cond as u8 && kind != BranchKind::Ret as u8 {
+        return false;
+    }
+    let mut overflow = false;
+    for m in &marks[1..] {
+        match m {
+            Mark::Event(_, EventKind::Overflow) => overflow = true,
+            Mark::Fact(f) if f.kind == TimingKind::Cyc => return overflow && f.raw == 0,
+            _ => {}
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e6_adds_one_to_non_zero_payloads() {
+        assert_eq!([0, 1, 5].map(cyc_value), [0, 2, 6]);
+    }
+
+    #[test]
+    fn tsc40_extends_across_wraps() {
+        assert_eq!(extend_tsc40(None, 0x12_3456_7890), 0x12_3456_7890);
+        let near_top = (1u64 << 40) - 10;
+        assert_eq!(extend_tsc40(Some(near_top), 5), (1 << 40) + 5);
+        assert_eq!(extend_tsc40(Some((3 << 40) + 100), 200), (3 << 40) + 200);
+    }
+
+    fn cfg(cycle_acc: bool) -> TimingConfig {
+        TimingConfig {
+            cycle_acc,
+            mtc_shift: 7,
+            guaranteed_ratio: Some(20),
+            starts_at_enable: true,
+        }
+    }
+
+    fn fact(offset: u64, kind: TimingKind, raw: u64, ratio: Option<u8>) -> TimingFact {
+        TimingFact {
+            offset,
+            kind,
+            raw,
+            ratio,
+            row: 0,
+        }
+    }
+
+    #[test]
+    fn mtc_after_sts_advances_to_the_next_boundary_and_e7_skips_the_first() {
+        let mut c = Clock::new(cfg(false));
+        c.fact(&fact(0, TimingKind::Sts, 0x1000_0010, Some(16)));
+        // E7: the first MTC after enable is ignored.
+        c.fact(&fact(1, TimingKind::Mtc, 0x55, None));
+        assert_eq!(c.tsc_now(), Some(0x1000_0010));
+        // TSC[14:7] becomes 0x01: TSC = 0x1000_0080.
+        c.fact(&fact(2, TimingKind::Mtc, 0x01, None));
+        assert_eq!(c.tsc_now(), Some(0x1000_0080));
+        // Two MTCs lost: 0x04 means 0x1000_0200.
+        c.fact(&fact(3, TimingKind::Mtc, 0x04, None));
+        assert_eq!(c.tsc_now(), Some(0x1000_0200));
+        // The 8-bit field wraps: 0x00 after 0x04 is the next 2^15 boundary.
+        c.fact(&fact(4, TimingKind::Mtc, 0x00, None));
+        assert_eq!(c.tsc_now(), Some(0x1000_8000));
+    }
+
+    #[test]
+    fn cycles_convert_to_tsc_through_the_ratios() {
+        let mut c = Clock::new(cfg(true));
+        c.fact(&fact(0, TimingKind::Sts, 1000, Some(10)));
+        c.fact(&fact(1, TimingKind::Cyc, 4, None)); // dates the STS: cycles 5
+        c.fact(&fact(2, TimingKind::Cyc, 9, None)); // +10 cycles
+                                                    // 10 core cycles at ratio 10 are 20 TSC ticks at guaranteed ratio 20.
+        assert_eq!(c.cycles, 15);
+        assert_eq!(c.tsc_now(), Some(1020));
+    }
+}

@@ -1,0 +1,155 @@
+//! Timing against the truth: cycle counts exact where a row's own packet carries a CYC
+//! (up to E6's documented lag), TSC within one MTC period, nothing going backwards, one
+//! timing row per timing packet, and the same answer for any chunk size.
+
+mod common;
+
+use common::*;
+use tracemill::bundle::Bundle;
+use tracemill_decode::config::{ctl, TraceConfig};
+use tracemill_decode::rows::BranchColumns;
+
+/// Truth row index of each decoded row (decoded rows are the truth's non-lost rows).
+fn provable_index(t: &Truth) -> Vec<usize> {
+    (0..t.rows.len()).filter(|&i| !t.lost[i]).collect()
+}
+
+fn never_backwards(name: &str, rows: &BranchColumns) {
+    let mut c = 0;
+    let mut t = 0;
+    for i in 0..rows.len() {
+        if let Some(v) = rows.cycles.get(i) {
+            assert!(v >= c, "{name}: cycles go back at row {i}");
+            c = v;
+        }
+        if let Some(v) = rows.tsc.get(i) {
+            assert!(v >= t, "{name}: tsc goes back at row {i}");
+            t = v;
+        }
+    }
+}
+
+#[test]
+fn timing_matches_the_truth() {
+    let mut checked_cycles = 0;
+    let mut checked_tsc = 0;
+    for dir in bundles() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let t = truth(&dir);
+        if t.summary.ring {
+            continue;
+        }
+        let b = Bundle::open(&dir, None, &[]).unwrap();
+        let cfg = TraceConfig::from_ctl(b.manifest.rtit_ctl);
+        let d = decode(&b, u64::MAX);
+        never_backwards(&name, &d.rows);
+        let idx = provable_index(&t);
+        assert_eq!(idx.len(), d.rows.len(), "{name}");
+
+        // One timing row per timing packet.
+        let stats = tracemill::dump::stats(&b.stream(), &cfg);
+        let packets: u64 = ["mtc", "sts", "cyc", "fup.pcc"]
+            .iter()
+            .map(|k| stats.by_type.get(k).copied().unwrap_or(0))
+            .sum();
+        assert_eq!(d.timing_rows.len() as u64, packets, "{name}: timing rows");
+
+        if cfg.cycle_acc {
+            for (k, &i) in idx.iter().enumerate() {
+                let got = d.rows.cycles.get(k).expect("cycles in cycle-accurate mode");
+                let want = t.rows.cycles.get(i).unwrap();
+                if t.cyc_exact[i] {
+                    // E6: a zero payload may stand for 1, so the sum may lag by one per
+                    // zero payload up to and including this row's own CYC.
+                    let lag = t.e6_zero_before.get(i + 1).copied().unwrap_or(u32::MAX) as u64;
+                    assert!(
+                        got <= want && want - got <= lag,
+                        "{name}: row {k} (truth {i}) cycles {got}, truth {want}, lag allowed {lag}"
+                    );
+                    checked_cycles += 1;
+                }
+            }
+        } else {
+            assert!(d.rows.cycles.all_null(), "{name}: cycles without Cycle_Acc");
+        }
+
+        if cfg.mtc_en && cfg.sts_en {
+            // With cycle-accurate timing, CYC dates rows to the cycle and MTC/STS only
+            // keep the clock honest: within one MTC period. With MTC alone, rows fall
+            // between MTCs by instruction count, and an MTC can leave before the TNT
+            // packet of branches that retired before it (it goes out at once, a TNT
+            // packet only when full): within two periods.
+            let period = if cfg.cycle_acc { 1u64 } else { 2 } << cfg.mtc_shift();
+            let mut worst = 0;
+            for (k, &i) in idx.iter().enumerate() {
+                let (Some(got), Some(want)) = (d.rows.tsc.get(k), t.rows.tsc.get(i)) else {
+                    continue;
+                };
+                let err = got.abs_diff(want);
+                worst = worst.max(err);
+                assert!(
+                    err <= period,
+                    "{name}: row {k} tsc {got:#x}, truth {want:#x}: off by {err} > {period}"
+                );
+                checked_tsc += 1;
+            }
+            eprintln!(
+                "{name}: worst tsc error {worst} ticks (MTC period {}, cycle-accurate {})",
+                1u64 << cfg.mtc_shift(),
+                cfg.cycle_acc
+            );
+        }
+        if b.manifest.rtit_ctl & ctl::MTC_EN == 0 && !cfg.sts_en {
+            assert!(d.rows.tsc.all_null(), "{name}: tsc with no MTC or STS");
+        }
+
+        for chunk in [1, 4096] {
+            let p = decode(&b, chunk);
+            let first = |a: &BranchColumns, b: &BranchColumns| {
+                (0..a.len())
+                    .find(|&i| a.cycles.get(i) != b.cycles.get(i) || a.tsc.get(i) != b.tsc.get(i))
+            };
+            assert_eq!(
+                first(&d.rows, &p.rows),
+                None,
+                "{name}: first row whose timing differs at chunk size {chunk}"
+            );
+            assert!(
+                d.timing_rows == p.timing_rows,
+                "{name}: timing table differs at chunk size {chunk}"
+            );
+        }
+    }
+    assert!(checked_cycles > 100_000, "{checked_cycles}");
+    assert!(checked_tsc > 100_000, "{checked_tsc}");
+}
+
+#[test]
+#[ignore]
+fn debug_timing() {
+    let dir = samples_dir().join(std::env::var("BUNDLE").unwrap());
+    let row: usize = std::env::var("ROW").unwrap().parse().unwrap();
+    let t = truth(&dir);
+    let b = Bundle::open(&dir, None, &[]).unwrap();
+    let d = decode(&b, u64::MAX);
+    let idx = provable_index(&t);
+    for k in row.saturating_sub(6)..row + 3 {
+        let i = idx[k];
+        eprintln!(
+            "row {k}: dec tsc {:x?} cyc {:?} | truth tsc {:x?} cyc {:?} exact {} off {}",
+            d.rows.tsc.get(k),
+            d.rows.cycles.get(k),
+            t.rows.tsc.get(i),
+            t.rows.cycles.get(i),
+            t.cyc_exact[i],
+            d.rows.offset[k]
+        );
+    }
+    let o = d.rows.offset[row];
+    for i in 0..d.timing_rows.len() {
+        let r = d.timing_rows.row(i);
+        if r.offset + 12 > o && r.offset < o + 60 {
+            eprintln!("timing {r:x?}");
+        }
+    }
+}
