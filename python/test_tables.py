@@ -65,6 +65,43 @@ def main(out, bundle):
     assert meta.get("tracemill.table") == "branches", meta
     assert "tracemill.rtit_ctl" in meta and "tracemill.schema_version" in meta, meta
 
+    # Timing and coverage (cycle-accurate sample): cycles never go back; every timing
+    # packet has a row.
+    timing = os.path.join(out, "timing.parquet")
+    coverage = os.path.join(out, "coverage.parquet")
+    edges = os.path.join(out, "edges.parquet")
+    back = con.execute(
+        f"""SELECT count(*) FROM (SELECT cycles - lag(cycles) OVER (ORDER BY seq) AS d
+            FROM '{branches}') WHERE d < 0"""
+    ).fetchone()[0]
+    assert back == 0, back
+    ntiming = con.execute(f"SELECT count(*) FROM '{timing}'").fetchone()[0]
+    want_timing = sum(truth["packets_by_type"].get(k, 0) for k in ("mtc", "sts", "cyc", "fup.pcc"))
+    assert ntiming == want_timing, (ntiming, want_timing)
+    # Coverage: the blocks executed add up to the rows; the truth's block count agrees.
+    nblocks, execs = con.execute(f"SELECT count(*), sum(count) FROM '{coverage}'").fetchone()
+    assert execs == n, (execs, n)
+    assert nblocks == truth["blocks"], (nblocks, truth["blocks"])
+    # Hotspots: instructions and cycles per block, top 20. A block's cycles are the
+    # cycles between the row before it and the row of its branch.
+    hot_blocks = con.execute(
+        f"""WITH b AS (
+               SELECT ip, cycles - lag(cycles) OVER (ORDER BY seq) AS dc FROM '{branches}'),
+             cyc AS (SELECT ip, sum(dc) AS cycles FROM b GROUP BY ip)
+           SELECT c.start, c."end", c.insns * c.count AS instructions, cyc.cycles
+           FROM '{coverage}' c JOIN cyc ON cyc.ip = c."end"
+           ORDER BY instructions DESC LIMIT 20"""
+    ).fetchall()
+    assert len(hot_blocks) == 20 and all(r[2] > 0 and r[3] is not None for r in hot_blocks), hot_blocks
+    # Coverage per image: blocks and instructions executed in each.
+    per_image = con.execute(
+        f"""SELECT image, count(*) AS blocks, sum(insns * count) AS instructions
+           FROM '{coverage}' GROUP BY image ORDER BY instructions DESC"""
+    ).fetchall()
+    assert per_image[0][0] == "recursion" and per_image[0][1] == nblocks, per_image
+    nedges = con.execute(f"SELECT sum(count) FROM '{edges}'").fetchone()[0]
+    assert nedges <= n, (nedges, n)
+
     # pyarrow reads the same file, with unsigned addresses and dictionary kinds.
     t = pq.read_table(branches)
     assert t.num_rows == n
@@ -80,7 +117,11 @@ def main(out, bundle):
     assert rets == truth["branches_by_kind"].get("ret", 0), rets
     ev = pl.read_parquet(events)
     assert ev.filter(pl.col("kind") == "psb").height == truth["psbs"]
-    print(f"python: {n} branches read by duckdb, pyarrow and polars; hotspot {hot[0][0]:#x} x{hot[0][1]}")
+    print(
+        f"python: {n} branches read by duckdb, pyarrow and polars; hottest target {hot[0][0]:#x} "
+        f"x{hot[0][1]}; hottest block {hot_blocks[0][0]:#x}..{hot_blocks[0][1]:#x} "
+        f"({hot_blocks[0][2]} instructions, {hot_blocks[0][3]} cycles); {nblocks} blocks"
+    )
 
 
 if __name__ == "__main__":
