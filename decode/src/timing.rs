@@ -181,13 +181,27 @@ impl Clock {
     }
 }
 
-/// Rows waiting for the next anchor of one column: (piece number, row, cumulative
-/// instructions at the row).
+/// One column's interpolation state.
 #[derive(Clone, Debug, Default)]
 struct Stream {
     /// Last anchor: (cumulative instructions, value).
     last: Option<(u64, u64)>,
-    pending: Vec<(u64, usize, u64)>,
+    /// The rows after the last anchor wait for the next one; they are contiguous, so the
+    /// first of them is enough: (piece number, row, cumulative instructions before it).
+    pending: Option<(u64, usize, u64)>,
+    /// How many rows wait.
+    waiting: usize,
+}
+
+impl Stream {
+    /// Row `row` of piece `id`, after `x_before` instructions, waits for an anchor.
+    #[inline]
+    fn wait(&mut self, id: u64, row: usize, x_before: u64) {
+        if self.pending.is_none() {
+            self.pending = Some((id, row, x_before));
+        }
+        self.waiting += 1;
+    }
 }
 
 /// Which column a stream fills.
@@ -423,19 +437,20 @@ impl Timeline {
                             self.anchor(Col::Tsc, x, t, &mut p.rows, id);
                             p.rows.tsc.set(i, Some(t));
                         }
-                        None => self.tsc.pending.push((id, i, x)),
+                        None => self.tsc.wait(id, i, x - p.rows.insns[i] as u64),
                     }
                 }
                 None => {
+                    let before = x - p.rows.insns[i] as u64;
                     if self.c.cycle_acc {
-                        self.cycles.pending.push((id, i, x));
+                        self.cycles.wait(id, i, before);
                     }
-                    self.tsc.pending.push((id, i, x));
+                    self.tsc.wait(id, i, before);
                 }
             }
         }
         self.held.push_back((id, p, timing));
-        if self.cycles.pending.len() + self.tsc.pending.len() > self.max_pending {
+        if self.cycles.waiting + self.tsc.waiting > self.max_pending {
             self.flush();
         }
         self.release(false)
@@ -521,8 +536,9 @@ impl Timeline {
         }
     }
 
-    /// Fill the rows waiting in column `col`: between the last anchor and `next`, or
-    /// with the last anchor's value when there is no next one.
+    /// Fill the rows waiting in column `col` (every row after the last anchor up to now):
+    /// between the last anchor and `next`, or with the last anchor's value when there is
+    /// no next one. `cur` is the piece being processed (not yet held) and the row it is at.
     fn resolve(
         &mut self,
         col: Col,
@@ -531,29 +547,38 @@ impl Timeline {
     ) {
         let st = self.stream(col);
         let last = st.last;
-        let pending = std::mem::take(&mut st.pending);
-        let (mut cur_rows, cur_id) = match cur {
-            Some((r, id)) => (Some(r), id),
-            None => (None, u64::MAX),
+        let Some((start_id, start_row, mut x)) = st.pending.take() else {
+            return;
         };
-        let mut hi = 0;
-        for (pid, row, x) in pending {
-            let v = match (col, last) {
-                // No TSC before the first STS: the MTC bits alone cannot say which TSC.
-                (Col::Tsc, None) => None,
-                _ => interpolate(last, next, x),
-            };
-            let rows = if pid == cur_id {
-                cur_rows.as_deref_mut().expect("current piece")
-            } else {
-                while self.held[hi].0 != pid {
-                    hi += 1;
+        let mut left = std::mem::take(&mut st.waiting);
+        let fill = |rows: &mut BranchColumns, from: usize, x: &mut u64, left: &mut usize| {
+            let mut i = from;
+            while i < rows.len() && *left > 0 {
+                *x += rows.insns[i] as u64;
+                let v = match (col, last) {
+                    // No TSC before the first STS: the MTC bits alone cannot say which.
+                    (Col::Tsc, None) => None,
+                    _ => interpolate(last, next, *x),
+                };
+                match col {
+                    Col::Cycles => rows.cycles.set(i, v),
+                    Col::Tsc => rows.tsc.set(i, v),
                 }
-                &mut self.held[hi].1.rows
-            };
-            match col {
-                Col::Cycles => rows.cycles.set(row, v),
-                Col::Tsc => rows.tsc.set(row, v),
+                *left -= 1;
+                i += 1;
+            }
+        };
+        for (pid, p, _) in self.held.iter_mut() {
+            if *pid < start_id || left == 0 {
+                continue;
+            }
+            let from = if *pid == start_id { start_row } else { 0 };
+            fill(&mut p.rows, from, &mut x, &mut left);
+        }
+        if let Some((rows, id)) = cur {
+            if left > 0 {
+                let from = if id == start_id { start_row } else { 0 };
+                fill(rows, from, &mut x, &mut left);
             }
         }
     }
@@ -561,7 +586,7 @@ impl Timeline {
     /// Hand back the pieces no waiting row belongs to (all of them at the end), with
     /// their columns made non-decreasing.
     fn release(&mut self, all: bool) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
-        let first_waiting = |s: &Stream| s.pending.first().map_or(u64::MAX, |p| p.0);
+        let first_waiting = |s: &Stream| s.pending.map_or(u64::MAX, |p| p.0);
         let keep_from = if all {
             u64::MAX
         } else {

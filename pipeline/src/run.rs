@@ -29,7 +29,9 @@ use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns};
 use tracemill_decode::sync::find_psbs;
 use tracemill_decode::timing::Timeline;
 use tracemill_schemas::{BranchKind, EventKind};
-use tracemill_sinks::{FileMeta, Format, TableWriter, WriterOptions, Written};
+use tracemill_sinks::{
+    EncodedRowGroup, FileMeta, Format, RowGroupEncoder, TableWriter, WriterOptions, Written,
+};
 
 use crate::bundle::Bundle;
 
@@ -259,12 +261,27 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
         });
     }
 
+    // Branch rows are encoded into Parquet row groups on the decode pool (the writer
+    // thread only appends them): one thread cannot keep up with several decoding.
+    let mut groups = writers.branch_encoder.take().map(|enc| RowGroups {
+        enc,
+        batches: Vec::new(),
+        rows: 0,
+        next: 0,
+        target: opts.writer.max_row_group_rows.max(1),
+    });
     let written = std::thread::scope(|s| -> Result<Vec<Written>> {
-        let (piece_tx, piece_rx) = bounded::<(Piece<BranchColumns>, TimingColumns)>(8);
+        let (piece_tx, piece_rx) = bounded::<ToWriter>(4);
         let images_ref = &images;
         let writer = s.spawn(move || -> Result<Vec<Written>> {
-            for (p, t) in piece_rx {
-                writers.write(p, t)?;
+            for m in piece_rx {
+                match m {
+                    ToWriter::Piece(p, t) => writers.write(p, t)?,
+                    ToWriter::RowGroup(rx) => {
+                        let rg = rx.recv().context("a row group encoder stopped")??;
+                        writers.append_row_group(rg)?;
+                    }
+                }
             }
             writers.finish(images_ref)
         });
@@ -301,9 +318,17 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                         p.events.insert(0, j);
                     }
                     for (mut p, t) in timeline.push(p) {
+                        let base = seq.rows();
                         seq.sequence(&mut p);
                         report.count(&p);
-                        if piece_tx.send((p, t)).is_err() {
+                        if let Some(g) = &mut groups {
+                            let rows = std::mem::take(&mut p.rows);
+                            if let Err(e) = g.add(rows, base, &pool, &piece_tx) {
+                                send_err = true;
+                                report.warnings.push(format!("{e:#}"));
+                            }
+                        }
+                        if piece_tx.send(ToWriter::Piece(p, t)).is_err() {
                             send_err = true;
                         }
                     }
@@ -317,9 +342,16 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
             }
         }
         for (mut p, t) in timeline.finish() {
+            let base = seq.rows();
             seq.sequence(&mut p);
             report.count(&p);
-            let _ = piece_tx.send((p, t));
+            if let Some(g) = &mut groups {
+                let _ = g.add(std::mem::take(&mut p.rows), base, &pool, &piece_tx);
+            }
+            let _ = piece_tx.send(ToWriter::Piece(p, t));
+        }
+        if let Some(g) = &mut groups {
+            let _ = g.flush(&pool, &piece_tx);
         }
         drop(piece_tx);
         producer.join().expect("decode threads do not panic");
@@ -334,6 +366,67 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     Ok(report)
 }
 
+/// What the writer thread receives, in order.
+enum ToWriter {
+    /// A piece's events, timing rows and coverage (and its branch rows, unless row groups
+    /// are encoded on the pool).
+    Piece(Piece<BranchColumns>, TimingColumns),
+    /// A `branches` row group being encoded on the pool.
+    RowGroup(crossbeam_channel::Receiver<Result<EncodedRowGroup, tracemill_sinks::Error>>),
+}
+
+/// Gathers branch rows into row groups of about `target` rows and encodes each on the
+/// pool.
+struct RowGroups {
+    enc: RowGroupEncoder,
+    batches: Vec<arrow::record_batch::RecordBatch>,
+    rows: usize,
+    next: usize,
+    target: usize,
+}
+
+impl RowGroups {
+    fn add(
+        &mut self,
+        rows: BranchColumns,
+        first_seq: u64,
+        pool: &rayon::ThreadPool,
+        tx: &crossbeam_channel::Sender<ToWriter>,
+    ) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.rows += rows.len();
+        self.batches
+            .push(tracemill_sinks::convert::branches(rows, first_seq)?);
+        if self.rows >= self.target {
+            self.flush(pool, tx)?;
+        }
+        Ok(())
+    }
+
+    fn flush(
+        &mut self,
+        pool: &rayon::ThreadPool,
+        tx: &crossbeam_channel::Sender<ToWriter>,
+    ) -> Result<()> {
+        if self.batches.is_empty() {
+            return Ok(());
+        }
+        let batches = std::mem::take(&mut self.batches);
+        self.rows = 0;
+        let (rtx, rrx) = bounded(1);
+        let enc = self.enc.clone();
+        let index = self.next;
+        self.next += 1;
+        pool.spawn(move || {
+            let _ = rtx.send(enc.encode(index, &batches));
+        });
+        tx.send(ToWriter::RowGroup(rrx))
+            .map_err(|_| anyhow::anyhow!("the writer stopped"))
+    }
+}
+
 /// The open table writers.
 struct Writers {
     branches: Option<TableWriter>,
@@ -343,6 +436,8 @@ struct Writers {
     edges: Option<TableWriter>,
     /// Blocks and edges so far (written at the end: they are aggregates).
     cov: Coverage,
+    /// Encodes `branches` row groups elsewhere (Parquet).
+    branch_encoder: Option<RowGroupEncoder>,
 }
 
 impl Writers {
@@ -355,6 +450,7 @@ impl Writers {
                 coverage: None,
                 edges: None,
                 cov: Coverage::default(),
+                branch_encoder: None,
             });
         };
         std::fs::create_dir_all(dir)
@@ -367,14 +463,27 @@ impl Writers {
             wo.format = opts.format;
             Ok(Some(TableWriter::create_in(dir, table, meta, &wo)?))
         };
+        let mut branches = open(opts.tables.branches, "branches")?;
+        let branch_encoder = match (&mut branches, opts.format) {
+            (Some(w), Format::Parquet) => Some(w.row_group_encoder()?),
+            _ => None,
+        };
         Ok(Writers {
-            branches: open(opts.tables.branches, "branches")?,
+            branches,
             events: open(opts.tables.events, "events")?,
             timing: open(opts.tables.timing, "timing")?,
             coverage: open(opts.tables.coverage, "coverage")?,
             edges: open(opts.tables.edges, "edges")?,
             cov: Coverage::default(),
+            branch_encoder,
         })
+    }
+
+    fn append_row_group(&mut self, rg: EncodedRowGroup) -> Result<()> {
+        if let Some(w) = &mut self.branches {
+            w.append_encoded(rg)?;
+        }
+        Ok(())
     }
 
     fn write(&mut self, mut p: Piece<BranchColumns>, timing: TimingColumns) -> Result<()> {

@@ -76,4 +76,6 @@ mod writer;
 mod tests;
 
 pub use error::{ConvertError, Error};
-pub use writer::{FileMeta, Format, TableWriter, WriterOptions, Written};
+pub use writer::{
+    EncodedRowGroup, FileMeta, Format, RowGroupEncoder, TableWriter, WriterOptions, Written,
+};

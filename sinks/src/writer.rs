@@ -5,7 +5,11 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ::parquet::arrow::arrow_writer::{
+    compute_leaves, ArrowColumnChunk, ArrowRowGroupWriterFactory,
+};
 use ::parquet::arrow::ArrowWriter;
+use ::parquet::file::writer::SerializedFileWriter;
 use arrow_array::RecordBatch;
 use arrow_schema::{Schema, SchemaRef};
 use tracemill_decode::rows::{BranchColumns, CoverageRow, EdgeRow, EventRow, TimingColumns};
@@ -116,7 +120,84 @@ pub struct Written {
 
 enum Sink {
     Parquet(ArrowWriter<File>),
+    /// Parquet whose row groups are encoded elsewhere ([`RowGroupEncoder`]) and appended
+    /// here in order.
+    ParquetRowGroups(SerializedFileWriter<File>),
     Ipc(ipc::IpcWriter),
+    /// Transient, while switching from `Parquet` to `ParquetRowGroups`.
+    Switching,
+}
+
+/// Encodes Parquet row groups of one table on any thread (e.g. a pool of decoders), for
+/// [`TableWriter::append_encoded`] to write in order. The columns and encodings are the
+/// writer's; row groups are as large as what is passed in.
+#[derive(Clone)]
+pub struct RowGroupEncoder {
+    factory: Arc<ArrowRowGroupWriterFactory>,
+    schema: SchemaRef,
+    path: PathBuf,
+}
+
+impl fmt::Debug for RowGroupEncoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RowGroupEncoder")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A row group encoded by a [`RowGroupEncoder`], not yet in the file.
+pub struct EncodedRowGroup {
+    chunks: Vec<ArrowColumnChunk>,
+    rows: u64,
+}
+
+impl EncodedRowGroup {
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+}
+
+impl RowGroupEncoder {
+    /// Encode `batches` (the table's columns) as row group number `index` of the file
+    /// (row groups are numbered 0, 1, ... in the order they are appended).
+    pub fn encode(&self, index: usize, batches: &[RecordBatch]) -> Result<EncodedRowGroup, Error> {
+        let perr = |source| Error::Parquet {
+            path: self.path.clone(),
+            source,
+        };
+        let mut writers = self.factory.create_column_writers(index).map_err(perr)?;
+        let mut rows = 0;
+        for b in batches {
+            if b.num_columns() != self.schema.fields().len() {
+                return Err(Error::SchemaMismatch {
+                    path: self.path.clone(),
+                    table: "",
+                    detail: format!(
+                        "{} columns, the table has {}",
+                        b.num_columns(),
+                        self.schema.fields().len()
+                    ),
+                });
+            }
+            let mut w = writers.iter_mut();
+            for (arr, field) in b.columns().iter().zip(self.schema.fields()) {
+                for leaf in compute_leaves(field, arr).map_err(perr)? {
+                    w.next()
+                        .expect("one writer per leaf column")
+                        .write(&leaf)
+                        .map_err(perr)?;
+                }
+            }
+            rows += b.num_rows() as u64;
+        }
+        let chunks = writers
+            .into_iter()
+            .map(|w| w.close())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(perr)?;
+        Ok(EncodedRowGroup { chunks, rows })
+    }
 }
 
 /// Writes one table to one file, batch by batch, and publishes it on [`finish`].
@@ -281,6 +362,11 @@ impl TableWriter {
                 path: self.pending.dest().to_path_buf(),
                 source,
             }),
+            Sink::ParquetRowGroups(_) | Sink::Switching => Err(Error::SchemaMismatch {
+                path: self.pending.dest().to_path_buf(),
+                table: self.table,
+                detail: "this writer takes encoded row groups (append_encoded)".into(),
+            }),
         };
         match r {
             Ok(()) => {
@@ -291,6 +377,79 @@ impl TableWriter {
                 // The writer may hold half a row group; never publish what follows.
                 self.poisoned = true;
                 Err(e)
+            }
+        }
+    }
+
+    /// From now on, row groups are encoded by the returned [`RowGroupEncoder`] (on any
+    /// thread) and appended with [`TableWriter::append_encoded`]. Parquet only, and only
+    /// before any row was written through [`TableWriter::write`].
+    pub fn row_group_encoder(&mut self) -> Result<RowGroupEncoder, Error> {
+        let path = self.pending.dest().to_path_buf();
+        if self.rows > 0 || self.images.is_some() {
+            return Err(Error::SchemaMismatch {
+                path,
+                table: self.table,
+                detail: "row groups can be encoded elsewhere only from the start".into(),
+            });
+        }
+        match std::mem::replace(&mut self.sink, Sink::Switching) {
+            Sink::Parquet(w) => {
+                let (writer, factory) =
+                    w.into_serialized_writer()
+                        .map_err(|source| Error::Parquet {
+                            path: path.clone(),
+                            source,
+                        })?;
+                self.sink = Sink::ParquetRowGroups(writer);
+                Ok(RowGroupEncoder {
+                    factory: Arc::new(factory),
+                    schema: self.schema.clone(),
+                    path,
+                })
+            }
+            other => {
+                self.sink = other;
+                Err(Error::SchemaMismatch {
+                    path,
+                    table: self.table,
+                    detail: "row groups can be encoded elsewhere for Parquet only".into(),
+                })
+            }
+        }
+    }
+
+    /// Append a row group from this writer's [`RowGroupEncoder`] (in the order of the
+    /// indexes they were encoded with).
+    pub fn append_encoded(&mut self, rg: EncodedRowGroup) -> Result<(), Error> {
+        let path = self.pending.dest().to_path_buf();
+        let Sink::ParquetRowGroups(w) = &mut self.sink else {
+            return Err(Error::SchemaMismatch {
+                path,
+                table: self.table,
+                detail: "append_encoded without row_group_encoder".into(),
+            });
+        };
+        let perr = |source| Error::Parquet {
+            path: path.clone(),
+            source,
+        };
+        let r = (|| {
+            let mut rgw = w.next_row_group()?;
+            for c in rg.chunks {
+                c.append_to_row_group(&mut rgw)?;
+            }
+            rgw.close()?;
+            Ok(())
+        })();
+        match r {
+            Ok(()) => {
+                self.rows += rg.rows;
+                Ok(())
+            }
+            Err(e) => {
+                self.poisoned = true;
+                Err(perr(e))
             }
         }
     }
@@ -361,10 +520,15 @@ impl TableWriter {
                 path: path.clone(),
                 source,
             })?,
+            Sink::ParquetRowGroups(w) => w.into_inner().map_err(|source| Error::Parquet {
+                path: path.clone(),
+                source,
+            })?,
             Sink::Ipc(w) => ipc::close(w).map_err(|source| Error::Arrow {
                 path: path.clone(),
                 source,
             })?,
+            Sink::Switching => unreachable!("a writer is never left switching"),
         };
         let bytes = pending.commit(file)?;
         Ok(Written {
