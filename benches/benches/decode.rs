@@ -1,2 +1,138 @@
-//! Criterion micro-benchmarks of the hot loops (placeholder; filled below).
-fn main() {}
+//! Criterion micro-benchmarks of the hot loops, one thread each, on a synthetic trace
+//! made in the setup (never committed): a walk over the committed `jumptable` sample's
+//! code, 8 MB of trace by default (`TRACEMILL_BENCH_MB` to change it), once without and
+//! once with cycle-accurate mode.
+//!
+//! - `packets`: the packet parser over the whole trace (PSB-bounded reader);
+//! - `flow_count`: the instruction-flow walk into a counting sink (no rows stored);
+//! - `flow_rows`: the walk into branch columns, with coverage aggregation;
+//! - `decode_all`: the sequential decode with stitching, timing and coverage (what one
+//!   thread of `tracemill decode` does before writing).
+//!
+//! Every benchmark checks its counts against the generator's summary before it is timed,
+//! so a fast wrong answer cannot pass for a result.
+//!
+//! ```sh
+//! cargo bench -p tracemill-benches --bench decode
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use tracemill::bundle::Bundle;
+use tracemill_datasets::samples::synth_big;
+use tracemill_decode::block::BlockCache;
+use tracemill_decode::chunk::{decode_all, decode_body, plan_chunks, Body, Input};
+use tracemill_decode::config::TraceConfig;
+use tracemill_decode::flow::CountSink;
+use tracemill_decode::packet::PacketReader;
+use tracemill_decode::rows::BranchColumns;
+use tracemill_decode::sync::find_psbs;
+use tracemill_decode::timing::TimingConfig;
+
+/// RTIT_CTL values: user and kernel tracing, MTC and STS, return compression, without
+/// and with Cycle_Acc (`tracemill synth synthetic`'s default is the latter).
+const CTLS: [(&str, u64); 2] = [("mtc", 0xef09), ("cyc", 0xef0b)];
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("benches/ lives in the workspace")
+        .to_path_buf()
+}
+
+/// Make (or reuse) the bench bundle for `ctl`; returns its directory and expected counts.
+fn bundle(tag: &str, ctl: u64) -> (PathBuf, tracemill_datasets::model::Summary) {
+    let mb: u64 = std::env::var("TRACEMILL_BENCH_MB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    let dir = workspace()
+        .join("target")
+        .join("bench-data")
+        .join(format!("synthetic-{tag}-{mb}m"));
+    let elf = workspace().join("datasets/samples/synthetic/images/jumptable");
+    let summary = synth_big(&elf, mb << 20, 7, ctl, &dir).expect("generating the bench trace");
+    (dir, summary)
+}
+
+fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
+    let (dir, summary) = bundle(tag, ctl);
+    let b = Bundle::open(&dir, None, &[]).expect("opening the bench bundle");
+    let stream = b.stream();
+    let psbs = find_psbs(&stream);
+    let (images, _) = b.image_set();
+    let cfg = TraceConfig::from_ctl(b.manifest.rtit_ctl);
+    let input = Input {
+        stream: &stream,
+        psbs: &psbs,
+        images: &images,
+        cfg,
+        timing: TimingConfig::new(&cfg, b.manifest.guaranteed_ratio, true),
+    };
+    let whole = plan_chunks(&psbs, stream.len(), u64::MAX)[0];
+    let packets_expected: u64 = summary.packets_by_type.values().sum();
+
+    let count_packets = || {
+        let mut r = PacketReader::new(&stream, psbs[0], stream.len(), &psbs, cfg.cycle_acc);
+        let mut n = 0u64;
+        while let Some(p) = r.next_packet() {
+            n += u64::from(p.is_ok());
+        }
+        n
+    };
+    // CYC packets count as packets in the summary and in the reader alike.
+    assert_eq!(count_packets(), packets_expected, "packet count");
+
+    let count_flow = |cache: &mut BlockCache| {
+        let body: Body<CountSink> = decode_body(&input, cache, whole);
+        (body.out.rows.rows as u64, body.out.rows.insns)
+    };
+    let mut warm = BlockCache::new();
+    let (rows, _) = count_flow(&mut warm);
+    assert_eq!(rows, summary.branches, "branch rows (count sink)");
+
+    // Criterion reports bytes/s; these turn its times into branches/s and insns/s.
+    eprintln!(
+        "decode-{tag}: {:.1} MB of trace, {} packets, {} branches, {} instructions",
+        stream.len() as f64 / 1e6,
+        packets_expected,
+        summary.branches,
+        summary.instructions
+    );
+    let mut g = c.benchmark_group(format!("decode-{tag}"));
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes(stream.len()));
+    g.bench_function("packets", |bn| bn.iter(count_packets));
+    // The block cache persists across iterations as it does across a worker's chunks.
+    g.bench_function("flow_count", |bn| bn.iter(|| count_flow(&mut warm)));
+    g.bench_function("flow_rows", |bn| {
+        bn.iter_batched(
+            BlockCache::new,
+            |mut cache| {
+                let body: Body<BranchColumns> = decode_body(&input, &mut cache, whole);
+                assert_eq!(body.out.rows.len() as u64, summary.branches);
+                body
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.bench_function("decode_all", |bn| {
+        bn.iter(|| {
+            let d = decode_all(&input, u64::MAX);
+            assert_eq!(d.rows.len() as u64, summary.branches);
+            assert_eq!(d.coverage.executions(), summary.branches);
+            d
+        })
+    });
+    g.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    for (tag, ctl) in CTLS {
+        bench_bundle(c, tag, ctl);
+    }
+}
+
+criterion_group!(decode, benches);
+criterion_main!(decode);

@@ -290,10 +290,14 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
         let caches_ref = &caches;
         let pool_ref = &pool;
         let chunks_ref = &chunks;
+        // The producer enters the pool once per batch and waits for the consumer outside
+        // it, so that no pool thread ever blocks on a channel: the row-group encodings the
+        // consumer spawns on the same pool always find a thread (with one job, blocking
+        // inside the pool would deadlock).
         let producer = s.spawn(move || {
-            pool_ref.install(|| {
-                for group in chunks_ref.chunks(batch) {
-                    let bodies: Vec<Body<BranchColumns>> = group
+            for group in chunks_ref.chunks(batch) {
+                let bodies: Vec<Body<BranchColumns>> = pool_ref.install(|| {
+                    group
                         .par_iter()
                         .map(|c| {
                             let i = rayon::current_thread_index().unwrap_or(0);
@@ -302,12 +306,12 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                                 .unwrap_or_else(|e| e.into_inner());
                             decode_body(input_ref, &mut cache, *c)
                         })
-                        .collect();
-                    if body_tx.send(bodies).is_err() {
-                        return; // the consumer stopped (a write failed)
-                    }
+                        .collect()
+                });
+                if body_tx.send(bodies).is_err() {
+                    return; // the consumer stopped (a write failed)
                 }
-            })
+            }
         });
         let mut send_err = false;
         for bodies in body_rx {

@@ -160,13 +160,24 @@ fn threaded_pipeline_writes_the_same_tables_for_any_thread_count() {
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
         let b = open(&dir);
         let seq = decode(&b, u64::MAX);
-        for (jobs, chunk) in [(1, None), (2, Some(1)), (3, Some(4096))] {
+        // Small row groups make the pipeline encode branch row groups on the decode pool
+        // while chunks are still being decoded (with one job, this once deadlocked).
+        for (jobs, chunk, group_rows) in [
+            (1, Some(4096), 5000),
+            (1, None, 1 << 20),
+            (2, Some(1), 3000),
+            (3, Some(4096), 1 << 20),
+        ] {
             let out = tempfile::tempdir().unwrap();
             let opts = run::Options {
                 jobs,
                 chunk_bytes: chunk,
                 out: Some(out.path().to_path_buf()),
                 tables: Tables::ALL,
+                writer: tracemill_sinks::WriterOptions {
+                    max_row_group_rows: group_rows,
+                    ..Default::default()
+                },
                 ..run::Options::default()
             };
             let report = run::decode(&b, &opts).unwrap();
@@ -174,7 +185,10 @@ fn threaded_pipeline_writes_the_same_tables_for_any_thread_count() {
             let got = read_branches(&out.path().join("branches.parquet"));
             let mut want = seq.rows.clone();
             want.seq = (0..want.len() as u64).collect();
-            assert_eq!(got, want, "{name}: branches.parquet with {jobs} jobs");
+            assert_eq!(
+                got, want,
+                "{name}: branches.parquet with {jobs} jobs, chunks {chunk:?}, groups {group_rows}"
+            );
         }
     }
 }
