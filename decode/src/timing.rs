@@ -476,7 +476,7 @@ impl Timeline {
         i: usize,
     ) -> Option<(u64, Option<u64>)> {
         let o = rows.offset[i];
-        let from = mi.max(marks.partition_point(|m| m.offset() <= o));
+        let from = first_after(marks, mi, o);
         if let Some(k) = marks[from..].iter().position(Mark::is_cyc) {
             if overflow_rule(&marks[from + k..], rows.kind[i]) {
                 return None;
@@ -493,17 +493,9 @@ impl Timeline {
         next: &[TimingFact],
         o: u64,
     ) -> Option<(u64, Option<u64>)> {
-        let from = mi.max(marks.partition_point(|m| m.offset() <= o));
+        let from = first_after(marks, mi, o);
         let mut clk = self.clock.clone();
         let mut tsc = None;
-        let facts = |ms: &[Mark]| -> Vec<TimingFact> {
-            ms.iter()
-                .filter_map(|m| match m {
-                    Mark::Fact(f) => Some(*f),
-                    Mark::Event(..) => None,
-                })
-                .collect()
-        };
         match marks[from..].iter().position(Mark::is_cyc) {
             Some(k) => {
                 for f in facts(&marks[mi..=from + k]) {
@@ -515,8 +507,8 @@ impl Timeline {
                 let k = next
                     .iter()
                     .position(|f| f.kind == TimingKind::Cyc && f.offset > o)?;
-                for f in facts(&marks[mi..]).iter().chain(&next[..=k]) {
-                    tsc = clk.fact(f).tsc;
+                for f in facts(&marks[mi..]).chain(next[..=k].iter().copied()) {
+                    tsc = clk.fact(&f).tsc;
                 }
             }
         }
@@ -614,13 +606,37 @@ impl Timeline {
     }
 }
 
+/// The timing packets among `ms`.
+fn facts(ms: &[Mark]) -> impl Iterator<Item = TimingFact> + '_ {
+    ms.iter().filter_map(|m| match m {
+        Mark::Fact(f) => Some(*f),
+        Mark::Event(..) => None,
+    })
+}
+
+/// The first mark from `mi` on after stream offset `o` (marks are in stream order, and
+/// those before `mi` are already behind the walk: a short forward scan, not a search).
+#[inline]
+fn first_after(marks: &[Mark], mi: usize, o: u64) -> usize {
+    let mut k = mi;
+    while k < marks.len() && marks[k].offset() <= o {
+        k += 1;
+    }
+    k
+}
+
 /// Value at cumulative instruction count `x` between anchors `a` and `b` (by
 /// instructions; the earlier value where they disagree, or there is one only).
 fn interpolate(a: Option<(u64, u64)>, b: Option<(u64, u64)>, x: u64) -> Option<u64> {
     match (a, b) {
         (Some((xa, u)), Some((xb, v))) if xb > xa && v >= u => {
-            let f = (x.clamp(xa, xb) - xa) as u128;
-            Some(u + ((v - u) as u128 * f / (xb - xa) as u128) as u64)
+            let (d, f, span) = (v - u, x.clamp(xa, xb) - xa, xb - xa);
+            // 64-bit arithmetic unless the product overflows (it nearly never does).
+            let step = match d.checked_mul(f) {
+                Some(p) => p / span,
+                None => (d as u128 * f as u128 / span as u128) as u64,
+            };
+            Some(u + step)
         }
         (Some((_, u)), _) => Some(u),
         (None, Some((_, v))) => Some(v),
@@ -738,6 +754,24 @@ mod tests {
     #[test]
     fn e6_adds_one_to_non_zero_payloads() {
         assert_eq!([0, 1, 5].map(cyc_value), [0, 2, 6]);
+    }
+
+    #[test]
+    fn interpolation_stays_between_anchors_even_when_the_product_overflows_64_bits() {
+        let (a, b) = (Some((10, 100)), Some((20, 200)));
+        assert_eq!(interpolate(a, b, 15), Some(150));
+        assert_eq!(interpolate(a, b, 5), Some(100), "clamped to the earlier anchor");
+        assert_eq!(interpolate(a, b, 99), Some(200), "clamped to the later anchor");
+        assert_eq!(interpolate(a, None, 99), Some(100), "after the last anchor");
+        // (v - u) * f overflows u64: the 128-bit path gives the exact midpoint.
+        let (u, v) = (1u64 << 40, (1u64 << 40) + (1u64 << 62));
+        let (xa, xb) = (0u64, 1u64 << 10);
+        assert_eq!(
+            interpolate(Some((xa, u)), Some((xb, v)), 1 << 9),
+            Some(u + (1u64 << 61))
+        );
+        // An anchor that goes backwards does not pull rows back.
+        assert_eq!(interpolate(Some((0, 50)), Some((10, 40)), 5), Some(50));
     }
 
     #[test]
