@@ -5,7 +5,11 @@
 //!
 //! - `packets`: the packet parser over the whole trace (PSB-bounded reader);
 //! - `flow_count`: the instruction-flow walk into a counting sink (no rows stored);
-//! - `flow_rows`: the walk into branch columns, with coverage aggregation;
+//! - `flow_rows`: the walk into branch columns, with coverage aggregation (what a decode
+//!   thread does per chunk);
+//! - `flow_rows_nocov`: the same without coverage (the difference is coverage's cost);
+//! - `timeline`: timing reconstruction (`tsc`, `cycles` and the `timing` table) over the
+//!   decoded rows, the serial stage of the pipeline;
 //! - `decode_all`: the sequential decode with stitching, timing and coverage (what one
 //!   thread of `tracemill decode` does before writing).
 //!
@@ -22,13 +26,43 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use tracemill::bundle::Bundle;
 use tracemill_datasets::samples::synth_big;
 use tracemill_decode::block::BlockCache;
-use tracemill_decode::chunk::{decode_all, decode_body, plan_chunks, Body, Input};
+use tracemill_decode::chunk::{decode_all, decode_body, plan_chunks, Body, Input, Piece, Stitcher};
 use tracemill_decode::config::TraceConfig;
-use tracemill_decode::flow::CountSink;
+use tracemill_decode::coverage::Coverage;
+use tracemill_decode::flow::{BranchRow, CountSink, RowSink};
 use tracemill_decode::packet::PacketReader;
 use tracemill_decode::rows::BranchColumns;
 use tracemill_decode::sync::find_psbs;
-use tracemill_decode::timing::TimingConfig;
+use tracemill_decode::timing::{Timeline, TimingConfig};
+
+/// Branch columns without the coverage aggregation.
+#[derive(Default)]
+struct NoCoverage(BranchColumns);
+
+impl RowSink for NoCoverage {
+    fn push(&mut self, r: &BranchRow, _block: (u64, u32)) {
+        self.0.push_flow(r);
+    }
+    fn reserve(&mut self, n: usize) {
+        self.0.reserve(n)
+    }
+    fn finish(&mut self) -> (tracemill_decode::chunk::PieceStats, Coverage) {
+        self.0.pad_timing();
+        (
+            tracemill_decode::chunk::PieceStats::of(&self.0),
+            Coverage::default(),
+        )
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn truncate(&mut self, n: usize) {
+        self.0.truncate(n)
+    }
+    fn add_insns(&mut self, i: usize, n: u32) {
+        self.0.insns[i] += n;
+    }
+}
 
 /// RTIT_CTL values: user and kernel tracing, MTC and STS, return compression, without
 /// and with Cycle_Acc (`tracemill synth synthetic`'s default is the latter).
@@ -113,6 +147,37 @@ fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
                 let body: Body<BranchColumns> = decode_body(&input, &mut cache, whole);
                 assert_eq!(body.out.rows.len() as u64, summary.branches);
                 body
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.bench_function("flow_rows_nocov", |bn| {
+        bn.iter_batched(
+            BlockCache::new,
+            |mut cache| {
+                let body: Body<NoCoverage> = decode_body(&input, &mut cache, whole);
+                assert_eq!(body.out.rows.len() as u64, summary.branches);
+                body
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    let mut pieces: Vec<Piece<BranchColumns>> = Vec::new();
+    let mut stitcher = Stitcher::new(&input);
+    stitcher.push(decode_body(&input, &mut warm, whole), |p| pieces.push(p));
+    g.bench_function("timeline", |bn| {
+        bn.iter_batched(
+            || pieces.clone(),
+            |pieces| {
+                let mut tl = Timeline::new(input.timing);
+                let mut out = Vec::new();
+                for p in pieces {
+                    out.extend(tl.push(p));
+                }
+                out.extend(tl.finish());
+                let rows: usize = out.iter().map(|(p, _)| p.rows.len()).sum();
+                assert_eq!(rows as u64, summary.branches);
+                out
             },
             BatchSize::PerIteration,
         )

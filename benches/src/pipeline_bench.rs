@@ -61,19 +61,20 @@ fn count_mode(b: &Bundle, jobs: usize) -> Result<(f64, Counts)> {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
     let caches: Vec<Mutex<BlockCache>> = (0..jobs).map(|_| Mutex::default()).collect();
     let t = Instant::now();
-    let bodies: Vec<Body<CountSink>> = pool.install(|| {
+    // Each body is reduced to its counts at once (a body keeps its chunk's timing
+    // packets: holding them all would take memory in proportion to the trace).
+    let (rows, insns) = pool.install(|| {
         chunks
             .par_iter()
             .map(|c| {
                 let i = rayon::current_thread_index().unwrap_or(0);
                 let mut cache = caches[i].lock().unwrap();
-                decode_body(&input, &mut cache, *c)
+                let b: Body<CountSink> = decode_body(&input, &mut cache, *c);
+                (b.out.rows.rows as u64, b.out.rows.insns)
             })
-            .collect()
+            .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     });
     let secs = t.elapsed().as_secs_f64();
-    let rows = bodies.iter().map(|b| b.out.rows.rows as u64).sum();
-    let insns = bodies.iter().map(|b| b.out.rows.insns).sum();
     Ok((secs, Counts { rows, insns }))
 }
 

@@ -760,8 +760,16 @@ mod tests {
     fn interpolation_stays_between_anchors_even_when_the_product_overflows_64_bits() {
         let (a, b) = (Some((10, 100)), Some((20, 200)));
         assert_eq!(interpolate(a, b, 15), Some(150));
-        assert_eq!(interpolate(a, b, 5), Some(100), "clamped to the earlier anchor");
-        assert_eq!(interpolate(a, b, 99), Some(200), "clamped to the later anchor");
+        assert_eq!(
+            interpolate(a, b, 5),
+            Some(100),
+            "clamped to the earlier anchor"
+        );
+        assert_eq!(
+            interpolate(a, b, 99),
+            Some(200),
+            "clamped to the later anchor"
+        );
         assert_eq!(interpolate(a, None, 99), Some(100), "after the last anchor");
         // (v - u) * f overflows u64: the 128-bit path gives the exact midpoint.
         let (u, v) = (1u64 << 40, (1u64 << 40) + (1u64 << 62));

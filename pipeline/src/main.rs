@@ -25,7 +25,7 @@ struct Cli {
 enum Cmd {
     /// List the packets of a trace (like ptdump): offset, bytes, packet, fields.
     Dump(DumpArgs),
-    /// Decode a bundle into tables (branches, events, timing).
+    /// Decode a bundle into tables: branches, events, timing, coverage, edges.
     Decode(DecodeArgs),
     /// Make trace bundles with ground truth from tracemill's model of the RTIT hardware.
     Synth(SynthArgs),

@@ -129,6 +129,9 @@ pub struct Report {
     pub fallbacks: usize,
     pub elapsed: Duration,
     pub written: Vec<Written>,
+    /// Distinct basic blocks and edges executed (coverage; lost stretches excluded).
+    pub blocks: u64,
+    pub edges: u64,
     /// Warnings about the inputs (images that could not be loaded, reserved bits).
     pub warnings: Vec<String>,
 }
@@ -244,7 +247,6 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     let caches: Vec<Mutex<BlockCache>> = (0..report.jobs).map(|_| Mutex::default()).collect();
     let batch = report.jobs * 4;
 
-    let mut seq = Sequencer::default();
     let mut timeline = Timeline::new(input.timing);
     let mut stitcher = Stitcher::new(&input);
     let mut junk = None;
@@ -261,25 +263,30 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
         });
     }
 
-    // Branch rows are encoded into Parquet row groups on the decode pool (the writer
-    // thread only appends them): one thread cannot keep up with several decoding.
-    let mut groups = writers.branch_encoder.take().map(|enc| RowGroups {
-        enc,
-        batches: Vec::new(),
-        rows: 0,
-        next: 0,
-        target: opts.writer.max_row_group_rows.max(1),
-    });
-    let written = std::thread::scope(|s| -> Result<Vec<Written>> {
+    // Branch and timing rows are encoded into Parquet row groups on the decode pool (the
+    // writer thread only appends them): one thread cannot keep up with several decoding.
+    let target = opts.writer.max_row_group_rows.max(1);
+    let mut out = Emitter {
+        seq: Sequencer::default(),
+        branches: writers
+            .branch_encoder
+            .take()
+            .map(|enc| RowGroups::new(Grouped::Branches, enc, target)),
+        timing: writers
+            .timing_encoder
+            .take()
+            .map(|enc| RowGroups::new(Grouped::Timing, enc, target)),
+    };
+    let (written, blocks, edges) = std::thread::scope(|s| -> Result<(Vec<Written>, u64, u64)> {
         let (piece_tx, piece_rx) = bounded::<ToWriter>(4);
         let images_ref = &images;
-        let writer = s.spawn(move || -> Result<Vec<Written>> {
+        let writer = s.spawn(move || -> Result<(Vec<Written>, u64, u64)> {
             for m in piece_rx {
                 match m {
                     ToWriter::Piece(p, t) => writers.write(p, t)?,
-                    ToWriter::RowGroup(rx) => {
+                    ToWriter::RowGroup(table, rx) => {
                         let rg = rx.recv().context("a row group encoder stopped")??;
-                        writers.append_row_group(rg)?;
+                        writers.append_row_group(table, rg)?;
                     }
                 }
             }
@@ -321,19 +328,10 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                     if let Some(j) = junk.take() {
                         p.events.insert(0, j);
                     }
-                    for (mut p, t) in timeline.push(p) {
-                        let base = seq.rows();
-                        seq.sequence(&mut p);
-                        report.count(&p);
-                        if let Some(g) = &mut groups {
-                            let rows = std::mem::take(&mut p.rows);
-                            if let Err(e) = g.add(rows, base, &pool, &piece_tx) {
-                                send_err = true;
-                                report.warnings.push(format!("{e:#}"));
-                            }
-                        }
-                        if piece_tx.send(ToWriter::Piece(p, t)).is_err() {
+                    for (p, t) in timeline.push(p) {
+                        if let Err(e) = out.emit(p, t, &mut report, &pool, &piece_tx) {
                             send_err = true;
+                            report.warnings.push(format!("{e:#}"));
                         }
                     }
                 });
@@ -345,17 +343,18 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                 break;
             }
         }
-        for (mut p, t) in timeline.finish() {
-            let base = seq.rows();
-            seq.sequence(&mut p);
-            report.count(&p);
-            if let Some(g) = &mut groups {
-                let _ = g.add(std::mem::take(&mut p.rows), base, &pool, &piece_tx);
+        if !send_err {
+            for (p, t) in timeline.finish() {
+                if let Err(e) = out.emit(p, t, &mut report, &pool, &piece_tx) {
+                    report.warnings.push(format!("{e:#}"));
+                    break;
+                }
             }
-            let _ = piece_tx.send(ToWriter::Piece(p, t));
-        }
-        if let Some(g) = &mut groups {
-            let _ = g.flush(&pool, &piece_tx);
+            for g in [&mut out.branches, &mut out.timing].into_iter().flatten() {
+                if let Err(e) = g.flush(&pool, &piece_tx) {
+                    report.warnings.push(format!("{e:#}"));
+                }
+            }
         }
         drop(piece_tx);
         producer.join().expect("decode threads do not panic");
@@ -366,6 +365,8 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     }
     report.fallbacks = stitcher.fallbacks;
     report.written = written;
+    report.blocks = blocks;
+    report.edges = edges;
     report.elapsed = t0.elapsed();
     Ok(report)
 }
@@ -375,13 +376,61 @@ enum ToWriter {
     /// A piece's events, timing rows and coverage (and its branch rows, unless row groups
     /// are encoded on the pool).
     Piece(Piece<BranchColumns>, TimingColumns),
-    /// A `branches` row group being encoded on the pool.
-    RowGroup(crossbeam_channel::Receiver<Result<EncodedRowGroup, tracemill_sinks::Error>>),
+    /// A row group of `branches` or `timing` being encoded on the pool.
+    RowGroup(
+        Grouped,
+        crossbeam_channel::Receiver<Result<EncodedRowGroup, tracemill_sinks::Error>>,
+    ),
 }
 
-/// Gathers branch rows into row groups of about `target` rows and encodes each on the
+/// The tables whose row groups are encoded on the pool.
+#[derive(Clone, Copy, Debug)]
+enum Grouped {
+    Branches,
+    Timing,
+}
+
+/// The consumer's end of the pipeline: numbers timed pieces, counts them, and hands them
+/// to the writer thread, with their rows as row groups encoded on the pool.
+struct Emitter {
+    seq: Sequencer,
+    branches: Option<RowGroups>,
+    timing: Option<RowGroups>,
+}
+
+impl Emitter {
+    fn emit(
+        &mut self,
+        mut p: Piece<BranchColumns>,
+        mut t: TimingColumns,
+        report: &mut Report,
+        pool: &rayon::ThreadPool,
+        tx: &crossbeam_channel::Sender<ToWriter>,
+    ) -> Result<()> {
+        let base = self.seq.rows();
+        self.seq.sequence(&mut p);
+        report.count(&p);
+        if let Some(g) = &mut self.branches {
+            let rows = std::mem::take(&mut p.rows);
+            if !rows.is_empty() {
+                g.add(tracemill_sinks::convert::branches(rows, base)?, pool, tx)?;
+            }
+        }
+        if let Some(g) = &mut self.timing {
+            let rows = std::mem::take(&mut t);
+            if !rows.is_empty() {
+                g.add(tracemill_sinks::convert::timing(rows)?, pool, tx)?;
+            }
+        }
+        tx.send(ToWriter::Piece(p, t))
+            .map_err(|_| anyhow::anyhow!("the writer stopped"))
+    }
+}
+
+/// Gathers a table's rows into row groups of about `target` rows and encodes each on the
 /// pool.
 struct RowGroups {
+    table: Grouped,
     enc: RowGroupEncoder,
     batches: Vec<arrow::record_batch::RecordBatch>,
     rows: usize,
@@ -390,19 +439,25 @@ struct RowGroups {
 }
 
 impl RowGroups {
+    fn new(table: Grouped, enc: RowGroupEncoder, target: usize) -> Self {
+        RowGroups {
+            table,
+            enc,
+            batches: Vec::new(),
+            rows: 0,
+            next: 0,
+            target,
+        }
+    }
+
     fn add(
         &mut self,
-        rows: BranchColumns,
-        first_seq: u64,
+        batch: arrow::record_batch::RecordBatch,
         pool: &rayon::ThreadPool,
         tx: &crossbeam_channel::Sender<ToWriter>,
     ) -> Result<()> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        self.rows += rows.len();
-        self.batches
-            .push(tracemill_sinks::convert::branches(rows, first_seq)?);
+        self.rows += batch.num_rows();
+        self.batches.push(batch);
         if self.rows >= self.target {
             self.flush(pool, tx)?;
         }
@@ -426,7 +481,7 @@ impl RowGroups {
         pool.spawn(move || {
             let _ = rtx.send(enc.encode(index, &batches));
         });
-        tx.send(ToWriter::RowGroup(rrx))
+        tx.send(ToWriter::RowGroup(self.table, rrx))
             .map_err(|_| anyhow::anyhow!("the writer stopped"))
     }
 }
@@ -440,8 +495,9 @@ struct Writers {
     edges: Option<TableWriter>,
     /// Blocks and edges so far (written at the end: they are aggregates).
     cov: Coverage,
-    /// Encodes `branches` row groups elsewhere (Parquet).
+    /// Encode `branches` and `timing` row groups elsewhere (Parquet).
     branch_encoder: Option<RowGroupEncoder>,
+    timing_encoder: Option<RowGroupEncoder>,
 }
 
 impl Writers {
@@ -455,6 +511,7 @@ impl Writers {
                 edges: None,
                 cov: Coverage::default(),
                 branch_encoder: None,
+                timing_encoder: None,
             });
         };
         std::fs::create_dir_all(dir)
@@ -468,23 +525,33 @@ impl Writers {
             Ok(Some(TableWriter::create_in(dir, table, meta, &wo)?))
         };
         let mut branches = open(opts.tables.branches, "branches")?;
-        let branch_encoder = match (&mut branches, opts.format) {
-            (Some(w), Format::Parquet) => Some(w.row_group_encoder()?),
-            _ => None,
+        let mut timing = open(opts.tables.timing, "timing")?;
+        let encoder = |w: &mut Option<TableWriter>| -> Result<Option<RowGroupEncoder>> {
+            Ok(match (w, opts.format) {
+                (Some(w), Format::Parquet) => Some(w.row_group_encoder()?),
+                _ => None,
+            })
         };
+        let branch_encoder = encoder(&mut branches)?;
+        let timing_encoder = encoder(&mut timing)?;
         Ok(Writers {
             branches,
             events: open(opts.tables.events, "events")?,
-            timing: open(opts.tables.timing, "timing")?,
+            timing,
             coverage: open(opts.tables.coverage, "coverage")?,
             edges: open(opts.tables.edges, "edges")?,
             cov: Coverage::default(),
             branch_encoder,
+            timing_encoder,
         })
     }
 
-    fn append_row_group(&mut self, rg: EncodedRowGroup) -> Result<()> {
-        if let Some(w) = &mut self.branches {
+    fn append_row_group(&mut self, table: Grouped, rg: EncodedRowGroup) -> Result<()> {
+        let w = match table {
+            Grouped::Branches => &mut self.branches,
+            Grouped::Timing => &mut self.timing,
+        };
+        if let Some(w) = w {
             w.append_encoded(rg)?;
         }
         Ok(())
@@ -510,7 +577,10 @@ impl Writers {
         Ok(())
     }
 
-    fn finish(mut self, images: &ImageSet<'_>) -> Result<Vec<Written>> {
+    /// Write the aggregates and close every table: what was written, and the numbers of
+    /// distinct blocks and edges.
+    fn finish(mut self, images: &ImageSet<'_>) -> Result<(Vec<Written>, u64, u64)> {
+        let (blocks, edges) = (self.cov.blocks.len() as u64, self.cov.edges.len() as u64);
         if let Some(w) = &mut self.coverage {
             w.write_coverage(&self.cov.block_rows(images))?;
         }
@@ -530,7 +600,7 @@ impl Writers {
         {
             out.push(w.finish()?);
         }
-        Ok(out)
+        Ok((out, blocks, edges))
     }
 }
 
@@ -567,12 +637,18 @@ pub fn summary(name: &str, r: &Report) -> String {
     let _ = writeln!(
         s,
         "  gaps          {} overflows, {} errors, {} resyncs, {} trace stops; {} disables/{} enables",
-        g("overflow"),
-        g("error"),
-        g("resync"),
-        g("trace_stop"),
-        g("disable"),
-        g("enable")
+        group(g("overflow")),
+        group(g("error")),
+        group(g("resync")),
+        group(g("trace_stop")),
+        group(g("disable")),
+        group(g("enable"))
+    );
+    let _ = writeln!(
+        s,
+        "  coverage      {} basic blocks, {} edges executed (lost stretches excluded)",
+        group(r.blocks),
+        group(r.edges)
     );
     for e in &r.first_errors {
         let _ = writeln!(s, "    error at offset {:#x}: {}", e.offset, e.detail);

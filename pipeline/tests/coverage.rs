@@ -87,4 +87,16 @@ fn coverage_rows_name_the_image_and_offset() {
         rows.iter().map(|r| r.count).sum::<u64>(),
         d.rows.len() as u64
     );
+    // The pipeline's closing summary counts the same blocks and edges.
+    let opts = tracemill::run::Options {
+        jobs: 2,
+        ..Default::default()
+    };
+    let report = tracemill::run::decode(&b, &opts).unwrap();
+    assert_eq!(
+        (report.blocks, report.edges),
+        (rows.len() as u64, d.coverage.edges.len() as u64)
+    );
+    let summary = tracemill::run::summary("recursion", &report);
+    assert!(summary.contains(" basic blocks, "), "{summary}");
 }

@@ -154,6 +154,37 @@ fn chunked_decoding_equals_sequential_for_every_bundle() {
     }
 }
 
+/// Columns offset, value, tsc and cycles of a `timing.parquet`.
+type TimingCols = (Vec<u64>, Vec<u64>, Vec<Option<u64>>, Vec<Option<u64>>);
+
+fn read_timing(path: &std::path::Path) -> TimingCols {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::UInt64Type;
+    let f = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = TimingCols::default();
+    for b in reader {
+        let b = b.unwrap();
+        let col = |n: &str| {
+            b.column_by_name(n)
+                .unwrap()
+                .as_primitive::<UInt64Type>()
+                .clone()
+        };
+        let (offset, value, tsc, cycles) = (col("offset"), col("value"), col("tsc"), col("cycles"));
+        for i in 0..b.num_rows() {
+            out.0.push(offset.value(i));
+            out.1.push(value.value(i));
+            out.2.push((!tsc.is_null(i)).then(|| tsc.value(i)));
+            out.3.push((!cycles.is_null(i)).then(|| cycles.value(i)));
+        }
+    }
+    out
+}
+
 #[test]
 fn threaded_pipeline_writes_the_same_tables_for_any_thread_count() {
     for dir in bundles() {
@@ -188,6 +219,17 @@ fn threaded_pipeline_writes_the_same_tables_for_any_thread_count() {
             assert_eq!(
                 got, want,
                 "{name}: branches.parquet with {jobs} jobs, chunks {chunk:?}, groups {group_rows}"
+            );
+            let t = &seq.timing_rows;
+            assert_eq!(
+                read_timing(&out.path().join("timing.parquet")),
+                (
+                    t.offset.clone(),
+                    t.value.clone(),
+                    (0..t.len()).map(|i| t.tsc.get(i)).collect(),
+                    (0..t.len()).map(|i| t.cycles.get(i)).collect()
+                ),
+                "{name}: timing.parquet with {jobs} jobs, chunks {chunk:?}, groups {group_rows}"
             );
         }
     }
