@@ -75,6 +75,9 @@ struct DecodeArgs {
     /// Chunk size for parallel decoding, in bytes (cut at PSBs; default: from trace size).
     #[arg(long, value_parser = parse_num)]
     chunk_size: Option<u64>,
+    /// ZSTD level of the Parquet tables (1 fastest .. 22 smallest; 0 means zstd's default, 3).
+    #[arg(long, default_value_t = tracemill_sinks::parquet::DEFAULT_ZSTD_LEVEL)]
+    zstd_level: i32,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -196,6 +199,10 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 },
                 chunk_bytes: a.chunk_size,
                 progress: !a.quiet,
+                writer: tracemill_sinks::WriterOptions {
+                    zstd_level: a.zstd_level,
+                    ..Default::default()
+                },
                 ..run::Options::default()
             };
             if let Some(j) = a.jobs {

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::bounded;
-use rayon::prelude::*;
 use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_body, plan_chunks, Body, Input, Piece, Sequencer, Stitcher};
 use tracemill_decode::config::TraceConfig;
@@ -245,7 +244,6 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
         .build()
         .context("starting the decode threads")?;
     let caches: Vec<Mutex<BlockCache>> = (0..report.jobs).map(|_| Mutex::default()).collect();
-    let batch = report.jobs * 4;
 
     let mut timeline = Timeline::new(input.timing);
     let mut stitcher = Stitcher::new(&input);
@@ -292,37 +290,47 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
             }
             writers.finish(images_ref)
         });
-        let (body_tx, body_rx) = bounded::<Vec<Body<BranchColumns>>>(1);
+        // Chunks are decoded as pool tasks, at most `window` of them between being handed
+        // out and being consumed in order here: memory stays bounded whatever the trace
+        // size, and no thread waits for a whole batch. The producer waits for a free slot
+        // outside the pool, so no pool thread ever blocks on a channel: the row-group
+        // encodings the consumer spawns on the same pool always find a thread (with one
+        // job, blocking inside the pool would deadlock).
+        let window = report.jobs * 2 + 2;
+        let (slot_tx, slot_rx) = bounded::<()>(window);
+        for _ in 0..window {
+            slot_tx.send(()).expect("room for every slot");
+        }
+        let (body_tx, body_rx) = crossbeam_channel::unbounded::<(usize, Body<BranchColumns>)>();
         let input_ref = &input;
         let caches_ref = &caches;
         let pool_ref = &pool;
         let chunks_ref = &chunks;
-        // The producer enters the pool once per batch and waits for the consumer outside
-        // it, so that no pool thread ever blocks on a channel: the row-group encodings the
-        // consumer spawns on the same pool always find a thread (with one job, blocking
-        // inside the pool would deadlock).
         let producer = s.spawn(move || {
-            for group in chunks_ref.chunks(batch) {
-                let bodies: Vec<Body<BranchColumns>> = pool_ref.install(|| {
-                    group
-                        .par_iter()
-                        .map(|c| {
-                            let i = rayon::current_thread_index().unwrap_or(0);
-                            let mut cache = caches_ref[i % caches_ref.len()]
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner());
-                            decode_body(input_ref, &mut cache, *c)
-                        })
-                        .collect()
-                });
-                if body_tx.send(bodies).is_err() {
-                    return; // the consumer stopped (a write failed)
+            pool_ref.in_place_scope(|sc| {
+                for (i, c) in chunks_ref.iter().enumerate() {
+                    if slot_rx.recv().is_err() {
+                        return; // the consumer stopped (a write failed)
+                    }
+                    let tx = body_tx.clone();
+                    sc.spawn(move |_| {
+                        let t = rayon::current_thread_index().unwrap_or(0);
+                        let mut cache = caches_ref[t % caches_ref.len()]
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner());
+                        let body = decode_body(input_ref, &mut cache, *c);
+                        let _ = tx.send((i, body));
+                    });
                 }
-            }
+            })
         });
         let mut send_err = false;
-        for bodies in body_rx {
-            for b in bodies {
+        let mut ready = BTreeMap::new();
+        let mut next = 0;
+        'bodies: for (i, b) in body_rx.iter() {
+            ready.insert(i, b);
+            while let Some(b) = ready.remove(&next) {
+                next += 1;
                 let done = b.chunk.end - b.chunk.start;
                 stitcher.push(b, |mut p| {
                     if let Some(j) = junk.take() {
@@ -338,11 +346,17 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                 if let Some(b) = &bar {
                     b.inc(done);
                 }
+                if send_err {
+                    break 'bodies;
+                }
+                let _ = slot_tx.send(());
             }
-            if send_err {
+            if next == chunks.len() {
                 break;
             }
         }
+        drop(slot_tx);
+        drop(body_rx);
         if !send_err {
             for (p, t) in timeline.finish() {
                 if let Err(e) = out.emit(p, t, &mut report, &pool, &piece_tx) {
