@@ -13,6 +13,9 @@
 //! - `decode_all`: the sequential decode with stitching, timing and coverage (what one
 //!   thread of `tracemill decode` does before writing).
 //!
+//! - `generate`: the dataset generator (a synthetic walk fed through the hardware model),
+//!   in bytes of trace produced per second.
+//!
 //! Every benchmark checks its counts against the generator's summary before it is timed,
 //! so a fast wrong answer cannot pass for a result.
 //!
@@ -29,9 +32,9 @@ use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_all, decode_body, plan_chunks, Body, Input, Piece, Stitcher};
 use tracemill_decode::config::TraceConfig;
 use tracemill_decode::coverage::Coverage;
-use tracemill_decode::flow::{BranchRow, CountSink, RowSink};
+use tracemill_decode::flow::{CountSink, RowSink};
 use tracemill_decode::packet::PacketReader;
-use tracemill_decode::rows::BranchColumns;
+use tracemill_decode::rows::{BranchColumns, BranchRow};
 use tracemill_decode::sync::find_psbs;
 use tracemill_decode::timing::{Timeline, TimingConfig};
 
@@ -193,10 +196,51 @@ fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
     g.finish();
 }
 
+/// The generator: walk steps through the hardware model until `size` bytes of trace.
+fn bench_generator(c: &mut Criterion) {
+    use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
+    use tracemill_datasets::model::{Model, ModelOptions};
+    let elf = std::fs::read(workspace().join("datasets/samples/synthetic/images/jumptable"))
+        .expect("the committed sample image");
+    let code = Code::from_elf("jumptable", &elf).expect("a static ELF");
+    let size = 4usize << 20;
+    let generate = || {
+        let mut walk = code.walk(&WalkConfig::new(3, u64::MAX));
+        let o = ModelOptions {
+            ctl: 0xef0b,
+            seed: 3,
+            keep_truth: false,
+            ..ModelOptions::default()
+        };
+        let mut m = Model::new(o, code.images());
+        m.start(walk.entry());
+        while m.bytes_written() < size {
+            match walk.next() {
+                Some(s) => m.feed(&s),
+                None => break,
+            }
+        }
+        m.end()
+    };
+    let out = generate();
+    assert!(out.bytes.len() >= size && out.summary.branches > 0);
+    assert_eq!(
+        generate().bytes,
+        out.bytes,
+        "the generator is deterministic"
+    );
+    let mut g = c.benchmark_group("generate");
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes(out.bytes.len() as u64));
+    g.bench_function("synthetic_walk_through_model", |bn| bn.iter(generate));
+    g.finish();
+}
+
 fn benches(c: &mut Criterion) {
     for (tag, ctl) in CTLS {
         bench_bundle(c, tag, ctl);
     }
+    bench_generator(c);
 }
 
 criterion_group!(decode, benches);

@@ -1,8 +1,6 @@
 //! Synthetic walks over real binaries: reproducible, consistent with the code, fast.
 
 use std::hash::{Hash, Hasher};
-use std::path::Path;
-use std::time::Instant;
 
 use tracemill_datasets::exec::qemu;
 use tracemill_datasets::exec::steps::{CheckStats, Checker};
@@ -128,54 +126,4 @@ fn walk_over_a_sample_program_uses_its_symbols() {
     let exec = code.execution(&small);
     assert_eq!(exec.steps, code.walk(&small).collect::<Vec<_>>());
     assert_eq!(exec.images[0].1, elf);
-}
-
-/// Quick throughput figure (not asserted: machines differ).
-#[test]
-fn walk_speed() {
-    let Some(elf) = busybox() else { return };
-    let code = Code::from_elf("busybox", &elf).unwrap();
-    speed(&code, 5_000_000);
-}
-
-/// `cargo test --release -p tracemill-datasets --test exec_synthetic -- --ignored --nocapture`
-#[test]
-#[ignore]
-fn walk_speed_long() {
-    let Some(elf) = busybox() else { return };
-    let t = Instant::now();
-    let code = Code::from_elf("busybox", &elf).unwrap();
-    println!(
-        "busybox: {} entries found in {:.1} ms",
-        code.entries().len(),
-        t.elapsed().as_secs_f64() * 1e3
-    );
-    speed(&code, 200_000_000);
-}
-
-fn speed(code: &Code<'_>, steps: u64) {
-    // Warm the block table first, then time the steady state.
-    let cfg = WalkConfig::new(11, steps);
-    let mut walk = code.walk(&cfg);
-    let warm: u64 = walk
-        .by_ref()
-        .take(steps as usize / 10)
-        .map(|s| s.insns() as u64)
-        .sum();
-    let t = Instant::now();
-    let mut insns = 0u64;
-    let mut n = 0u64;
-    for s in walk.by_ref() {
-        insns += s.insns() as u64;
-        n += 1;
-    }
-    let secs = t.elapsed().as_secs_f64();
-    println!(
-        "synthetic walk over {}: {:.1} M steps/s, {:.1} M insns/s ({} blocks, warm-up {} insns)",
-        Path::new(code.name()).display(),
-        n as f64 / secs / 1e6,
-        insns as f64 / secs / 1e6,
-        walk.blocks(),
-        warm,
-    );
 }

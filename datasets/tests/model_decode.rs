@@ -158,46 +158,6 @@ fn chunked_equals_sequential() {
     }
 }
 
-#[test]
-#[ignore]
-fn debug_plain() {
-    let elf = busybox();
-    let o = ModelOptions {
-        record_packets: true,
-        ..options(ctl::CMPRS_RET)
-    };
-    let (out, _) = run_model(&elf, o.clone(), 200_000, 1);
-    let d = decode(&elf, &out.bytes, o.ctl, u64::MAX);
-    let w = expected(&out);
-    let bad = (0..w.len()).find(|&i| w.row(i) != d.rows.row(i)).unwrap();
-    eprintln!("first bad decoded row {bad}");
-    // Find in full truth the row matching w.row(bad)
-    let full: Vec<_> = out.truth.rows.rows().collect();
-    let mut k = 0;
-    let mut fi = 0;
-    for (i, _) in full.iter().enumerate() {
-        if !out.truth.lost[i] {
-            if k == bad {
-                fi = i;
-                break;
-            }
-            k += 1;
-        }
-    }
-    for i in fi.saturating_sub(4)..fi + 3 {
-        eprintln!("truth {i} lost={} {:x?}", out.truth.lost[i], full[i]);
-    }
-    for i in bad.saturating_sub(3)..bad + 3 {
-        eprintln!("dec {i}: {:x?}", d.rows.row(i));
-    }
-    let lo = w.row(bad).offset.saturating_sub(40);
-    for (off, p) in out.packets.iter().filter(|(o, _)| *o >= lo && *o < lo + 80) {
-        eprintln!("pkt {off} {p:x?}");
-    }
-    let lost_run = out.truth.lost[fi..].iter().take_while(|&&l| !l).count();
-    eprintln!("non-lost run from fi: {lost_run}");
-}
-
 /// A longer walk with frequent interrupts (PGD/PGE pairs at every kind of place, syscall
 /// loops like `_exit`'s): every chunk size gives the sequential rows, which are the truth.
 #[test]

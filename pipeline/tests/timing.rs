@@ -123,33 +123,3 @@ fn timing_matches_the_truth() {
     assert!(checked_cycles > 100_000, "{checked_cycles}");
     assert!(checked_tsc > 100_000, "{checked_tsc}");
 }
-
-#[test]
-#[ignore]
-fn debug_timing() {
-    let dir = samples_dir().join(std::env::var("BUNDLE").unwrap());
-    let row: usize = std::env::var("ROW").unwrap().parse().unwrap();
-    let t = truth(&dir);
-    let b = Bundle::open(&dir, None, &[]).unwrap();
-    let d = decode(&b, u64::MAX);
-    let idx = provable_index(&t);
-    for k in row.saturating_sub(6)..row + 3 {
-        let i = idx[k];
-        eprintln!(
-            "row {k}: dec tsc {:x?} cyc {:?} | truth tsc {:x?} cyc {:?} exact {} off {}",
-            d.rows.tsc.get(k),
-            d.rows.cycles.get(k),
-            t.rows.tsc.get(i),
-            t.rows.cycles.get(i),
-            t.cyc_exact[i],
-            d.rows.offset[k]
-        );
-    }
-    let o = d.rows.offset[row];
-    for i in 0..d.timing_rows.len() {
-        let r = d.timing_rows.row(i);
-        if r.offset + 12 > o && r.offset < o + 60 {
-            eprintln!("timing {r:x?}");
-        }
-    }
-}
