@@ -509,17 +509,17 @@ impl<'i> Model<'i> {
         if self.o.record_packets {
             self.packets.push((off, p));
         }
-        if matches!(
-            p,
-            Packet::Mtc { .. }
-                | Packet::Sts { .. }
-                | Packet::Cyc { .. }
-                | Packet::Fup(FupKind::Pcc, _)
-        ) {
-            if self.o.keep_truth {
-                let tsc = self.tsc();
-                self.truth.timing.push((off, tsc, self.cycles_total));
-            }
+        if self.o.keep_truth
+            && matches!(
+                p,
+                Packet::Mtc { .. }
+                    | Packet::Sts { .. }
+                    | Packet::Cyc { .. }
+                    | Packet::Fup(FupKind::Pcc, _)
+            )
+        {
+            let tsc = self.tsc();
+            self.truth.timing.push((off, tsc, self.cycles_total));
         }
     }
 
@@ -673,7 +673,7 @@ impl<'i> Model<'i> {
     }
 
     fn filter_en(&self, ip: u64) -> bool {
-        self.o.filter.is_none_or(|(b, l)| ip >= b && ip < l)
+        self.o.filter.map_or(true, |(b, l)| ip >= b && ip < l)
     }
 
     fn enable_common(&mut self) {

@@ -641,7 +641,7 @@ fn write_truth(dir: &Path, g: &Generated) -> Result<()> {
     let summary = TruthSummary {
         model: g.output.summary.clone(),
         shift: g.shift,
-        ring: matches!(g.manifest.ring_offset, Some(_)),
+        ring: g.manifest.ring_offset.is_some(),
         blocks,
         block_executions,
     };

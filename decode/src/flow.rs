@@ -248,6 +248,9 @@ pub trait RowSink {
         Default::default()
     }
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     fn truncate(&mut self, n: usize);
     /// Add `n` instructions to row `i` (a stitch's open count onto a body's first row).
     fn add_insns(&mut self, i: usize, n: u32);

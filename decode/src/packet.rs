@@ -645,6 +645,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::unusual_byte_groupings)] // payload bits _ header bits, as in 4.2.14
     fn cyc_lengths_4_2_14() {
         assert_eq!(
             parse_one(&[0b101010_01], true),

@@ -385,7 +385,9 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     Ok(report)
 }
 
-/// What the writer thread receives, in order.
+/// What the writer thread receives, in order (a few at a time: the size of a piece's
+/// header does not matter).
+#[allow(clippy::large_enum_variant)]
 enum ToWriter {
     /// A piece's events, timing rows and coverage (and its branch rows, unless row groups
     /// are encoded on the pool).

@@ -115,12 +115,7 @@ fn check_outside_damage(
 fn psb_window(bytes: &[u8], off: u64, n: usize) -> (u64, u64) {
     let s = TraceStream::linear(bytes);
     let psbs = find_psbs(&s);
-    let before = psbs
-        .iter()
-        .copied()
-        .filter(|&p| p <= off)
-        .last()
-        .unwrap_or(0);
+    let before = psbs.iter().copied().rfind(|&p| p <= off).unwrap_or(0);
     let after = psbs
         .iter()
         .copied()
