@@ -308,10 +308,13 @@ pub fn recipe(name: &str) -> Option<Recipe> {
     recipes().into_iter().find(|r| r.name == name)
 }
 
+/// An image a bundle ships: (file name in images/, bytes, kind, load base for raw
+/// images, CR3 tag).
+type ShippedImage = (String, Vec<u8>, ImageKind, Option<u64>, Option<u64>);
+
 /// Programs and images an execution needs.
 struct Prepared {
-    /// (file name in images/, bytes, entry)
-    images: Vec<(String, Vec<u8>, ImageKind, Option<u64>, Option<u64>)>,
+    images: Vec<ShippedImage>,
     execs: Vec<Execution>,
 }
 
