@@ -30,13 +30,12 @@ use tracemill::bundle::Bundle;
 use tracemill_datasets::samples::synth_big;
 use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_all, decode_body, plan_chunks, Body, Input, Piece, Stitcher};
-use tracemill_decode::config::TraceConfig;
 use tracemill_decode::coverage::Coverage;
 use tracemill_decode::flow::{CountSink, RowSink};
 use tracemill_decode::packet::PacketReader;
 use tracemill_decode::rows::{BranchColumns, BranchRow};
 use tracemill_decode::sync::find_psbs;
-use tracemill_decode::timing::{Timeline, TimingConfig};
+use tracemill_decode::timing::Timeline;
 
 /// Branch columns without the coverage aggregation.
 #[derive(Default)]
@@ -99,13 +98,13 @@ fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
     let stream = b.stream();
     let psbs = find_psbs(&stream);
     let (images, _) = b.image_set();
-    let cfg = TraceConfig::from_ctl(b.manifest.rtit_ctl);
+    let cfg = b.trace_config();
     let input = Input {
         stream: &stream,
         psbs: &psbs,
         images: &images,
         cfg,
-        timing: TimingConfig::new(&cfg, b.manifest.guaranteed_ratio, true),
+        timing: b.timing_config(),
     };
     let whole = plan_chunks(&psbs, stream.len(), u64::MAX)[0];
     let packets_expected: u64 = summary.packets_by_type.values().sum();

@@ -24,7 +24,6 @@ use tracemill::bundle::Bundle;
 use tracemill::run::{self, Tables};
 use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_body, plan_chunks, Body, Input};
-use tracemill_decode::config::TraceConfig;
 use tracemill_decode::flow::CountSink;
 use tracemill_decode::sync::find_psbs;
 
@@ -46,12 +45,8 @@ fn count_mode(b: &Bundle, jobs: usize) -> Result<(f64, Counts)> {
         stream: &stream,
         psbs: &psbs,
         images: &images,
-        cfg: TraceConfig::from_ctl(b.manifest.rtit_ctl),
-        timing: tracemill_decode::timing::TimingConfig::new(
-            &TraceConfig::from_ctl(b.manifest.rtit_ctl),
-            b.manifest.guaranteed_ratio,
-            b.manifest.ring_offset.is_none(),
-        ),
+        cfg: b.trace_config(),
+        timing: b.timing_config(),
     };
     let chunks = plan_chunks(
         &psbs,

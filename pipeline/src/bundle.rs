@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use memmap2::Mmap;
 use tracemill_datasets::bundle::{ImageEntry, ImageKind, Manifest};
+use tracemill_decode::config::TraceConfig;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::stream::TraceStream;
+use tracemill_decode::timing::TimingConfig;
 
 /// A file's bytes: memory-mapped when it has any (an empty file cannot be mapped).
 pub enum Bytes {
@@ -113,6 +115,21 @@ impl Bundle {
             images,
             image_problems,
         })
+    }
+
+    /// The trace configuration from the bundle's RTIT_CTL.
+    pub fn trace_config(&self) -> TraceConfig {
+        TraceConfig::from_ctl(self.manifest.rtit_ctl)
+    }
+
+    /// How to turn the trace's timing packets into time: RTIT_CTL plus the bundle's
+    /// guaranteed ratio; a linear trace starts at an enable (E7), a ring dump does not.
+    pub fn timing_config(&self) -> TimingConfig {
+        TimingConfig::new(
+            &self.trace_config(),
+            self.manifest.guaranteed_ratio,
+            self.manifest.ring_offset.is_none(),
+        )
     }
 
     /// The trace bytes in time order.

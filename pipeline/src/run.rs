@@ -21,7 +21,6 @@ use anyhow::{bail, Context, Result};
 use crossbeam_channel::bounded;
 use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_body, plan_chunks, Body, Input, Piece, Sequencer, Stitcher};
-use tracemill_decode::config::TraceConfig;
 use tracemill_decode::coverage::Coverage;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns};
@@ -167,7 +166,7 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     let t0 = Instant::now();
     let stream = bundle.stream();
     let psbs = find_psbs(&stream);
-    let cfg = TraceConfig::from_ctl(bundle.manifest.rtit_ctl);
+    let cfg = bundle.trace_config();
     let (images, problems) = bundle.image_set();
     let mut report = Report {
         trace_bytes: stream.len(),
@@ -200,11 +199,7 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
         psbs: &psbs,
         images: &images,
         cfg,
-        timing: tracemill_decode::timing::TimingConfig::new(
-            &cfg,
-            bundle.manifest.guaranteed_ratio,
-            bundle.manifest.ring_offset.is_none(),
-        ),
+        timing: bundle.timing_config(),
     };
     let chunk_bytes = opts
         .chunk_bytes

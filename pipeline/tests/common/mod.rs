@@ -11,7 +11,6 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracemill::bundle::Bundle;
 use tracemill_datasets::samples::TruthSummary;
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
-use tracemill_decode::config::TraceConfig;
 use tracemill_decode::rows::{BranchColumns, BranchRow};
 use tracemill_decode::sync::find_psbs;
 use tracemill_schemas::BranchKind;
@@ -162,12 +161,8 @@ pub fn decode(b: &Bundle, chunk: u64) -> Decoded {
         stream: &stream,
         psbs: &psbs,
         images: &images,
-        cfg: TraceConfig::from_ctl(b.manifest.rtit_ctl),
-        timing: tracemill_decode::timing::TimingConfig::new(
-            &TraceConfig::from_ctl(b.manifest.rtit_ctl),
-            b.manifest.guaranteed_ratio,
-            b.manifest.ring_offset.is_none(),
-        ),
+        cfg: b.trace_config(),
+        timing: b.timing_config(),
     };
     decode_all(&input, chunk)
 }
