@@ -144,18 +144,12 @@ impl BranchColumns {
         self.block_insns.reserve(n);
     }
 
+    /// Append a whole row, timing columns included.
     #[inline]
     pub fn push(&mut self, r: &BranchRow) {
-        self.ip.push(r.ip);
-        self.target.push(r.target);
-        self.kind.push(r.kind as u8);
-        self.taken.push(r.taken);
-        self.compressed.push(r.compressed);
-        self.insns.push(r.insns);
+        self.push_flow(r);
         self.tsc.push(r.tsc);
         self.cycles.push(r.cycles);
-        self.cr3.push(r.cr3);
-        self.offset.push(r.offset);
     }
 
     pub fn row(&self, i: usize) -> BranchRow {
