@@ -32,6 +32,7 @@ use crate::config::TraceConfig;
 use crate::image::ImageSet;
 use crate::insn::InsnClass;
 use crate::last_ip::LastIp;
+use crate::loop_guard::LoopGuard;
 use crate::packet::{FupKind, Packet, PacketError, PacketReader, Tnt};
 use crate::rows::{BranchColumns, BranchRow, EventRow};
 use crate::stream::TraceStream;
@@ -192,6 +193,8 @@ enum Item {
         off: u64,
     },
     Error(PacketError),
+    /// (Look-ahead only) the next flow packet is a FUP.FAR or FUP.PGD, left unread.
+    FupNext,
     End,
 }
 
@@ -341,6 +344,13 @@ pub struct Walker<'a, 'c, S: RowSink> {
     alt_pgd: Option<(usize, u64)>,
     /// The block at this address, from the last block's successor link.
     hint: Option<(u64, u32)>,
+    /// Guards the walk against running on without consuming anything.
+    spin: LoopGuard,
+    /// The guard fired inside the hot loop: report it from the general walk.
+    stuck: bool,
+    /// Reading the packet after a FUP.FAR / FUP.PGD: a further FUP is left unread
+    /// (look-ahead never nests, so a run of FUPs cannot exhaust the stack).
+    looking_ahead: bool,
 }
 
 impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
@@ -375,6 +385,9 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             body_start: None,
             alt_pgd: None,
             hint: None,
+            spin: LoopGuard::default(),
+            stuck: false,
+            looking_ahead: false,
         }
     }
 
@@ -587,6 +600,11 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 }
                 Packet::Fup(FupKind::Far, pl) => {
                     let before = self.snapshot(pos, want_cyc);
+                    if self.looking_ahead {
+                        // Right after another FUP: leave it unread for the next item.
+                        self.undo(&before);
+                        return Item::FupNext;
+                    }
                     let ip = self.st.last_ip.update(&pl);
                     self.st.prev = PrevFlow::Far;
                     return match self.tip_after(&before) {
@@ -596,6 +614,11 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 }
                 Packet::Fup(FupKind::Pgd, pl) => {
                     let before = self.snapshot(pos, want_cyc);
+                    if self.looking_ahead {
+                        // Right after another FUP: leave it unread for the next item.
+                        self.undo(&before);
+                        return Item::FupNext;
+                    }
                     let ip = self.st.last_ip.update(&pl);
                     self.st.prev = PrevFlow::Pgd;
                     return match self.tip_after(&before) {
@@ -637,22 +660,32 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     /// since `before` is undone, so the FUP is read again by whoever reads on.
     #[allow(clippy::option_option)]
     fn tip_after(&mut self, before: &Snapshot) -> Option<Option<(Option<u64>, u64)>> {
-        match self.next_item() {
+        self.looking_ahead = true;
+        let next = self.next_item();
+        self.looking_ahead = false;
+        match next {
             Item::Tip { ip, off, .. } => Some(Some((ip, off))),
             // At the end of the trace nothing follows: no TIP.
             Item::End if self.reader.ends_at_stream_end() => Some(None),
             Item::End => {
-                self.events.truncate(before.events);
-                self.timing.truncate(before.timing);
-                self.st = before.st;
-                self.reader.seek(before.pos, before.want_cyc);
+                self.undo(before);
                 None
             }
+            // Another FUP, left unread: no TIP.
+            Item::FupNext => Some(None),
             other => {
                 self.pending = Some(other);
                 Some(None)
             }
         }
+    }
+
+    /// Go back to `before`: the packets read since are read again by whoever reads on.
+    fn undo(&mut self, before: &Snapshot) {
+        self.events.truncate(before.events);
+        self.timing.truncate(before.timing);
+        self.st = before.st;
+        self.reader.seek(before.pos, before.want_cyc);
     }
 
     fn timing_fact(&mut self, offset: u64, kind: TimingKind, raw: u64, ratio: Option<u8>) {
@@ -742,6 +775,8 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 self.event(off, EventKind::TraceStop, None, String::new());
                 self.st.mode = Mode::Stopped;
             }
+            // Only a look-ahead sees it; nothing to do.
+            Item::FupNext => {}
         }
         None
     }
@@ -823,13 +858,18 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     /// Walk instructions while tracing.
     fn walk(&mut self) -> Option<Stop> {
         loop {
+            if self.stuck {
+                self.stuck = false;
+                self.stuck_in_cycle();
+                return None;
+            }
             if let Some(s) = self.at_target() {
                 return Some(s);
             }
             if self.st.tnt.is_empty() {
                 // Nothing queued: the next flow packet says what happens next.
                 match self.peek() {
-                    Item::Tnt { .. } | Item::Tip { .. } => {}
+                    Item::Tnt { .. } | Item::Tip { .. } | Item::FupNext => {}
                     Item::End => return Some(Stop::End),
                     Item::Error(e) => {
                         self.consume();
@@ -920,6 +960,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 BlockEnd::Split => {
                     self.st.open_insns += n;
                     self.st.ip = next;
+                    self.stuck = self.moved_without_packet(next);
                     continue;
                 }
                 BlockEnd::Ambiguous if self.role == Role::Body => return Some(Stop::Failed),
@@ -965,6 +1006,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     self.row(last_ip, Some(target), BranchKind::Jmp, true, off);
                     self.st.ip = target;
                     self.link(bi, 1, target);
+                    self.stuck = self.moved_without_packet(target);
                 }
                 InsnClass::Call => {
                     let off = self.st.decision;
@@ -972,6 +1014,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     self.st.last_call = LastCall::Known(next);
                     self.st.ip = target;
                     self.link(bi, 1, target);
+                    self.stuck = self.moved_without_packet(target);
                 }
                 InsnClass::Ret => {
                     // Compressed (a taken bit) when a bit is queued or a TNT comes next.
@@ -1235,8 +1278,42 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             let s = self.cache.successor(self.images, bi, which, self.st.cr3);
             self.hint = Some((to, s));
             walked = true;
+            if kind != BranchKind::Cond && self.moved_without_packet(to) {
+                self.stuck = true;
+                break;
+            }
         }
         walked
+    }
+
+    /// The walk went to `to` by a direct jump, call or block split, consuming nothing;
+    /// true when that proves it is going round a cycle (see [`LoopGuard`]).
+    #[inline]
+    fn moved_without_packet(&mut self, to: u64) -> bool {
+        self.spin.step(to, self.reader.pos(), self.st.tnt)
+    }
+
+    /// The walk is in a cycle of direct branches that never reaches the packet it waits
+    /// for (a damaged IP led it there): an error at that packet, and a resync.
+    fn stuck_in_cycle(&mut self) {
+        let steps = self.spin.steps();
+        self.spin = LoopGuard::default();
+        if !self.st.tnt.is_empty() {
+            let off = self.st.tnt_off;
+            let ip = self.st.ip;
+            self.gap(
+                off,
+                format!(
+                    "direct branches loop back to {ip:#x} (after {steps} steps) with TNT bits \
+                     still queued"
+                ),
+            );
+            return;
+        }
+        self.peek();
+        self.inconsistent(&format!(
+            "direct branches loop back (after {steps} steps) without reaching the next packet"
+        ));
     }
 
     /// Remember the block that follows block `bi` on side `which` (0: fall-through,

@@ -34,6 +34,7 @@ pub mod flow;
 pub mod image;
 pub mod insn;
 pub mod last_ip;
+pub mod loop_guard;
 pub mod packet;
 pub mod rows;
 pub mod stream;
