@@ -192,7 +192,19 @@ pub struct BlockCache {
     front: Box<[(u64, u64, u32)]>,
     /// Blocks decoded (cache misses), for statistics.
     pub misses: u64,
+    /// Bytes held by the blocks (for [`BlockCache::trim`]).
+    bytes: usize,
 }
+
+/// Memory a block costs beyond its instruction lengths: the block, its hot entry, its key
+/// and its index entry.
+const BLOCK_OVERHEAD: usize =
+    std::mem::size_of::<Block>() + std::mem::size_of::<Hot>() + 8 + 2 * 24;
+
+/// A worker's cache is emptied between chunks once it holds more than this. Real programs
+/// stay far below (a block costs about 150 bytes; busybox has ~100k blocks), but damaged
+/// IPs can send the walk to any byte of an image, each a new block.
+pub const CACHE_BUDGET: usize = 64 << 20;
 
 impl Default for BlockCache {
     fn default() -> Self {
@@ -203,6 +215,7 @@ impl Default for BlockCache {
             index: AddrMap::default(),
             front: vec![(u64::MAX, 0, 0); 1 << FRONT_BITS].into_boxed_slice(),
             misses: 0,
+            bytes: 0,
         }
     }
 }
@@ -245,6 +258,7 @@ impl BlockCache {
                     end: b.end,
                     succ: [UNLINKED; 2],
                 });
+                self.bytes += BLOCK_OVERHEAD + b.lens.len();
                 self.blocks.push(b);
                 self.keys.push(key);
                 self.index.insert((start, key), i);
@@ -298,6 +312,21 @@ impl BlockCache {
     pub fn len(&self) -> usize {
         self.blocks.len()
     }
+
+    /// Bytes the cached blocks hold (about).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Empty the cache if it holds more than `budget` bytes. Block indices (successor
+    /// links, a walker's hint) are invalid afterwards: call it between walks only.
+    pub fn trim(&mut self, budget: usize) {
+        if self.bytes > budget {
+            let misses = self.misses;
+            *self = BlockCache::default();
+            self.misses = misses;
+        }
+    }
     pub fn is_empty(&self) -> bool {
         self.blocks.is_empty()
     }
@@ -324,6 +353,27 @@ mod tests {
         assert_eq!(b.inside(0x1002), Some((1, 0x1003)));
         cache.get(&set, 0x1000, None);
         assert_eq!(cache.misses, 1);
+    }
+
+    #[test]
+    fn trim_empties_a_cache_over_budget_only() {
+        let code = [0x90, 0x90, 0x90, 0xC3];
+        let mut set = ImageSet::new();
+        set.add_raw("t", &code, 0x1000, None);
+        let mut cache = BlockCache::new();
+        for a in 0x1000..0x1004 {
+            cache.index(&set, a, None);
+        }
+        assert_eq!(cache.len(), 4);
+        let held = cache.bytes();
+        assert!(held >= 4 * BLOCK_OVERHEAD + (4 + 3 + 2 + 1));
+        cache.trim(held);
+        assert_eq!(cache.len(), 4, "at the budget: kept");
+        cache.trim(held - 1);
+        assert_eq!((cache.len(), cache.bytes()), (0, 0));
+        // Still usable, and the statistics survive.
+        assert_eq!(cache.get(&set, 0x1000, None).insns(), 4);
+        assert_eq!(cache.misses, 5);
     }
 
     #[test]

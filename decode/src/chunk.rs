@@ -122,6 +122,7 @@ pub fn decode_body<S: RowSink + Default>(
     cache: &mut BlockCache,
     chunk: Chunk,
 ) -> Body<S> {
+    cache.trim(crate::block::CACHE_BUDGET);
     let first = chunk.index == 0;
     let st = FlowState::start(chunk.start, !first);
     let role = if first { Role::Chain } else { Role::Body };
@@ -355,6 +356,7 @@ impl<'i, 'a> Stitcher<'i, 'a> {
                 emit(body.out);
             }
             Some(pe) => {
+                self.cache.trim(crate::block::CACHE_BUDGET);
                 let s = stitch(self.input, &mut self.cache, pe, &body);
                 self.prev_exit = Some(s.exit);
                 if !s.use_body {
