@@ -137,9 +137,12 @@ pub fn decode_body<S: RowSink + Default>(
         role,
         S::default(),
     );
-    // About one row per byte of trace (TNT bits pack six branches a byte; TIPs, FUPs and
-    // timing packets take several).
-    w.rows.reserve((chunk.end - chunk.start) as usize);
+    // Up to one row per byte of trace (TNT bits pack six branches a byte; TIPs, FUPs and
+    // timing packets take several), but often far fewer: reserve a quarter and let the
+    // columns grow. Reserving the worst case made every chunk fault in (and the kernel
+    // zero) pages it never used, and Arrow keeps the whole allocation alive until the
+    // rows are written.
+    w.rows.reserve((chunk.end - chunk.start) as usize / 4);
     let stop = w.run();
     let failed = stop == Stop::Failed;
 

@@ -276,6 +276,7 @@ impl RowSink for BranchColumns {
         // The block columns have served; free them before the rows travel on.
         self.block_start = Vec::new();
         self.block_insns = Vec::new();
+        self.shrink_to_fit();
         (crate::chunk::PieceStats::of(self), cov)
     }
     fn len(&self) -> usize {

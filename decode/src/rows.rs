@@ -130,6 +130,26 @@ impl BranchColumns {
         self.cycles.pad_to(n);
     }
 
+    /// Give back the room reserved beyond the rows (a finished piece's columns live on as
+    /// Arrow buffers until written, and Arrow keeps the whole allocation).
+    pub fn shrink_to_fit(&mut self) {
+        fn shrink<T>(v: &mut Vec<T>) {
+            if v.capacity() - v.len() > v.len() / 8 {
+                v.shrink_to_fit();
+            }
+        }
+        shrink(&mut self.ip);
+        shrink(&mut self.target.values);
+        shrink(&mut self.target.valid);
+        shrink(&mut self.kind);
+        shrink(&mut self.taken);
+        shrink(&mut self.compressed);
+        shrink(&mut self.insns);
+        shrink(&mut self.cr3.values);
+        shrink(&mut self.cr3.valid);
+        shrink(&mut self.offset);
+    }
+
     /// Room for `n` more rows.
     pub fn reserve(&mut self, n: usize) {
         self.ip.reserve(n);

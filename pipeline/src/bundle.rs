@@ -27,6 +27,29 @@ impl std::ops::Deref for Bytes {
     }
 }
 
+impl Bytes {
+    /// Let the kernel drop the resident pages of `range` (a part the decode has finished
+    /// with): a memory-mapped trace would otherwise count every page read so far in the
+    /// process's memory, growing with the trace. Pages are read from the file again if
+    /// touched. Only whole pages inside `range` are released.
+    #[allow(unsafe_code)]
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        const PAGE: usize = 4096;
+        let Bytes::Mapped(m) = self else { return };
+        let start = range.start.div_ceil(PAGE) * PAGE;
+        let end = range.end.min(m.len()) / PAGE * PAGE;
+        if end > start {
+            // SAFETY: the map is private and read-only, so nothing was written to it:
+            // MADV_DONTNEED only drops clean page-cache mappings, and a later read of the
+            // range sees the file's bytes again, exactly as before. No reference into the
+            // map is invalidated (the addresses stay mapped).
+            let _ = unsafe {
+                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+            };
+        }
+    }
+}
+
 /// Map a file read-only.
 ///
 /// The decoder reads traces and images in place, never copying them; mapping is the one
@@ -130,6 +153,14 @@ impl Bundle {
             self.manifest.guaranteed_ratio,
             self.manifest.ring_offset.is_none(),
         )
+    }
+
+    /// The decode is done with the stream's bytes before `offset`: release their pages
+    /// (linear traces only; a ring dump is one small buffer).
+    pub fn release_trace_before(&self, offset: u64) {
+        if self.manifest.ring_offset.is_none() {
+            self.trace.release(0..offset as usize);
+        }
     }
 
     /// The trace bytes in time order.

@@ -154,12 +154,18 @@ impl Report {
     }
 }
 
-/// Pick a chunk size: a few MiB, and many more chunks than threads.
+/// Pick a chunk size: at most 256 KiB, and many more chunks than threads.
 pub fn default_chunk_bytes(len: u64, jobs: usize) -> u64 {
     // Large enough that stitches are a small share; small enough that a chunk's rows stay
     // in cache-friendly, reusable allocations.
-    (len / (jobs as u64 * 16).max(1)).clamp(256 << 10, 2 << 20)
+    // Measured on a 50 MB synthetic trace, one job: 256 KiB chunks decode in 7.4 s with a
+    // peak of 350 MB, 2 MiB chunks in 9.3 s with 1 GB (fresh pages for larger row buffers
+    // cost more kernel time than the extra stitches).
+    (len / (jobs as u64 * 16).max(1)).clamp(64 << 10, 256 << 10)
 }
+
+/// Release consumed trace pages in steps of this many bytes (one madvise call each).
+const RELEASE_STEP: u64 = 16 << 20;
 
 /// Decode a bundle; write the tables asked for.
 pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
@@ -322,6 +328,8 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
         let mut send_err = false;
         let mut ready = BTreeMap::new();
         let mut next = 0;
+        // Trace pages before this offset have been released.
+        let mut released = 0u64;
         'bodies: for (i, b) in body_rx.iter() {
             ready.insert(i, b);
             while let Some(b) = ready.remove(&next) {
@@ -340,6 +348,13 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                 });
                 if let Some(b) = &bar {
                     b.inc(done);
+                }
+                // The next stitch starts inside the chunk just done; bodies read later
+                // chunks only. So the bytes before that chunk are finished with.
+                let finished = chunks[next - 1].start;
+                if finished >= released + RELEASE_STEP {
+                    bundle.release_trace_before(finished);
+                    released = finished;
                 }
                 if send_err {
                     break 'bodies;

@@ -34,7 +34,7 @@ use crate::WriterOptions;
 /// Default row group size: about one million rows. A branches row group is then a few
 /// MiB compressed; smaller groups mean more per-group overhead in the footer and in every
 /// scan, larger ones coarser pruning and fewer units of parallel work.
-pub const DEFAULT_MAX_ROW_GROUP_ROWS: usize = 1 << 20;
+pub const DEFAULT_MAX_ROW_GROUP_ROWS: usize = 1 << 19;
 
 /// Default ZSTD level: 3 is zstd's own default, several times faster than the high levels
 /// for a few percent of size.
