@@ -34,6 +34,8 @@ use crate::insn::InsnClass;
 use crate::last_ip::LastIp;
 use crate::loop_guard::LoopGuard;
 use crate::packet::{FupKind, Packet, PacketError, PacketReader, Tnt};
+use crate::piece::PieceStats;
+pub use crate::piece::TimingFact;
 use crate::rows::{BranchColumns, BranchRow, EventRow};
 use crate::stream::TraceStream;
 use crate::tnt::TntQueue;
@@ -142,19 +144,6 @@ impl FlowState {
     }
 }
 
-/// A timing packet seen, and where it falls among the rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TimingFact {
-    pub offset: u64,
-    pub kind: TimingKind,
-    /// Raw payload: MTC bits, STS TSC[39:0], CYC count, PCC IP.
-    pub raw: u64,
-    /// STS actual core/bus ratio.
-    pub ratio: Option<u8>,
-    /// Rows emitted before it (by this walker).
-    pub row: u64,
-}
-
 /// One flow item.
 #[derive(Clone, Copy, Debug)]
 enum Item {
@@ -247,7 +236,7 @@ pub trait RowSink {
     /// Room for about `n` more rows.
     fn reserve(&mut self, _n: usize) {}
     /// The walk is over: complete the rows, count them, aggregate their coverage.
-    fn finish(&mut self) -> (crate::chunk::PieceStats, crate::coverage::Coverage) {
+    fn finish(&mut self) -> (PieceStats, crate::coverage::Coverage) {
         Default::default()
     }
     fn len(&self) -> usize;
@@ -269,7 +258,7 @@ impl RowSink for BranchColumns {
     fn reserve(&mut self, n: usize) {
         BranchColumns::reserve(self, n)
     }
-    fn finish(&mut self) -> (crate::chunk::PieceStats, crate::coverage::Coverage) {
+    fn finish(&mut self) -> (PieceStats, crate::coverage::Coverage) {
         self.pad_timing();
         let mut cov = crate::coverage::Coverage::default();
         cov.add_rows(self);
@@ -277,7 +266,7 @@ impl RowSink for BranchColumns {
         self.block_start = Vec::new();
         self.block_insns = Vec::new();
         self.shrink_to_fit();
-        (crate::chunk::PieceStats::of(self), cov)
+        (PieceStats::of(self), cov)
     }
     fn len(&self) -> usize {
         BranchColumns::len(self)
@@ -312,8 +301,8 @@ impl RowSink for CountSink {
     fn add_insns(&mut self, _i: usize, n: u32) {
         self.insns += n as u64;
     }
-    fn finish(&mut self) -> (crate::chunk::PieceStats, crate::coverage::Coverage) {
-        let stats = crate::chunk::PieceStats {
+    fn finish(&mut self) -> (PieceStats, crate::coverage::Coverage) {
+        let stats = PieceStats {
             insns: self.insns,
             by_kind: [0; 8],
         };

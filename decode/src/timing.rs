@@ -25,9 +25,8 @@ use std::collections::VecDeque;
 
 use tracemill_schemas::{BranchKind, EventKind, TimingKind};
 
-use crate::chunk::Piece;
 use crate::config::TraceConfig;
-use crate::flow::TimingFact;
+use crate::piece::{Piece, TimingFact};
 use crate::rows::{BranchColumns, EventRow, TimingColumns, TimingRow};
 
 /// What the timing reconstruction needs to know about the trace.
