@@ -202,6 +202,14 @@ impl Bundle {
                 })
             });
             if let Some((from, to, other)) = clash {
+                if other == im.path {
+                    problems.push(format!(
+                        "{}: listed twice, overlapping itself at {from:#x}..{to:#x}: the \
+                         second is not loaded",
+                        im.path.display()
+                    ));
+                    continue;
+                }
                 problems.push(format!(
                     "{}: overlaps {} at {from:#x}..{to:#x} in the same address space: not loaded \
                      (images of different processes need different cr3 values)",
@@ -252,7 +260,11 @@ fn load_manifest(dir: &Path) -> Result<Manifest> {
 /// `PATH:LINE:COLUMN: key `KEY`: MESSAGE`, then the line with a caret under the place.
 fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
     let msg = e.message().trim_end();
-    let Some(span) = e.span() else {
+    // No place, or the whole document (a missing top-level key, which the message names).
+    let whole = |s: &std::ops::Range<usize>| {
+        s.start == 0 && (s.end == 0 || s.end >= text.trim_end().len())
+    };
+    let Some(span) = e.span().filter(|s| !whole(s)) else {
         return format!("{}: {msg}", path.display());
     };
     let start = span.start.min(text.len());

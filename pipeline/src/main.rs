@@ -229,9 +229,10 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 // A run killed while writing left its temporaries here.
                 let stale = tracemill_sinks::remove_stale_temporaries(out)?;
                 if !stale.is_empty() {
+                    let n = stale.len();
                     eprintln!(
-                        "tracemill: removed {} temporary files that an interrupted run left in {}",
-                        stale.len(),
+                        "tracemill: removed {n} temporary file{} that an interrupted run left in {}",
+                        if n == 1 { "" } else { "s" },
                         out.display()
                     );
                 }

@@ -96,7 +96,7 @@ fn sigkill_at_any_moment_leaves_whole_tables_and_the_next_run_cleans_up() {
         std::fs::remove_dir_all(&out).unwrap();
 
         let mut left_behind = 0;
-        for _ in 0..15 {
+        for _ in 0..20 {
             let mut child = Command::new(BIN)
                 .args(decode_args(&bundle, out_s, format))
                 .stderr(Stdio::null())
@@ -128,6 +128,38 @@ fn sigkill_at_any_moment_leaves_whole_tables_and_the_next_run_cleans_up() {
             err.lines().find(|l| l.contains("removed")).unwrap_or("")
         );
     }
+}
+
+#[test]
+fn a_decode_removes_the_temporaries_of_dead_processes_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = out.join(format!(".branches.parquet.tmp-{dead}-0"));
+    // This test's own process is alive: its temporaries are somebody's work in progress.
+    let live = out.join(format!(".events.parquet.tmp-{}-7", std::process::id()));
+    let mine = out.join("notes.txt");
+    for p in [&stale, &live, &mine] {
+        std::fs::write(p, b"x").unwrap();
+    }
+    let o = Command::new(BIN)
+        .args(decode_args(&sample("callbacks"), out.to_str().unwrap(), "parquet"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "tracemill: removed 1 temporary file that an interrupted run left in {}",
+            out.display()
+        )),
+        "{err}"
+    );
+    assert!(!stale.exists());
+    assert!(live.exists() && mine.exists());
 }
 
 #[test]
