@@ -261,9 +261,8 @@ fn load_manifest(dir: &Path) -> Result<Manifest> {
 fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
     let msg = e.message().trim_end();
     // No place, or the whole document (a missing top-level key, which the message names).
-    let whole = |s: &std::ops::Range<usize>| {
-        s.start == 0 && (s.end == 0 || s.end >= text.trim_end().len())
-    };
+    let whole =
+        |s: &std::ops::Range<usize>| s.start == 0 && (s.end == 0 || s.end >= text.trim_end().len());
     let Some(span) = e.span().filter(|s| !whole(s)) else {
         return format!("{}: {msg}", path.display());
     };
@@ -309,9 +308,9 @@ fn key_of_line(text: &str, line_start: usize, line: &str, at: usize) -> Option<S
     let above = &text[..line_start];
     let header = above
         .lines()
+        .rev()
         .map(str::trim)
-        .filter(|l| l.starts_with('['))
-        .last();
+        .find(|l| l.starts_with('['));
     Some(match header {
         None => format!("key `{key}`"),
         Some(h) if h.starts_with("[[") => {

@@ -78,7 +78,10 @@ fn a_directory_without_bundle_toml_and_a_bare_trace_without_ctl_are_told_apart()
     let o = tracemill(&["decode", s(&trace)]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
-    assert!(err.contains("trace.rtit: a bare trace file needs --ctl"), "{err}");
+    assert!(
+        err.contains("trace.rtit: a bare trace file needs --ctl"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -203,7 +206,10 @@ fn overlapping_images_are_named_and_the_first_is_kept() {
         image.display()
     );
     assert!(err.contains(&want), "{err}");
-    assert!(err.contains("in the same address space: not loaded"), "{err}");
+    assert!(
+        err.contains("in the same address space: not loaded"),
+        "{err}"
+    );
     // Decoding is as without the copy: no errors.
     assert!(err.contains(" 0 errors,"), "{err}");
 
@@ -211,7 +217,10 @@ fn overlapping_images_are_named_and_the_first_is_kept() {
     let o = tracemill(&["decode", s(&rec), "--image", s(&image)]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
-    let want = format!("warning       {}: listed twice, overlapping itself", image.display());
+    let want = format!(
+        "warning       {}: listed twice, overlapping itself",
+        image.display()
+    );
     assert!(err.contains(&want), "{err}");
 }
 

@@ -35,11 +35,10 @@ fn check_tables(dir: &Path) -> (Vec<String>, Vec<String>) {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let f = File::open(&path).unwrap();
         if name.ends_with(".parquet") {
-            let reader =
-                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-                    .unwrap_or_else(|e| panic!("{name}: {e}"))
-                    .build()
-                    .unwrap();
+            let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .build()
+                .unwrap();
             for b in reader {
                 b.unwrap_or_else(|e| panic!("{name}: {e}"));
             }
@@ -109,7 +108,9 @@ fn sigkill_at_any_moment_leaves_whole_tables_and_the_next_run_cleans_up() {
             let (_, other) = check_tables(&out);
             left_behind += other.iter().filter(|n| n.contains(".tmp-")).count();
             assert!(
-                other.iter().all(|n| n.starts_with('.') && n.contains(".tmp-")),
+                other
+                    .iter()
+                    .all(|n| n.starts_with('.') && n.contains(".tmp-")),
                 "{other:?}"
             );
         }
@@ -146,7 +147,11 @@ fn a_decode_removes_the_temporaries_of_dead_processes_only() {
         std::fs::write(p, b"x").unwrap();
     }
     let o = Command::new(BIN)
-        .args(decode_args(&sample("callbacks"), out.to_str().unwrap(), "parquet"))
+        .args(decode_args(
+            &sample("callbacks"),
+            out.to_str().unwrap(),
+            "parquet",
+        ))
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
