@@ -27,7 +27,7 @@ use tracemill_decode::coverage::Coverage;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns};
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::sync::find_psbs;
+use tracemill_decode::sync::find_psbs_stepwise;
 use tracemill_decode::timing::Timeline;
 use tracemill_schemas::{BranchKind, EventKind};
 use tracemill_sinks::{
@@ -290,7 +290,11 @@ fn plan(
     image_problems: Vec<String>,
     opts: &Options,
 ) -> Result<Plan> {
-    let psbs = find_psbs(stream);
+    // The search reads every page of the mapped trace; let them go behind it (they stay in
+    // the page cache) so that only the pages the decode is working on count in its memory.
+    let psbs = find_psbs_stepwise(stream, RELEASE_STEP as usize, |done| {
+        bundle.release_trace_before(done)
+    });
     let cfg = bundle.trace_config();
     let mut report = Report {
         trace_bytes: stream.len(),
