@@ -20,6 +20,11 @@
 //! between anchors are interpolated by instruction count, so values never leave the
 //! bounds of their neighbours; rows after the last anchor take its value. `tsc` stays null
 //! until the first STS; both columns never decrease.
+//!
+//! Nothing is interpolated across a gap (an overflow, an error, a disabled stretch, a
+//! TraceSTOP): rows before it hold the last anchor before it; rows after it start from the
+//! resume point (its CYC, or without cycle-accurate timing an MTC/STS sent during the gap)
+//! or take the first anchor after it. Time spent in the gap belongs to no row.
 
 use std::collections::VecDeque;
 
@@ -405,9 +410,13 @@ impl Timeline {
                     }
                     Mark::Fact(f) => {
                         mi += 1;
+                        // E7: an MTC the clock ignores dates nothing.
+                        let ignored = f.kind == TimingKind::Mtc && self.clock.skip_mtc;
                         let r = self.clock.fact(&f);
                         timing.push(&r);
-                        if !self.c.cycle_acc && matches!(f.kind, TimingKind::Mtc | TimingKind::Sts)
+                        if !self.c.cycle_acc
+                            && !ignored
+                            && matches!(f.kind, TimingKind::Mtc | TimingKind::Sts)
                         {
                             if let Some(t) = r.tsc {
                                 if self.in_gap {
@@ -964,6 +973,7 @@ mod tests {
         assert_eq!(c.cycles, 15);
         assert_eq!(c.tsc_now(), Some(1020));
     }
+
     /// A non-cycle-accurate trace: an STS, rows and MTCs, an `event` after row 5, more
     /// rows and MTCs; `gap_mtcs` MTCs sent between the event and `resume` (when given).
     fn gap_trace(event: EventKind, resume: Option<EventKind>, gap_mtcs: u64) -> Piece<BranchColumns> {
@@ -983,7 +993,7 @@ mod tests {
             })
         };
         let mut off = 0;
-        let mut ev = |p: &mut Piece<BranchColumns>, off: u64, kind: EventKind| {
+        let ev = |p: &mut Piece<BranchColumns>, off: u64, kind: EventKind| {
             let seq = p.rows.len() as u64;
             p.events.push(EventRow {
                 seq,
@@ -994,7 +1004,7 @@ mod tests {
                 detail: String::new(),
             })
         };
-        let mut fact = |p: &mut Piece<BranchColumns>, off: u64, kind, raw, ratio| {
+        let fact = |p: &mut Piece<BranchColumns>, off: u64, kind: TimingKind, raw: u64, ratio| {
             let row = p.rows.len() as u64;
             p.timing.push(TimingFact {
                 offset: off,
