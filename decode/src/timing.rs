@@ -976,7 +976,11 @@ mod tests {
 
     /// A non-cycle-accurate trace: an STS, rows and MTCs, an `event` after row 5, more
     /// rows and MTCs; `gap_mtcs` MTCs sent between the event and `resume` (when given).
-    fn gap_trace(event: EventKind, resume: Option<EventKind>, gap_mtcs: u64) -> Piece<BranchColumns> {
+    fn gap_trace(
+        event: EventKind,
+        resume: Option<EventKind>,
+        gap_mtcs: u64,
+    ) -> Piece<BranchColumns> {
         let mut p = Piece::<BranchColumns>::default();
         let row = |p: &mut Piece<BranchColumns>, offset: u64| {
             p.rows.push(&BranchRow {
@@ -1064,18 +1068,25 @@ mod tests {
             }
             let last = end == rows;
             // What comes after a piece's last row goes with the next piece.
-            let inside = |r: u64| r >= start as u64 && (r < end as u64 || (last && r == end as u64));
+            let inside =
+                |r: u64| r >= start as u64 && (r < end as u64 || (last && r == end as u64));
             q.events = p
                 .events
                 .iter()
                 .filter(|e| inside(e.seq))
-                .map(|e| EventRow { seq: e.seq - start as u64, ..e.clone() })
+                .map(|e| EventRow {
+                    seq: e.seq - start as u64,
+                    ..e.clone()
+                })
                 .collect();
             q.timing = p
                 .timing
                 .iter()
                 .filter(|f| inside(f.row))
-                .map(|f| TimingFact { row: f.row - start as u64, ..*f })
+                .map(|f| TimingFact {
+                    row: f.row - start as u64,
+                    ..*f
+                })
                 .collect();
             out.extend(tl.push(q));
             start = end;

@@ -1,13 +1,15 @@
 //! Timing against the truth: cycle counts exact where a row's own packet carries a CYC
-//! (up to E6's documented lag), TSC within one MTC period, nothing going backwards, one
-//! timing row per timing packet, and the same answer for any chunk size.
+//! (up to E6's documented lag), the TSC of every row (rows next to overflows and disabled
+//! stretches included) within one MTC period with cycle-accurate timing and two without,
+//! nothing going backwards, one timing row per timing packet, and the same answer for any
+//! chunk size.
 
 mod common;
 
 use common::*;
 use tracemill::bundle::Bundle;
-use tracemill_decode::config::{ctl, TraceConfig};
 use tracemill_decode::chunk::Decoded;
+use tracemill_decode::config::{ctl, TraceConfig};
 use tracemill_decode::rows::{BranchColumns, EventRow};
 use tracemill_schemas::EventKind;
 
