@@ -421,6 +421,16 @@ impl Timeline {
                             if let Some(t) = r.tsc {
                                 if self.in_gap {
                                     // Sent while nothing was traced: it dates the gap.
+                                    // The first one after a stretch that had no anchor
+                                    // of its own dates that stretch (from above).
+                                    if self.tsc.pending.is_some() {
+                                        let x = self.insns;
+                                        self.resolve(
+                                            Col::Tsc,
+                                            Some((x, t)),
+                                            Some((&mut p.rows, id)),
+                                        );
+                                    }
                                     self.gap_tsc = Some(t);
                                 } else {
                                     group.push(t);
@@ -530,6 +540,13 @@ impl Timeline {
             self.anchor(Col::Tsc, x, t, rows, id);
         }
         for col in [Col::Cycles, Col::Tsc] {
+            let st = self.stream(col);
+            if st.last.is_none() && st.floor.is_some() {
+                // A stretch between two gaps with no anchor of its own: its rows wait for
+                // the first value after it (an MTC/STS sent in this gap, or the next
+                // anchor), the nearest to them.
+                continue;
+            }
             self.resolve(col, None, Some((&mut *rows, id)));
             let st = self.stream(col);
             if let Some((_, v)) = st.last.take() {
