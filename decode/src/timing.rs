@@ -333,8 +333,10 @@ impl Timeline {
         let mut out = Vec::new();
         while self.queue.len() >= 2 {
             let p = self.queue.pop_front().expect("two pieces queued");
+            // The next piece's marks: a FUP.BuffOvf there can undo an exact row here (4.2.5).
+            let next_marks = marks_of(&self.queue[0]);
             let next = std::mem::take(&mut self.queue[0].timing);
-            out.extend(self.process(p, &next, false));
+            out.extend(self.process(p, &next, &next_marks, false));
             self.queue[0].timing = next;
         }
         out
@@ -345,7 +347,7 @@ impl Timeline {
         let mut out = Vec::new();
         while let Some(p) = self.queue.pop_front() {
             let last = self.queue.is_empty();
-            out.extend(self.process(p, &[], last));
+            out.extend(self.process(p, &[], &[], last));
         }
         self.flush();
         out.extend(self.release(true));
@@ -358,6 +360,7 @@ impl Timeline {
         &mut self,
         p: Piece<BranchColumns>,
         next: &[TimingFact],
+        next_marks: &[Mark],
         last: bool,
     ) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
         let id = self.next_piece;
@@ -471,7 +474,7 @@ impl Timeline {
             }
             let x = self.insns;
             let exact_here = if self.c.cycle_acc && exact[i] {
-                self.exact_time(&marks, mi, next, &p.rows, i)
+                self.exact_time(&marks, mi, next, next_marks, &p.rows, i)
             } else {
                 None
             };
@@ -589,15 +592,21 @@ impl Timeline {
         marks: &[Mark],
         mi: usize,
         next: &[TimingFact],
+        next_marks: &[Mark],
         rows: &BranchColumns,
         i: usize,
     ) -> Option<(u64, Option<u64>)> {
         let o = rows.offset[i];
         let from = first_after(marks, mi, o);
-        if let Some(k) = marks[from..].iter().position(Mark::is_cyc) {
-            if overflow_rule(&marks[from + k..], rows.kind[i]) {
-                return None;
-            }
+        let ovf = match marks[from..].iter().position(Mark::is_cyc) {
+            Some(k) => overflow_rule(&marks[from + k..], next_marks, rows.kind[i]),
+            None => match next_marks.iter().position(|m| m.is_cyc() && m.offset() > o) {
+                Some(k) => overflow_rule(&next_marks[k..], &[], rows.kind[i]),
+                None => false,
+            },
+        };
+        if ovf {
+            return None;
         }
         self.time_after(marks, mi, next, o)
     }
@@ -883,13 +892,14 @@ fn exact_rows(rows: &BranchColumns) -> Vec<bool> {
 }
 
 /// 4.2.5: a full TNT followed by a FUP.BuffOvf whose CYC is 0 carries the overflow's time,
-/// not its sixth branch's. `marks` starts at the TNT's CYC.
-fn overflow_rule(marks: &[Mark], kind: u8) -> bool {
+/// not its sixth branch's. `marks` starts at the TNT's CYC; `then` are the marks after
+/// them (the next piece's), so the answer does not depend on where pieces end.
+fn overflow_rule(marks: &[Mark], then: &[Mark], kind: u8) -> bool {
     if kind != BranchKind::Cond as u8 && kind != BranchKind::Ret as u8 {
         return false;
     }
     let mut overflow = false;
-    for m in &marks[1..] {
+    for m in marks[1..].iter().chain(then) {
         match m {
             Mark::Event(_, EventKind::Overflow) => overflow = true,
             Mark::Fact(f) if f.kind == TimingKind::Cyc => return overflow && f.raw == 0,
