@@ -138,6 +138,26 @@ fn timing_matches_the_truth() {
         assert_eq!(d.timing_rows.len() as u64, packets, "{name}: timing rows");
 
         if cfg.cycle_acc {
+            // Every row's cycles, interpolated ones included (reported, not bounded: a
+            // stall between two CYCs is spread over the rows between them).
+            let (mut worst, mut at) = (0, 0);
+            for (k, &i) in idx.iter().enumerate() {
+                if let (Some(got), Some(want)) = (d.rows.cycles.get(k), t.rows.cycles.get(i)) {
+                    if got.abs_diff(want) > worst {
+                        (worst, at) = (got.abs_diff(want), k);
+                    }
+                }
+            }
+            let near: Vec<_> = d
+                .events
+                .iter()
+                .filter(|e| {
+                    is_gap(e.kind) && e.seq + NEAR >= at as u64 && e.seq <= at as u64 + NEAR
+                })
+                .map(|e| (e.kind, e.seq))
+                .collect();
+            let exact = t.cyc_exact[idx[at]];
+            eprintln!("{name}: worst cycles error {worst} at row {at} (exact {exact}; gaps within {NEAR} rows: {near:?})");
             for (k, &i) in idx.iter().enumerate() {
                 let got = d.rows.cycles.get(k).expect("cycles in cycle-accurate mode");
                 let want = t.rows.cycles.get(i).unwrap();
