@@ -275,6 +275,11 @@ fn marks_of(p: &Piece<BranchColumns>) -> Vec<Mark> {
 /// over the rows of the packet that follows them (a TNT packet leaves only when full or
 /// forced out, an MTC at once, so the branches it covers may straddle several MTCs).
 ///
+/// Gap events (overflow, error, disable, TraceStop) cut the interpolation: rows waiting
+/// when one comes hold the last anchor's value, and the rows after it start from the
+/// resume point's CYC, an MTC/STS sent during the gap, or the first anchor after it
+/// (`cut`, `resume`; docs/timing.md, "Gaps and disabled stretches").
+///
 /// The answer does not depend on how the trace was cut into pieces: a piece is
 /// processed once the next one is here (its rows' CYCs may be read by the next piece),
 /// and timing packets after a piece's last row are carried into the next piece.
