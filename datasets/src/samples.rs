@@ -278,6 +278,52 @@ pub fn recipes() -> Vec<Recipe> {
             kernel: false,
             layout: Layout::Linear,
         },
+        Recipe {
+            name: "gaps-mtc",
+            about: "timing across gaps without cycle-accurate mode (STS, MTC every 128 TSC \
+                    ticks): syscalls under user-only tracing (FUP.PGD/FUP.PGE, MTCs in the \
+                    disabled stretches) and overflows lasting tens of MTC periods",
+            source: Source::C {
+                program: "strings",
+                args: vec![],
+                stdin: vec![],
+            },
+            options: ModelOptions {
+                ctl: ctl_user(ctl::CMPRS_RET | ctl::MTC_EN | ctl::STS_EN),
+                seed: 19,
+                overflow: Some(OverflowPlan {
+                    every_steps: (10_000, 30_000),
+                    duration_steps: (500, 1_500),
+                    e5: 0.5,
+                }),
+                ..d.clone()
+            },
+            kernel: false,
+            layout: Layout::Linear,
+        },
+        Recipe {
+            name: "gaps-cyc",
+            about: "timing across gaps in cycle-accurate mode with STS and MTC: syscalls under \
+                    user-only tracing (FUP.PGD/FUP.PGE) and overflows lasting tens of MTC \
+                    periods",
+            source: Source::C {
+                program: "strings",
+                args: vec![],
+                stdin: vec![],
+            },
+            options: ModelOptions {
+                ctl: ctl_user(ctl::CMPRS_RET | ctl::CYCLE_ACC | ctl::MTC_EN | ctl::STS_EN),
+                seed: 20,
+                overflow: Some(OverflowPlan {
+                    every_steps: (10_000, 30_000),
+                    duration_steps: (500, 1_500),
+                    e5: 0.5,
+                }),
+                ..d.clone()
+            },
+            kernel: false,
+            layout: Layout::Linear,
+        },
         scenario_recipe("table3", "spec Table 3: the IP-filtered trace example"),
         scenario_recipe("figure6", "spec Figure 6: return compression without nested calls"),
         scenario_recipe("figure7", "spec Figure 7: return compression with nested calls"),
