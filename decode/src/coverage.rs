@@ -3,7 +3,10 @@
 //! A block is the straight run of instructions from an entry — the first traced
 //! instruction, a branch's target, the fall-through of a not-taken branch, a point where
 //! tracing resumes — through the next branch instruction, inclusive. Blocks may overlap
-//! (two entries into one run), as in drcov. Each chunk aggregates its rows on the thread
+//! (two entries into one run), as in drcov. A block that execution leaves before its
+//! branch (an interrupt, FUP.PGD, an overflow or TraceSTOP at an IP inside it) counts as
+//! the partial block it ran, from its entry through the last instruction executed, so
+//! that the blocks' instructions add up to the rows' `insns`. Each chunk aggregates its rows on the thread
 //! that decoded it; the aggregates merge in any order (counts add).
 
 use std::collections::HashMap;
@@ -27,7 +30,8 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    /// Count the blocks and edges of `rows` (whose `block_start`/`block_insns` are set).
+    /// Count the blocks and edges of `rows` (whose `block_start`/`block_insns` are set),
+    /// and the partial blocks recorded with them.
     pub fn add_rows(&mut self, rows: &BranchColumns) {
         let n = rows.len().min(rows.block_start.len());
         for i in 0..n {
@@ -42,6 +46,14 @@ impl Coverage {
                     .entry((rows.ip[i], dst, rows.kind[i]))
                     .or_default() += 1;
             }
+        }
+        // Blocks left before their branch (an interrupt, a disable, an overflow or
+        // TraceSTOP inside them): their instructions are in a row's `insns` too.
+        for p in &rows.partials {
+            self.blocks
+                .entry((p.start, p.end))
+                .or_insert((p.insns, 0))
+                .1 += 1;
         }
     }
 
