@@ -162,4 +162,35 @@ mod tests {
         assert_eq!(b.executions(), 6);
         assert_eq!(b.edge_rows().len(), 2);
     }
+
+    #[test]
+    fn partial_blocks_count_with_the_row_that_carries_them() {
+        use crate::flow::RowSink;
+        let mut rows = BranchColumns::default();
+        let row = |ip, insns| BranchRow {
+            ip,
+            target: Some(0x40),
+            kind: BranchKind::Jmp,
+            taken: true,
+            compressed: false,
+            insns,
+            tsc: None,
+            cycles: None,
+            cr3: None,
+            offset: 0,
+        };
+        // Two instructions from 0x0, then an interrupt at 0x8: the next row carries them.
+        RowSink::partial(&mut rows, (0x0, 0x4, 2));
+        RowSink::push(&mut rows, &row(0x48, 5), (0x40, 3));
+        // Another one whose row is dropped (a gap): it goes with that row.
+        RowSink::partial(&mut rows, (0x40, 0x44, 1));
+        RowSink::push(&mut rows, &row(0x48, 4), (0x40, 3));
+        RowSink::truncate(&mut rows, 1);
+        let mut c = Coverage::default();
+        c.add_rows(&rows);
+        assert_eq!(c.blocks[&(0x0, 0x4)], (2, 1));
+        assert_eq!(c.blocks.len(), 2);
+        let insns: u64 = c.blocks.values().map(|&(n, k)| n as u64 * k).sum();
+        assert_eq!(insns, rows.insns.iter().map(|&n| n as u64).sum::<u64>());
+    }
 }
