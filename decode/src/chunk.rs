@@ -206,6 +206,21 @@ pub fn stitch<S: RowSink + Default>(
         }
         if body.out.rows_len() == 0 {
             exit.open_insns += at.open_insns;
+            exit.block_base += at.open_insns;
+            // The stitch's partial blocks wait for a later row, before the body's.
+            let mut p = at.partials;
+            for q in exit.partials.iter() {
+                if !p.push(q) {
+                    w.rows.partial(q);
+                }
+            }
+            exit.partials = p;
+        } else {
+            // The body's first row carries the stitch's open count, and so its partial
+            // blocks: they count with the stitch's rows.
+            for q in at.partials.iter() {
+                w.rows.partial(q);
+            }
         }
     }
     Stitched {
