@@ -22,7 +22,8 @@ psb = bytes([0xC0] + [0] * 8)
 rng = random.Random(7)
 with open(path, "wb") as f:
     if kind == "random":
-        f.write(rng.randbytes(n))
+        for _ in range(n >> 20):
+            f.write(rng.randbytes(1 << 20))
     elif kind == "ff":
         f.write(b"\xff" * n)
     elif kind == "psbs":
