@@ -35,7 +35,7 @@ use tracemill_decode::config::{mtc_shift, TraceConfig};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::insn::InsnClass;
 use tracemill_decode::packet::{FupKind, IpPayload, Packet, Tnt};
-use tracemill_decode::rows::{BranchColumns, BranchRow};
+use tracemill_decode::rows::{BranchColumns, BranchRow, PartialBlock};
 
 use crate::encode::{compress_ip, cyc, write_packet};
 use crate::exec::Step;
@@ -151,6 +151,10 @@ pub struct Truth {
     /// branch's target, or where tracing resumed) and its instruction count.
     pub block_start: Vec<u64>,
     pub block_insns: Vec<u32>,
+    /// Blocks left before their branch (an interrupt or FUP.PGD at an IP inside them),
+    /// each with the row whose `insns` carries its instructions: it counts in coverage
+    /// when that row is not lost.
+    pub partials: Vec<PartialBlock>,
 }
 
 /// Counts for `truth/summary.json`.
@@ -1079,6 +1083,24 @@ impl<'i> Model<'i> {
         self.block_acc = 0;
     }
 
+    /// Execution leaves the current block at `x` (an interrupt) after some of its
+    /// instructions: a partial block, carried by the next row.
+    fn close_partial(&mut self, x: u64) {
+        if self.block_acc > 0 && self.ovf.is_none() && self.o.keep_truth {
+            let end = self
+                .blocks
+                .insn_before(self.images, self.entry_ip, x, self.cr3)
+                .unwrap_or(x);
+            self.truth.partials.push(PartialBlock {
+                row: self.nrows as u64,
+                start: self.entry_ip,
+                end,
+                insns: self.block_acc,
+            });
+        }
+        self.block_acc = 0;
+    }
+
     /// A basic block begins at `ip` (tracing resumed there, or an interrupt landed).
     fn enter_block(&mut self, ip: u64) {
         self.entry_ip = ip;
@@ -1133,6 +1155,7 @@ impl<'i> Model<'i> {
             // An asynchronous transfer at `saved`: its bits go out first.
             self.flush_tnt();
             self.first_arrival(saved);
+            self.close_partial(saved);
         }
         match (before, after) {
             (true, true) => {
@@ -1204,6 +1227,9 @@ impl<'i> Model<'i> {
                         self.set_lost(l);
                     }
                     self.vis_insns = k;
+                    // A decoder's partial block is the first arrival's.
+                    self.entry_ip = start;
+                    self.block_acc = k;
                     self.tail_start = self.nrows;
                     return;
                 }

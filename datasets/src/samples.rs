@@ -278,6 +278,52 @@ pub fn recipes() -> Vec<Recipe> {
             kernel: false,
             layout: Layout::Linear,
         },
+        Recipe {
+            name: "gaps-mtc",
+            about: "timing across gaps without cycle-accurate mode (STS, MTC every 128 TSC \
+                    ticks): syscalls under user-only tracing (FUP.PGD/FUP.PGE, MTCs in the \
+                    disabled stretches) and overflows lasting tens of MTC periods",
+            source: Source::C {
+                program: "strings",
+                args: vec![],
+                stdin: vec![],
+            },
+            options: ModelOptions {
+                ctl: ctl_user(ctl::CMPRS_RET | ctl::MTC_EN | ctl::STS_EN),
+                seed: 19,
+                overflow: Some(OverflowPlan {
+                    every_steps: (10_000, 30_000),
+                    duration_steps: (500, 1_500),
+                    e5: 0.5,
+                }),
+                ..d.clone()
+            },
+            kernel: false,
+            layout: Layout::Linear,
+        },
+        Recipe {
+            name: "gaps-cyc",
+            about: "timing across gaps in cycle-accurate mode with STS and MTC: syscalls under \
+                    user-only tracing (FUP.PGD/FUP.PGE) and overflows lasting tens of MTC \
+                    periods",
+            source: Source::C {
+                program: "strings",
+                args: vec![],
+                stdin: vec![],
+            },
+            options: ModelOptions {
+                ctl: ctl_user(ctl::CMPRS_RET | ctl::CYCLE_ACC | ctl::MTC_EN | ctl::STS_EN),
+                seed: 20,
+                overflow: Some(OverflowPlan {
+                    every_steps: (10_000, 30_000),
+                    duration_steps: (500, 1_500),
+                    e5: 0.5,
+                }),
+                ..d.clone()
+            },
+            kernel: false,
+            layout: Layout::Linear,
+        },
         scenario_recipe("table3", "spec Table 3: the IP-filtered trace example"),
         scenario_recipe("figure6", "spec Figure 6: return compression without nested calls"),
         scenario_recipe("figure7", "spec Figure 7: return compression with nested calls"),
@@ -640,6 +686,24 @@ fn write_truth(dir: &Path, g: &Generated) -> Result<()> {
         ],
     )?;
     write_parquet(&dir.join("rows.parquet"), &extra)?;
+
+    // Partial blocks (left before their branch), by the row that carries them.
+    let p = &t.partials;
+    let partials = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("row", DataType::UInt64, false),
+            Field::new("start", DataType::UInt64, false),
+            Field::new("end", DataType::UInt64, false),
+            Field::new("insns", DataType::UInt32, false),
+        ])),
+        vec![
+            Arc::new(UInt64Array::from_iter_values(p.iter().map(|p| p.row))) as ArrayRef,
+            Arc::new(UInt64Array::from_iter_values(p.iter().map(|p| p.start))),
+            Arc::new(UInt64Array::from_iter_values(p.iter().map(|p| p.end))),
+            Arc::new(UInt32Array::from_iter_values(p.iter().map(|p| p.insns))),
+        ],
+    )?;
+    write_parquet(&dir.join("partial_blocks.parquet"), &partials)?;
     let (blocks, block_executions) = count_blocks(g);
     let summary = TruthSummary {
         model: g.output.summary.clone(),
@@ -655,7 +719,8 @@ fn write_truth(dir: &Path, g: &Generated) -> Result<()> {
     Ok(())
 }
 
-/// Blocks per the coverage definition, over the rows a decoder can prove.
+/// Blocks per the coverage definition, over the rows a decoder can prove (and the partial
+/// blocks those rows carry).
 fn count_blocks(g: &Generated) -> (u64, u64) {
     let t = &g.output.truth;
     let mut seen = std::collections::HashSet::new();
@@ -663,6 +728,12 @@ fn count_blocks(g: &Generated) -> (u64, u64) {
     for i in 0..t.rows.len() {
         if !t.lost[i] {
             seen.insert((t.block_start[i], t.rows.ip[i]));
+            execs += 1;
+        }
+    }
+    for p in &t.partials {
+        if t.lost.get(p.row as usize) == Some(&false) {
+            seen.insert((p.start, p.end));
             execs += 1;
         }
     }

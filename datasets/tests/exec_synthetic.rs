@@ -8,6 +8,8 @@ use tracemill_datasets::exec::synthetic::{Code, EntrySource, WalkConfig};
 use tracemill_datasets::exec::Step;
 use tracemill_decode::insn::InsnClass;
 
+mod common;
+
 /// Debian's busybox-static (stripped, 2 MB of real code), as committed with the samples.
 fn busybox() -> Option<Vec<u8>> {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -100,7 +102,7 @@ fn busybox_walk_of_a_million_steps_is_consistent() {
 #[test]
 fn walk_over_a_sample_program_uses_its_symbols() {
     if !qemu::gcc_available() {
-        eprintln!("skipping: gcc not installed");
+        common::missing_tool("gcc not installed (apt-get install gcc)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -270,6 +270,35 @@ impl BlockCache {
     }
 
     #[inline]
+    /// The last instruction before `x` on the straight run from `start` (across block
+    /// splits): where a block entered at `start` and left at `x` (an interrupt, a
+    /// disable) ends. None when `x` is not an instruction start after `start` on that run.
+    pub fn insn_before(
+        &mut self,
+        images: &ImageSet<'_>,
+        start: u64,
+        x: u64,
+        cr3: Option<u64>,
+    ) -> Option<u64> {
+        let mut ip = start;
+        for _ in 0..1 << 16 {
+            let b = self.get(images, ip, cr3);
+            if x > b.start && x <= b.last_ip {
+                let k = b.index_of(x)? as usize;
+                let before: u64 = b.lens[..k - 1].iter().map(|&l| l as u64).sum();
+                return Some(b.start + before);
+            }
+            if b.end != BlockEnd::Split || b.lens.is_empty() {
+                return None;
+            }
+            if b.next == x {
+                return Some(b.last_ip);
+            }
+            ip = b.next;
+        }
+        None
+    }
+
     pub fn block(&self, idx: u32) -> &Block {
         &self.blocks[idx as usize]
     }

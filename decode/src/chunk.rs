@@ -18,6 +18,7 @@ use crate::config::TraceConfig;
 use crate::coverage::Coverage;
 use crate::flow::{FlowState, LastCall, Role, RowSink, Stop, Target, TimingFact, Walker};
 use crate::image::ImageSet;
+pub use crate::piece::{Piece, PieceStats};
 use crate::rows::TimingColumns;
 use crate::rows::{BranchColumns, EventRow};
 use crate::stream::TraceStream;
@@ -67,40 +68,6 @@ pub struct Input<'a> {
     pub cfg: TraceConfig,
     /// How to turn timing packets into time (bundle facts beyond RTIT_CTL).
     pub timing: TimingConfig,
-}
-
-/// Counts over a piece's rows, taken where the piece was decoded (so that the thread
-/// putting pieces in order does as little per row as possible).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PieceStats {
-    pub insns: u64,
-    pub by_kind: [u64; 8],
-}
-
-impl PieceStats {
-    pub fn of(rows: &BranchColumns) -> Self {
-        let mut s = PieceStats {
-            insns: rows.insns.iter().map(|&i| i as u64).sum(),
-            ..PieceStats::default()
-        };
-        for &k in &rows.kind {
-            s.by_kind[k as usize & 7] += 1;
-        }
-        s
-    }
-}
-
-/// Output of one piece (a body, a stitch, or a whole sequential decode).
-#[derive(Clone, Debug, Default)]
-pub struct Piece<S> {
-    pub rows: S,
-    pub stats: PieceStats,
-    /// Blocks and edges of these rows.
-    pub coverage: Coverage,
-    /// `seq` relative to this piece's first row.
-    pub events: Vec<EventRow>,
-    /// `row` relative to this piece's first row.
-    pub timing: Vec<TimingFact>,
 }
 
 /// A chunk body's result.
@@ -239,6 +206,21 @@ pub fn stitch<S: RowSink + Default>(
         }
         if body.out.rows_len() == 0 {
             exit.open_insns += at.open_insns;
+            exit.block_base += at.open_insns;
+            // The stitch's partial blocks wait for a later row, before the body's.
+            let mut p = at.partials;
+            for q in exit.partials.iter() {
+                if !p.push(q) {
+                    w.rows.partial(q);
+                }
+            }
+            exit.partials = p;
+        } else {
+            // The body's first row carries the stitch's open count, and so its partial
+            // blocks: they count with the stitch's rows.
+            for q in at.partials.iter() {
+                w.rows.partial(q);
+            }
         }
     }
     Stitched {

@@ -3,7 +3,10 @@
 //! A block is the straight run of instructions from an entry — the first traced
 //! instruction, a branch's target, the fall-through of a not-taken branch, a point where
 //! tracing resumes — through the next branch instruction, inclusive. Blocks may overlap
-//! (two entries into one run), as in drcov. Each chunk aggregates its rows on the thread
+//! (two entries into one run), as in drcov. A block that execution leaves before its
+//! branch (an interrupt, FUP.PGD, an overflow or TraceSTOP at an IP inside it) counts as
+//! the partial block it ran, from its entry through the last instruction executed, so
+//! that the blocks' instructions add up to the rows' `insns`. Each chunk aggregates its rows on the thread
 //! that decoded it; the aggregates merge in any order (counts add).
 
 use std::collections::HashMap;
@@ -27,7 +30,8 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    /// Count the blocks and edges of `rows` (whose `block_start`/`block_insns` are set).
+    /// Count the blocks and edges of `rows` (whose `block_start`/`block_insns` are set),
+    /// and the partial blocks recorded with them.
     pub fn add_rows(&mut self, rows: &BranchColumns) {
         let n = rows.len().min(rows.block_start.len());
         for i in 0..n {
@@ -42,6 +46,14 @@ impl Coverage {
                     .entry((rows.ip[i], dst, rows.kind[i]))
                     .or_default() += 1;
             }
+        }
+        // Blocks left before their branch (an interrupt, a disable, an overflow or
+        // TraceSTOP inside them): their instructions are in a row's `insns` too.
+        for p in &rows.partials {
+            self.blocks
+                .entry((p.start, p.end))
+                .or_insert((p.insns, 0))
+                .1 += 1;
         }
     }
 
@@ -149,5 +161,36 @@ mod tests {
         assert_eq!(b.blocks[&(0x0, 0x10)], (4, 4));
         assert_eq!(b.executions(), 6);
         assert_eq!(b.edge_rows().len(), 2);
+    }
+
+    #[test]
+    fn partial_blocks_count_with_the_row_that_carries_them() {
+        use crate::flow::RowSink;
+        let mut rows = BranchColumns::default();
+        let row = |ip, insns| BranchRow {
+            ip,
+            target: Some(0x40),
+            kind: BranchKind::Jmp,
+            taken: true,
+            compressed: false,
+            insns,
+            tsc: None,
+            cycles: None,
+            cr3: None,
+            offset: 0,
+        };
+        // Two instructions from 0x0, then an interrupt at 0x8: the next row carries them.
+        RowSink::partial(&mut rows, (0x0, 0x4, 2));
+        RowSink::push(&mut rows, &row(0x48, 5), (0x40, 3));
+        // Another one whose row is dropped (a gap): it goes with that row.
+        RowSink::partial(&mut rows, (0x40, 0x44, 1));
+        RowSink::push(&mut rows, &row(0x48, 4), (0x40, 3));
+        RowSink::truncate(&mut rows, 1);
+        let mut c = Coverage::default();
+        c.add_rows(&rows);
+        assert_eq!(c.blocks[&(0x0, 0x4)], (2, 1));
+        assert_eq!(c.blocks.len(), 2);
+        let insns: u64 = c.blocks.values().map(|&(n, k)| n as u64 * k).sum();
+        assert_eq!(insns, rows.insns.iter().map(|&n| n as u64).sum::<u64>());
     }
 }

@@ -34,7 +34,9 @@ use crate::insn::InsnClass;
 use crate::last_ip::LastIp;
 use crate::loop_guard::LoopGuard;
 use crate::packet::{FupKind, Packet, PacketError, PacketReader, Tnt};
-use crate::rows::{BranchColumns, BranchRow, EventRow};
+use crate::piece::PieceStats;
+pub use crate::piece::TimingFact;
+use crate::rows::{BranchColumns, BranchRow, EventRow, PartialBlock};
 use crate::stream::TraceStream;
 use crate::tnt::TntQueue;
 
@@ -98,6 +100,12 @@ pub struct FlowState {
     /// Where the current basic block began, and the open count when it did.
     pub block_start: u64,
     pub block_base: u32,
+    /// Address of the last instruction walked when the walk stopped inside a block (at a
+    /// pending FUP's IP) or crossed a block split: where a partial block ends.
+    pub last_insn: u64,
+    /// Partial blocks since the last row: their instructions are in `open_insns` and go
+    /// into the next row, with which they count in coverage.
+    pub partials: Partials,
     /// Offset of the packet that decided the last decided row (or resumed tracing).
     pub decision: u64,
     pub prev: PrevFlow,
@@ -131,6 +139,8 @@ impl FlowState {
             open_insns: 0,
             block_start: 0,
             block_base: 0,
+            last_insn: 0,
+            partials: Partials::default(),
             decision: cursor,
             prev: PrevFlow::Unknown,
             prev_nlip: 0,
@@ -142,17 +152,43 @@ impl FlowState {
     }
 }
 
-/// A timing packet seen, and where it falls among the rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TimingFact {
-    pub offset: u64,
-    pub kind: TimingKind,
-    /// Raw payload: MTC bits, STS TSC[39:0], CYC count, PCC IP.
-    pub raw: u64,
-    /// STS actual core/bus ratio.
-    pub ratio: Option<u8>,
-    /// Rows emitted before it (by this walker).
-    pub row: u64,
+/// Partial blocks waiting for the row that carries their instructions (usually none or
+/// one; kept inline so that [`FlowState`] stays `Copy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Partials {
+    len: u8,
+    /// (start, last instruction, instructions).
+    items: [(u64, u64, u32); Partials::CAP],
+}
+
+impl Partials {
+    const CAP: usize = 4;
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+        self.items[..self.len as usize].iter().copied()
+    }
+
+    /// Add one; false when full (the caller hands it to the sink at once).
+    pub fn push(&mut self, p: (u64, u64, u32)) -> bool {
+        if self.len as usize == Self::CAP {
+            return false;
+        }
+        self.items[self.len as usize] = p;
+        self.len += 1;
+        true
+    }
+
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
 }
 
 /// One flow item.
@@ -244,10 +280,13 @@ pub trait RowSink {
     /// Append a row (the walker leaves `tsc` and `cycles` to the timing pass) and the
     /// basic block it closes: (first instruction, instructions in the block).
     fn push(&mut self, r: &BranchRow, block: (u64, u32));
+    /// A partial block (start, last instruction, instructions) whose instructions the
+    /// next row pushed carries; `truncate` drops it with that row.
+    fn partial(&mut self, _p: (u64, u64, u32)) {}
     /// Room for about `n` more rows.
     fn reserve(&mut self, _n: usize) {}
     /// The walk is over: complete the rows, count them, aggregate their coverage.
-    fn finish(&mut self) -> (crate::chunk::PieceStats, crate::coverage::Coverage) {
+    fn finish(&mut self) -> (PieceStats, crate::coverage::Coverage) {
         Default::default()
     }
     fn len(&self) -> usize;
@@ -266,18 +305,27 @@ impl RowSink for BranchColumns {
         self.block_start.push(block.0);
         self.block_insns.push(block.1);
     }
+    fn partial(&mut self, p: (u64, u64, u32)) {
+        self.partials.push(PartialBlock {
+            row: self.len() as u64,
+            start: p.0,
+            end: p.1,
+            insns: p.2,
+        });
+    }
     fn reserve(&mut self, n: usize) {
         BranchColumns::reserve(self, n)
     }
-    fn finish(&mut self) -> (crate::chunk::PieceStats, crate::coverage::Coverage) {
+    fn finish(&mut self) -> (PieceStats, crate::coverage::Coverage) {
         self.pad_timing();
         let mut cov = crate::coverage::Coverage::default();
         cov.add_rows(self);
         // The block columns have served; free them before the rows travel on.
         self.block_start = Vec::new();
         self.block_insns = Vec::new();
+        self.partials = Vec::new();
         self.shrink_to_fit();
-        (crate::chunk::PieceStats::of(self), cov)
+        (PieceStats::of(self), cov)
     }
     fn len(&self) -> usize {
         BranchColumns::len(self)
@@ -312,8 +360,8 @@ impl RowSink for CountSink {
     fn add_insns(&mut self, _i: usize, n: u32) {
         self.insns += n as u64;
     }
-    fn finish(&mut self) -> (crate::chunk::PieceStats, crate::coverage::Coverage) {
-        let stats = crate::chunk::PieceStats {
+    fn finish(&mut self) -> (PieceStats, crate::coverage::Coverage) {
+        let stats = PieceStats {
             insns: self.insns,
             by_kind: [0; 8],
         };
@@ -471,6 +519,13 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             offset: off,
         };
         let block = (self.st.block_start, self.st.open_insns - self.st.block_base);
+        if !self.st.partials.is_empty() {
+            // Partial blocks since the last row: this row carries their instructions.
+            for p in self.st.partials.iter() {
+                self.rows.partial(p);
+            }
+            self.st.partials.clear();
+        }
         self.st.open_insns = 0;
         self.st.block_base = 0;
         self.st.block_start = target.unwrap_or(0);
@@ -478,11 +533,37 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     }
 
     /// A new basic block begins at `ip` (tracing resumed, or an asynchronous transfer
-    /// landed there); the instructions counted so far belong to no block.
+    /// landed there); the current one was closed before (`close_block`).
     #[inline]
     fn enter_block(&mut self, ip: u64) {
         self.st.block_start = ip;
         self.st.block_base = self.st.open_insns;
+    }
+
+    /// Execution leaves the current block at `st.ip` without its branch (an interrupt,
+    /// FUP.PGD, FUP.BuffOvf, TraceSTOP, a FUP.PGE while tracing): the instructions it ran
+    /// make a partial block, from `block_start` through `last_insn`. It counts in
+    /// coverage with the next row, which carries its instructions.
+    fn close_block(&mut self) {
+        let n = self.st.open_insns.saturating_sub(self.st.block_base);
+        if n > 0 {
+            let p = (self.st.block_start, self.st.last_insn, n);
+            if !self.st.partials.push(p) {
+                // More than fit inline: the sink attaches it to the next row now.
+                self.rows.partial(p);
+            }
+        }
+        self.st.block_base = self.st.open_insns;
+    }
+
+    /// The open instruction count is discarded (a gap): so are the partial blocks it
+    /// holds, including any the sink holds for the next row.
+    fn forget_open(&mut self) {
+        self.st.open_insns = 0;
+        self.st.block_base = 0;
+        self.st.partials.clear();
+        let n = self.rows.len();
+        self.rows.truncate(n);
     }
 
     /// The rows so far are decided by packets.
@@ -512,7 +593,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         self.drop_tail();
         self.st.mode = Mode::Unsynced;
         self.st.tnt.clear();
-        self.st.open_insns = 0;
+        self.forget_open();
         if self.st.last_call != LastCall::FromChunkStart {
             self.st.last_call = LastCall::AfterGap;
         }
@@ -533,7 +614,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             self.events.clear();
             self.timing.clear();
             self.tail_start = 0;
-            self.st.open_insns = 0;
+            self.forget_open();
             self.body_start = Some(Target {
                 cursor: self.reader.pos(),
                 ip,
@@ -896,6 +977,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     }
                     Item::Pge { .. } | Item::BuffOvf { .. } | Item::TraceStop { .. } => {
                         // Apply at once: tracing stopped, overflowed or restarted here.
+                        self.close_block();
                         return self.idle();
                     }
                     Item::Far {
@@ -910,6 +992,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                             self.event(off, EventKind::Interrupt, Some(x), String::new());
                             match tip {
                                 Some((Some(t), _)) => {
+                                    self.close_block();
                                     self.st.ip = t;
                                     self.enter_block(t);
                                     self.decided(off);
@@ -928,6 +1011,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     } => {
                         if x == self.st.ip && !self.far_ahead(x) {
                             self.consume();
+                            self.close_block();
                             self.event(off, EventKind::Disable, Some(x), String::new());
                             self.decided(off);
                             self.st.mode = Mode::Disabled;
@@ -965,7 +1049,12 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 if let Some(Item::Far { ip: Some(x), .. } | Item::Pgd { ip: Some(x), .. }) = self.la
                 {
                     if x > start && x <= last_ip {
-                        if let Some(k) = self.cache.block(bi).index_of(x) {
+                        let b = self.cache.block(bi);
+                        if let Some(k) = b.index_of(x) {
+                            // x > start: at least one instruction ran before it.
+                            let before: u64 =
+                                b.lens[..k as usize - 1].iter().map(|&l| l as u64).sum();
+                            self.st.last_insn = start + before;
                             self.st.open_insns += k;
                             self.st.ip = x;
                             continue;
@@ -977,6 +1066,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 BlockEnd::Branch => {}
                 BlockEnd::Split => {
                     self.st.open_insns += n;
+                    self.st.last_insn = last_ip;
                     self.st.ip = next;
                     self.stuck = self.moved_without_packet(next);
                     continue;
@@ -1241,7 +1331,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         }
         self.consume();
         self.rows.truncate(rows);
-        self.st.open_insns = 0;
+        self.forget_open();
         self.event(off, EventKind::Disable, Some(x), String::new());
         self.decided(off);
         self.st.mode = Mode::Disabled;
@@ -1354,7 +1444,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         self.body_start = None;
         self.st.mode = Mode::Unsynced;
         self.st.tnt.clear();
-        self.st.open_insns = 0;
+        self.forget_open();
     }
 }
 

@@ -36,6 +36,7 @@ pub mod insn;
 pub mod last_ip;
 pub mod loop_guard;
 pub mod packet;
+pub mod piece;
 pub mod rows;
 pub mod stream;
 pub mod sync;

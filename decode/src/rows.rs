@@ -99,6 +99,21 @@ pub struct BranchColumns {
     /// the block's instruction count (for coverage; dropped once aggregated).
     pub block_start: Vec<u64>,
     pub block_insns: Vec<u32>,
+    /// Not a table column: blocks cut short (tracing disabled, an interrupt, an overflow
+    /// or TraceSTOP inside them), each with the row whose `insns` carries its
+    /// instructions (for coverage; dropped once aggregated).
+    pub partials: Vec<PartialBlock>,
+}
+
+/// A basic block that execution left before its branch: it ran from `start` through the
+/// instruction at `end`. Its `insns` instructions are counted in the `insns` of row `row`
+/// (the next row), so it counts in coverage exactly when that row does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartialBlock {
+    pub row: u64,
+    pub start: u64,
+    pub end: u64,
+    pub insns: u32,
 }
 
 impl BranchColumns {
@@ -205,6 +220,7 @@ impl BranchColumns {
         self.offset.truncate(n);
         self.block_start.truncate(n.min(self.block_start.len()));
         self.block_insns.truncate(n.min(self.block_insns.len()));
+        self.partials.retain(|p| p.row < n as u64);
     }
 
     pub fn clear(&mut self) {
@@ -226,6 +242,12 @@ impl BranchColumns {
         self.offset.extend_from_slice(&o.offset);
         self.block_start.extend_from_slice(&o.block_start);
         self.block_insns.extend_from_slice(&o.block_insns);
+        let base = self.ip.len() as u64 - o.ip.len() as u64;
+        self.partials
+            .extend(o.partials.iter().map(|p| PartialBlock {
+                row: p.row + base,
+                ..*p
+            }));
     }
 }
 

@@ -20,14 +20,18 @@
 //! between anchors are interpolated by instruction count, so values never leave the
 //! bounds of their neighbours; rows after the last anchor take its value. `tsc` stays null
 //! until the first STS; both columns never decrease.
+//!
+//! Nothing is interpolated across a gap (an overflow, an error, a disabled stretch, a
+//! TraceSTOP): rows before it hold the last anchor before it; rows after it start from the
+//! resume point (its CYC, or without cycle-accurate timing an MTC/STS sent during the gap)
+//! or take the first anchor after it. Time spent in the gap belongs to no row.
 
 use std::collections::VecDeque;
 
 use tracemill_schemas::{BranchKind, EventKind, TimingKind};
 
-use crate::chunk::Piece;
 use crate::config::TraceConfig;
-use crate::flow::TimingFact;
+use crate::piece::{Piece, TimingFact};
 use crate::rows::{BranchColumns, EventRow, TimingColumns, TimingRow};
 
 /// What the timing reconstruction needs to know about the trace.
@@ -184,8 +188,11 @@ impl Clock {
 /// One column's interpolation state.
 #[derive(Clone, Debug, Default)]
 struct Stream {
-    /// Last anchor: (cumulative instructions, value).
+    /// Last anchor since the last gap: (cumulative instructions, value).
     last: Option<(u64, u64)>,
+    /// The value of the last anchor before the last gap (None while no anchor has been
+    /// seen): what rows after a gap take when no anchor follows them before the next gap.
+    floor: Option<u64>,
     /// The rows after the last anchor wait for the next one; they are contiguous, so the
     /// first of them is enough: (piece number, row, cumulative instructions before it).
     pending: Option<(u64, usize, u64)>,
@@ -236,6 +243,7 @@ fn marks_of(p: &Piece<BranchColumns>) -> Vec<Mark> {
         matches!(
             e.kind,
             EventKind::TraceStop
+                | EventKind::Error
                 | EventKind::Enable
                 | EventKind::Disable
                 | EventKind::Overflow
@@ -266,6 +274,11 @@ fn marks_of(p: &Piece<BranchColumns>) -> Vec<Mark> {
 /// over the rows of the packet that follows them (a TNT packet leaves only when full or
 /// forced out, an MTC at once, so the branches it covers may straddle several MTCs).
 ///
+/// Gap events (overflow, error, disable, TraceStop) cut the interpolation: rows waiting
+/// when one comes hold the last anchor's value, and the rows after it start from the
+/// resume point's CYC, an MTC/STS sent during the gap, or the first anchor after it
+/// (`cut`, `resume`; docs/timing.md, "Gaps and disabled stretches").
+///
 /// The answer does not depend on how the trace was cut into pieces: a piece is
 /// processed once the next one is here (its rows' CYCs may be read by the next piece),
 /// and timing packets after a piece's last row are carried into the next piece.
@@ -282,6 +295,12 @@ pub struct Timeline {
     queue: VecDeque<Piece<BranchColumns>>,
     /// Marks after the last row of the previous piece.
     carry: Vec<Mark>,
+    /// Between a gap's start (overflow, error, disable, TraceStop, or the start of the
+    /// trace) and the point where tracing resumes: timing packets date the gap, not rows.
+    in_gap: bool,
+    /// Without cycle-accurate timing: the TSC of the last MTC/STS inside the current gap
+    /// (the time tracing resumed, to within one MTC period below).
+    gap_tsc: Option<u64>,
     next_piece: u64,
     /// Running maxima (never backwards).
     max_cycles: u64,
@@ -303,6 +322,8 @@ impl Timeline {
             held: VecDeque::new(),
             queue: VecDeque::new(),
             carry: Vec::new(),
+            in_gap: true,
+            gap_tsc: None,
             next_piece: 0,
             max_cycles: 0,
             max_tsc: 0,
@@ -316,8 +337,10 @@ impl Timeline {
         let mut out = Vec::new();
         while self.queue.len() >= 2 {
             let p = self.queue.pop_front().expect("two pieces queued");
+            // The next piece's marks: a FUP.BuffOvf there can undo an exact row here (4.2.5).
+            let next_marks = marks_of(&self.queue[0]);
             let next = std::mem::take(&mut self.queue[0].timing);
-            out.extend(self.process(p, &next, false));
+            out.extend(self.process(p, &next, &next_marks, false));
             self.queue[0].timing = next;
         }
         out
@@ -328,7 +351,7 @@ impl Timeline {
         let mut out = Vec::new();
         while let Some(p) = self.queue.pop_front() {
             let last = self.queue.is_empty();
-            out.extend(self.process(p, &[], last));
+            out.extend(self.process(p, &[], &[], last));
         }
         self.flush();
         out.extend(self.release(true));
@@ -341,6 +364,7 @@ impl Timeline {
         &mut self,
         p: Piece<BranchColumns>,
         next: &[TimingFact],
+        next_marks: &[Mark],
         last: bool,
     ) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
         let id = self.next_piece;
@@ -372,30 +396,60 @@ impl Timeline {
                         if kind == EventKind::TraceStop {
                             // The next enable starts with a PSB; E7 applies after it.
                             self.clock.enabled();
-                        } else if self.c.cycle_acc {
-                            // Tracing stops or resumes here: dated by the FUP's own CYC
-                            // (which brackets time spent untraced).
-                            if let Some((c, t)) = self.time_after(&marks, mi, next, o) {
-                                let x = self.insns;
-                                self.anchor(Col::Cycles, x, c, &mut p.rows, id);
-                                if let Some(t) = t {
-                                    self.anchor(Col::Tsc, x, t, &mut p.rows, id);
-                                }
+                        }
+                        if self.c.cycle_acc
+                            && matches!(kind, EventKind::Disable | EventKind::Interrupt)
+                        {
+                            // Tracing stops here (or an interrupt is taken): the rows
+                            // before end at the FUP's own CYC.
+                            self.anchor_at_cyc(&marks, mi, next, o, &mut p.rows, id);
+                        }
+                        if gap_starts(kind) {
+                            self.cut(&mut group, &mut p.rows, id);
+                        }
+                        if gap_ends(kind) {
+                            // Tracing resumes here: dated by the FUP's (TIP's) own CYC.
+                            self.resume(&mut p.rows, id);
+                            if self.c.cycle_acc {
+                                self.anchor_at_cyc(&marks, mi, next, o, &mut p.rows, id);
                             }
                         }
                     }
                     Mark::Fact(f) => {
                         mi += 1;
+                        // E7: an MTC the clock ignores dates nothing.
+                        let ignored = f.kind == TimingKind::Mtc && self.clock.skip_mtc;
                         let r = self.clock.fact(&f);
                         timing.push(&r);
-                        if !self.c.cycle_acc && matches!(f.kind, TimingKind::Mtc | TimingKind::Sts)
+                        if !self.c.cycle_acc
+                            && !ignored
+                            && matches!(f.kind, TimingKind::Mtc | TimingKind::Sts)
                         {
                             if let Some(t) = r.tsc {
-                                group.push(t);
+                                if self.in_gap {
+                                    // Sent while nothing was traced: it dates the gap.
+                                    // The first one after a stretch that had no anchor
+                                    // of its own dates that stretch (from above).
+                                    if self.tsc.pending.is_some() {
+                                        let x = self.insns;
+                                        self.resolve(
+                                            Col::Tsc,
+                                            Some((x, t)),
+                                            Some((&mut p.rows, id)),
+                                        );
+                                    }
+                                    self.gap_tsc = Some(t);
+                                } else {
+                                    group.push(t);
+                                }
                             }
                         }
                     }
                 }
+            }
+            if i < n && self.in_gap {
+                // Rows follow, so tracing resumed (after a gap no event closed).
+                self.resume(&mut p.rows, id);
             }
             if !group.is_empty() {
                 // Spread over the rows the next packet places, one alone in their middle;
@@ -424,7 +478,7 @@ impl Timeline {
             }
             let x = self.insns;
             let exact_here = if self.c.cycle_acc && exact[i] {
-                self.exact_time(&marks, mi, next, &p.rows, i)
+                self.exact_time(&marks, mi, next, next_marks, &p.rows, i)
             } else {
                 None
             };
@@ -456,6 +510,76 @@ impl Timeline {
         self.release(false)
     }
 
+    /// Anchor both columns at the current row position with the clock at the first CYC
+    /// after stream offset `o` (cycle-accurate mode).
+    fn anchor_at_cyc(
+        &mut self,
+        marks: &[Mark],
+        mi: usize,
+        next: &[TimingFact],
+        o: u64,
+        rows: &mut BranchColumns,
+        id: u64,
+    ) {
+        if let Some((c, t)) = self.time_after(marks, mi, next, o) {
+            let x = self.insns;
+            self.anchor(Col::Cycles, x, c, rows, id);
+            if let Some(t) = t {
+                self.anchor(Col::Tsc, x, t, rows, id);
+            }
+        }
+    }
+
+    /// A gap starts (overflow, error, disable, TraceStop): nothing after it may date the
+    /// rows before it. Timing packets already read since the last row, and anchors
+    /// scheduled among rows already seen, are applied first (they come before the gap);
+    /// then the rows still waiting take the last anchor's value (hold), and the next rows
+    /// start afresh.
+    fn cut(&mut self, group: &mut Vec<u64>, rows: &mut BranchColumns, id: u64) {
+        if self.in_gap {
+            return;
+        }
+        let x = self.insns;
+        while let Some((xs, t)) = self.scheduled.pop_front() {
+            self.anchor(Col::Tsc, xs.min(x), t, rows, id);
+        }
+        for t in group.drain(..) {
+            self.anchor(Col::Tsc, x, t, rows, id);
+        }
+        for col in [Col::Cycles, Col::Tsc] {
+            let st = self.stream(col);
+            if st.last.is_none() && st.floor.is_some() {
+                // A stretch between two gaps with no anchor of its own: its rows wait for
+                // the first value after it (an MTC/STS sent in this gap, or the next
+                // anchor), the nearest to them.
+                continue;
+            }
+            self.resolve(col, None, Some((&mut *rows, id)));
+            let st = self.stream(col);
+            if let Some((_, v)) = st.last.take() {
+                st.floor = Some(v);
+            }
+        }
+        self.in_gap = true;
+        self.gap_tsc = None;
+    }
+
+    /// Tracing resumes after a gap. Without cycle-accurate timing, an MTC/STS sent during
+    /// the gap (MTC and STS keep coming while TriggerEn is set, unless LESS_PKTS) dates the
+    /// first row after it from below; with it, the caller anchors at the resume point's
+    /// CYC.
+    fn resume(&mut self, rows: &mut BranchColumns, id: u64) {
+        if !std::mem::take(&mut self.in_gap) {
+            return;
+        }
+        if let Some(t) = self.gap_tsc.take() {
+            if !self.c.cycle_acc {
+                let x = self.insns;
+                self.anchor(Col::Tsc, x, t, rows, id);
+            }
+        }
+    }
+
     fn flush(&mut self) {
         while let Some((x, t)) = self.scheduled.pop_front() {
             self.resolve(Col::Tsc, Some((x, t)), None);
@@ -472,15 +596,21 @@ impl Timeline {
         marks: &[Mark],
         mi: usize,
         next: &[TimingFact],
+        next_marks: &[Mark],
         rows: &BranchColumns,
         i: usize,
     ) -> Option<(u64, Option<u64>)> {
         let o = rows.offset[i];
         let from = first_after(marks, mi, o);
-        if let Some(k) = marks[from..].iter().position(Mark::is_cyc) {
-            if overflow_rule(&marks[from + k..], rows.kind[i]) {
-                return None;
-            }
+        let ovf = match marks[from..].iter().position(Mark::is_cyc) {
+            Some(k) => overflow_rule(&marks[from + k..], next_marks, rows.kind[i]),
+            None => match next_marks.iter().position(|m| m.is_cyc() && m.offset() > o) {
+                Some(k) => overflow_rule(&next_marks[k..], &[], rows.kind[i]),
+                None => false,
+            },
+        };
+        if ovf {
+            return None;
         }
         self.time_after(marks, mi, next, o)
     }
@@ -538,7 +668,7 @@ impl Timeline {
         cur: Option<(&mut BranchColumns, u64)>,
     ) {
         let st = self.stream(col);
-        let last = st.last;
+        let (last, floor) = (st.last, st.floor);
         let Some((start_id, start_row, mut x)) = st.pending.take() else {
             return;
         };
@@ -547,9 +677,12 @@ impl Timeline {
             let mut i = from;
             while i < rows.len() && *left > 0 {
                 *x += rows.insns[i] as u64;
-                let v = match (col, last) {
+                let v = match (col, last, floor) {
+                    // After a gap, before its first anchor: that anchor's value (held
+                    // back); with none before the next gap, the value before this gap.
+                    (_, None, Some(f)) => Some(next.map_or(f, |n| n.1)),
                     // No TSC before the first STS: the MTC bits alone cannot say which.
-                    (Col::Tsc, None) => None,
+                    (Col::Tsc, None, None) => None,
                     _ => interpolate(last, next, *x),
                 };
                 match col {
@@ -606,6 +739,29 @@ impl Timeline {
     }
 }
 
+/// Events after which nothing dates the rows before them: the buffer overflowed (its
+/// FUP.BuffOvf comes when it has cleared), the decode lost its place, tracing stopped.
+/// Tracing resuming is one too (the start of a stretch after a gap).
+fn gap_starts(k: EventKind) -> bool {
+    matches!(
+        k,
+        EventKind::Overflow
+            | EventKind::Error
+            | EventKind::Disable
+            | EventKind::TraceStop
+            | EventKind::Enable
+            | EventKind::Resync
+    )
+}
+
+/// Events where tracing resumes after a gap.
+fn gap_ends(k: EventKind) -> bool {
+    matches!(
+        k,
+        EventKind::Overflow | EventKind::Enable | EventKind::Resync
+    )
+}
+
 /// The timing packets among `ms`.
 fn facts(ms: &[Mark]) -> impl Iterator<Item = TimingFact> + '_ {
     ms.iter().filter_map(|m| match m {
@@ -656,7 +812,16 @@ fn effective_offsets(rows: &BranchColumns, events: &[EventRow]) -> Vec<u64> {
     // Stops the walk reached, by the row index they follow.
     let stops: Vec<(usize, u64)> = events
         .iter()
-        .filter(|e| matches!(e.kind, EventKind::Disable | EventKind::Interrupt))
+        .filter(|e| {
+            matches!(
+                e.kind,
+                EventKind::Disable
+                    | EventKind::Interrupt
+                    | EventKind::Overflow
+                    | EventKind::Error
+                    | EventKind::TraceStop
+            )
+        })
         .map(|e| (e.seq as usize, e.offset))
         .collect();
     let mut si = stops.len();
@@ -731,13 +896,14 @@ fn exact_rows(rows: &BranchColumns) -> Vec<bool> {
 }
 
 /// 4.2.5: a full TNT followed by a FUP.BuffOvf whose CYC is 0 carries the overflow's time,
-/// not its sixth branch's. `marks` starts at the TNT's CYC.
-fn overflow_rule(marks: &[Mark], kind: u8) -> bool {
+/// not its sixth branch's. `marks` starts at the TNT's CYC; `then` are the marks after
+/// them (the next piece's), so the answer does not depend on where pieces end.
+fn overflow_rule(marks: &[Mark], then: &[Mark], kind: u8) -> bool {
     if kind != BranchKind::Cond as u8 && kind != BranchKind::Ret as u8 {
         return false;
     }
     let mut overflow = false;
-    for m in &marks[1..] {
+    for m in marks[1..].iter().chain(then) {
         match m {
             Mark::Event(_, EventKind::Overflow) => overflow = true,
             Mark::Fact(f) if f.kind == TimingKind::Cyc => return overflow && f.raw == 0,
@@ -750,6 +916,7 @@ fn overflow_rule(marks: &[Mark], kind: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rows::BranchRow;
 
     #[test]
     fn e6_adds_one_to_non_zero_payloads() {
@@ -836,5 +1003,165 @@ mod tests {
                                                     // 10 core cycles at ratio 10 are 20 TSC ticks at guaranteed ratio 20.
         assert_eq!(c.cycles, 15);
         assert_eq!(c.tsc_now(), Some(1020));
+    }
+
+    /// A non-cycle-accurate trace: an STS, rows and MTCs, an `event` after row 5, more
+    /// rows and MTCs; `gap_mtcs` MTCs sent between the event and `resume` (when given).
+    fn gap_trace(
+        event: EventKind,
+        resume: Option<EventKind>,
+        gap_mtcs: u64,
+    ) -> Piece<BranchColumns> {
+        let mut p = Piece::<BranchColumns>::default();
+        let row = |p: &mut Piece<BranchColumns>, offset: u64| {
+            p.rows.push(&BranchRow {
+                ip: 0x1000,
+                target: Some(0x2000),
+                kind: BranchKind::JmpInd,
+                taken: true,
+                compressed: false,
+                insns: 10,
+                tsc: None,
+                cycles: None,
+                cr3: None,
+                offset,
+            })
+        };
+        let mut off = 0;
+        let ev = |p: &mut Piece<BranchColumns>, off: u64, kind: EventKind| {
+            let seq = p.rows.len() as u64;
+            p.events.push(EventRow {
+                seq,
+                offset: off,
+                kind,
+                ip: None,
+                tsc: None,
+                detail: String::new(),
+            })
+        };
+        let fact = |p: &mut Piece<BranchColumns>, off: u64, kind: TimingKind, raw: u64, ratio| {
+            let row = p.rows.len() as u64;
+            p.timing.push(TimingFact {
+                offset: off,
+                kind,
+                raw,
+                ratio,
+                row,
+            })
+        };
+        // TSC 0x10000 (MTC bits 0x00), the first MTC after enable is ignored (E7).
+        fact(&mut p, off, TimingKind::Sts, 0x1_0000, Some(16));
+        off += 1;
+        fact(&mut p, off, TimingKind::Mtc, 0x00, None);
+        off += 1;
+        for k in 0..6u64 {
+            if k == 3 {
+                fact(&mut p, off, TimingKind::Mtc, 0x01, None);
+                off += 1;
+            }
+            row(&mut p, off);
+            off += 1;
+        }
+        ev(&mut p, off, event);
+        off += 1;
+        for k in 0..gap_mtcs {
+            fact(&mut p, off, TimingKind::Mtc, 0x40 + k, None);
+            off += 1;
+        }
+        if let Some(r) = resume {
+            ev(&mut p, off, r);
+            off += 1;
+        }
+        // The first MTC after the gap: 0x80 (TSC 0x14000), far later than the rows before.
+        for k in 0..6u64 {
+            if k == 3 {
+                fact(&mut p, off, TimingKind::Mtc, 0x80, None);
+                off += 1;
+            }
+            row(&mut p, off);
+            off += 1;
+        }
+        fact(&mut p, off, TimingKind::Mtc, 0x81, None);
+        p
+    }
+
+    /// Cut `p` into pieces of `n` rows (events and facts with them) and time them.
+    fn time_in_pieces(p: &Piece<BranchColumns>, n: usize) -> (Vec<Option<u64>>, Vec<Option<u64>>) {
+        let mut tl = Timeline::new(cfg(false));
+        let mut out = Vec::new();
+        let rows = p.rows.len();
+        let mut start = 0;
+        while start < rows {
+            let end = (start + n).min(rows);
+            let mut q = Piece::<BranchColumns>::default();
+            for i in start..end {
+                q.rows.push(&p.rows.row(i));
+            }
+            let last = end == rows;
+            // What comes after a piece's last row goes with the next piece.
+            let inside =
+                |r: u64| r >= start as u64 && (r < end as u64 || (last && r == end as u64));
+            q.events = p
+                .events
+                .iter()
+                .filter(|e| inside(e.seq))
+                .map(|e| EventRow {
+                    seq: e.seq - start as u64,
+                    ..e.clone()
+                })
+                .collect();
+            q.timing = p
+                .timing
+                .iter()
+                .filter(|f| inside(f.row))
+                .map(|f| TimingFact {
+                    row: f.row - start as u64,
+                    ..*f
+                })
+                .collect();
+            out.extend(tl.push(q));
+            start = end;
+        }
+        out.extend(tl.finish());
+        let mut tsc = Vec::new();
+        let mut cyc = Vec::new();
+        for (q, _) in &out {
+            for i in 0..q.rows.len() {
+                tsc.push(q.rows.tsc.get(i));
+                cyc.push(q.rows.cycles.get(i));
+            }
+        }
+        (tsc, cyc)
+    }
+
+    #[test]
+    fn no_row_takes_time_from_across_a_gap() {
+        let before_max = 0x1_0080; // the last MTC before the gap
+        let after_min = 0x1_4000; // the first MTC after it
+        for (event, resume, gap_mtcs) in [
+            (EventKind::Overflow, None, 0),
+            (EventKind::Error, Some(EventKind::Resync), 0),
+            (EventKind::Disable, Some(EventKind::Enable), 0),
+            (EventKind::Disable, Some(EventKind::Enable), 3),
+            (EventKind::TraceStop, Some(EventKind::Enable), 0),
+        ] {
+            let p = gap_trace(event, resume, gap_mtcs);
+            let (tsc, _) = time_in_pieces(&p, usize::MAX);
+            let what = format!("{event:?} {resume:?} with {gap_mtcs} MTCs in the gap: {tsc:x?}");
+            for (i, t) in tsc.iter().enumerate() {
+                let t = t.unwrap_or_else(|| panic!("row {i} has no tsc: {what}"));
+                if i < 6 {
+                    assert!((0x1_0000..=before_max).contains(&t), "row {i}: {what}");
+                } else if gap_mtcs > 0 {
+                    // From the last MTC of the gap (0x42: TSC 0x12100) on.
+                    assert!((0x1_2100..=0x1_4080).contains(&t), "row {i}: {what}");
+                } else {
+                    assert!((after_min..=0x1_4080).contains(&t), "row {i}: {what}");
+                }
+            }
+            for n in [1, 2, 5] {
+                assert_eq!(time_in_pieces(&p, n).0, tsc, "pieces of {n} rows: {what}");
+            }
+        }
     }
 }

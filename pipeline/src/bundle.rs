@@ -3,11 +3,11 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use memmap2::Mmap;
 use tracemill_datasets::bundle::{ImageEntry, ImageKind, Manifest};
 use tracemill_decode::config::TraceConfig;
-use tracemill_decode::image::ImageSet;
+use tracemill_decode::image::{ImageError, ImageSet};
 use tracemill_decode::stream::TraceStream;
 use tracemill_decode::timing::TimingConfig;
 
@@ -56,7 +56,13 @@ impl Bytes {
 /// `unsafe` operation in tracemill.
 #[allow(unsafe_code)]
 pub fn map_file(path: &Path) -> Result<Bytes> {
-    let f = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    let f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{}: no such file or directory", path.display())
+        }
+        Err(e) => return Err(e).with_context(|| format!("{}: cannot open", path.display())),
+    };
     let len = f
         .metadata()
         .with_context(|| format!("{}: cannot stat", path.display()))?
@@ -93,8 +99,15 @@ pub struct Bundle {
 impl Bundle {
     /// Load `dir` (a bundle directory) or a bare trace file with the facts given.
     pub fn open(path: &Path, ctl: Option<u64>, extra_images: &[ImageEntry]) -> Result<Bundle> {
+        match std::fs::metadata(path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("{}: no such file or directory", path.display())
+            }
+            Err(e) => return Err(e).with_context(|| format!("{}: cannot open", path.display())),
+        }
         let (dir, mut manifest, trace_path) = if path.is_dir() {
-            let m = Manifest::load(path)?;
+            let m = load_manifest(path)?;
             let t = m.trace_path(path);
             (path.to_path_buf(), m, t)
         } else {
@@ -172,27 +185,171 @@ impl Bundle {
     }
 
     /// The images as the decoder wants them; problems are added to `image_problems`.
-    pub fn image_set(&self) -> (ImageSet<'_>, Vec<String>) {
+    ///
+    /// An image that cannot be used (not an ELF, no executable code) or that overlaps an
+    /// image listed before it in the same address space is left out, with a problem that
+    /// says why: code at an address must come from one image.
+    pub fn image_set<'s>(&'s self) -> (ImageSet<'s>, Vec<String>) {
         let mut set = ImageSet::new();
         let mut problems = self.image_problems.clone();
+        // Code ranges loaded so far: start, end, cr3, file.
+        let mut taken: Vec<(u64, u64, Option<u64>, &Path)> = Vec::new();
         for im in &self.images {
             let name = Path::new(&im.entry.path).file_name().map_or_else(
                 || im.entry.path.clone(),
                 |n| n.to_string_lossy().into_owned(),
             );
-            match im.entry.kind {
-                ImageKind::Raw => {
-                    set.add_raw(&name, &im.bytes, im.entry.base.unwrap_or(0), im.entry.cr3);
-                }
-                ImageKind::Elf => {
-                    if let Err(e) = set.add_elf(&name, &im.bytes, im.entry.base, im.entry.cr3) {
-                        problems.push(format!("{}: {e}", im.path.display()));
+            let (base, cr3) = (im.entry.base, im.entry.cr3);
+            let add = |set: &mut ImageSet<'s>| -> Result<(), ImageError> {
+                match im.entry.kind {
+                    ImageKind::Raw => {
+                        set.add_raw(&name, &im.bytes, base.unwrap_or(0), cr3);
+                    }
+                    ImageKind::Elf => {
+                        set.add_elf(&name, &im.bytes, base, cr3)?;
                     }
                 }
+                Ok(())
+            };
+            // The image alone first: its code ranges, or why it has none.
+            let mut alone = ImageSet::new();
+            if let Err(e) = add(&mut alone) {
+                problems.push(image_problem(&im.path, &e));
+                continue;
             }
+            if im.bytes.is_empty() {
+                problems.push(format!("{}: empty file: not loaded", im.path.display()));
+                continue;
+            }
+            let ranges: Vec<(u64, u64)> = alone
+                .segments()
+                .iter()
+                .map(|s| (s.start, s.end()))
+                .collect();
+            let clash = ranges.iter().find_map(|&(start, end)| {
+                taken.iter().find_map(|&(s, e, c, other)| {
+                    let same_space = c.is_none() || cr3.is_none() || c == cr3;
+                    (same_space && start < e && s < end).then(|| (start.max(s), end.min(e), other))
+                })
+            });
+            if let Some((from, to, other)) = clash {
+                if other == im.path {
+                    problems.push(format!(
+                        "{}: listed twice, overlapping itself at {from:#x}..{to:#x}: the \
+                         second is not loaded",
+                        im.path.display()
+                    ));
+                    continue;
+                }
+                problems.push(format!(
+                    "{}: overlaps {} at {from:#x}..{to:#x} in the same address space: not loaded \
+                     (images of different processes need different cr3 values)",
+                    im.path.display(),
+                    other.display()
+                ));
+                continue;
+            }
+            taken.extend(ranges.iter().map(|&(s, e)| (s, e, cr3, im.path.as_path())));
+            add(&mut set).expect("the image loaded alone");
         }
         (set, problems)
     }
+}
+
+/// Why an image is not used, naming its file once.
+fn image_problem(path: &Path, e: &ImageError) -> String {
+    match e {
+        ImageError::Elf { source, .. } => format!(
+            "{}: not a 64-bit ELF file ({source}): not loaded (raw code needs kind = \"raw\" \
+             in bundle.toml, or a .bin or .raw name with --image PATH@ADDR)",
+            path.display()
+        ),
+        ImageError::NoCode { .. } => format!(
+            "{}: an ELF file without executable code (no PT_LOAD segment with execute \
+             permission): not loaded",
+            path.display()
+        ),
+    }
+}
+
+/// Read `DIR/bundle.toml`. A syntax or type error names the file, line, column and key,
+/// and shows the line.
+fn load_manifest(dir: &Path) -> Result<Manifest> {
+    let path = dir.join("bundle.toml");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "{}: a directory without bundle.toml (give a bundle directory, or a trace file \
+             with --ctl)",
+            dir.display()
+        ),
+        Err(e) => return Err(e).with_context(|| format!("{}: cannot read", path.display())),
+    };
+    toml::from_str(&text).map_err(|e| anyhow::anyhow!(toml_error(&path, &text, &e)))
+}
+
+/// `PATH:LINE:COLUMN: key `KEY`: MESSAGE`, then the line with a caret under the place.
+fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().trim_end();
+    // No place, or the whole document (a missing top-level key, which the message names).
+    let whole =
+        |s: &std::ops::Range<usize>| s.start == 0 && (s.end == 0 || s.end >= text.trim_end().len());
+    let Some(span) = e.span().filter(|s| !whole(s)) else {
+        return format!("{}: {msg}", path.display());
+    };
+    let start = span.start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let line_no = text[..start].matches('\n').count() + 1;
+    let col = text[line_start..start].chars().count() + 1;
+    let mut out = format!("{}:{line_no}:{col}: ", path.display());
+    // A span within one line is a value or a key; one across lines is a whole table
+    // (a missing key), which the message names.
+    if span.end <= line_start + line.len() + 1 {
+        if let Some(key) = key_of_line(text, line_start, line, start - line_start) {
+            out.push_str(&format!("{key}: "));
+        }
+    }
+    out.push_str(msg);
+    let width = text[start..span.end.clamp(start, line_start + line.len())]
+        .chars()
+        .count()
+        .max(1);
+    let pad = " ".repeat(line_no.to_string().len());
+    out.push_str(&format!(
+        "\n{pad} |\n{line_no} | {line}\n{pad} | {}{}",
+        " ".repeat(col - 1),
+        "^".repeat(width)
+    ));
+    out
+}
+
+/// The key that the line at `line_start` sets, when `at` (a column, in bytes) is in its
+/// value: "key `rtit_ctl`", or "key `base` of [[image]] 2" inside the second image.
+fn key_of_line(text: &str, line_start: usize, line: &str, at: usize) -> Option<String> {
+    let eq = line.find('=')?;
+    if at <= eq {
+        return None;
+    }
+    let key = line[..eq].trim();
+    if key.is_empty() || key.starts_with('[') {
+        return None;
+    }
+    // The table the line is in: the last header above it.
+    let above = &text[..line_start];
+    let header = above
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['));
+    Some(match header {
+        None => format!("key `{key}`"),
+        Some(h) if h.starts_with("[[") => {
+            let n = above.lines().filter(|l| l.trim() == h).count();
+            format!("key `{key}` of {h} {n}")
+        }
+        Some(h) => format!("key `{key}` of {h}"),
+    })
 }
 
 /// Parse `PATH@ADDR` (or `PATH@ADDR@CR3`, or `PATH` for an ELF at its own addresses);

@@ -160,12 +160,29 @@ fn main() -> ExitCode {
     match real_main(cli) {
         Ok(code) => code,
         Err(e) => {
-            // One line: what, where, why.
-            let msg = format!("{e:#}");
-            eprintln!("tracemill: error: {}", msg.replace('\n', " "));
+            eprintln!("tracemill: error: {}", error_text(&e));
             ExitCode::from(1)
         }
     }
+}
+
+/// What failed, where and why, on one line ("what: why: why"), each cause once: errors
+/// that print their source (thiserror's `"{path}: {source}"`) would otherwise say it
+/// twice. A multi-line cause (a bundle.toml error showing its line) keeps its lines.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        let text = text.trim_end();
+        if text.is_empty() || out.contains(text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(text);
+    }
+    out
 }
 
 fn real_main(cli: Cli) -> Result<ExitCode> {
@@ -208,12 +225,33 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             if let Some(j) = a.jobs {
                 opts.jobs = j.max(1);
             }
+            if let Some(out) = &opts.out {
+                // A run killed while writing left its temporaries here.
+                let stale = tracemill_sinks::remove_stale_temporaries(out)?;
+                if !stale.is_empty() {
+                    let n = stale.len();
+                    eprintln!(
+                        "tracemill: removed {n} temporary file{} that an interrupted run left in {}",
+                        if n == 1 { "" } else { "s" },
+                        out.display()
+                    );
+                }
+            }
             let report = run::decode(&b, &opts)
                 .with_context(|| format!("decoding {}", a.src.bundle.display()))?;
             eprint!(
                 "{}",
                 run::summary(&a.src.bundle.display().to_string(), &report)
             );
+            // Without a code image not one branch can be decoded: when branches (or the
+            // coverage made of them) were asked for, that is a failure, whatever events and
+            // timing rows were written.
+            let t = opts.tables;
+            let wants_code = t.branches || t.coverage || t.edges;
+            if wants_code && report.rows == 0 && b.image_set().0.segments().is_empty() {
+                eprintln!("tracemill: error: no branch decoded: no code image could be loaded");
+                return Ok(ExitCode::from(1));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Synth(s) => match s.what {

@@ -1,15 +1,15 @@
 //! `tracemill decode`: the parallel pipeline.
 //!
 //! ```text
-//!   rayon pool            main thread                 writer thread
-//!   chunk bodies  ──►  stitch in order, number  ──►  Arrow batches ──► Parquet files
-//!   (batches of       rows, count               (bounded channel)    (temp + rename)
-//!    4×jobs chunks)
+//!   plan        produce (rayon pool)     order (calling thread)         writer thread
+//!   PSBs,  ──►  chunk bodies, a    ──►  stitch, time, number,   ──►  append row groups,
+//!   chunks      window of 2×jobs+2      count; row groups are        small tables;
+//!               chunks ahead            encoded on the pool          temp + rename
 //! ```
 //!
-//! Bodies of the next batch decode while the main thread stitches the previous one and
-//! the writer thread writes; every channel is bounded, so memory stays bounded whatever
-//! the trace size (beyond the memory map itself).
+//! Bodies ahead decode while the calling thread stitches and the writer thread writes;
+//! every channel is bounded, so memory stays bounded whatever the trace size (consumed
+//! pages of the memory-mapped trace are released behind the reader).
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -20,11 +20,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::bounded;
 use tracemill_decode::block::BlockCache;
-use tracemill_decode::chunk::{decode_body, plan_chunks, Body, Input, Piece, Sequencer, Stitcher};
+use tracemill_decode::chunk::{
+    decode_body, plan_chunks, Body, Chunk, Input, Piece, Sequencer, Stitcher,
+};
 use tracemill_decode::coverage::Coverage;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns};
-use tracemill_decode::sync::find_psbs;
+use tracemill_decode::stream::TraceStream;
+use tracemill_decode::sync::find_psbs_stepwise;
 use tracemill_decode::timing::Timeline;
 use tracemill_schemas::{BranchKind, EventKind};
 use tracemill_sinks::{
@@ -154,31 +157,150 @@ impl Report {
     }
 }
 
-/// Pick a chunk size: at most 256 KiB, and many more chunks than threads.
+/// Pick a chunk size: at most 128 KiB, and many more chunks than threads.
 pub fn default_chunk_bytes(len: u64, jobs: usize) -> u64 {
-    // Large enough that stitches are a small share; small enough that a chunk's rows stay
-    // in cache-friendly, reusable allocations.
-    // Measured on a 50 MB synthetic trace, one job: 256 KiB chunks decode in 7.4 s with a
-    // peak of 350 MB, 2 MiB chunks in 9.3 s with 1 GB (fresh pages for larger row buffers
-    // cost more kernel time than the extra stitches).
-    (len / (jobs as u64 * 16).max(1)).clamp(64 << 10, 256 << 10)
+    // Small chunks keep the rows in flight (a window of 2×jobs+2 chunks, up to one row per
+    // byte) small and their buffers reused by the allocator instead of fresh pages the
+    // kernel must zero. Measured on a 50 MB synthetic trace, one job, no output: 256 KiB
+    // chunks 7.4 s and a 350 MB peak, 2 MiB chunks 9.3 s and 1 GB; with all tables written
+    // on two jobs, 128 KiB chunks peak at 450 MB and 256 KiB at 630 MB. Stitches, one per
+    // chunk, stay a small share of the rows.
+    (len / (jobs as u64 * 16).max(1)).clamp(32 << 10, 128 << 10)
 }
 
 /// Release consumed trace pages in steps of this many bytes (one madvise call each).
 const RELEASE_STEP: u64 = 16 << 20;
 
 /// Decode a bundle; write the tables asked for.
+///
+/// The stages, each a function below: [`plan`] (find PSBs, cut chunks), [`produce`]
+/// (decode chunk bodies on the pool, a bounded window ahead), [`order`] (stitch, time,
+/// number and count pieces in trace order, hand row groups to the pool for encoding), and
+/// the writer thread ([`Writers`]: append encoded row groups and small tables, rename
+/// into place at the end).
 pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     let t0 = Instant::now();
     let stream = bundle.stream();
-    let psbs = find_psbs(&stream);
+    let images_and_problems = bundle.image_set();
+    let images = &images_and_problems.0;
+    let plan = plan(bundle, &stream, images, images_and_problems.1, opts)?;
+    let mut report = plan.report.clone();
+    let input = Input {
+        stream: &stream,
+        psbs: &plan.psbs,
+        images,
+        cfg: bundle.trace_config(),
+        timing: bundle.timing_config(),
+    };
+
+    let meta = FileMeta {
+        source: bundle.trace_path.display().to_string(),
+        source_size: bundle.trace.len() as u64,
+        rtit_ctl: bundle.manifest.rtit_ctl,
+        extra: bundle
+            .manifest
+            .labels
+            .iter()
+            .map(|(k, v)| (format!("label.{k}"), v.clone()))
+            .collect(),
+    };
+    let mut writers = Writers::create(opts, &meta)?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(report.jobs)
+        .thread_name(|i| format!("tracemill-decode-{i}"))
+        .build()
+        .context("starting the decode threads")?;
+
+    // Branch and timing rows are encoded into Parquet row groups on the decode pool (the
+    // writer thread only appends them): one thread cannot keep up with several decoding.
+    let target = opts.writer.max_row_group_rows.max(1);
+    let emitter = Emitter {
+        seq: Sequencer::default(),
+        branches: writers
+            .branch_encoder
+            .take()
+            .map(|enc| RowGroups::new(Grouped::Branches, enc, target)),
+        timing: writers
+            .timing_encoder
+            .take()
+            .map(|enc| RowGroups::new(Grouped::Timing, enc, target)),
+    };
+    let caches: Vec<Mutex<BlockCache>> = (0..report.jobs).map(|_| Mutex::default()).collect();
+    let (written, blocks, edges) = std::thread::scope(|s| -> Result<(Vec<Written>, u64, u64)> {
+        let (piece_tx, piece_rx) = bounded::<ToWriter>(4);
+        let writer = s.spawn(move || -> Result<(Vec<Written>, u64, u64)> {
+            for m in piece_rx {
+                match m {
+                    ToWriter::Piece(p, t) => writers.write(p, t)?,
+                    ToWriter::RowGroup(table, rx) => {
+                        let rg = rx.recv().context("a row group encoder stopped")??;
+                        writers.append_row_group(table, rg)?;
+                    }
+                }
+            }
+            writers.finish(images)
+        });
+        // Chunks are decoded as pool tasks, at most `window` of them between being handed
+        // out and being consumed in order: memory stays bounded whatever the trace size,
+        // and no thread waits for a whole batch.
+        let window = report.jobs * 2 + 2;
+        let (slot_tx, slot_rx) = bounded::<()>(window);
+        for _ in 0..window {
+            slot_tx.send(()).expect("room for every slot");
+        }
+        let (body_tx, body_rx) = crossbeam_channel::unbounded::<(usize, Body<BranchColumns>)>();
+        let (input_ref, pool_ref, chunks_ref, caches_ref) = (&input, &pool, &plan.chunks, &caches);
+        let producer = s.spawn(move || {
+            produce(
+                input_ref, pool_ref, chunks_ref, caches_ref, slot_rx, body_tx,
+            )
+        });
+        let ordered = Ordered {
+            bundle,
+            input: &input,
+            plan: &plan,
+            pool: &pool,
+            tx: piece_tx,
+            progress: opts.progress,
+        };
+        ordered.run(emitter, body_rx, slot_tx, &mut report);
+        producer.join().expect("decode threads do not panic");
+        writer.join().expect("writer thread does not panic")
+    })?;
+    report.written = written;
+    report.blocks = blocks;
+    report.edges = edges;
+    report.elapsed = t0.elapsed();
+    Ok(report)
+}
+
+/// The decode's plan: PSBs, chunks, and the report's opening facts.
+struct Plan {
+    psbs: Vec<u64>,
+    chunks: Vec<Chunk>,
+    report: Report,
+}
+
+/// Stage 1: find every PSB, cut the trace into chunks at PSBs, and note what is wrong
+/// with the inputs. Fails only when nothing can be decoded (no PSB at all).
+fn plan(
+    bundle: &Bundle,
+    stream: &TraceStream<'_>,
+    images: &ImageSet<'_>,
+    image_problems: Vec<String>,
+    opts: &Options,
+) -> Result<Plan> {
+    // The search reads every page of the mapped trace; let them go behind it (they stay in
+    // the page cache) so that only the pages the decode is working on count in its memory.
+    let psbs = find_psbs_stepwise(stream, RELEASE_STEP as usize, |done| {
+        bundle.release_trace_before(done)
+    });
     let cfg = bundle.trace_config();
-    let (images, problems) = bundle.image_set();
     let mut report = Report {
         trace_bytes: stream.len(),
         psbs: psbs.len(),
         jobs: opts.jobs.max(1),
-        warnings: problems,
+        warnings: image_problems,
         ..Report::default()
     };
     if cfg.reserved_bits() != 0 {
@@ -193,64 +315,90 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
             .warnings
             .push("no code image loaded: no branch can be followed".to_string());
     }
-    let Some(&first_psb) = psbs.first() else {
+    if psbs.is_empty() {
         bail!(
             "{}: no PSB packet in {} bytes: nothing to decode (is this an RTIT trace?)",
             bundle.trace_path.display(),
             stream.len()
         );
-    };
-    let input = Input {
-        stream: &stream,
-        psbs: &psbs,
-        images: &images,
-        cfg,
-        timing: bundle.timing_config(),
-    };
+    }
     let chunk_bytes = opts
         .chunk_bytes
         .unwrap_or_else(|| default_chunk_bytes(stream.len(), report.jobs));
     let chunks = plan_chunks(&psbs, stream.len(), chunk_bytes);
     report.chunks = chunks.len();
+    Ok(Plan {
+        psbs,
+        chunks,
+        report,
+    })
+}
 
-    let meta = FileMeta {
-        source: bundle.trace_path.display().to_string(),
-        source_size: bundle.trace.len() as u64,
-        rtit_ctl: bundle.manifest.rtit_ctl,
-        extra: bundle
-            .manifest
-            .labels
-            .iter()
-            .map(|(k, v)| (format!("label.{k}"), v.clone()))
-            .collect(),
-    };
-    let mut writers = Writers::create(opts, &meta)?;
+/// Stage 2: decode chunk bodies as pool tasks, each once a window slot is free. The
+/// producer waits for slots outside the pool, so no pool thread ever blocks on a channel:
+/// the row-group encodings the consumer spawns on the same pool always find a thread
+/// (with one job, blocking inside the pool would deadlock).
+fn produce(
+    input: &Input<'_>,
+    pool: &rayon::ThreadPool,
+    chunks: &[Chunk],
+    caches: &[Mutex<BlockCache>],
+    slots: crossbeam_channel::Receiver<()>,
+    bodies: crossbeam_channel::Sender<(usize, Body<BranchColumns>)>,
+) {
+    pool.in_place_scope(|sc| {
+        for (i, c) in chunks.iter().enumerate() {
+            if slots.recv().is_err() {
+                return; // the consumer stopped (a write failed)
+            }
+            let tx = bodies.clone();
+            sc.spawn(move |_| {
+                let t = rayon::current_thread_index().unwrap_or(0);
+                let mut cache = caches[t % caches.len()]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                let body = decode_body(input, &mut cache, *c);
+                let _ = tx.send((i, body));
+            });
+        }
+    })
+}
 
-    let progress = opts.progress && std::io::stderr().is_terminal();
-    let bar = progress.then(|| {
-        let b = indicatif::ProgressBar::new(stream.len());
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} decoding [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-            )
-            .expect("valid template")
-            .progress_chars("=> "),
-        );
-        b
-    });
+/// Stage 3, on the calling thread: bodies in chunk order are stitched, timed, numbered,
+/// counted, and sent on to the writer.
+struct Ordered<'r, 'a> {
+    bundle: &'r Bundle,
+    input: &'r Input<'a>,
+    plan: &'r Plan,
+    pool: &'r rayon::ThreadPool,
+    tx: crossbeam_channel::Sender<ToWriter>,
+    progress: bool,
+}
 
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(report.jobs)
-        .thread_name(|i| format!("tracemill-decode-{i}"))
-        .build()
-        .context("starting the decode threads")?;
-    let caches: Vec<Mutex<BlockCache>> = (0..report.jobs).map(|_| Mutex::default()).collect();
-
-    let mut timeline = Timeline::new(input.timing);
-    let mut stitcher = Stitcher::new(&input);
-    let mut junk = None;
-    if first_psb > 0 {
-        junk = Some(EventRow {
+impl Ordered<'_, '_> {
+    fn run(
+        self,
+        mut out: Emitter,
+        bodies: crossbeam_channel::Receiver<(usize, Body<BranchColumns>)>,
+        slots: crossbeam_channel::Sender<()>,
+        report: &mut Report,
+    ) {
+        let chunks = &self.plan.chunks;
+        let bar = (self.progress && std::io::stderr().is_terminal()).then(|| {
+            let b = indicatif::ProgressBar::new(self.input.stream.len());
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} decoding [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                )
+                .expect("valid template")
+                .progress_chars("=> "),
+            );
+            b
+        });
+        let mut timeline = Timeline::new(self.input.timing);
+        let mut stitcher = Stitcher::new(self.input);
+        let first_psb = self.plan.psbs[0];
+        let mut junk = (first_psb > 0).then(|| EventRow {
             seq: 0,
             offset: 0,
             kind: EventKind::Resync,
@@ -260,77 +408,12 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                 "skipped {first_psb} bytes before the first PSB (packet boundaries are unknown there)"
             ),
         });
-    }
-
-    // Branch and timing rows are encoded into Parquet row groups on the decode pool (the
-    // writer thread only appends them): one thread cannot keep up with several decoding.
-    let target = opts.writer.max_row_group_rows.max(1);
-    let mut out = Emitter {
-        seq: Sequencer::default(),
-        branches: writers
-            .branch_encoder
-            .take()
-            .map(|enc| RowGroups::new(Grouped::Branches, enc, target)),
-        timing: writers
-            .timing_encoder
-            .take()
-            .map(|enc| RowGroups::new(Grouped::Timing, enc, target)),
-    };
-    let (written, blocks, edges) = std::thread::scope(|s| -> Result<(Vec<Written>, u64, u64)> {
-        let (piece_tx, piece_rx) = bounded::<ToWriter>(4);
-        let images_ref = &images;
-        let writer = s.spawn(move || -> Result<(Vec<Written>, u64, u64)> {
-            for m in piece_rx {
-                match m {
-                    ToWriter::Piece(p, t) => writers.write(p, t)?,
-                    ToWriter::RowGroup(table, rx) => {
-                        let rg = rx.recv().context("a row group encoder stopped")??;
-                        writers.append_row_group(table, rg)?;
-                    }
-                }
-            }
-            writers.finish(images_ref)
-        });
-        // Chunks are decoded as pool tasks, at most `window` of them between being handed
-        // out and being consumed in order here: memory stays bounded whatever the trace
-        // size, and no thread waits for a whole batch. The producer waits for a free slot
-        // outside the pool, so no pool thread ever blocks on a channel: the row-group
-        // encodings the consumer spawns on the same pool always find a thread (with one
-        // job, blocking inside the pool would deadlock).
-        let window = report.jobs * 2 + 2;
-        let (slot_tx, slot_rx) = bounded::<()>(window);
-        for _ in 0..window {
-            slot_tx.send(()).expect("room for every slot");
-        }
-        let (body_tx, body_rx) = crossbeam_channel::unbounded::<(usize, Body<BranchColumns>)>();
-        let input_ref = &input;
-        let caches_ref = &caches;
-        let pool_ref = &pool;
-        let chunks_ref = &chunks;
-        let producer = s.spawn(move || {
-            pool_ref.in_place_scope(|sc| {
-                for (i, c) in chunks_ref.iter().enumerate() {
-                    if slot_rx.recv().is_err() {
-                        return; // the consumer stopped (a write failed)
-                    }
-                    let tx = body_tx.clone();
-                    sc.spawn(move |_| {
-                        let t = rayon::current_thread_index().unwrap_or(0);
-                        let mut cache = caches_ref[t % caches_ref.len()]
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner());
-                        let body = decode_body(input_ref, &mut cache, *c);
-                        let _ = tx.send((i, body));
-                    });
-                }
-            })
-        });
         let mut send_err = false;
         let mut ready = BTreeMap::new();
         let mut next = 0;
         // Trace pages before this offset have been released.
         let mut released = 0u64;
-        'bodies: for (i, b) in body_rx.iter() {
+        'bodies: for (i, b) in bodies.iter() {
             ready.insert(i, b);
             while let Some(b) = ready.remove(&next) {
                 next += 1;
@@ -340,7 +423,7 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                         p.events.insert(0, j);
                     }
                     for (p, t) in timeline.push(p) {
-                        if let Err(e) = out.emit(p, t, &mut report, &pool, &piece_tx) {
+                        if let Err(e) = out.emit(p, t, report, self.pool, &self.tx) {
                             send_err = true;
                             report.warnings.push(format!("{e:#}"));
                         }
@@ -353,46 +436,38 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                 // chunks only. So the bytes before that chunk are finished with.
                 let finished = chunks[next - 1].start;
                 if finished >= released + RELEASE_STEP {
-                    bundle.release_trace_before(finished);
+                    self.bundle.release_trace_before(finished);
                     released = finished;
                 }
                 if send_err {
                     break 'bodies;
                 }
-                let _ = slot_tx.send(());
+                let _ = slots.send(());
             }
             if next == chunks.len() {
                 break;
             }
         }
-        drop(slot_tx);
-        drop(body_rx);
+        drop(slots);
+        drop(bodies);
         if !send_err {
             for (p, t) in timeline.finish() {
-                if let Err(e) = out.emit(p, t, &mut report, &pool, &piece_tx) {
+                if let Err(e) = out.emit(p, t, report, self.pool, &self.tx) {
                     report.warnings.push(format!("{e:#}"));
                     break;
                 }
             }
             for g in [&mut out.branches, &mut out.timing].into_iter().flatten() {
-                if let Err(e) = g.flush(&pool, &piece_tx) {
+                if let Err(e) = g.flush(self.pool, &self.tx) {
                     report.warnings.push(format!("{e:#}"));
                 }
             }
         }
-        drop(piece_tx);
-        producer.join().expect("decode threads do not panic");
-        writer.join().expect("writer thread does not panic")
-    })?;
-    if let Some(b) = bar {
-        b.finish_and_clear();
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        report.fallbacks = stitcher.fallbacks;
     }
-    report.fallbacks = stitcher.fallbacks;
-    report.written = written;
-    report.blocks = blocks;
-    report.edges = edges;
-    report.elapsed = t0.elapsed();
-    Ok(report)
 }
 
 /// What the writer thread receives, in order (a few at a time: the size of a piece's

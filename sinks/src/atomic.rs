@@ -10,7 +10,7 @@
 //! If the [`PendingFile`] is dropped before [`PendingFile::commit`] — an error, a panic
 //! unwinding through the writer — the temporary is removed. Only a hard kill (SIGKILL,
 //! power loss) can leave one behind; its name (`.<name>.tmp-<pid>-<n>`) says which process
-//! wrote it.
+//! wrote it, and [`remove_stale_temporaries`] removes those whose process is gone.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -101,6 +101,61 @@ impl Drop for PendingFile {
     }
 }
 
+/// Removes the temporaries that killed writers left in `dir`: files named
+/// `.<name>.tmp-<pid>-<n>` whose process no longer runs. Returns their paths. A directory
+/// that does not exist has none.
+///
+/// Whether a process runs is read from `/proc`; where it cannot be (no `/proc`), nothing is
+/// removed: a live writer's temporary must never go.
+pub fn remove_stale_temporaries(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(dir, "listing stale temporaries", e)),
+    };
+    let mut removed = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, "listing stale temporaries", e))?;
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(temporary_pid) else {
+            continue;
+        };
+        if !process_gone(pid) {
+            continue;
+        }
+        let path = entry.path();
+        match fs::remove_file(&path) {
+            Ok(()) => removed.push(path),
+            // Another run cleaning up at the same time.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(path, "removing stale temporary", e)),
+        }
+    }
+    removed.sort();
+    Ok(removed)
+}
+
+/// The writer's pid, if `name` is a temporary's name (`.<name>.tmp-<pid>-<n>`).
+fn temporary_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix('.')?;
+    let (dest, tail) = rest.rsplit_once(".tmp-")?;
+    let (pid, n) = tail.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if dest.is_empty() || !digits(pid) || !digits(n) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// True when process `pid` certainly does not run.
+fn process_gone(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return false;
+    }
+    let proc = Path::new("/proc");
+    proc.join("self").exists() && !proc.join(pid.to_string()).exists()
+}
+
 /// Makes the rename itself durable. Best effort: the file is complete and in place either
 /// way, and some file systems (and all of Windows) cannot fsync a directory.
 fn sync_dir(path: &Path) {
@@ -152,6 +207,42 @@ mod tests {
         drop(p);
         assert_eq!(names(dir.path()), ["t.parquet"]);
         assert_eq!(fs::read(&dest).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn stale_temporaries_of_dead_processes_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        // A process that has exited: its pid is free (and, moments later, still unused).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let me = std::process::id();
+        for name in [
+            format!(".branches.parquet.tmp-{dead}-0"),
+            format!(".events.arrow.tmp-{dead}-12"),
+            format!(".timing.parquet.tmp-{me}-3"),
+            format!("branches.parquet.tmp-{dead}-0"),
+            format!(".x.tmp-{dead}-y"),
+            "coverage.parquet".to_string(),
+        ] {
+            fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        let removed = remove_stale_temporaries(dir.path()).unwrap();
+        if !Path::new("/proc/self").exists() {
+            assert!(removed.is_empty());
+            return;
+        }
+        assert_eq!(removed.len(), 2, "{removed:?}");
+        let mut want = vec![
+            format!(".timing.parquet.tmp-{me}-3"),
+            format!(".x.tmp-{dead}-y"),
+            "branches.parquet.tmp-".to_string() + &format!("{dead}-0"),
+            "coverage.parquet".to_string(),
+        ];
+        want.sort();
+        assert_eq!(names(dir.path()), want);
+        let gone = dir.path().join("no-such-dir");
+        assert!(remove_stale_temporaries(&gone).unwrap().is_empty());
     }
 
     #[test]

@@ -19,7 +19,8 @@
 //!   to the final name; until then a file of that name from an earlier run is untouched.
 //!   A writer dropped without `finish` (an error, a panic) deletes its temporary. A reader
 //!   never sees a truncated table, even after a crash. After a failed write the writer
-//!   refuses to publish ([`Error::Poisoned`]).
+//!   refuses to publish ([`Error::Poisoned`]). Only a hard kill leaves a temporary behind;
+//!   [`remove_stale_temporaries`] removes those of processes that are gone.
 //! - **Bounded memory.** Parquet holds at most one row group (about 1M rows, see
 //!   [`WriterOptions`]) before writing it out; Arrow IPC writes each batch immediately,
 //!   except `coverage` (one row per basic block), which it holds until `finish` so that the
@@ -75,6 +76,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub use atomic::remove_stale_temporaries;
 pub use error::{ConvertError, Error};
 pub use writer::{
     EncodedRowGroup, FileMeta, Format, RowGroupEncoder, TableWriter, WriterOptions, Written,

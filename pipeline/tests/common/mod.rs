@@ -11,7 +11,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracemill::bundle::Bundle;
 use tracemill_datasets::samples::TruthSummary;
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
-use tracemill_decode::rows::{BranchColumns, BranchRow};
+use tracemill_decode::rows::{BranchColumns, BranchRow, PartialBlock};
 use tracemill_decode::sync::find_psbs;
 use tracemill_schemas::BranchKind;
 
@@ -98,6 +98,8 @@ pub struct Truth {
     pub e6_zero_before: Vec<u32>,
     pub block_start: Vec<u64>,
     pub block_insns: Vec<u32>,
+    /// Partial blocks (`truth/partial_blocks.parquet`).
+    pub partials: Vec<PartialBlock>,
     pub summary: TruthSummary,
 }
 
@@ -137,6 +139,39 @@ pub fn truth(dir: &Path) -> Truth {
             bi.push(n.value(i));
         }
     }
+    // Partial blocks (bundles made before they were recorded have none).
+    let mut partials = Vec::new();
+    let batches = File::open(dir.join("truth/partial_blocks.parquet"))
+        .ok()
+        .map(|f| {
+            ParquetRecordBatchReaderBuilder::try_new(f)
+                .unwrap()
+                .build()
+                .unwrap()
+        });
+    for b in batches.into_iter().flatten() {
+        let b = b.unwrap();
+        let u64col = |n: &str| {
+            b.column_by_name(n)
+                .unwrap()
+                .as_primitive::<UInt64Type>()
+                .clone()
+        };
+        let (row, start, end) = (u64col("row"), u64col("start"), u64col("end"));
+        let insns = b
+            .column_by_name("insns")
+            .unwrap()
+            .as_primitive::<UInt32Type>()
+            .clone();
+        for i in 0..b.num_rows() {
+            partials.push(PartialBlock {
+                row: row.value(i),
+                start: start.value(i),
+                end: end.value(i),
+                insns: insns.value(i),
+            });
+        }
+    }
     let summary: TruthSummary =
         serde_json::from_str(&std::fs::read_to_string(dir.join("truth/summary.json")).unwrap())
             .unwrap();
@@ -147,6 +182,7 @@ pub fn truth(dir: &Path) -> Truth {
         e6_zero_before: e6,
         block_start: bs,
         block_insns: bi,
+        partials,
         summary,
     }
 }
@@ -174,4 +210,18 @@ pub fn flow_row(r: &BranchRow) -> BranchRow {
         cycles: None,
         ..*r
     }
+}
+
+/// A test cannot run because a tool it needs is not installed (`reason` says which and how
+/// to get it). The test fails, so that `cargo test` shows it: in CI always, elsewhere
+/// unless `TRACEMILL_SKIP_MISSING=1`, which skips it (prints the reason and returns).
+/// (datasets/tests/common has the same function.)
+pub fn missing_tool(reason: &str) {
+    let skip = std::env::var("TRACEMILL_SKIP_MISSING").is_ok_and(|v| v == "1");
+    assert!(
+        skip && std::env::var_os("CI").is_none(),
+        "{reason}\n(see the README's test command; TRACEMILL_SKIP_MISSING=1 skips the tests \
+         whose tools are missing, except in CI)"
+    );
+    eprintln!("SKIPPED: {reason}");
 }
