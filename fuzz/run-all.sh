@@ -17,7 +17,7 @@ cd "$(dirname "$0")"
 all="packets sync_ring walk stitch_diff bundle_toml elf"
 targets=${*:-$all}
 
-nice -n 15 cargo fuzz build --sanitizer none --release --debug-assertions $targets
+nice -n 15 cargo fuzz build --sanitizer none --release --debug-assertions
 triple=$(rustc -vV | sed -n 's/^host: //p')
 bin=${CARGO_TARGET_DIR:-$PWD/target}/$triple/release
 work=${FUZZ_WORK:-$(mktemp -d -t tracemill-fuzz.XXXXXX)}
