@@ -35,14 +35,24 @@ fn run(target: &str, data: &[u8]) {
 
 /// Replay `tests/fuzz-regressions/<target>/<name>`.
 fn replay(target: &str, name: &str) {
-    let p = root().join("datasets/tests/fuzz-regressions").join(target).join(name);
+    let p = root()
+        .join("datasets/tests/fuzz-regressions")
+        .join(target)
+        .join(name);
     let data = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     run(target, &data);
 }
 
 #[test]
 fn seed_corpora_pass_every_check() {
-    for t in ["packets", "sync_ring", "walk", "stitch_diff", "bundle_toml", "elf"] {
+    for t in [
+        "packets",
+        "sync_ring",
+        "walk",
+        "stitch_diff",
+        "bundle_toml",
+        "elf",
+    ] {
         let dir = root().join("fuzz/corpus").join(t);
         let mut n = 0;
         for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
@@ -80,7 +90,9 @@ fn walk_strict(name: &str, finding: &str) {
         .into_iter()
         .filter(|f| *f != finding)
         .collect();
-    let p = root().join("datasets/tests/fuzz-regressions/walk").join(name);
+    let p = root()
+        .join("datasets/tests/fuzz-regressions/walk")
+        .join(name);
     let data = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     let case = targets::Case::parse(&data).expect("a walk input");
     for chunk in [u64::MAX, 1] {
@@ -133,6 +145,10 @@ fn walk_events_read_during_look_ahead_stay_in_offset_order() {
 #[test]
 #[ignore = "fuzz finding stitch-timing: interpolated cycles before a chunk boundary differ from the sequential decode (decode/src/timing.rs, Timeline)"]
 fn stitch_interpolated_cycles_match_sequential() {
-    let p = root().join("datasets/tests/fuzz-regressions/stitch_diff/interpolated-cycles-at-boundary");
-    targets::stitch_diff_with(&std::fs::read(p).unwrap(), &["tsc-backwards", "lookahead-events"]);
+    let p =
+        root().join("datasets/tests/fuzz-regressions/stitch_diff/interpolated-cycles-at-boundary");
+    targets::stitch_diff_with(
+        &std::fs::read(p).unwrap(),
+        &["tsc-backwards", "lookahead-events"],
+    );
 }

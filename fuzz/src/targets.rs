@@ -64,7 +64,10 @@ fn packets_from(data: &[u8], start: u64, cycle_acc: bool) {
     for (i, item) in items.iter().enumerate() {
         match item {
             Ok(p) => {
-                assert_eq!(p.offset, pos, "packet {i} does not start where the last ended");
+                assert_eq!(
+                    p.offset, pos,
+                    "packet {i} does not start where the last ended"
+                );
                 assert!(p.size > 0);
                 let end = p.offset + p.size as u64;
                 assert!(end <= len, "packet {i} runs past the stream");
@@ -80,7 +83,10 @@ fn packets_from(data: &[u8], start: u64, cycle_acc: bool) {
                     );
                     // No packet but a PSB may run into a PSB.
                     let next_psb = psbs.iter().copied().find(|&q| q >= p.offset);
-                    assert!(next_psb.is_none_or(|q| q >= end), "packet {i} overlaps a PSB");
+                    assert!(
+                        next_psb.map_or(true, |q| q >= end),
+                        "packet {i} overlaps a PSB"
+                    );
                 }
                 let mut enc = Vec::new();
                 write_packet(&mut enc, &p.packet);
@@ -89,7 +95,10 @@ fn packets_from(data: &[u8], start: u64, cycle_acc: bool) {
                 pos = end;
             }
             Err(e) => {
-                assert_eq!(e.offset, pos, "error {i} is not where the last packet ended");
+                assert_eq!(
+                    e.offset, pos,
+                    "error {i} is not where the last packet ended"
+                );
                 let _ = e.to_string();
                 // Reading resumes at the next PSB after the error, or the end.
                 pos = psbs.iter().copied().find(|&q| q > e.offset).unwrap_or(len);
@@ -124,7 +133,10 @@ fn packets_from(data: &[u8], start: u64, cycle_acc: bool) {
         let mut r2 = PacketReader::new(&stream, start, len, &psbs, cycle_acc);
         r2.seek(at, wc);
         got.extend(read_all(&mut r2, false));
-        assert_eq!(got, items, "a reader resumed by seek reads the same packets");
+        assert_eq!(
+            got, items,
+            "a reader resumed by seek reads the same packets"
+        );
     }
 }
 
@@ -173,7 +185,11 @@ pub fn sync_ring(input: &[u8]) {
     let linear = TraceStream::linear(&rotated);
 
     let psbs = find_psbs(&ring);
-    assert_eq!(psbs, find_psbs(&linear), "PSBs of the ring and of its rotated copy");
+    assert_eq!(
+        psbs,
+        find_psbs(&linear),
+        "PSBs of the ring and of its rotated copy"
+    );
 
     let mut scratch = [0u8; 16];
     for n in [0usize, 1, 2, 9, 16] {
@@ -342,15 +358,24 @@ pub fn check_contracts(d: &Decoded, trace_len: u64, tolerate: &[&str]) {
     non_decreasing("events.seq", d.events.iter().map(|e| e.seq));
     if tolerate.contains(&"lookahead-events") {
         let read_time = |k: EventKind| {
-            matches!(k, EventKind::Psb | EventKind::FreqChange | EventKind::Paging)
+            matches!(
+                k,
+                EventKind::Psb | EventKind::FreqChange | EventKind::Paging
+            )
         };
         non_decreasing(
             "events.offset (flow events)",
-            d.events.iter().filter(|e| !read_time(e.kind)).map(|e| e.offset),
+            d.events
+                .iter()
+                .filter(|e| !read_time(e.kind))
+                .map(|e| e.offset),
         );
         non_decreasing(
             "events.offset (PSB, STS, PIP events)",
-            d.events.iter().filter(|e| read_time(e.kind)).map(|e| e.offset),
+            d.events
+                .iter()
+                .filter(|e| read_time(e.kind))
+                .map(|e| e.offset),
         );
     } else {
         non_decreasing("events.offset", d.events.iter().map(|e| e.offset));
@@ -398,8 +423,15 @@ pub fn stitch_diff_with(data: &[u8], tolerate: &[&str]) {
     let want = flow_only(&seq);
     for chunk in [1, 64, 4096] {
         let par = case.decode(chunk);
-        assert_eq!(want, flow_only(&par), "branches differ at chunk size {chunk}");
-        assert_eq!(seq.events, par.events, "events differ at chunk size {chunk}");
+        assert_eq!(
+            want,
+            flow_only(&par),
+            "branches differ at chunk size {chunk}"
+        );
+        assert_eq!(
+            seq.events, par.events,
+            "events differ at chunk size {chunk}"
+        );
         assert_eq!(
             seq.timing_rows, par.timing_rows,
             "timing differs at chunk size {chunk}"
@@ -493,7 +525,10 @@ pub fn elf(file: &[u8]) {
                 assert_eq!(b.start, a);
                 assert!(b.lens.len() <= 4096, "block longer than the cap");
                 if b.end == BlockEnd::Branch {
-                    assert!(set.code_at(b.last_ip, c).is_ok(), "branch outside the image");
+                    assert!(
+                        set.code_at(b.last_ip, c).is_ok(),
+                        "branch outside the image"
+                    );
                 }
                 let _ = set.image_of(a, c);
                 let i = cache.index(&set, a, c);
