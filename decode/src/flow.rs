@@ -890,6 +890,23 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
 
     /// Something the trace and the code disagree on: report it with the offset of the
     /// packet involved and resync.
+    /// Offset of the packet read ahead and not yet used.
+    fn la_offset(&self) -> Option<u64> {
+        match self.la {
+            Some(
+                Item::Tnt { off, .. }
+                | Item::Tip { off, .. }
+                | Item::Far { off, .. }
+                | Item::Pgd { off, .. }
+                | Item::Pge { off, .. }
+                | Item::BuffOvf { off, .. }
+                | Item::TraceStop { off },
+            ) => Some(off),
+            Some(Item::Error(e)) => Some(e.offset),
+            Some(Item::FupNext | Item::End) | None => None,
+        }
+    }
+
     fn inconsistent(&mut self, what: &str) {
         if self.pgd_second_reading() {
             return;
@@ -1065,7 +1082,9 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                         BlockEnd::Invalid => "undecodable instruction",
                         _ => "several address spaces map (CR3 unknown)",
                     };
-                    let off = self.reader.pos();
+                    // Where the decode stands: at a packet read ahead, if any (it is
+                    // still to be used, e.g. as the resume point), else the reader.
+                    let off = self.la_offset().unwrap_or(self.reader.pos());
                     self.st.ip = next;
                     self.gap(off, format!("{why} {next:#x}"));
                     return None;

@@ -155,7 +155,14 @@ impl<'a> ImageSet<'a> {
         (self.images.len() - 1) as u32
     }
 
-    fn push_segment(&mut self, s: Segment<'a>) {
+    fn push_segment(&mut self, mut s: Segment<'a>) {
+        // A segment ends at or before 2^64 - 1 so that `end` is representable: bytes an ELF
+        // header or a `base` would place beyond the top of the address space are dropped
+        // (found by fuzzing `add_elf`: `end()` overflowed).
+        let room = u64::MAX - s.start;
+        if s.data.len() as u64 > room {
+            s.data = &s.data[..room as usize];
+        }
         let at = self.segments.partition_point(|x| x.start <= s.start);
         self.segments.insert(at, s);
     }
@@ -233,6 +240,17 @@ mod tests {
         assert_eq!(set.code_at(0x8001, Some(7)).unwrap().len(), 15);
         assert_eq!(set.code_at(0x2000, Some(1)), Err(Lookup::Missing));
         assert_eq!(set.image_of(0x8000, None).unwrap().1.name, "k");
+    }
+
+    #[test]
+    fn segments_stop_at_the_top_of_the_address_space() {
+        let code = [0x90u8; 16];
+        let mut set = ImageSet::new();
+        set.add_raw("top", &code, u64::MAX - 4, None);
+        let s = &set.segments()[0];
+        assert_eq!((s.start, s.end()), (u64::MAX - 4, u64::MAX));
+        assert_eq!(set.code_at(u64::MAX - 1, None).unwrap().len(), 1);
+        assert_eq!(set.code_at(u64::MAX, None), Err(Lookup::Missing));
     }
 
     #[test]

@@ -1,0 +1,541 @@
+//! The checks of every fuzz target, as plain functions over the input bytes.
+//!
+//! Shared by the fuzz targets (`fuzz_targets/*.rs`, through `tracemill_fuzz::targets`) and
+//! by the workspace's regression tests (`datasets/tests/fuzz_regressions.rs` includes this
+//! file with `#[path]`), so that a saved finding replays through exactly the checks that
+//! found it. `crate::encode` and `crate::bundle` are `tracemill_datasets`'s modules of
+//! those names in both places.
+
+use std::sync::OnceLock;
+
+use tracemill_decode::block::{build_block, BlockCache, BlockEnd};
+use tracemill_decode::chunk::{decode_all, Decoded, Input};
+use tracemill_decode::image::ImageSet;
+use tracemill_decode::packet::{parse_one, Packet, PacketError, PacketReader, Parsed, PSB_BYTES};
+use tracemill_decode::stream::TraceStream;
+use tracemill_decode::sync::find_psbs;
+use tracemill_decode::timing::TimingConfig;
+use tracemill_decode::TraceConfig;
+
+use crate::bundle::{parse_u64, Manifest};
+use crate::encode::write_packet;
+
+// ---------------------------------------------------------------------------------------
+// packets
+
+type Item = Result<Parsed, PacketError>;
+
+fn read_all(r: &mut PacketReader<'_>, fast: bool) -> Vec<Item> {
+    let mut out = Vec::new();
+    let mut last = r.pos();
+    loop {
+        let item = if fast {
+            match r.try_tnt() {
+                Some((t, off)) => Some(Ok(Parsed {
+                    offset: off,
+                    size: 1,
+                    packet: Packet::Tnt(t),
+                })),
+                None => r.next_packet(),
+            }
+        } else {
+            r.next_packet()
+        };
+        let Some(item) = item else { break };
+        assert!(r.pos() > last, "reader did not advance at {last}");
+        last = r.pos();
+        out.push(item);
+    }
+    out
+}
+
+fn packets_from(data: &[u8], start: u64, cycle_acc: bool) {
+    let stream = TraceStream::linear(data);
+    let psbs = find_psbs(&stream);
+    let len = stream.len();
+    let items = read_all(
+        &mut PacketReader::new(&stream, start, len, &psbs, cycle_acc),
+        false,
+    );
+
+    let mut pos = start;
+    let mut want_cyc = false;
+    let mut seen_psbs = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        match item {
+            Ok(p) => {
+                assert_eq!(
+                    p.offset, pos,
+                    "packet {i} does not start where the last ended"
+                );
+                assert!(p.size > 0);
+                let end = p.offset + p.size as u64;
+                assert!(end <= len, "packet {i} runs past the stream");
+                let bytes = &data[p.offset as usize..end as usize];
+                if p.packet == Packet::Psb {
+                    assert_eq!(bytes, PSB_BYTES);
+                    seen_psbs.push(p.offset);
+                } else {
+                    assert_eq!(
+                        parse_one(bytes, want_cyc),
+                        Ok((p.packet, p.size)),
+                        "packet {i} reparses"
+                    );
+                    // No packet but a PSB may run into a PSB.
+                    let next_psb = psbs.iter().copied().find(|&q| q >= p.offset);
+                    assert!(
+                        next_psb.map_or(true, |q| q >= end),
+                        "packet {i} overlaps a PSB"
+                    );
+                }
+                let mut enc = Vec::new();
+                write_packet(&mut enc, &p.packet);
+                assert_eq!(enc, bytes, "packet {i} {:?} does not round-trip", p.packet);
+                want_cyc = cycle_acc && p.packet.takes_cyc();
+                pos = end;
+            }
+            Err(e) => {
+                assert_eq!(
+                    e.offset, pos,
+                    "error {i} is not where the last packet ended"
+                );
+                let _ = e.to_string();
+                // Reading resumes at the next PSB after the error, or the end.
+                pos = psbs.iter().copied().find(|&q| q > e.offset).unwrap_or(len);
+                want_cyc = false;
+                if let Some(Ok(n)) = items.get(i + 1) {
+                    assert_eq!(n.offset, pos, "after error {i}: resumes at the next PSB");
+                }
+            }
+        }
+    }
+    assert!(pos >= len, "reading stopped at {pos} of {len}");
+    let expect: Vec<u64> = psbs.iter().copied().filter(|&q| q >= start).collect();
+    assert_eq!(seen_psbs, expect, "every PSB is read as a PSB");
+
+    // The TNT fast path reads the same packets.
+    let fast = read_all(
+        &mut PacketReader::new(&stream, start, len, &psbs, cycle_acc),
+        true,
+    );
+    assert_eq!(fast, items, "try_tnt disagrees with next_packet");
+
+    // Cut the range at a packet boundary: a second reader resumed with the first's cursor
+    // state (as a walker snapshot does) reads the same packets.
+    if items.len() > 1 {
+        let cut = items.len() / 2;
+        let mut r1 = PacketReader::new(&stream, start, len, &psbs, cycle_acc);
+        let mut got = Vec::new();
+        for _ in 0..cut {
+            got.push(r1.next_packet().expect("as many packets as before"));
+        }
+        let (at, wc) = (r1.pos(), r1.wants_cyc());
+        let mut r2 = PacketReader::new(&stream, start, len, &psbs, cycle_acc);
+        r2.seek(at, wc);
+        got.extend(read_all(&mut r2, false));
+        assert_eq!(
+            got, items,
+            "a reader resumed by seek reads the same packets"
+        );
+    }
+}
+
+/// Packet layer: `PacketReader` over arbitrary bytes, with and without Cycle_Acc, from
+/// offset 0 and from the first PSB.
+///
+/// - every packet read re-encodes (with the hardware model's encoder, an independent
+///   implementation) to exactly the bytes it was read from, and `parse_one` agrees;
+/// - the reader always advances, packets tile the stream, and after an error it resumes
+///   at the next PSB (or the end);
+/// - every PSB `find_psbs` reports is read as a PSB packet, wherever reading starts;
+/// - the TNT fast path (`try_tnt`) agrees with `next_packet`;
+/// - a reader resumed with `seek` reads what one reader reads.
+pub fn packets(data: &[u8]) {
+    let first_psb = find_psbs(&TraceStream::linear(data)).first().copied();
+    for cycle_acc in [false, true] {
+        packets_from(data, 0, cycle_acc);
+        if let Some(p) = first_psb.filter(|&p| p != 0) {
+            packets_from(data, p, cycle_acc);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// sync_ring
+
+/// PSB sync over ring dumps. Bytes 0..2: the ring offset (RTIT_OFFSET; may exceed the
+/// length); 2..4: where `window` is probed; the rest: the dump. A `TraceStream::ring` cut
+/// there must behave exactly like the rotated bytes laid out linearly (`to_vec`): same
+/// bytes through `byte` and `window`, same PSBs from `find_psbs` (including PSBs that
+/// straddle the seam), same packets from a `PacketReader`, with and without Cycle_Acc.
+pub fn sync_ring(input: &[u8]) {
+    if input.len() < 4 {
+        return;
+    }
+    let off = u16::from_le_bytes([input[0], input[1]]) as usize;
+    let probe = u16::from_le_bytes([input[2], input[3]]) as u64;
+    let data = &input[4..];
+    let ring = TraceStream::ring(data, off);
+    let len = ring.len();
+    assert_eq!(len, data.len() as u64);
+    let rotated = ring.to_vec(0, len);
+    let r = off.min(data.len());
+    assert_eq!(&rotated[..data.len() - r], &data[r..]);
+    assert_eq!(&rotated[data.len() - r..], &data[..r]);
+    let linear = TraceStream::linear(&rotated);
+
+    let psbs = find_psbs(&ring);
+    assert_eq!(
+        psbs,
+        find_psbs(&linear),
+        "PSBs of the ring and of its rotated copy"
+    );
+
+    let mut scratch = [0u8; 16];
+    for n in [0usize, 1, 2, 9, 16] {
+        let p = probe % (len + 1);
+        let got = ring.window(p, n, &mut scratch).to_vec();
+        let end = (p + n as u64).min(len) as usize;
+        assert_eq!(got, &rotated[p as usize..end], "window({p}, {n})");
+    }
+
+    for cycle_acc in [false, true] {
+        let start = psbs.first().copied().unwrap_or(0);
+        let a: Vec<_> = PacketReader::new(&ring, start, len, &psbs, cycle_acc).collect();
+        let b: Vec<_> = PacketReader::new(&linear, start, len, &psbs, cycle_acc).collect();
+        assert_eq!(a, b, "packets of the ring and of its rotated copy");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// walk and stitch_diff
+
+static JUMPTABLE: &[u8] = include_bytes!("../../datasets/samples/jumptable/images/jumptable");
+static BUSYBOX: &[u8] = include_bytes!("../../datasets/samples/kernel-processes/images/busybox");
+static KERNEL: &[u8] = include_bytes!("../../datasets/samples/kernel-processes/images/kernel.bin");
+
+/// The image sets of two sample bundles, loaded the way `pipeline/src/bundle.rs` loads
+/// them: 0 = `jumptable` (one static ELF at its own addresses), 1 = `kernel-processes`
+/// (the busybox ELF twice, CR3-tagged 0x1000 and 0x2000, and a raw kernel image).
+pub fn images(which: u8) -> &'static ImageSet<'static> {
+    static SETS: OnceLock<[ImageSet<'static>; 2]> = OnceLock::new();
+    let sets = SETS.get_or_init(|| {
+        let mut a = ImageSet::new();
+        a.add_elf("jumptable", JUMPTABLE, None, None)
+            .expect("jumptable ELF");
+        let mut b = ImageSet::new();
+        b.add_elf("busybox", BUSYBOX, None, Some(0x1000))
+            .expect("busybox ELF");
+        b.add_elf("busybox", BUSYBOX, None, Some(0x2000))
+            .expect("busybox ELF");
+        b.add_raw("kernel.bin", KERNEL, 0xffff_ffff_8100_0000, None);
+        [a, b]
+    });
+    &sets[(which & 1) as usize]
+}
+
+/// A fuzz input read as a decode:
+///
+/// | bytes | meaning |
+/// |---|---|
+/// | 0 | bit 0: image set (see [`images`]); bit 1: a guaranteed ratio is given; bit 2: a ring dump (no E7 at the start) |
+/// | 1 | the guaranteed ratio |
+/// | 2..4 | RTIT_CTL bits 15:0, little-endian (bits 31:16 are reserved) |
+/// | 4.. | the trace; a PSB is put in front so that something decodes |
+pub struct Case {
+    pub images: u8,
+    pub ctl: u64,
+    pub ratio: Option<u8>,
+    pub starts_at_enable: bool,
+    pub trace: Vec<u8>,
+}
+
+impl Case {
+    pub const HEADER: usize = 4;
+
+    pub fn parse(data: &[u8]) -> Option<Case> {
+        if data.len() < Self::HEADER {
+            return None;
+        }
+        let mut trace = Vec::with_capacity(PSB_BYTES.len() + data.len() - Self::HEADER);
+        trace.extend_from_slice(&PSB_BYTES);
+        trace.extend_from_slice(&data[Self::HEADER..]);
+        Some(Case {
+            images: data[0] & 1,
+            ratio: (data[0] & 2 != 0).then_some(data[1]),
+            starts_at_enable: data[0] & 4 == 0,
+            ctl: u16::from_le_bytes([data[2], data[3]]) as u64,
+            trace,
+        })
+    }
+
+    /// Decode with chunks of at least `chunk_bytes` (`u64::MAX`: sequential).
+    pub fn decode(&self, chunk_bytes: u64) -> Decoded {
+        let stream = TraceStream::linear(&self.trace);
+        let psbs = find_psbs(&stream);
+        let cfg = TraceConfig::from_ctl(self.ctl);
+        let input = Input {
+            stream: &stream,
+            psbs: &psbs,
+            images: images(self.images),
+            cfg,
+            timing: TimingConfig::new(&cfg, self.ratio, self.starts_at_enable),
+        };
+        decode_all(&input, chunk_bytes)
+    }
+}
+
+fn non_decreasing(what: &str, v: impl Iterator<Item = u64>) {
+    let mut prev: Option<u64> = None;
+    for (i, x) in v.enumerate() {
+        if let Some(p) = prev {
+            assert!(x >= p, "{what} decreases at {i}: {p} -> {x}");
+        }
+        prev = Some(x);
+    }
+}
+
+/// Open findings the checks tolerate when named in `tolerate` (the fuzz targets name them
+/// all, so that a campaign goes on finding new problems; the ignored tests in
+/// `datasets/tests/fuzz_regressions.rs` replay each strictly):
+///
+/// - `tsc-backwards`: an STS or MTC that puts the TSC below the value already reached
+///   (the last TSC-bearing packet's, or its extrapolation by cycles × guaranteed ratio /
+///   core-bus ratio) is taken as is, so `tsc` decreases in the `timing` and `branches`
+///   tables (`Clock::fact` in `decode/src/timing.rs`: the STS arm does not clamp at all;
+///   the MTC arm clamps to the last packet's TSC, not to `tsc_now()`). No hardware sends a
+///   backward STS, but a wrong core/bus ratio is enough for the MTC case. Tolerated: the
+///   `tsc` checks are skipped when an STS or MTC row of the timing table has a lower
+///   `tsc` than a row before it.
+/// - `lookahead-events`: PSB, STS (freq_change) and PIP (paging) events are emitted when
+///   the packet is read, which may be while a flow packet read ahead (a FUP.PGD) waits to
+///   be applied; the flow event then follows them with a smaller offset. Tolerated: the
+///   `events.offset` order is checked among flow events and among read-time events
+///   separately.
+/// - `stitch-timing`: with Cycle_Acc, interpolated `cycles` (and `tsc`) of rows just
+///   before a chunk boundary differ between the chunked and the sequential decode (the
+///   rows after the last anchor of a piece take its value instead of being interpolated
+///   towards the next piece's first anchor). Tolerated: [`stitch_diff`] compares the
+///   `branches` timing columns only when strict.
+pub const OPEN_FINDINGS: [&str; 3] = ["tsc-backwards", "lookahead-events", "stitch-timing"];
+
+/// The table contracts of `docs/contracts.md` that hold for any input: every column is as
+/// long as the table, the columns documented as never decreasing do not, rows and events
+/// lie inside the trace. `tolerate`: open findings not to fail on ([`OPEN_FINDINGS`]).
+pub fn check_contracts(d: &Decoded, trace_len: u64, tolerate: &[&str]) {
+    use tracemill_schemas::{EventKind, TimingKind};
+    let r = &d.rows;
+    let n = r.len();
+    assert_eq!(r.target.len(), n, "target column length");
+    assert_eq!(r.kind.len(), n, "kind column length");
+    assert_eq!(r.taken.len(), n, "taken column length");
+    assert_eq!(r.compressed.len(), n, "compressed column length");
+    assert_eq!(r.insns.len(), n, "insns column length");
+    assert_eq!(r.tsc.len(), n, "tsc column length");
+    assert_eq!(r.cycles.len(), n, "cycles column length");
+    assert_eq!(r.cr3.len(), n, "cr3 column length");
+    assert_eq!(r.offset.len(), n, "offset column length");
+    let t = &d.timing_rows;
+    let m = t.len();
+    let mut reached = None;
+    let mut tsc_backwards = false;
+    for i in 0..m {
+        if let Some(x) = t.tsc.get(i) {
+            let setter = t.kind[i] == TimingKind::Sts as u8 || t.kind[i] == TimingKind::Mtc as u8;
+            tsc_backwards |= setter && reached.is_some_and(|y| y > x);
+            reached = reached.max(Some(x));
+        }
+    }
+    let check_tsc = !(tolerate.contains(&"tsc-backwards") && tsc_backwards);
+    non_decreasing("branches.offset", r.offset.iter().copied());
+    if check_tsc {
+        non_decreasing("branches.tsc", (0..n).filter_map(|i| r.tsc.get(i)));
+    }
+    non_decreasing("branches.cycles", (0..n).filter_map(|i| r.cycles.get(i)));
+    if let Some(&o) = r.offset.last() {
+        assert!(o < trace_len, "row offset {o} past the trace ({trace_len})");
+    }
+    non_decreasing("events.seq", d.events.iter().map(|e| e.seq));
+    if tolerate.contains(&"lookahead-events") {
+        let read_time = |k: EventKind| {
+            matches!(
+                k,
+                EventKind::Psb | EventKind::FreqChange | EventKind::Paging
+            )
+        };
+        non_decreasing(
+            "events.offset (flow events)",
+            d.events
+                .iter()
+                .filter(|e| !read_time(e.kind))
+                .map(|e| e.offset),
+        );
+        non_decreasing(
+            "events.offset (PSB, STS, PIP events)",
+            d.events
+                .iter()
+                .filter(|e| read_time(e.kind))
+                .map(|e| e.offset),
+        );
+    } else {
+        non_decreasing("events.offset", d.events.iter().map(|e| e.offset));
+    }
+    for e in &d.events {
+        assert!(e.seq <= n as u64, "event seq {} past the rows ({n})", e.seq);
+        assert!(e.offset <= trace_len, "event offset past the trace");
+    }
+    non_decreasing("timing.offset", t.offset.iter().copied());
+    if check_tsc {
+        non_decreasing("timing.tsc", (0..m).filter_map(|i| t.tsc.get(i)));
+    }
+    non_decreasing("timing.cycles", (0..m).filter_map(|i| t.cycles.get(i)));
+}
+
+/// The flow walker over fixed real code images: arbitrary trace bytes behind a PSB,
+/// RTIT_CTL and bundle facts from the input's first bytes ([`Case`]). No panic, no hang,
+/// memory bounded by the trace, and the output keeps the table contracts.
+pub fn walk(data: &[u8]) {
+    let Some(case) = Case::parse(data) else {
+        return;
+    };
+    let d = case.decode(u64::MAX);
+    check_contracts(&d, case.trace.len() as u64, &OPEN_FINDINGS);
+}
+
+/// Differential: the stitched chunked decode against the sequential one. For any input,
+/// `decode_all` with one chunk and with chunks of 1, 64 and 4096 bytes (cut at PSBs) gives
+/// identical branches, events, timing and coverage. `tolerate`: open findings not to fail
+/// on ([`OPEN_FINDINGS`]).
+pub fn stitch_diff_with(data: &[u8], tolerate: &[&str]) {
+    let Some(case) = Case::parse(data) else {
+        return;
+    };
+    let seq = case.decode(u64::MAX);
+    check_contracts(&seq, case.trace.len() as u64, tolerate);
+    let flow_only = |d: &Decoded| {
+        let mut r = d.rows.clone();
+        if tolerate.contains(&"stitch-timing") {
+            r.tsc = Default::default();
+            r.cycles = Default::default();
+        }
+        r
+    };
+    let want = flow_only(&seq);
+    for chunk in [1, 64, 4096] {
+        let par = case.decode(chunk);
+        assert_eq!(
+            want,
+            flow_only(&par),
+            "branches differ at chunk size {chunk}"
+        );
+        assert_eq!(
+            seq.events, par.events,
+            "events differ at chunk size {chunk}"
+        );
+        assert_eq!(
+            seq.timing_rows, par.timing_rows,
+            "timing differs at chunk size {chunk}"
+        );
+        assert_eq!(
+            seq.coverage, par.coverage,
+            "coverage differs at chunk size {chunk}"
+        );
+    }
+}
+
+/// [`stitch_diff_with`], tolerating the open findings.
+pub fn stitch_diff(data: &[u8]) {
+    stitch_diff_with(data, &OPEN_FINDINGS);
+}
+
+// ---------------------------------------------------------------------------------------
+// bundle_toml
+
+/// `bundle.toml`: arbitrary text parsed as a `Manifest` the way `Manifest::load` does
+/// (`toml::from_str`). No panic; a manifest that parses serializes (`to_toml` must not hit
+/// its `expect`), reads back to the same text, and its facts turn into a trace
+/// configuration, timing configuration and stream view as `pipeline/src/bundle.rs` does.
+pub fn bundle_toml(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let _ = parse_u64(text);
+    let Ok(m) = toml::from_str::<Manifest>(text) else {
+        return;
+    };
+    let t1 = m.to_toml();
+    let m2: Manifest =
+        toml::from_str(&t1).unwrap_or_else(|e| panic!("{t1}\ndoes not read back: {e}"));
+    assert_eq!(m2.to_toml(), t1, "manifest text is not stable");
+    let cfg = TraceConfig::from_ctl(m.rtit_ctl);
+    let _ = cfg.reserved_bits();
+    let _ = TimingConfig::new(&cfg, m.guaranteed_ratio, m.ring_offset.is_none());
+    let _ = m.trace_path(std::path::Path::new("bundle"));
+    let trace = [0xC0u8, 0, 0, 0, 0, 0, 0, 0, 0, 0x55];
+    let stream = match m.ring_offset {
+        Some(r) => TraceStream::ring(&trace, r as usize),
+        None => TraceStream::linear(&trace),
+    };
+    // The ring offset applies to any trace; a PSB cut by the seam is no PSB.
+    let rotated = stream.to_vec(0, stream.len());
+    assert_eq!(find_psbs(&stream), find_psbs(&TraceStream::linear(&rotated)));
+}
+
+// ---------------------------------------------------------------------------------------
+// elf
+
+/// ELF loading: arbitrary bytes through `ImageSet::add_elf` (with and without a load base
+/// and CR3), then lookups and basic blocks built at the segment bounds and at addresses
+/// taken from the input. No panic, and what is built stays inside what was loaded.
+///
+/// object's ELF reader wants aligned headers, as a memory map is; libFuzzer hands over a
+/// fresh heap copy, which is.
+pub fn elf(file: &[u8]) {
+    let sel = file.first().copied().unwrap_or(0);
+    // The file's last 16 bytes, read as addresses.
+    let tail = &file[file.len().saturating_sub(16)..];
+    let word = |i: usize| -> u64 {
+        let mut w = [0u8; 8];
+        for (j, b) in tail.iter().skip(i * 8).take(8).enumerate() {
+            w[j] = *b;
+        }
+        u64::from_le_bytes(w)
+    };
+    for (base, cr3) in [
+        (None, None),
+        (Some(word(0)), Some(0x1000u64)),
+        (Some(0xffff_ffff_ffff_f000), None),
+    ] {
+        let mut set = ImageSet::new();
+        if set.add_elf("fuzz", file, base, cr3).is_err() {
+            continue;
+        }
+        if sel & 1 == 1 {
+            // A second, differently tagged copy: lookups with an unknown CR3 are ambiguous.
+            let _ = set.add_elf("fuzz2", file, base, Some(0x2000));
+        }
+        let segs: Vec<_> = set.segments().iter().map(|s| (s.start, s.end())).collect();
+        let mut cache = BlockCache::new();
+        let mut probes: Vec<u64> = Vec::new();
+        for &(s, e) in &segs {
+            probes.extend([s, e.wrapping_sub(1), e, s.wrapping_add(word(1) % 4096)]);
+        }
+        probes.push(word(1));
+        for a in probes {
+            for c in [None, cr3, Some(0x2000)] {
+                let b = build_block(&set, a, c);
+                assert_eq!(b.start, a);
+                assert!(b.lens.len() <= 4096, "block longer than the cap");
+                if b.end == BlockEnd::Branch {
+                    assert!(
+                        set.code_at(b.last_ip, c).is_ok(),
+                        "branch outside the image"
+                    );
+                }
+                let _ = set.image_of(a, c);
+                let i = cache.index(&set, a, c);
+                let _ = cache.block(i);
+            }
+        }
+    }
+}
