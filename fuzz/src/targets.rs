@@ -478,7 +478,10 @@ pub fn bundle_toml(data: &[u8]) {
     };
     // The ring offset applies to any trace; a PSB cut by the seam is no PSB.
     let rotated = stream.to_vec(0, stream.len());
-    assert_eq!(find_psbs(&stream), find_psbs(&TraceStream::linear(&rotated)));
+    assert_eq!(
+        find_psbs(&stream),
+        find_psbs(&TraceStream::linear(&rotated))
+    );
 }
 
 // ---------------------------------------------------------------------------------------
