@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use tracemill::bundle::Bundle;
 use tracemill_decode::coverage::Coverage;
+use tracemill_decode::stream::TraceStream;
 
 /// Blocks and edges of the truth's provable rows.
 fn truth_coverage(t: &Truth) -> Coverage {
@@ -86,22 +87,6 @@ fn row_insns(d: &tracemill_decode::chunk::Decoded) -> u64 {
     d.rows.insns.iter().map(|&n| n as u64).sum()
 }
 
-/// Decode `bytes` with the bundle's images and RTIT_CTL.
-fn decode_bytes(b: &Bundle, bytes: &[u8], chunk: u64) -> tracemill_decode::chunk::Decoded {
-    use tracemill_decode::chunk::{decode_all, Input};
-    let stream = tracemill_decode::stream::TraceStream::linear(bytes);
-    let psbs = tracemill_decode::sync::find_psbs(&stream);
-    let (images, _) = b.image_set();
-    let input = Input {
-        stream: &stream,
-        psbs: &psbs,
-        images: &images,
-        cfg: b.trace_config(),
-        timing: b.timing_config(),
-    };
-    decode_all(&input, chunk)
-}
-
 /// Coverage counts every instruction the walk proves: the blocks' instructions (partial
 /// blocks before an interrupt, a disable, an overflow or TraceSTOP included) add up to the
 /// decode's instruction count, on every sample and on damaged traces, at any chunk size.
@@ -129,14 +114,14 @@ fn coverage_adds_up_to_the_instruction_count() {
         }
         let cut = &bytes[..bytes.len() * 2 / 3];
         for (what, trace) in [("bit flips", &bad[..]), ("truncated", cut)] {
-            let seq = decode_bytes(&b, trace, u64::MAX);
+            let seq = common::decode_stream(&b, &TraceStream::linear(trace), u64::MAX);
             assert_eq!(
                 coverage_insns(&seq.coverage),
                 row_insns(&seq),
                 "{name} ({what})"
             );
             for chunk in [1, 4096] {
-                let d = decode_bytes(&b, trace, chunk);
+                let d = common::decode_stream(&b, &TraceStream::linear(trace), chunk);
                 assert_eq!(
                     coverage_insns(&d.coverage),
                     row_insns(&d),

@@ -12,6 +12,7 @@ use tracemill::bundle::Bundle;
 use tracemill_datasets::samples::TruthSummary;
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::rows::{BranchColumns, BranchRow, PartialBlock};
+use tracemill_decode::stream::TraceStream;
 use tracemill_decode::sync::find_psbs;
 use tracemill_schemas::BranchKind;
 
@@ -189,12 +190,17 @@ pub fn truth(dir: &Path) -> Truth {
 
 /// Decode a bundle in this thread with chunks of at least `chunk` bytes.
 pub fn decode(b: &Bundle, chunk: u64) -> Decoded {
-    let stream = b.stream();
-    let psbs = find_psbs(&stream);
-    let (images, problems) = b.image_set();
-    assert!(problems.is_empty(), "{problems:?}");
+    assert!(b.image_set().1.is_empty(), "{:?}", b.image_set().1);
+    decode_stream(b, &b.stream(), chunk)
+}
+
+/// Decode `stream` (the bundle's trace, or other bytes) with the bundle's images and
+/// RTIT_CTL, in this thread, with chunks of at least `chunk` bytes.
+pub fn decode_stream(b: &Bundle, stream: &TraceStream<'_>, chunk: u64) -> Decoded {
+    let psbs = find_psbs(stream);
+    let (images, _) = b.image_set();
     let input = Input {
-        stream: &stream,
+        stream,
         psbs: &psbs,
         images: &images,
         cfg: b.trace_config(),
