@@ -160,3 +160,19 @@ fn stitch_interpolated_cycles_match_sequential() {
 fn bundle_ring_offset_inside_the_probe_psb() {
     replay("bundle_toml", "ring-offset-cuts-psb");
 }
+
+/// `stitch_diff`, open (not tolerated by the target): a `jumptable`-image trace with PSBs
+/// at 0, 197, 764 and 882. Sequentially, the compressed RET decided at offset 851 (after
+/// the PSB at 764) is an error, "compressed RET at 0x453893, but the last call is
+/// unknown"; with chunks of 1 byte the same RET is resolved (a `ret` row to 0x4012b0,
+/// compressed, then a "direct branches loop back to 0x4012b0" error): 137 rows against
+/// 136, every later event's `seq` off by one. The stitch into the chunk at 764 converges
+/// with the body on cursor, IP and TNT queue, then gives the body's `FromChunkStart`
+/// LAST_CALL_NLIP the stitch's value (`chunk::stitch`), while the sequential walk reached
+/// that point with the last call unknown (after a gap): LAST_CALL_NLIP is not part of
+/// the convergence test. `decode/src/chunk.rs` / `flow.rs`.
+#[test]
+#[ignore = "fuzz finding stitch-last-call: chunked decode resolves a compressed RET the sequential decode cannot (decode/src/chunk.rs, stitch convergence)"]
+fn stitch_compressed_ret_after_gap_matches_sequential() {
+    replay("stitch_diff", "compressed-ret-last-call");
+}
