@@ -70,6 +70,13 @@ pub struct Recipe {
     pub layout: Layout,
 }
 
+/// Overflows of the gap samples: every 10k–30k steps, lasting tens of MTC periods.
+const LONG_OVERFLOWS: OverflowPlan = OverflowPlan {
+    every_steps: (10_000, 30_000),
+    duration_steps: (500, 1_500),
+    e5: 0.5,
+};
+
 fn ctl_user(extra: u64) -> u64 {
     ctl::TRACE_EN | ctl::TRACE_ACTIVE | ctl::DEST | ctl::USER | extra
 }
@@ -291,11 +298,7 @@ pub fn recipes() -> Vec<Recipe> {
             options: ModelOptions {
                 ctl: ctl_user(ctl::CMPRS_RET | ctl::MTC_EN | ctl::STS_EN),
                 seed: 19,
-                overflow: Some(OverflowPlan {
-                    every_steps: (10_000, 30_000),
-                    duration_steps: (500, 1_500),
-                    e5: 0.5,
-                }),
+                overflow: Some(LONG_OVERFLOWS),
                 ..d.clone()
             },
             kernel: false,
@@ -314,11 +317,7 @@ pub fn recipes() -> Vec<Recipe> {
             options: ModelOptions {
                 ctl: ctl_user(ctl::CMPRS_RET | ctl::CYCLE_ACC | ctl::MTC_EN | ctl::STS_EN),
                 seed: 20,
-                overflow: Some(OverflowPlan {
-                    every_steps: (10_000, 30_000),
-                    duration_steps: (500, 1_500),
-                    e5: 0.5,
-                }),
+                overflow: Some(LONG_OVERFLOWS),
                 ..d.clone()
             },
             kernel: false,
