@@ -98,6 +98,11 @@ pub struct Clock {
     pub ratio: Option<u8>,
     /// The next MTC is the first after an enable (E7).
     skip_mtc: bool,
+    /// The largest TSC reported so far. The clock itself follows the packets (so an
+    /// extrapolation that ran ahead does not drift on), but what it reports never goes
+    /// back: a damaged STS, or an MTC below the cycle-extrapolated TSC, holds the reported
+    /// value until the clock passes it again.
+    shown: u64,
 }
 
 impl Clock {
@@ -110,6 +115,7 @@ impl Clock {
             anchor_pending: false,
             ratio: None,
             skip_mtc: c.starts_at_enable,
+            shown: 0,
         }
     }
 
@@ -172,7 +178,10 @@ impl Clock {
             kind: f.kind,
             raw: f.raw,
             value,
-            tsc: self.tsc_now(),
+            tsc: self.tsc_now().map(|t| {
+                self.shown = self.shown.max(t);
+                self.shown
+            }),
             cycles: self.c.cycle_acc.then_some(self.cycles),
             core_bus_ratio: self.ratio,
         }
@@ -1003,6 +1012,35 @@ mod tests {
                                                     // 10 core cycles at ratio 10 are 20 TSC ticks at guaranteed ratio 20.
         assert_eq!(c.cycles, 15);
         assert_eq!(c.tsc_now(), Some(1020));
+    }
+
+    /// The `timing` table's `tsc` never decreases (docs/contracts.md), whatever the
+    /// packets say: a damaged STS below the clock, or an MTC below the TSC extrapolated
+    /// from cycles, hold the reported value; the clock itself follows the packets, so it
+    /// does not drift ahead of them afterwards. (Fuzz finding `tsc-backwards`.)
+    #[test]
+    fn reported_tsc_never_decreases_but_the_clock_follows_the_packets() {
+        let mut c = Clock::new(cfg(false));
+        let a = c.fact(&fact(0, TimingKind::Sts, 5000, Some(10))).tsc;
+        let b = c.fact(&fact(1, TimingKind::Sts, 3000, Some(10))).tsc;
+        assert_eq!((a, b), (Some(5000), Some(5000)), "a backward STS holds");
+        assert_eq!(c.tsc_now(), Some(3000), "the clock takes the packet");
+        let d = c.fact(&fact(2, TimingKind::Sts, 6000, Some(10))).tsc;
+        assert_eq!(d, Some(6000), "and reports again once past the hold");
+
+        // Cycle-accurate: 100 cycles at ratio 10 extrapolate 200 ticks past 0x1000_0010;
+        // an MTC for bits 0x01 (0x1000_0080) is below that.
+        let mut c = Clock::new(TimingConfig {
+            starts_at_enable: false,
+            ..cfg(true)
+        });
+        c.fact(&fact(0, TimingKind::Sts, 0x1000_0010, Some(10)));
+        c.fact(&fact(1, TimingKind::Cyc, 0, None));
+        let before = c.fact(&fact(2, TimingKind::Cyc, 99, None)).tsc.unwrap();
+        assert_eq!(before, 0x1000_0010 + 200);
+        let at = c.fact(&fact(3, TimingKind::Mtc, 0x01, None)).tsc.unwrap();
+        assert_eq!(at, before, "held, not moved back to 0x1000_0080");
+        assert_eq!(c.tsc_now(), Some(0x1000_0080), "the clock takes the MTC");
     }
 
     /// A non-cycle-accurate trace: an STS, rows and MTCs, an `event` after row 5, more

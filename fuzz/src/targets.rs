@@ -299,14 +299,6 @@ fn non_decreasing(what: &str, v: impl Iterator<Item = u64>) {
 /// all, so that a campaign goes on finding new problems; the ignored tests in
 /// `datasets/tests/fuzz_regressions.rs` replay each strictly):
 ///
-/// - `tsc-backwards`: an STS or MTC that puts the TSC below the value already reached
-///   (the last TSC-bearing packet's, or its extrapolation by cycles × guaranteed ratio /
-///   core-bus ratio) is taken as is, so `tsc` decreases in the `timing` and `branches`
-///   tables (`Clock::fact` in `decode/src/timing.rs`: the STS arm does not clamp at all;
-///   the MTC arm clamps to the last packet's TSC, not to `tsc_now()`). No hardware sends a
-///   backward STS, but a wrong core/bus ratio is enough for the MTC case. Tolerated: the
-///   `tsc` checks are skipped when an STS or MTC row of the timing table has a lower
-///   `tsc` than a row before it.
 /// - `lookahead-events`: PSB, STS (freq_change) and PIP (paging) events are emitted when
 ///   the packet is read, which may be while a flow packet read ahead (a FUP.PGD) waits to
 ///   be applied; the flow event then follows them with a smaller offset. Tolerated: the
@@ -317,13 +309,13 @@ fn non_decreasing(what: &str, v: impl Iterator<Item = u64>) {
 ///   rows after the last anchor of a piece take its value instead of being interpolated
 ///   towards the next piece's first anchor). Tolerated: [`stitch_diff`] compares the
 ///   `branches` timing columns only when strict.
-pub const OPEN_FINDINGS: [&str; 3] = ["tsc-backwards", "lookahead-events", "stitch-timing"];
+pub const OPEN_FINDINGS: [&str; 2] = ["lookahead-events", "stitch-timing"];
 
 /// The table contracts of `docs/contracts.md` that hold for any input: every column is as
 /// long as the table, the columns documented as never decreasing do not, rows and events
 /// lie inside the trace. `tolerate`: open findings not to fail on ([`OPEN_FINDINGS`]).
 pub fn check_contracts(d: &Decoded, trace_len: u64, tolerate: &[&str]) {
-    use tracemill_schemas::{EventKind, TimingKind};
+    use tracemill_schemas::EventKind;
     let r = &d.rows;
     let n = r.len();
     assert_eq!(r.target.len(), n, "target column length");
@@ -337,20 +329,8 @@ pub fn check_contracts(d: &Decoded, trace_len: u64, tolerate: &[&str]) {
     assert_eq!(r.offset.len(), n, "offset column length");
     let t = &d.timing_rows;
     let m = t.len();
-    let mut reached = None;
-    let mut tsc_backwards = false;
-    for i in 0..m {
-        if let Some(x) = t.tsc.get(i) {
-            let setter = t.kind[i] == TimingKind::Sts as u8 || t.kind[i] == TimingKind::Mtc as u8;
-            tsc_backwards |= setter && reached.is_some_and(|y| y > x);
-            reached = reached.max(Some(x));
-        }
-    }
-    let check_tsc = !(tolerate.contains(&"tsc-backwards") && tsc_backwards);
     non_decreasing("branches.offset", r.offset.iter().copied());
-    if check_tsc {
-        non_decreasing("branches.tsc", (0..n).filter_map(|i| r.tsc.get(i)));
-    }
+    non_decreasing("branches.tsc", (0..n).filter_map(|i| r.tsc.get(i)));
     non_decreasing("branches.cycles", (0..n).filter_map(|i| r.cycles.get(i)));
     if let Some(&o) = r.offset.last() {
         assert!(o < trace_len, "row offset {o} past the trace ({trace_len})");
@@ -385,9 +365,7 @@ pub fn check_contracts(d: &Decoded, trace_len: u64, tolerate: &[&str]) {
         assert!(e.offset <= trace_len, "event offset past the trace");
     }
     non_decreasing("timing.offset", t.offset.iter().copied());
-    if check_tsc {
-        non_decreasing("timing.tsc", (0..m).filter_map(|i| t.tsc.get(i)));
-    }
+    non_decreasing("timing.tsc", (0..m).filter_map(|i| t.tsc.get(i)));
     non_decreasing("timing.cycles", (0..m).filter_map(|i| t.cycles.get(i)));
 }
 
