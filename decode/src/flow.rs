@@ -400,6 +400,11 @@ pub struct Walker<'a, 'c, S: RowSink> {
     /// Reading the packet after a FUP.FAR / FUP.PGD: a further FUP is left unread
     /// (look-ahead never nests, so a run of FUPs cannot exhaust the stack).
     looking_ahead: bool,
+    /// Events of packets read during that look-ahead (PSB, STS, PIP). They follow the
+    /// FUP in the stream, but the FUP's own event, and the rows walked up to its IP,
+    /// come out only once the FUP is applied: these wait until then, so that `events`
+    /// stays in stream order and their `seq` counts those rows.
+    deferred: Vec<EventRow>,
 }
 
 impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
@@ -437,6 +442,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             spin: LoopGuard::default(),
             stuck: false,
             looking_ahead: false,
+            deferred: Vec::new(),
         }
     }
 
@@ -466,6 +472,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 _ => self.idle(),
             };
             if let Some(stop) = r {
+                self.flush_deferred(u64::MAX);
                 if stop == Stop::End && self.role == Role::Sequential {
                     // End of the trace: rows after the last decided one are unproven.
                     self.drop_tail();
@@ -478,14 +485,35 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     // ----- output -------------------------------------------------------------------
 
     fn event(&mut self, offset: u64, kind: EventKind, ip: Option<u64>, detail: String) {
-        self.events.push(EventRow {
+        let e = EventRow {
             seq: self.rows.len() as u64,
             offset,
             kind,
             ip,
             tsc: None,
             detail,
-        });
+        };
+        if self.looking_ahead {
+            self.deferred.push(e);
+        } else {
+            self.flush_deferred(offset);
+            self.events.push(e);
+        }
+    }
+
+    /// Emit the deferred look-ahead events that precede stream offset `before`, counting
+    /// the rows walked since they were read.
+    #[inline]
+    fn flush_deferred(&mut self, before: u64) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let seq = self.rows.len() as u64;
+        let k = self.deferred.partition_point(|e| e.offset < before);
+        for mut e in self.deferred.drain(..k) {
+            e.seq = seq;
+            self.events.push(e);
+        }
     }
 
     #[inline]
@@ -578,7 +606,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         if self.rows.len() > self.tail_start {
             self.rows.truncate(self.tail_start);
             let n = self.tail_start as u64;
-            for e in &mut self.events {
+            for e in self.events.iter_mut().chain(&mut self.deferred) {
                 e.seq = e.seq.min(n);
             }
             for t in &mut self.timing {
@@ -594,9 +622,10 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         self.st.mode = Mode::Unsynced;
         self.st.tnt.clear();
         self.forget_open();
-        if self.st.last_call != LastCall::FromChunkStart {
-            self.st.last_call = LastCall::AfterGap;
-        }
+        // Whatever it was, even unknown at a chunk's start: after a gap the sequential
+        // decode has lost it too, and a stitch that converged before the gap must not
+        // hand its own value on past it (fuzz finding stitch-last-call).
+        self.st.last_call = LastCall::AfterGap;
     }
 
     /// Tracing resumes at `ip`, decided by the packet at `off`.
@@ -612,6 +641,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             self.started = true;
             self.rows.truncate(0);
             self.events.clear();
+            self.deferred.clear();
             self.timing.clear();
             self.tail_start = 0;
             self.forget_open();
@@ -626,6 +656,10 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
 
     /// Next flow item; timing packets, PSB and PIP on the way are taken in order.
     fn next_item(&mut self) -> Item {
+        if !self.looking_ahead {
+            // The FUP whose look-ahead read them has been applied.
+            self.flush_deferred(u64::MAX);
+        }
         if let Some(it) = self.pending.take() {
             return it;
         }
@@ -733,6 +767,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             want_cyc,
             st: self.st,
             events: self.events.len(),
+            deferred: self.deferred.len(),
             timing: self.timing.len(),
         }
     }
@@ -765,6 +800,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     /// Go back to `before`: the packets read since are read again by whoever reads on.
     fn undo(&mut self, before: &Snapshot) {
         self.events.truncate(before.events);
+        self.deferred.truncate(before.deferred);
         self.timing.truncate(before.timing);
         self.st = before.st;
         self.reader.seek(before.pos, before.want_cyc);
@@ -1438,6 +1474,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     fn restart(&mut self) {
         self.rows.truncate(0);
         self.events.clear();
+        self.deferred.clear();
         self.timing.clear();
         self.tail_start = 0;
         self.started = false;
@@ -1454,5 +1491,6 @@ struct Snapshot {
     want_cyc: bool,
     st: FlowState,
     events: usize,
+    deferred: usize,
     timing: usize,
 }

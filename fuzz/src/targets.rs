@@ -299,23 +299,17 @@ fn non_decreasing(what: &str, v: impl Iterator<Item = u64>) {
 /// all, so that a campaign goes on finding new problems; the ignored tests in
 /// `datasets/tests/fuzz_regressions.rs` replay each strictly):
 ///
-/// - `lookahead-events`: PSB, STS (freq_change) and PIP (paging) events are emitted when
-///   the packet is read, which may be while a flow packet read ahead (a FUP.PGD) waits to
-///   be applied; the flow event then follows them with a smaller offset. Tolerated: the
-///   `events.offset` order is checked among flow events and among read-time events
-///   separately.
 /// - `stitch-timing`: with Cycle_Acc, interpolated `cycles` (and `tsc`) of rows just
 ///   before a chunk boundary differ between the chunked and the sequential decode (the
 ///   rows after the last anchor of a piece take its value instead of being interpolated
 ///   towards the next piece's first anchor). Tolerated: [`stitch_diff`] compares the
 ///   `branches` timing columns only when strict.
-pub const OPEN_FINDINGS: [&str; 2] = ["lookahead-events", "stitch-timing"];
+pub const OPEN_FINDINGS: [&str; 1] = ["stitch-timing"];
 
 /// The table contracts of `docs/contracts.md` that hold for any input: every column is as
 /// long as the table, the columns documented as never decreasing do not, rows and events
-/// lie inside the trace. `tolerate`: open findings not to fail on ([`OPEN_FINDINGS`]).
-pub fn check_contracts(d: &Decoded, trace_len: u64, tolerate: &[&str]) {
-    use tracemill_schemas::EventKind;
+/// lie inside the trace.
+pub fn check_contracts(d: &Decoded, trace_len: u64) {
     let r = &d.rows;
     let n = r.len();
     assert_eq!(r.target.len(), n, "target column length");
@@ -336,30 +330,7 @@ pub fn check_contracts(d: &Decoded, trace_len: u64, tolerate: &[&str]) {
         assert!(o < trace_len, "row offset {o} past the trace ({trace_len})");
     }
     non_decreasing("events.seq", d.events.iter().map(|e| e.seq));
-    if tolerate.contains(&"lookahead-events") {
-        let read_time = |k: EventKind| {
-            matches!(
-                k,
-                EventKind::Psb | EventKind::FreqChange | EventKind::Paging
-            )
-        };
-        non_decreasing(
-            "events.offset (flow events)",
-            d.events
-                .iter()
-                .filter(|e| !read_time(e.kind))
-                .map(|e| e.offset),
-        );
-        non_decreasing(
-            "events.offset (PSB, STS, PIP events)",
-            d.events
-                .iter()
-                .filter(|e| read_time(e.kind))
-                .map(|e| e.offset),
-        );
-    } else {
-        non_decreasing("events.offset", d.events.iter().map(|e| e.offset));
-    }
+    non_decreasing("events.offset", d.events.iter().map(|e| e.offset));
     for e in &d.events {
         assert!(e.seq <= n as u64, "event seq {} past the rows ({n})", e.seq);
         assert!(e.offset <= trace_len, "event offset past the trace");
@@ -377,7 +348,7 @@ pub fn walk(data: &[u8]) {
         return;
     };
     let d = case.decode(u64::MAX);
-    check_contracts(&d, case.trace.len() as u64, &OPEN_FINDINGS);
+    check_contracts(&d, case.trace.len() as u64);
 }
 
 /// Differential: the stitched chunked decode against the sequential one. For any input,
@@ -389,7 +360,7 @@ pub fn stitch_diff_with(data: &[u8], tolerate: &[&str]) {
         return;
     };
     let seq = case.decode(u64::MAX);
-    check_contracts(&seq, case.trace.len() as u64, tolerate);
+    check_contracts(&seq, case.trace.len() as u64);
     let flow_only = |d: &Decoded| {
         let mut r = d.rows.clone();
         if tolerate.contains(&"stitch-timing") {
