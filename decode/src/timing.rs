@@ -244,6 +244,22 @@ impl Mark {
     fn is_cyc(&self) -> bool {
         matches!(self, Mark::Fact(f) if f.kind == TimingKind::Cyc)
     }
+    /// A packet's CYC comes before these: a CYC after one of them belongs to something
+    /// else (the time tracing resumed, a later FUP), never to a packet before it. (An
+    /// overflow's CYC is the 4.2.5 rule's business, `overflow_rule`.)
+    fn ends_cyc_search(&self) -> bool {
+        matches!(
+            self,
+            Mark::Event(
+                _,
+                EventKind::Error
+                    | EventKind::TraceStop
+                    | EventKind::Disable
+                    | EventKind::Enable
+                    | EventKind::Resync
+            )
+        )
+    }
 }
 
 /// The timing packets and time-relevant events of a piece, merged in stream order.
@@ -348,9 +364,7 @@ impl Timeline {
             let p = self.queue.pop_front().expect("two pieces queued");
             // The next piece's marks: a FUP.BuffOvf there can undo an exact row here (4.2.5).
             let next_marks = marks_of(&self.queue[0]);
-            let next = std::mem::take(&mut self.queue[0].timing);
-            out.extend(self.process(p, &next, &next_marks, false));
-            self.queue[0].timing = next;
+            out.extend(self.process(p, &next_marks, false));
         }
         out
     }
@@ -360,19 +374,18 @@ impl Timeline {
         let mut out = Vec::new();
         while let Some(p) = self.queue.pop_front() {
             let last = self.queue.is_empty();
-            out.extend(self.process(p, &[], &[], last));
+            out.extend(self.process(p, &[], last));
         }
         self.flush();
         out.extend(self.release(true));
         out
     }
 
-    /// Time one piece; `next` are the timing packets of the piece after it; `last`: no
-    /// piece follows.
+    /// Time one piece; `next_marks` are the timing packets and events of the piece after
+    /// it; `last`: no piece follows.
     fn process(
         &mut self,
         p: Piece<BranchColumns>,
-        next: &[TimingFact],
         next_marks: &[Mark],
         last: bool,
     ) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
@@ -411,7 +424,7 @@ impl Timeline {
                         {
                             // Tracing stops here (or an interrupt is taken): the rows
                             // before end at the FUP's own CYC.
-                            self.anchor_at_cyc(&marks, mi, next, o, &mut p.rows, id);
+                            self.anchor_at_cyc(&marks, mi, next_marks, o, &mut p.rows, id);
                         }
                         if gap_starts(kind) {
                             self.cut(&mut group, &mut p.rows, id);
@@ -420,7 +433,7 @@ impl Timeline {
                             // Tracing resumes here: dated by the FUP's (TIP's) own CYC.
                             self.resume(&mut p.rows, id);
                             if self.c.cycle_acc {
-                                self.anchor_at_cyc(&marks, mi, next, o, &mut p.rows, id);
+                                self.anchor_at_cyc(&marks, mi, next_marks, o, &mut p.rows, id);
                             }
                         }
                     }
@@ -487,7 +500,7 @@ impl Timeline {
             }
             let x = self.insns;
             let exact_here = if self.c.cycle_acc && exact[i] {
-                self.exact_time(&marks, mi, next, next_marks, &p.rows, i)
+                self.exact_time(&marks, mi, next_marks, &p.rows, i)
             } else {
                 None
             };
@@ -525,12 +538,12 @@ impl Timeline {
         &mut self,
         marks: &[Mark],
         mi: usize,
-        next: &[TimingFact],
+        next_marks: &[Mark],
         o: u64,
         rows: &mut BranchColumns,
         id: u64,
     ) {
-        if let Some((c, t)) = self.time_after(marks, mi, next, o) {
+        if let Some((c, t)) = self.time_after(marks, mi, next_marks, o) {
             let x = self.insns;
             self.anchor(Col::Cycles, x, c, rows, id);
             if let Some(t) = t {
@@ -604,7 +617,6 @@ impl Timeline {
         &self,
         marks: &[Mark],
         mi: usize,
-        next: &[TimingFact],
         next_marks: &[Mark],
         rows: &BranchColumns,
         i: usize,
@@ -621,32 +633,41 @@ impl Timeline {
         if ovf {
             return None;
         }
-        self.time_after(marks, mi, next, o)
+        self.time_after(marks, mi, next_marks, o)
     }
 
     /// (cycles, tsc) at the first CYC after stream offset `o`: the clock run on to it.
+    /// None when a gap or another enable/disable comes first (the packet's own CYC was
+    /// lost, say to damage: the next CYC dates something after the gap).
     fn time_after(
         &self,
         marks: &[Mark],
         mi: usize,
-        next: &[TimingFact],
+        next_marks: &[Mark],
         o: u64,
     ) -> Option<(u64, Option<u64>)> {
         let from = first_after(marks, mi, o);
         let mut clk = self.clock.clone();
         let mut tsc = None;
-        match marks[from..].iter().position(Mark::is_cyc) {
+        let found = |m: &Mark| m.is_cyc() || m.ends_cyc_search();
+        match marks[from..].iter().position(found) {
             Some(k) => {
+                if !marks[from + k].is_cyc() {
+                    return None;
+                }
                 for f in facts(&marks[mi..=from + k]) {
                     tsc = clk.fact(&f).tsc;
                 }
             }
             None => {
                 // Read by the next piece.
-                let k = next
+                let k = next_marks
                     .iter()
-                    .position(|f| f.kind == TimingKind::Cyc && f.offset > o)?;
-                for f in facts(&marks[mi..]).chain(next[..=k].iter().copied()) {
+                    .position(|m| m.offset() > o && found(m))?;
+                if !next_marks[k].is_cyc() {
+                    return None;
+                }
+                for f in facts(&marks[mi..]).chain(facts(&next_marks[..=k])) {
                     tsc = clk.fact(&f).tsc;
                 }
             }

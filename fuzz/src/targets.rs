@@ -295,17 +295,6 @@ fn non_decreasing(what: &str, v: impl Iterator<Item = u64>) {
     }
 }
 
-/// Open findings the checks tolerate when named in `tolerate` (the fuzz targets name them
-/// all, so that a campaign goes on finding new problems; the ignored tests in
-/// `datasets/tests/fuzz_regressions.rs` replay each strictly):
-///
-/// - `stitch-timing`: with Cycle_Acc, interpolated `cycles` (and `tsc`) of rows just
-///   before a chunk boundary differ between the chunked and the sequential decode (the
-///   rows after the last anchor of a piece take its value instead of being interpolated
-///   towards the next piece's first anchor). Tolerated: [`stitch_diff`] compares the
-///   `branches` timing columns only when strict.
-pub const OPEN_FINDINGS: [&str; 1] = ["stitch-timing"];
-
 /// The table contracts of `docs/contracts.md` that hold for any input: every column is as
 /// long as the table, the columns documented as never decreasing do not, rows and events
 /// lie inside the trace.
@@ -353,30 +342,16 @@ pub fn walk(data: &[u8]) {
 
 /// Differential: the stitched chunked decode against the sequential one. For any input,
 /// `decode_all` with one chunk and with chunks of 1, 64 and 4096 bytes (cut at PSBs) gives
-/// identical branches, events, timing and coverage. `tolerate`: open findings not to fail
-/// on ([`OPEN_FINDINGS`]).
-pub fn stitch_diff_with(data: &[u8], tolerate: &[&str]) {
+/// identical branches (timing columns included), events, timing and coverage.
+pub fn stitch_diff(data: &[u8]) {
     let Some(case) = Case::parse(data) else {
         return;
     };
     let seq = case.decode(u64::MAX);
     check_contracts(&seq, case.trace.len() as u64);
-    let flow_only = |d: &Decoded| {
-        let mut r = d.rows.clone();
-        if tolerate.contains(&"stitch-timing") {
-            r.tsc = Default::default();
-            r.cycles = Default::default();
-        }
-        r
-    };
-    let want = flow_only(&seq);
     for chunk in [1, 64, 4096] {
         let par = case.decode(chunk);
-        assert_eq!(
-            want,
-            flow_only(&par),
-            "branches differ at chunk size {chunk}"
-        );
+        assert_eq!(seq.rows, par.rows, "branches differ at chunk size {chunk}");
         assert_eq!(
             seq.events, par.events,
             "events differ at chunk size {chunk}"
@@ -390,11 +365,6 @@ pub fn stitch_diff_with(data: &[u8], tolerate: &[&str]) {
             "coverage differs at chunk size {chunk}"
         );
     }
-}
-
-/// [`stitch_diff_with`], tolerating the open findings.
-pub fn stitch_diff(data: &[u8]) {
-    stitch_diff_with(data, &OPEN_FINDINGS);
 }
 
 // ---------------------------------------------------------------------------------------
