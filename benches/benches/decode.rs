@@ -34,7 +34,7 @@ use tracemill_decode::coverage::Coverage;
 use tracemill_decode::flow::{CountSink, RowSink};
 use tracemill_decode::packet::PacketReader;
 use tracemill_decode::rows::{BranchColumns, BranchRow};
-use tracemill_decode::sync::find_psbs;
+use tracemill_decode::sync::next_psb;
 use tracemill_decode::timing::Timeline;
 
 /// Branch columns without the coverage aggregation.
@@ -96,21 +96,20 @@ fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
     let (dir, summary) = bundle(tag, ctl);
     let b = Bundle::open(&dir, None, &[]).expect("opening the bench bundle");
     let stream = b.stream();
-    let psbs = find_psbs(&stream);
+    let first_psb = next_psb(&stream, 0).expect("a PSB");
     let (images, _) = b.image_set();
     let cfg = b.trace_config();
     let input = Input {
         stream: &stream,
-        psbs: &psbs,
         images: &images,
         cfg,
         timing: b.timing_config(),
     };
-    let whole = plan_chunks(&psbs, stream.len(), u64::MAX)[0];
+    let whole = plan_chunks(&stream, u64::MAX)[0];
     let packets_expected: u64 = summary.packets_by_type.values().sum();
 
     let count_packets = || {
-        let mut r = PacketReader::new(&stream, psbs[0], stream.len(), &psbs, cfg.cycle_acc);
+        let mut r = PacketReader::new(&stream, first_psb, stream.len(), cfg.cycle_acc);
         let mut n = 0u64;
         while let Some(p) = r.next_packet() {
             n += u64::from(p.is_ok());

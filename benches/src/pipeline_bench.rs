@@ -25,7 +25,6 @@ use tracemill::run::{self, Tables};
 use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_body, plan_chunks, Body, Input};
 use tracemill_decode::flow::CountSink;
-use tracemill_decode::sync::find_psbs;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -39,20 +38,14 @@ struct Counts {
 
 fn count_mode(b: &Bundle, jobs: usize) -> Result<(f64, Counts)> {
     let stream = b.stream();
-    let psbs = find_psbs(&stream);
     let (images, _) = b.image_set();
     let input = Input {
         stream: &stream,
-        psbs: &psbs,
         images: &images,
         cfg: b.trace_config(),
         timing: b.timing_config(),
     };
-    let chunks = plan_chunks(
-        &psbs,
-        stream.len(),
-        run::default_chunk_bytes(stream.len(), jobs),
-    );
+    let chunks = plan_chunks(&stream, run::default_chunk_bytes(stream.len(), jobs));
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
     let caches: Vec<Mutex<BlockCache>> = (0..jobs).map(|_| Mutex::default()).collect();
     let t = Instant::now();

@@ -8,7 +8,6 @@ use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::packet::{FupKind, Packet, Tnt};
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::sync::find_psbs;
 use tracemill_decode::timing::TimingConfig;
 use tracemill_decode::TraceConfig;
 use tracemill_schemas::EventKind;
@@ -18,11 +17,9 @@ const CTL: u64 = 0x9;
 
 fn decode(images: &ImageSet<'_>, bytes: &[u8], chunk: u64) -> Decoded {
     let stream = TraceStream::linear(bytes);
-    let psbs = find_psbs(&stream);
     let cfg = TraceConfig::from_ctl(CTL);
     let input = Input {
         stream: &stream,
-        psbs: &psbs,
         images,
         cfg,
         timing: TimingConfig::new(&cfg, None, true),

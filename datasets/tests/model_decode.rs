@@ -9,7 +9,6 @@ use tracemill_decode::config::{ctl, TraceConfig};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::BranchColumns;
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::sync::find_psbs;
 
 /// Debian's busybox-static, as committed with the samples.
 fn busybox() -> Vec<u8> {
@@ -29,10 +28,8 @@ fn decode(elf: &[u8], bytes: &[u8], ctl: u64, chunk: u64) -> Decoded {
     let mut images = ImageSet::new();
     images.add_elf("busybox", elf, None, None).unwrap();
     let stream = TraceStream::linear(bytes);
-    let psbs = find_psbs(&stream);
     let input = Input {
         stream: &stream,
-        psbs: &psbs,
         images: &images,
         cfg: TraceConfig::from_ctl(ctl),
         timing: tracemill_decode::timing::TimingConfig::new(

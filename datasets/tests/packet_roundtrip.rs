@@ -69,8 +69,7 @@ fn sequence(packets: &[Packet], cycles: &[u32], cycle_acc: bool) -> Vec<Packet> 
 
 fn parse_all(bytes: &[u8], cycle_acc: bool) -> Vec<Packet> {
     let s = TraceStream::linear(bytes);
-    let psbs = find_psbs(&s);
-    PacketReader::new(&s, 0, s.len(), &psbs, cycle_acc)
+    PacketReader::new(&s, 0, s.len(), cycle_acc)
         .map(|r| r.expect("encoder output parses").packet)
         .collect()
 }
@@ -117,7 +116,7 @@ proptest! {
         let psbs = find_psbs(&s);
         let start = psbs.first().copied().unwrap_or(0);
         let mut last_end = start;
-        for r in PacketReader::new(&s, start, s.len(), &psbs, cycle_acc) {
+        for r in PacketReader::new(&s, start, s.len(), cycle_acc) {
             match r {
                 Ok(p) => {
                     prop_assert!(p.offset >= last_end);
@@ -165,8 +164,7 @@ fn truncated_packet_at_end_of_file_is_an_error_with_offset() {
     ]);
     b.truncate(b.len() - 2);
     let s = TraceStream::linear(&b);
-    let psbs = find_psbs(&s);
-    let r: Vec<_> = PacketReader::new(&s, 0, s.len(), &psbs, false).collect();
+    let r: Vec<_> = PacketReader::new(&s, 0, s.len(), false).collect();
     assert_eq!(r.len(), 2);
     let e = r[1].unwrap_err();
     assert_eq!(e.offset, 9);
@@ -186,7 +184,7 @@ fn junk_then_psb_resyncs_and_reserved_headers_are_errors() {
     let s = TraceStream::linear(&b);
     let psbs = find_psbs(&s);
     assert_eq!(psbs, vec![3, 14]);
-    let r: Vec<_> = PacketReader::new(&s, psbs[0], s.len(), &psbs, false).collect();
+    let r: Vec<_> = PacketReader::new(&s, psbs[0], s.len(), false).collect();
     let kinds: Vec<String> = r
         .iter()
         .map(|x| match x {

@@ -22,6 +22,7 @@ pub use crate::piece::{Piece, PieceStats};
 use crate::rows::TimingColumns;
 use crate::rows::{BranchColumns, EventRow};
 use crate::stream::TraceStream;
+use crate::sync::next_psb;
 use crate::timing::{Timeline, TimingConfig};
 
 /// A range of the stream from one PSB to another (or the end).
@@ -32,38 +33,40 @@ pub struct Chunk {
     pub end: u64,
 }
 
-/// Cut the stream into chunks of at least `target` bytes, at PSBs. The bytes before the
-/// first PSB cannot be parsed (packet boundaries are unknown there) and belong to no
-/// chunk; with no PSB at all there is nothing to decode.
-pub fn plan_chunks(psbs: &[u64], len: u64, target: u64) -> Vec<Chunk> {
+/// Cut the stream into chunks of at least `target` bytes, at PSBs: each chunk ends at the
+/// first PSB `target` bytes or more past its start. The bytes before the first PSB cannot
+/// be parsed (packet boundaries are unknown there) and belong to no chunk; with no PSB at
+/// all there is nothing to decode. Only the bytes from each cut to the PSB after it are
+/// searched, not the whole trace.
+pub fn plan_chunks(stream: &TraceStream<'_>, target: u64) -> Vec<Chunk> {
+    let len = stream.len();
     let mut out = Vec::new();
-    let Some(&first) = psbs.first() else {
+    let Some(mut start) = next_psb(stream, 0) else {
         return out;
     };
-    let mut start = first;
-    for &p in &psbs[1..] {
-        if p - start >= target.max(1) {
-            out.push(Chunk {
-                index: out.len(),
-                start,
-                end: p,
-            });
-            start = p;
+    loop {
+        let cut = start.saturating_add(target.max(1));
+        let end = if cut < len {
+            next_psb(stream, cut)
+        } else {
+            None
+        };
+        out.push(Chunk {
+            index: out.len(),
+            start,
+            end: end.unwrap_or(len),
+        });
+        match end {
+            Some(p) => start = p,
+            None => return out,
         }
     }
-    out.push(Chunk {
-        index: out.len(),
-        start,
-        end: len,
-    });
-    out
 }
 
 /// Shared inputs of every piece of a decode.
 #[derive(Clone, Copy)]
 pub struct Input<'a> {
     pub stream: &'a TraceStream<'a>,
-    pub psbs: &'a [u64],
     pub images: &'a ImageSet<'a>,
     pub cfg: TraceConfig,
     /// How to turn timing packets into time (bundle facts beyond RTIT_CTL).
@@ -97,7 +100,6 @@ pub fn decode_body<S: RowSink + Default>(
         input.images,
         cache,
         input.stream,
-        input.psbs,
         input.cfg,
         chunk.end,
         st,
@@ -176,7 +178,6 @@ pub fn stitch<S: RowSink + Default>(
         input.images,
         cache,
         input.stream,
-        input.psbs,
         input.cfg,
         body.chunk.end,
         prev_exit,
@@ -378,7 +379,7 @@ pub fn fix_body(body: &mut Body<BranchColumns>, s: &Stitched<BranchColumns>) {
 /// Decode the whole trace one chunk after another on this thread, with chunks of at
 /// least `chunk_bytes` (`u64::MAX`: one chunk, a plain sequential decode).
 pub fn decode_all(input: &Input<'_>, chunk_bytes: u64) -> Decoded {
-    let chunks = plan_chunks(input.psbs, input.stream.len(), chunk_bytes);
+    let chunks = plan_chunks(input.stream, chunk_bytes);
     let mut cache = BlockCache::new();
     let mut out = Decoded::default();
     let mut st = Stitcher::new(input);

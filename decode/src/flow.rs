@@ -413,14 +413,13 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         images: &'a ImageSet<'a>,
         cache: &'c mut BlockCache,
         stream: &'a TraceStream<'a>,
-        psbs: &'a [u64],
         cfg: TraceConfig,
         end: u64,
         st: FlowState,
         role: Role,
         rows: S,
     ) -> Self {
-        let mut reader = PacketReader::new(stream, st.cursor, end, psbs, cfg.cycle_acc);
+        let mut reader = PacketReader::new(stream, st.cursor, end, cfg.cycle_acc);
         reader.seek(st.cursor, st.want_cyc);
         Walker {
             images,

@@ -12,14 +12,13 @@
 //! - [`rows`]: output columns.
 //!
 //! ```
-//! use tracemill_decode::{packet::Packet, stream::TraceStream, sync::find_psbs};
+//! use tracemill_decode::{packet::Packet, stream::TraceStream};
 //! use tracemill_decode::packet::PacketReader;
 //!
 //! // PSB, then a one-bit TNT (taken).
 //! let bytes = [0xC0, 0, 0, 0, 0, 0, 0, 0, 0, 0b11];
 //! let stream = TraceStream::linear(&bytes);
-//! let psbs = find_psbs(&stream);
-//! let packets: Vec<_> = PacketReader::new(&stream, 0, stream.len(), &psbs, false)
+//! let packets: Vec<_> = PacketReader::new(&stream, 0, stream.len(), false)
 //!     .map(|p| p.unwrap().packet)
 //!     .collect();
 //! assert_eq!(packets[0], Packet::Psb);

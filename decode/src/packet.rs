@@ -393,7 +393,7 @@ fn parse_cyc(b: &[u8]) -> Result<(Packet, u8), PacketErrorKind> {
 
 /// Reads packets from a stream range, one at a time, without copying the stream.
 ///
-/// PSB positions (found beforehand by [`crate::sync::find_psbs`]) are hard boundaries: a
+/// PSBs (found as the reader goes, [`crate::sync::next_psb`]) are hard boundaries: a
 /// packet that would run into a PSB is reported truncated, and after any error parsing
 /// resumes at the next PSB. This makes every reader over the same bytes agree, however
 /// the stream is cut into chunks.
@@ -401,30 +401,24 @@ pub struct PacketReader<'s> {
     stream: &'s TraceStream<'s>,
     pos: u64,
     end: u64,
-    psbs: &'s [u64],
-    psb_idx: usize,
+    /// The first PSB at or after `searched_from` (None: none up to the stream's end); it
+    /// answers for any position from `searched_from` up to it.
+    next_psb: Option<u64>,
+    searched_from: u64,
     cycle_acc: bool,
     want_cyc: bool,
 }
 
 impl<'s> PacketReader<'s> {
     /// Read packets starting at `start` (a packet boundary, normally a PSB) up to `end`
-    /// (exclusive: no packet starting at or after `end` is read). `psbs` is the sorted list
-    /// of every PSB offset in the stream.
-    pub fn new(
-        stream: &'s TraceStream<'s>,
-        start: u64,
-        end: u64,
-        psbs: &'s [u64],
-        cycle_acc: bool,
-    ) -> Self {
-        let psb_idx = psbs.partition_point(|&p| p < start);
+    /// (exclusive: no packet starting at or after `end` is read).
+    pub fn new(stream: &'s TraceStream<'s>, start: u64, end: u64, cycle_acc: bool) -> Self {
         PacketReader {
             stream,
             pos: start,
             end: end.min(stream.len()),
-            psbs,
-            psb_idx,
+            next_psb: None,
+            searched_from: u64::MAX,
             cycle_acc,
             want_cyc: false,
         }
@@ -446,7 +440,17 @@ impl<'s> PacketReader<'s> {
     pub fn seek(&mut self, pos: u64, want_cyc: bool) {
         self.pos = pos;
         self.want_cyc = want_cyc;
-        self.psb_idx = self.psbs.partition_point(|&p| p < pos);
+    }
+
+    /// The first PSB at or after `pos`. Searches only past what an earlier call proved, so
+    /// a reader moving forward scans each byte once.
+    #[inline]
+    fn psb_from(&mut self, pos: u64) -> Option<u64> {
+        if self.searched_from > pos || self.next_psb.is_some_and(|p| p < pos) {
+            self.next_psb = crate::sync::next_psb(self.stream, pos);
+            self.searched_from = pos;
+        }
+        self.next_psb
     }
 
     /// The range ends where the stream ends (not at a chunk boundary).
@@ -489,15 +493,11 @@ impl<'s> PacketReader<'s> {
             return None;
         }
         // The next PSB at or after pos bounds this packet.
-        while self.psb_idx < self.psbs.len() && self.psbs[self.psb_idx] < self.pos {
-            self.psb_idx += 1;
-        }
-        let next_psb = self.psbs.get(self.psb_idx).copied();
+        let next_psb = self.psb_from(self.pos);
         if next_psb == Some(self.pos) {
             // A PSB also ends any wait for a CYC.
             self.want_cyc = false;
             self.pos += 9;
-            self.psb_idx += 1;
             return Some(Ok(Parsed {
                 offset: self.pos - 9,
                 size: 9,

@@ -1,13 +1,55 @@
 //! Finding PSB packets: the only byte pattern that marks a packet boundary in an
 //! unaligned stream (4.2.1: header 0xC0 and eight 0x00, more zeros than any payload holds).
 
+use std::sync::OnceLock;
+
 use crate::packet::PSB_BYTES;
 use crate::stream::TraceStream;
+
+fn finder() -> &'static memchr::memmem::Finder<'static> {
+    static F: OnceLock<memchr::memmem::Finder<'static>> = OnceLock::new();
+    F.get_or_init(|| memchr::memmem::Finder::new(&PSB_BYTES))
+}
+
+/// The first PSB that starts at or after stream offset `from` (the same as the first of
+/// [`find_psbs`] at or after it). Costs a search up to that PSB only, so readers find PSBs
+/// as they go and no list of every PSB, which would grow with the trace (a damaged trace
+/// can be PSBs back to back), is ever held.
+pub fn next_psb(stream: &TraceStream<'_>, from: u64) -> Option<u64> {
+    let f = finder();
+    let n = PSB_BYTES.len();
+    let [(_, p0), (b1, p1)] = stream.parts();
+    if from < b1 {
+        let i = from as usize;
+        if let Some(k) = f.find(&p0[i..]) {
+            return Some(from + k as u64);
+        }
+        if !p1.is_empty() {
+            // A PSB may straddle the seam: it starts in the last n - 1 bytes of the first
+            // part (none starts wholly there: the search above would have found it).
+            let tail = p0.len().saturating_sub(n - 1).max(i);
+            let mut seam = [0u8; 2 * PSB_BYTES.len()];
+            let a = p0.len() - tail;
+            let b = p1.len().min(n - 1);
+            seam[..a].copy_from_slice(&p0[tail..]);
+            seam[a..a + b].copy_from_slice(&p1[..b]);
+            if let Some(k) = f.find(&seam[..a + b]) {
+                return Some((tail + k) as u64);
+            }
+        }
+    }
+    let start = from.max(b1);
+    let i = (start - b1) as usize;
+    if i >= p1.len() {
+        return None;
+    }
+    f.find(&p1[i..]).map(|k| start + k as u64)
+}
 
 /// Every PSB in the stream, as sorted stream offsets. memchr's `memmem` does the search, so
 /// this runs at memory speed; PSBs straddling a ring seam are found too.
 pub fn find_psbs(stream: &TraceStream<'_>) -> Vec<u64> {
-    let finder = memchr::memmem::Finder::new(&PSB_BYTES);
+    let finder = finder();
     let mut out = Vec::new();
     let [(b0, p0), (b1, p1)] = stream.parts();
     out.extend(finder.find_iter(p0).map(|i| b0 + i as u64));
@@ -23,41 +65,6 @@ pub fn find_psbs(stream: &TraceStream<'_>) -> Vec<u64> {
     }
     out.sort_unstable();
     out.dedup();
-    out
-}
-
-/// [`find_psbs`], reporting progress: `scanned(offset)` is called after the bytes before
-/// `offset` are searched, every `step` bytes or so, so that a caller reading a memory map
-/// can let those pages go (the search would otherwise make the whole trace resident).
-pub fn find_psbs_stepwise(
-    stream: &TraceStream<'_>,
-    step: usize,
-    mut scanned: impl FnMut(u64),
-) -> Vec<u64> {
-    let [(b0, p0), (_, p1)] = stream.parts();
-    if !p1.is_empty() {
-        // A ring dump: one buffer, small; no need to step.
-        let out = find_psbs(stream);
-        scanned(stream.len());
-        return out;
-    }
-    let finder = memchr::memmem::Finder::new(&PSB_BYTES);
-    let step = step.max(PSB_BYTES.len());
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < p0.len() {
-        let end = (at + step).min(p0.len());
-        // Look a PSB's length past the window, and keep hits that start inside it.
-        let look = (end + PSB_BYTES.len() - 1).min(p0.len());
-        out.extend(
-            finder
-                .find_iter(&p0[at..look])
-                .filter(|&i| at + i < end)
-                .map(|i| b0 + (at + i) as u64),
-        );
-        at = end;
-        scanned(b0 + at as u64);
-    }
     out
 }
 
@@ -81,25 +88,23 @@ mod tests {
         assert_eq!(find_psbs(&s), vec![2, 12]);
     }
 
+    /// `next_psb` from every offset agrees with the full list, in a linear stream and in
+    /// every rotation of it as a ring (PSBs across the seam included).
     #[test]
-    fn stepwise_search_finds_the_same_psbs_for_any_step() {
+    fn next_psb_from_any_offset_agrees_with_the_full_search() {
         let mut d = Vec::new();
-        for i in 0..40u8 {
-            d.extend(std::iter::repeat_n(i | 1, i as usize % 7));
+        for i in 0..12u8 {
+            d.extend(std::iter::repeat_n(i | 1, i as usize % 5));
             d.extend_from_slice(&PSB_BYTES);
         }
-        let s = TraceStream::linear(&d);
-        let all = find_psbs(&s);
-        assert_eq!(all.len(), 40);
-        for step in [1, 5, 9, 10, 17, 64, 1 << 20] {
-            let mut seen = Vec::new();
-            assert_eq!(
-                find_psbs_stepwise(&s, step, |o| seen.push(o)),
-                all,
-                "step {step}"
-            );
-            assert_eq!(seen.last().copied(), Some(d.len() as u64));
-            assert!(seen.windows(2).all(|w| w[0] < w[1]));
+        d.extend_from_slice(&[0xC0, 0, 0, 0]);
+        for r in 0..d.len() {
+            let s = TraceStream::ring(&d, r);
+            let all = find_psbs(&s);
+            for from in 0..=s.len() + 1 {
+                let want = all.iter().copied().find(|&p| p >= from);
+                assert_eq!(next_psb(&s, from), want, "ring offset {r}, from {from}");
+            }
         }
     }
 

@@ -661,9 +661,7 @@ impl Timeline {
             }
             None => {
                 // Read by the next piece.
-                let k = next_marks
-                    .iter()
-                    .position(|m| m.offset() > o && found(m))?;
+                let k = next_marks.iter().position(|m| m.offset() > o && found(m))?;
                 if !next_marks[k].is_cyc() {
                     return None;
                 }

@@ -13,7 +13,7 @@ use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::packet::{parse_one, Packet, PacketError, PacketReader, Parsed, PSB_BYTES};
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::sync::find_psbs;
+use tracemill_decode::sync::{find_psbs, next_psb};
 use tracemill_decode::timing::TimingConfig;
 use tracemill_decode::TraceConfig;
 
@@ -54,7 +54,7 @@ fn packets_from(data: &[u8], start: u64, cycle_acc: bool) {
     let psbs = find_psbs(&stream);
     let len = stream.len();
     let items = read_all(
-        &mut PacketReader::new(&stream, start, len, &psbs, cycle_acc),
+        &mut PacketReader::new(&stream, start, len, cycle_acc),
         false,
     );
 
@@ -114,23 +114,20 @@ fn packets_from(data: &[u8], start: u64, cycle_acc: bool) {
     assert_eq!(seen_psbs, expect, "every PSB is read as a PSB");
 
     // The TNT fast path reads the same packets.
-    let fast = read_all(
-        &mut PacketReader::new(&stream, start, len, &psbs, cycle_acc),
-        true,
-    );
+    let fast = read_all(&mut PacketReader::new(&stream, start, len, cycle_acc), true);
     assert_eq!(fast, items, "try_tnt disagrees with next_packet");
 
     // Cut the range at a packet boundary: a second reader resumed with the first's cursor
     // state (as a walker snapshot does) reads the same packets.
     if items.len() > 1 {
         let cut = items.len() / 2;
-        let mut r1 = PacketReader::new(&stream, start, len, &psbs, cycle_acc);
+        let mut r1 = PacketReader::new(&stream, start, len, cycle_acc);
         let mut got = Vec::new();
         for _ in 0..cut {
             got.push(r1.next_packet().expect("as many packets as before"));
         }
         let (at, wc) = (r1.pos(), r1.wants_cyc());
-        let mut r2 = PacketReader::new(&stream, start, len, &psbs, cycle_acc);
+        let mut r2 = PacketReader::new(&stream, start, len, cycle_acc);
         r2.seek(at, wc);
         got.extend(read_all(&mut r2, false));
         assert_eq!(
@@ -167,7 +164,8 @@ pub fn packets(data: &[u8]) {
 /// length); 2..4: where `window` is probed; the rest: the dump. A `TraceStream::ring` cut
 /// there must behave exactly like the rotated bytes laid out linearly (`to_vec`): same
 /// bytes through `byte` and `window`, same PSBs from `find_psbs` (including PSBs that
-/// straddle the seam), same packets from a `PacketReader`, with and without Cycle_Acc.
+/// straddle the seam), `next_psb` from the probe offset and from each PSB's neighbours
+/// agreeing with that list, same packets from a `PacketReader`, with and without Cycle_Acc.
 pub fn sync_ring(input: &[u8]) {
     if input.len() < 4 {
         return;
@@ -190,6 +188,12 @@ pub fn sync_ring(input: &[u8]) {
         find_psbs(&linear),
         "PSBs of the ring and of its rotated copy"
     );
+    let froms = psbs.iter().flat_map(|&p| [p.saturating_sub(1), p, p + 1]);
+    for from in froms.chain([0, probe, len]) {
+        let want = psbs.iter().copied().find(|&q| q >= from);
+        assert_eq!(next_psb(&ring, from), want, "next_psb(ring, {from})");
+        assert_eq!(next_psb(&linear, from), want, "next_psb(linear, {from})");
+    }
 
     let mut scratch = [0u8; 16];
     for n in [0usize, 1, 2, 9, 16] {
@@ -201,8 +205,8 @@ pub fn sync_ring(input: &[u8]) {
 
     for cycle_acc in [false, true] {
         let start = psbs.first().copied().unwrap_or(0);
-        let a: Vec<_> = PacketReader::new(&ring, start, len, &psbs, cycle_acc).collect();
-        let b: Vec<_> = PacketReader::new(&linear, start, len, &psbs, cycle_acc).collect();
+        let a: Vec<_> = PacketReader::new(&ring, start, len, cycle_acc).collect();
+        let b: Vec<_> = PacketReader::new(&linear, start, len, cycle_acc).collect();
         assert_eq!(a, b, "packets of the ring and of its rotated copy");
     }
 }
@@ -272,11 +276,9 @@ impl Case {
     /// Decode with chunks of at least `chunk_bytes` (`u64::MAX`: sequential).
     pub fn decode(&self, chunk_bytes: u64) -> Decoded {
         let stream = TraceStream::linear(&self.trace);
-        let psbs = find_psbs(&stream);
         let cfg = TraceConfig::from_ctl(self.ctl);
         let input = Input {
             stream: &stream,
-            psbs: &psbs,
             images: images(self.images),
             cfg,
             timing: TimingConfig::new(&cfg, self.ratio, self.starts_at_enable),

@@ -8,7 +8,7 @@ use tracemill_decode::config::{mtc_shift, TraceConfig};
 use tracemill_decode::last_ip::LastIp;
 use tracemill_decode::packet::{Packet, PacketReader};
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::sync::find_psbs;
+use tracemill_decode::sync::next_psb;
 
 /// Counts for `--stats`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -22,16 +22,16 @@ pub struct Stats {
 
 /// Count packets by type.
 pub fn stats(stream: &TraceStream<'_>, cfg: &TraceConfig) -> Stats {
-    let psbs = find_psbs(stream);
+    let first = next_psb(stream, 0);
     let mut s = Stats {
         bytes: stream.len(),
-        skipped: psbs.first().copied().unwrap_or(stream.len()),
+        skipped: first.unwrap_or(stream.len()),
         ..Stats::default()
     };
-    let Some(&start) = psbs.first() else {
+    let Some(start) = first else {
         return s;
     };
-    for p in PacketReader::new(stream, start, stream.len(), &psbs, cfg.cycle_acc) {
+    for p in PacketReader::new(stream, start, stream.len(), cfg.cycle_acc) {
         match p {
             Ok(p) => *s.by_type.entry(p.packet.name()).or_default() += 1,
             Err(_) => s.errors += 1,
@@ -60,8 +60,8 @@ pub fn dump(
         writeln!(out, "errors         {}", s.errors)?;
         return Ok(());
     }
-    let psbs = find_psbs(stream);
-    let Some(&start) = psbs.first() else {
+    let first = next_psb(stream, 0);
+    let Some(start) = first else {
         writeln!(out, "no PSB in {} bytes: nothing to parse", stream.len())?;
         return Ok(());
     };
@@ -74,7 +74,7 @@ pub fn dump(
     }
     let mut last = LastIp::unknown();
     let mut scratch = [0u8; 16];
-    for p in PacketReader::new(stream, start, stream.len(), &psbs, cfg.cycle_acc) {
+    for p in PacketReader::new(stream, start, stream.len(), cfg.cycle_acc) {
         let p = match p {
             Ok(p) => p,
             Err(e) => {

@@ -27,7 +27,6 @@ use tracemill_decode::coverage::Coverage;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns};
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::sync::find_psbs_stepwise;
 use tracemill_decode::timing::Timeline;
 use tracemill_schemas::{BranchKind, EventKind};
 use tracemill_sinks::{
@@ -187,7 +186,6 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     let mut report = plan.report.clone();
     let input = Input {
         stream: &stream,
-        psbs: &plan.psbs,
         images,
         cfg: bundle.trace_config(),
         timing: bundle.timing_config(),
@@ -268,21 +266,25 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
         writer.join().expect("writer thread does not panic")
     })?;
     report.written = written;
+    // Every PSB from the first on is read as a packet (after an error the reader resumes
+    // at the next one), so the decode's own count is the trace's.
+    report.psbs = report.events_by_kind.get("psb").copied().unwrap_or(0) as usize;
     report.blocks = blocks;
     report.edges = edges;
     report.elapsed = t0.elapsed();
     Ok(report)
 }
 
-/// The decode's plan: PSBs, chunks, and the report's opening facts.
+/// The decode's plan: chunks, and the report's opening facts.
 struct Plan {
-    psbs: Vec<u64>,
     chunks: Vec<Chunk>,
     report: Report,
 }
 
-/// Stage 1: find every PSB, cut the trace into chunks at PSBs, and note what is wrong
-/// with the inputs. Fails only when nothing can be decoded (no PSB at all).
+/// Stage 1: cut the trace into chunks at PSBs, and note what is wrong with the inputs.
+/// Fails only when nothing can be decoded (no PSB at all). Only the bytes from each cut
+/// to the next PSB are searched (the readers find the PSBs inside a chunk as they go), so
+/// planning neither reads the whole trace nor holds a list that grows with it.
 fn plan(
     bundle: &Bundle,
     stream: &TraceStream<'_>,
@@ -290,15 +292,9 @@ fn plan(
     image_problems: Vec<String>,
     opts: &Options,
 ) -> Result<Plan> {
-    // The search reads every page of the mapped trace; let them go behind it (they stay in
-    // the page cache) so that only the pages the decode is working on count in its memory.
-    let psbs = find_psbs_stepwise(stream, RELEASE_STEP as usize, |done| {
-        bundle.release_trace_before(done)
-    });
     let cfg = bundle.trace_config();
     let mut report = Report {
         trace_bytes: stream.len(),
-        psbs: psbs.len(),
         jobs: opts.jobs.max(1),
         warnings: image_problems,
         ..Report::default()
@@ -315,23 +311,19 @@ fn plan(
             .warnings
             .push("no code image loaded: no branch can be followed".to_string());
     }
-    if psbs.is_empty() {
+    let chunk_bytes = opts
+        .chunk_bytes
+        .unwrap_or_else(|| default_chunk_bytes(stream.len(), report.jobs));
+    let chunks = plan_chunks(stream, chunk_bytes);
+    if chunks.is_empty() {
         bail!(
             "{}: no PSB packet in {} bytes: nothing to decode (is this an RTIT trace?)",
             bundle.trace_path.display(),
             stream.len()
         );
     }
-    let chunk_bytes = opts
-        .chunk_bytes
-        .unwrap_or_else(|| default_chunk_bytes(stream.len(), report.jobs));
-    let chunks = plan_chunks(&psbs, stream.len(), chunk_bytes);
     report.chunks = chunks.len();
-    Ok(Plan {
-        psbs,
-        chunks,
-        report,
-    })
+    Ok(Plan { chunks, report })
 }
 
 /// Stage 2: decode chunk bodies as pool tasks, each once a window slot is free. The
@@ -397,7 +389,7 @@ impl Ordered<'_, '_> {
         });
         let mut timeline = Timeline::new(self.input.timing);
         let mut stitcher = Stitcher::new(self.input);
-        let first_psb = self.plan.psbs[0];
+        let first_psb = self.plan.chunks[0].start;
         let mut junk = (first_psb > 0).then(|| EventRow {
             seq: 0,
             offset: 0,

@@ -32,10 +32,8 @@ fn decode_bytes(b: &Bundle, bytes: &[u8], ctl: u64, chunk: u64) -> Decoded {
 
 fn decode_with(images: &ImageSet<'_>, bytes: &[u8], ctl: u64, chunk: u64) -> Decoded {
     let stream = TraceStream::linear(bytes);
-    let psbs = find_psbs(&stream);
     let input = Input {
         stream: &stream,
-        psbs: &psbs,
         images,
         cfg: TraceConfig::from_ctl(ctl),
         timing: tracemill_decode::timing::TimingConfig::new(

@@ -13,7 +13,6 @@ use tracemill_datasets::samples::TruthSummary;
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::rows::{BranchColumns, BranchRow, PartialBlock};
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::sync::find_psbs;
 use tracemill_schemas::BranchKind;
 
 pub fn samples_dir() -> PathBuf {
@@ -197,11 +196,9 @@ pub fn decode(b: &Bundle, chunk: u64) -> Decoded {
 /// Decode `stream` (the bundle's trace, or other bytes) with the bundle's images and
 /// RTIT_CTL, in this thread, with chunks of at least `chunk` bytes.
 pub fn decode_stream(b: &Bundle, stream: &TraceStream<'_>, chunk: u64) -> Decoded {
-    let psbs = find_psbs(stream);
     let (images, _) = b.image_set();
     let input = Input {
         stream,
-        psbs: &psbs,
         images: &images,
         cfg: b.trace_config(),
         timing: b.timing_config(),
