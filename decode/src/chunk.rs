@@ -18,11 +18,12 @@ use crate::config::TraceConfig;
 use crate::coverage::Coverage;
 use crate::flow::{FlowState, LastCall, Role, RowSink, Stop, Target, TimingFact, Walker};
 use crate::image::ImageSet;
+use crate::packet::PSB_BYTES;
 pub use crate::piece::{Piece, PieceStats};
 use crate::rows::TimingColumns;
 use crate::rows::{BranchColumns, EventRow};
 use crate::stream::TraceStream;
-use crate::sync::next_psb;
+use crate::sync::next_psb_before;
 use crate::timing::{Timeline, TimingConfig};
 
 /// A range of the stream from one PSB to another (or the end).
@@ -39,18 +40,42 @@ pub struct Chunk {
 /// all there is nothing to decode. Only the bytes from each cut to the PSB after it are
 /// searched, not the whole trace.
 pub fn plan_chunks(stream: &TraceStream<'_>, target: u64) -> Vec<Chunk> {
+    plan_chunks_with(stream, target, |_| {})
+}
+
+/// [`plan_chunks`], reporting progress: `searched(offset)` after each chunk is cut, with
+/// the offset the search has reached, so that a caller reading a memory map can let the
+/// pages the search touched go (the kernel maps pages around each fault, so even short
+/// searches spread over the whole trace would make much of it resident).
+pub fn plan_chunks_with(
+    stream: &TraceStream<'_>,
+    target: u64,
+    mut searched: impl FnMut(u64),
+) -> Vec<Chunk> {
+    /// Long stretches without a PSB are searched in steps of this many bytes, reporting
+    /// progress after each.
+    const STEP: u64 = 16 << 20;
     let len = stream.len();
+    let mut find = |from: u64| {
+        let mut at = from;
+        while at < len {
+            let to = at.saturating_add(STEP);
+            let hit = next_psb_before(stream, at, to);
+            searched(hit.map_or(to.min(len), |p| p + PSB_BYTES.len() as u64));
+            if hit.is_some() {
+                return hit;
+            }
+            at = to;
+        }
+        None
+    };
     let mut out = Vec::new();
-    let Some(mut start) = next_psb(stream, 0) else {
+    let Some(mut start) = find(0) else {
         return out;
     };
     loop {
         let cut = start.saturating_add(target.max(1));
-        let end = if cut < len {
-            next_psb(stream, cut)
-        } else {
-            None
-        };
+        let end = if cut < len { find(cut) } else { None };
         out.push(Chunk {
             index: out.len(),
             start,

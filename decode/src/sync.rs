@@ -16,34 +16,45 @@ fn finder() -> &'static memchr::memmem::Finder<'static> {
 /// as they go and no list of every PSB, which would grow with the trace (a damaged trace
 /// can be PSBs back to back), is ever held.
 pub fn next_psb(stream: &TraceStream<'_>, from: u64) -> Option<u64> {
+    next_psb_before(stream, from, u64::MAX)
+}
+
+/// The first PSB that starts in `from..to`; reads at most the bytes up to `to` plus a
+/// PSB's length (so a caller can search a long stretch in steps).
+pub fn next_psb_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u64> {
     let f = finder();
-    let n = PSB_BYTES.len();
-    let [(_, p0), (b1, p1)] = stream.parts();
-    if from < b1 {
-        let i = from as usize;
-        if let Some(k) = f.find(&p0[i..]) {
-            return Some(from + k as u64);
-        }
-        if !p1.is_empty() {
-            // A PSB may straddle the seam: it starts in the last n - 1 bytes of the first
-            // part (none starts wholly there: the search above would have found it).
-            let tail = p0.len().saturating_sub(n - 1).max(i);
-            let mut seam = [0u8; 2 * PSB_BYTES.len()];
-            let a = p0.len() - tail;
-            let b = p1.len().min(n - 1);
-            seam[..a].copy_from_slice(&p0[tail..]);
-            seam[a..a + b].copy_from_slice(&p1[..b]);
-            if let Some(k) = f.find(&seam[..a + b]) {
-                return Some((tail + k) as u64);
-            }
-        }
-    }
-    let start = from.max(b1);
-    let i = (start - b1) as usize;
-    if i >= p1.len() {
+    let n = PSB_BYTES.len() as u64;
+    let to = to.min(stream.len());
+    if from >= to {
         return None;
     }
-    f.find(&p1[i..]).map(|k| start + k as u64)
+    // A PSB starting before `to` ends by `end`.
+    let end = (to + n - 1).min(stream.len());
+    let [(_, p0), (b1, p1)] = stream.parts();
+    let mut hit = None;
+    if from < b1 {
+        let i = from as usize;
+        hit = f.find(&p0[i..end.min(b1) as usize]).map(|k| from + k as u64);
+        if hit.is_none() && end > b1 {
+            // A PSB may straddle the seam: it starts in the last n - 1 bytes of the first
+            // part (none starts wholly there: the search above would have found it).
+            let tail = (b1 as usize).saturating_sub(n as usize - 1).max(i);
+            let mut seam = [0u8; 2 * PSB_BYTES.len()];
+            let a = b1 as usize - tail;
+            let b = p1.len().min(n as usize - 1).min((end - b1) as usize);
+            seam[..a].copy_from_slice(&p0[tail..]);
+            seam[a..a + b].copy_from_slice(&p1[..b]);
+            hit = f.find(&seam[..a + b]).map(|k| (tail + k) as u64);
+        }
+    }
+    if hit.is_none() {
+        let start = from.max(b1);
+        if start < end {
+            let (i, e) = ((start - b1) as usize, (end - b1) as usize);
+            hit = f.find(&p1[i..e]).map(|k| start + k as u64);
+        }
+    }
+    hit.filter(|&h| h < to)
 }
 
 /// Every PSB in the stream, as sorted stream offsets. memchr's `memmem` does the search, so
@@ -104,6 +115,11 @@ mod tests {
             for from in 0..=s.len() + 1 {
                 let want = all.iter().copied().find(|&p| p >= from);
                 assert_eq!(next_psb(&s, from), want, "ring offset {r}, from {from}");
+                for to in from..=s.len() + 1 {
+                    let want = want.filter(|&p| p < to);
+                    let got = next_psb_before(&s, from, to);
+                    assert_eq!(got, want, "ring offset {r}, from {from} to {to}");
+                }
             }
         }
     }

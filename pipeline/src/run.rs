@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use crossbeam_channel::bounded;
 use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{
-    decode_body, plan_chunks, Body, Chunk, Input, Piece, Sequencer, Stitcher,
+    decode_body, plan_chunks_with, Body, Chunk, Input, Piece, Sequencer, Stitcher,
 };
 use tracemill_decode::coverage::Coverage;
 use tracemill_decode::image::ImageSet;
@@ -314,7 +314,16 @@ fn plan(
     let chunk_bytes = opts
         .chunk_bytes
         .unwrap_or_else(|| default_chunk_bytes(stream.len(), report.jobs));
-    let chunks = plan_chunks(stream, chunk_bytes);
+    let mut released = 0;
+    let chunks = plan_chunks_with(stream, chunk_bytes, |done| {
+        if done >= released + RELEASE_STEP {
+            bundle.release_trace_before(done);
+            released = done;
+        }
+    });
+    // The pages the search touched (the kernel maps pages around every fault) go too:
+    // they stay in the page cache, and the decode maps what it reads again.
+    bundle.release_trace_before(stream.len());
     if chunks.is_empty() {
         bail!(
             "{}: no PSB packet in {} bytes: nothing to decode (is this an RTIT trace?)",

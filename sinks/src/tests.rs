@@ -477,9 +477,14 @@ fn parquet_layout_is_what_readers_need() {
     for c in rg.columns() {
         let name = c.column_path().string();
         assert!(matches!(c.compression(), Compression::ZSTD(_)), "{name}");
+        assert!(c.offset_index_offset().is_some(), "{name}: offset index");
+        if crate::parquet::text_columns("branches").contains(&name.as_str()) {
+            // Strings: no statistics (costly to keep, they prune nothing).
+            assert!(c.statistics().is_none(), "{name}: no statistics");
+            continue;
+        }
         assert!(c.statistics().is_some(), "{name}: chunk statistics");
         assert!(c.column_index_offset().is_some(), "{name}: page statistics");
-        assert!(c.offset_index_offset().is_some(), "{name}: offset index");
     }
     for name in ["seq", "offset", "tsc", "cycles"] {
         let enc: Vec<_> = col(name).encodings().collect();
