@@ -157,3 +157,18 @@ fn bundle_ring_offset_inside_the_probe_psb() {
 fn stitch_compressed_ret_after_gap_matches_sequential() {
     replay("stitch_diff", "compressed-ret-last-call");
 }
+
+/// `stitch_diff`: a `jumptable`-image trace with PSBs at 0 and 355. A FUP.PGD at 88 left
+/// one instruction open (a partial block, counted with the next row); tracing resumed at
+/// 370 at a kernel address no image covers, which is a gap that discards the open count,
+/// and again at 403. Sequentially, the first row after 403 has `insns` 1. In the chunked
+/// decode the body of the chunk at 355 started at 370 and met the same gap, but the
+/// stitch, converging at 370 with one instruction open, added it to the body's first row
+/// (`insns` 2, and every later interpolated `cycles` off by one or two). Fixed in
+/// `decode/src/chunk.rs` (`stitch`): when the body discarded its open count before its
+/// first row (`Body::open_forgotten`), the stitch's open count and partial blocks are
+/// discarded too.
+#[test]
+fn stitch_open_count_lost_in_a_body_gap_matches_sequential() {
+    replay("stitch_diff", "open-count-after-body-gap");
+}

@@ -109,6 +109,9 @@ pub struct Body<S> {
     pub exit: FlowState,
     /// Decode this chunk sequentially (the body met something it cannot do alone).
     pub failed: bool,
+    /// A gap after the body's start, before its first row, discarded the open count
+    /// (`Walker::open_forgotten`).
+    pub open_forgotten: bool,
 }
 
 /// Decode a chunk's body. The first chunk is decoded like a sequential decode.
@@ -153,6 +156,7 @@ pub fn decode_body<S: RowSink + Default>(
         start: if failed { None } else { start },
         exit: w.exit_state(),
         failed,
+        open_forgotten: w.open_forgotten,
         out: finish_piece(&mut w),
     }
 }
@@ -230,7 +234,10 @@ pub fn stitch<S: RowSink + Default>(
         if exit.cr3_row.is_none() {
             exit.cr3_row = at.cr3_row;
         }
-        if body.out.rows_len() == 0 {
+        if body.open_forgotten {
+            // A gap in the body, before any row of it, discarded the open count and its
+            // partial blocks: the stitch's are lost there as well.
+        } else if body.out.rows_len() == 0 {
             exit.open_insns += at.open_insns;
             exit.block_base += at.open_insns;
             // The stitch's partial blocks wait for a later row, before the body's.
@@ -251,7 +258,11 @@ pub fn stitch<S: RowSink + Default>(
     }
     Stitched {
         use_body: converged,
-        carry_insns: if converged { at.open_insns } else { 0 },
+        carry_insns: if converged && !body.open_forgotten {
+            at.open_insns
+        } else {
+            0
+        },
         last_call: at.last_call,
         cr3: at.cr3,
         exit,

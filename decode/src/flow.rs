@@ -405,6 +405,10 @@ pub struct Walker<'a, 'c, S: RowSink> {
     /// come out only once the FUP is applied: these wait until then, so that `events`
     /// stays in stream order and their `seq` counts those rows.
     deferred: Vec<EventRow>,
+    /// (Body) the open instruction count was discarded (a gap) after the body's start and
+    /// before any row that is kept: the stitch's open count and partial blocks do not
+    /// reach the body's first row (the sequential decode loses them at that gap too).
+    pub open_forgotten: bool,
 }
 
 impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
@@ -442,6 +446,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             stuck: false,
             looking_ahead: false,
             deferred: Vec::new(),
+            open_forgotten: false,
         }
     }
 
@@ -586,6 +591,9 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     /// The open instruction count is discarded (a gap): so are the partial blocks it
     /// holds, including any the sink holds for the next row.
     fn forget_open(&mut self) {
+        if self.started && self.rows.len() == 0 {
+            self.open_forgotten = true;
+        }
         self.st.open_insns = 0;
         self.st.block_base = 0;
         self.st.partials.clear();
@@ -644,6 +652,8 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             self.timing.clear();
             self.tail_start = 0;
             self.forget_open();
+            // That was the body's start, not a gap after it.
+            self.open_forgotten = false;
             self.body_start = Some(Target {
                 cursor: self.reader.pos(),
                 ip,
@@ -1481,6 +1491,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         self.st.mode = Mode::Unsynced;
         self.st.tnt.clear();
         self.forget_open();
+        self.open_forgotten = false;
     }
 }
 

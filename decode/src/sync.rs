@@ -34,7 +34,9 @@ pub fn next_psb_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u
     let mut hit = None;
     if from < b1 {
         let i = from as usize;
-        hit = f.find(&p0[i..end.min(b1) as usize]).map(|k| from + k as u64);
+        hit = f
+            .find(&p0[i..end.min(b1) as usize])
+            .map(|k| from + k as u64);
         if hit.is_none() && end > b1 {
             // A PSB may straddle the seam: it starts in the last n - 1 bytes of the first
             // part (none starts wholly there: the search above would have found it).

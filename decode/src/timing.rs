@@ -1136,7 +1136,11 @@ mod tests {
                 assert!(t.carry.is_empty(), "carry grows: {}", t.carry.len());
             }
             let rest: usize = t.finish().iter().map(|(_, tc)| tc.len()).sum();
-            assert_eq!(timing_rows + rest, 3000 + 2 + 3000, "every packet has its row");
+            assert_eq!(
+                timing_rows + rest,
+                3000 + 2 + 3000,
+                "every packet has its row"
+            );
         }
     }
 
