@@ -156,6 +156,7 @@ fn open(src: &Source) -> Result<Bundle> {
 }
 
 fn main() -> ExitCode {
+    ignore_file_size_signal();
     let cli = Cli::parse();
     match real_main(cli) {
         Ok(code) => code,
@@ -163,6 +164,19 @@ fn main() -> ExitCode {
             eprintln!("tracemill: error: {}", error_text(&e));
             ExitCode::from(1)
         }
+    }
+}
+
+/// Under a file size limit (`ulimit -f`, a quota-like guard on batch nodes) a write past it
+/// raises SIGXFSZ, whose default action kills the process with a core dump and no word
+/// on stderr, leaving a temporary file behind. Ignored, the write fails with EFBIG instead,
+/// and the decode ends with an error naming the file, removing its temporaries.
+#[allow(unsafe_code)]
+fn ignore_file_size_signal() {
+    // SAFETY: sets the disposition of one signal to SIG_IGN, before any other thread
+    // exists; no handler code is installed.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
 }
 
