@@ -212,16 +212,21 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     // Branch and timing rows are encoded into Parquet row groups on the decode pool (the
     // writer thread only appends them): one thread cannot keep up with several decoding.
     let target = opts.writer.max_row_group_rows.max(1);
+    // Row groups in flight (being encoded, or encoded and waiting for the writer), both
+    // tables together: one per thread and one more. Each holds its rows (~35 MB for 512 Ki
+    // branch rows) and its encoder's buffers; the piece channel alone let up to six per
+    // table pile up when encoding fell behind (926 MiB peak on a 1 GiB trace).
+    let (tokens, tokens_back) = bounded::<()>(report.jobs + 1);
     let emitter = Emitter {
         seq: Sequencer::default(),
         branches: writers
             .branch_encoder
             .take()
-            .map(|enc| RowGroups::new(Grouped::Branches, enc, target)),
+            .map(|enc| RowGroups::new(Grouped::Branches, enc, target, tokens.clone())),
         timing: writers
             .timing_encoder
             .take()
-            .map(|enc| RowGroups::new(Grouped::Timing, enc, target)),
+            .map(|enc| RowGroups::new(Grouped::Timing, enc, target, tokens.clone())),
     };
     let caches: Vec<Mutex<BlockCache>> = (0..report.jobs).map(|_| Mutex::default()).collect();
     let (written, blocks, edges) = std::thread::scope(|s| -> Result<(Vec<Written>, u64, u64)> {
@@ -233,6 +238,8 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                     ToWriter::RowGroup(table, rx) => {
                         let rg = rx.recv().context("a row group encoder stopped")??;
                         writers.append_row_group(table, rg)?;
+                        // Its memory is gone: let the next row group start.
+                        let _ = tokens_back.recv();
                     }
                 }
             }
@@ -538,10 +545,17 @@ struct RowGroups {
     rows: usize,
     next: usize,
     target: usize,
+    /// One token per row group in flight (shared by the tables; the writer hands it back).
+    tokens: crossbeam_channel::Sender<()>,
 }
 
 impl RowGroups {
-    fn new(table: Grouped, enc: RowGroupEncoder, target: usize) -> Self {
+    fn new(
+        table: Grouped,
+        enc: RowGroupEncoder,
+        target: usize,
+        tokens: crossbeam_channel::Sender<()>,
+    ) -> Self {
         RowGroups {
             table,
             enc,
@@ -549,6 +563,7 @@ impl RowGroups {
             rows: 0,
             next: 0,
             target,
+            tokens,
         }
     }
 
@@ -574,6 +589,10 @@ impl RowGroups {
         if self.batches.is_empty() {
             return Ok(());
         }
+        // Wait for a row group in flight to be written (bounded memory).
+        self.tokens
+            .send(())
+            .map_err(|_| anyhow::anyhow!("the writer stopped"))?;
         let batches = std::mem::take(&mut self.batches);
         self.rows = 0;
         let (rtx, rrx) = bounded(1);
