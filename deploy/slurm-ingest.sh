@@ -24,7 +24,9 @@ DEST=${2:?usage: sbatch --array=0-N deploy/slurm-ingest.sh SOURCE DEST [ingest o
 shift 2
 TRACEMILL=${TRACEMILL:-tracemill}
 
-# Partition keys must be the same for every task and every night written into DEST.
+# Partition keys must be the same for every task and every night written into DEST. Set
+# PARTITION_BY in the submitting environment, not with --export=...,PARTITION_BY=a,b
+# (sbatch splits --export at commas).
 exec "$TRACEMILL" ingest "$SOURCE" --dataset "$DEST" \
   --partition-by "${PARTITION_BY:-date,host}" \
   --jobs "${SLURM_CPUS_PER_TASK:-1}" --quiet "$@"

@@ -524,7 +524,12 @@ fn shards_by_flag_slurm_and_kubernetes_make_the_single_process_dataset() {
         seen += n;
     }
     assert_eq!(seen, common::bundles().len());
-    let (a, b) = (dataset(&whole), dataset(&sharded));
+    assert_same_dataset(&whole, &sharded);
+}
+
+/// The same files with the same rows (the catalog's `seconds` aside).
+fn assert_same_dataset(a: &Path, b: &Path) {
+    let (a, b) = (dataset(a), dataset(b));
     assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
     for (k, v) in &a {
         if k.starts_with("bundles/") {
@@ -534,6 +539,76 @@ fn shards_by_flag_slurm_and_kubernetes_make_the_single_process_dataset() {
             assert_eq!(v.columns(), b[k].columns(), "{k}");
         }
     }
+}
+
+fn on_path(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn a_real_slurm_array_of_4_tasks_makes_the_single_process_dataset() {
+    let missing: Vec<_> = ["munged", "slurmctld", "slurmd", "sbatch", "sinfo"]
+        .into_iter()
+        .filter(|t| !on_path(t))
+        .collect();
+    if !missing.is_empty() {
+        common::missing_tool(&format!(
+            "the Slurm test needs {} (apt-get install slurmctld slurmd slurm-client munge)",
+            missing.join(", ")
+        ));
+        return;
+    }
+    let uid = Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        common::missing_tool("the Slurm test runs slurmd, which needs root");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    fleet(tmp.path(), false);
+    let night = tmp.path().join("night");
+    let whole = tmp.path().join("whole");
+    let o = ingest(&[
+        s(&night),
+        "--dataset",
+        s(&whole),
+        "--partition-by",
+        "date,host",
+        "-j",
+        "2",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // munged, slurmctld and slurmd started in `work` and stopped by the script.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/test-slurm.sh");
+    let sharded = tmp.path().join("sharded");
+    let o = Command::new("bash")
+        .arg(script)
+        .args([
+            BIN,
+            s(&night),
+            s(&sharded),
+            s(&tmp.path().join("slurm")),
+            "4",
+            "date,host",
+        ])
+        .env_remove("SLURM_ARRAY_TASK_ID")
+        .env_remove("JOB_COMPLETION_INDEX")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    // Four tasks, each its own shard, together every bundle.
+    for i in 0..4 {
+        assert!(err.contains(&format!(" in shard {i}/4")), "{err}");
+    }
+    assert_same_dataset(&whole, &sharded);
 }
 
 /// `deploy/slurm-ingest.sh NIGHT DEST` as task `index` of an array of `count`.
