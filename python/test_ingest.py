@@ -1,6 +1,10 @@
 """A dataset written by `tracemill ingest`, read the way users read it.
 
-Usage: test_ingest.py DEST_OR_S3_URL GOOD_COUNT FAILED_COUNT
+Usage: test_ingest.py DEST_OR_S3_URL GOOD_COUNT FAILED_COUNT [PLAIN_LIST]
+
+PLAIN_LIST (local DEST only): lines "BUNDLE_ID<TAB>DIR", DIR holding a plain
+`tracemill decode` of that bundle; each bundle's rows in every table must be exactly
+those.
 
 DEST is a local directory or s3://bucket/prefix (then the AWS_* environment variables
 say where the server is). Checks, with DuckDB, pyarrow and polars: the catalog (ok and
@@ -17,6 +21,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 dest, good, failed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+plain_list = sys.argv[4] if len(sys.argv) > 4 else None
 s3 = dest.startswith("s3://")
 
 
@@ -74,6 +79,26 @@ if duck is not None:
     if sum(n for _, n in joined) != sum(want.values()):
         fail("duckdb: join with the catalog lost rows")
     print(f"duckdb: {len(oks)} ok, {len(bad)} failed, {sum(want.values())} branches")
+    if plain_list:
+        compared = 0
+        for line in open(plain_list):
+            bundle, plain = line.rstrip("\n").split("\t")
+            for table in ("branches", "events", "timing", "coverage", "edges"):
+                ours = f"""SELECT * EXCLUDE (bundle) FROM read_parquet('{dest}/{table}/**/*.parquet',
+                           hive_partitioning = false) WHERE bundle = '{bundle}'"""
+                theirs = f"SELECT * FROM read_parquet('{plain}/{table}.parquet')"
+                diff = duck.sql(
+                    f"SELECT count(*) FROM (({ours}) EXCEPT ALL ({theirs})) UNION ALL "
+                    f"SELECT count(*) FROM (({theirs}) EXCEPT ALL ({ours}))"
+                ).fetchall()
+                n = duck.sql(f"SELECT count(*) FROM ({theirs})").fetchall()[0][0]
+                m = duck.sql(f"SELECT count(*) FROM ({ours})").fetchall()[0][0]
+                if diff != [(0,), (0,)] or n != m:
+                    fail(f"duckdb: {table} of bundle {bundle} differs from a plain decode: {diff}, {m} rows against {n}")
+            compared += 1
+        if compared != good:
+            fail(f"compared {compared} bundles with a plain decode, expected {good}")
+        print(f"duckdb: every table of {compared} bundles equals a plain decode")
 else:
     want = None
 

@@ -733,11 +733,18 @@ fn python_has(modules: &str, install: &str) -> bool {
     ok
 }
 
-fn python_test(dest: &str, good: usize, failed: usize, env: &[(&str, String)]) {
+fn python_test(
+    dest: &str,
+    good: usize,
+    failed: usize,
+    plain: Option<&Path>,
+    env: &[(&str, String)],
+) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/test_ingest.py");
     let mut c = Command::new("python3");
     c.arg(script)
         .args([dest, &good.to_string(), &failed.to_string()]);
+    c.args(plain);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -774,7 +781,24 @@ fn duckdb_pyarrow_and_polars_read_the_dataset_and_its_catalog() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    python_test(s(&dest), good.len(), BAD.len(), &[]);
+    // A plain decode of every good bundle, for the script to compare with.
+    let mut list = String::new();
+    for (src, row) in catalog(&dest) {
+        if row["status"].as_deref() != Some("ok") {
+            continue;
+        }
+        let id = row["bundle"].clone().unwrap();
+        let plain = tmp.path().join("plain").join(&id);
+        let d = Command::new(BIN)
+            .args(["decode", &src, "--out", s(&plain), "-j", "1", "-q"])
+            .output()
+            .unwrap();
+        assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
+        list.push_str(&format!("{id}\t{}\n", plain.display()));
+    }
+    let list_file = tmp.path().join("plain.tsv");
+    std::fs::write(&list_file, list).unwrap();
+    python_test(s(&dest), good.len(), BAD.len(), Some(&list_file), &[]);
 }
 
 /// A `moto` S3 server on 127.0.0.1, stopped when dropped.
@@ -896,5 +920,5 @@ fn an_s3_dataset_on_a_local_moto_server_reads_back_in_pyarrow_and_polars() {
         0,
         "staging left behind"
     );
-    python_test("s3://night/fleet/v1", good.len(), BAD.len(), &env);
+    python_test("s3://night/fleet/v1", good.len(), BAD.len(), None, &env);
 }
