@@ -860,7 +860,7 @@ impl Moto {
 }
 
 #[test]
-fn an_s3_dataset_on_a_local_moto_server_reads_back_in_pyarrow_and_polars() {
+fn an_s3_dataset_on_a_local_moto_server_survives_sigkill_and_reads_back_in_pyarrow_and_polars() {
     if !python_has(
         "moto.server, boto3, pyarrow, polars",
         "pip install -r python/requirements.txt",
@@ -907,7 +907,9 @@ fn an_s3_dataset_on_a_local_moto_server_reads_back_in_pyarrow_and_polars() {
         assert_eq!(o.status.code(), Some(3), "{err}");
         err
     };
+    let t = Instant::now();
     let err = run();
+    let whole = t.elapsed();
     assert!(
         err.contains(&format!("{} ok, 4 failed now", good.len())),
         "{err}"
@@ -921,4 +923,98 @@ fn an_s3_dataset_on_a_local_moto_server_reads_back_in_pyarrow_and_polars() {
         "staging left behind"
     );
     python_test("s3://night/fleet/v1", good.len(), BAD.len(), None, &env);
+
+    // Killed at seeded moments while uploading, then run again: the bucket holds exactly
+    // what a clean local ingest of the same night writes, object for object.
+    let mut rng = Rng::new(0x53);
+    let killed_url = "s3://night/killed";
+    let mut kills = 0;
+    for _ in 0..3 {
+        let mut child = Command::new(BIN)
+            .args([
+                "ingest",
+                s(&night),
+                "--dataset",
+                killed_url,
+                "--partition-by",
+                "date,host",
+            ])
+            .args(["--staging", s(&staging), "-j", "2", "-q"])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .env_remove("SLURM_ARRAY_TASK_ID")
+            .env_remove("JOB_COMPLETION_INDEX")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(whole.mul_f64(rng.below(1000) as f64 / 1000.0));
+        if child.try_wait().unwrap().is_none() {
+            kills += 1;
+        }
+        let _ = child.kill(); // SIGKILL
+        child.wait().unwrap();
+    }
+    let o = Command::new(BIN)
+        .args([
+            "ingest",
+            s(&night),
+            "--dataset",
+            killed_url,
+            "--partition-by",
+            "date,host",
+        ])
+        .args(["--staging", s(&staging), "-j", "2", "-q"])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env_remove("SLURM_ARRAY_TASK_ID")
+        .env_remove("JOB_COMPLETION_INDEX")
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let local = tmp.path().join("local");
+    let o = ingest(&[
+        s(&night),
+        "--dataset",
+        s(&local),
+        "--partition-by",
+        "date,host",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let fetched = tmp.path().join("fetched");
+    let get = Command::new("python3")
+        .args([
+            "-c",
+            "import boto3, os, sys\n\
+             s3 = boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL'])\n\
+             for page in s3.get_paginator('list_objects_v2').paginate(Bucket='night', Prefix='killed/'):\n\
+             \x20   for o in page.get('Contents', []):\n\
+             \x20       p = os.path.join(sys.argv[1], o['Key'][len('killed/'):])\n\
+             \x20       os.makedirs(os.path.dirname(p), exist_ok=True)\n\
+             \x20       s3.download_file('night', o['Key'], p)\n",
+            s(&fetched),
+        ])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap();
+    assert!(
+        get.status.success(),
+        "{}",
+        String::from_utf8_lossy(&get.stderr)
+    );
+    assert_same_dataset(&local, &fetched);
+    eprintln!("S3: {kills} of 3 runs killed before they finished (clean run {whole:?})");
+    assert_eq!(
+        std::fs::read_dir(&staging).unwrap().count(),
+        0,
+        "staging left behind"
+    );
 }
