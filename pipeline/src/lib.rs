@@ -7,9 +7,11 @@
 //! - [`bundle`]: bundle loading;
 //! - [`run`]: the parallel decode and the closing summary;
 //! - [`dump`]: the packet listing;
+//! - [`ingest`]: many bundles into one partitioned dataset (local or S3), exactly once;
 //! - [`synth`]: making bundles (real programs, synthetic walks, spec scenarios).
 
 pub mod bundle;
 pub mod dump;
+pub mod ingest;
 pub mod run;
 pub mod synth;

@@ -27,6 +27,8 @@ enum Cmd {
     Dump(DumpArgs),
     /// Decode a bundle into tables: branches, events, timing, coverage, edges.
     Decode(DecodeArgs),
+    /// Ingest many bundles into one partitioned dataset (a directory or S3), resumably.
+    Ingest(tracemill::ingest::IngestArgs),
     /// Make trace bundles with ground truth from tracemill's model of the RTIT hardware.
     Synth(SynthArgs),
 }
@@ -268,6 +270,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Ingest(a) => tracemill::ingest::main(a),
         Cmd::Synth(s) => match s.what {
             SynthCmd::List => {
                 print!("{}", tracemill::synth::list());

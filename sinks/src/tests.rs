@@ -725,3 +725,75 @@ fn a_file_holds_at_most_127_image_names() {
         );
     }
 }
+
+#[test]
+fn constant_columns_reach_every_row_by_every_write_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = |format| WriterOptions {
+        format,
+        max_row_group_rows: 300,
+        constant_columns: vec![
+            ("bundle".into(), "b-42".into()),
+            ("night".into(), "n".into()),
+        ],
+        ..WriterOptions::default()
+    };
+    // Batch by batch (write), row groups encoded elsewhere (RowGroupEncoder), and Arrow
+    // IPC coverage (held until finish).
+    let cols = sample_branches(700, 3, 0);
+    let mut w =
+        TableWriter::create_in(dir.path(), "branches", &file_meta(), &opts(Format::Parquet))
+            .unwrap();
+    w.write_branches(cols.clone()).unwrap();
+    assert_eq!(w.finish().unwrap().rows, 700);
+    let (schema, b) = read_parquet(&dir.path().join("branches.parquet"));
+    let n = schema.fields().len();
+    assert_eq!(schema.field(n - 2).name(), "bundle");
+    assert_eq!(schema.field(n - 1).name(), "night");
+    assert!(strings(&b, "bundle")
+        .iter()
+        .all(|s| s.as_deref() == Some("b-42")));
+    assert_eq!(strings(&b, "night").len(), 700);
+    // The table's own columns are unchanged.
+    assert_eq!(branch_rows(&b), cols.rows().collect::<Vec<_>>());
+
+    let sub = dir.path().join("enc");
+    fs::create_dir(&sub).unwrap();
+    let mut w =
+        TableWriter::create_in(&sub, "timing", &file_meta(), &opts(Format::Parquet)).unwrap();
+    let enc = w.row_group_encoder().unwrap();
+    let batch = crate::convert::timing(sample_timing(50)).unwrap();
+    w.append_encoded(enc.encode(0, &[batch.clone(), batch]).unwrap())
+        .unwrap();
+    w.finish().unwrap();
+    let (_, b) = read_parquet(&sub.join("timing.parquet"));
+    assert_eq!(b.num_rows(), 100);
+    assert!(strings(&b, "bundle")
+        .iter()
+        .all(|s| s.as_deref() == Some("b-42")));
+
+    let mut w = TableWriter::create_in(
+        dir.path(),
+        "coverage",
+        &file_meta(),
+        &opts(Format::ArrowIpc),
+    )
+    .unwrap();
+    w.write_coverage(&sample_coverage(&[Some("a"), None]))
+        .unwrap();
+    w.finish().unwrap();
+    let (_, b) = read_ipc(&dir.path().join("coverage.arrow"));
+    assert!(b.num_rows() > 0);
+    assert!(strings(&b, "night")
+        .iter()
+        .all(|s| s.as_deref() == Some("n")));
+
+    // A constant column may not hide one of the table's.
+    let clash = WriterOptions {
+        constant_columns: vec![("seq".into(), "x".into())],
+        ..WriterOptions::default()
+    };
+    let e = TableWriter::create_in(&sub, "branches", &file_meta(), &clash).unwrap_err();
+    assert!(e.to_string().contains("\"seq\""), "{e}");
+    assert!(!sub.join("branches.parquet").exists());
+}

@@ -10,8 +10,9 @@ use ::parquet::arrow::arrow_writer::{
 };
 use ::parquet::arrow::ArrowWriter;
 use ::parquet::file::writer::SerializedFileWriter;
-use arrow_array::RecordBatch;
-use arrow_schema::{Schema, SchemaRef};
+use arrow_array::types::Int32Type;
+use arrow_array::{ArrayRef, DictionaryArray, Int32Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
 use tracemill_decode::rows::{BranchColumns, CoverageRow, EdgeRow, EventRow, TimingColumns};
 use tracemill_schemas::{meta, SCHEMA_VERSION, TABLES};
 
@@ -96,6 +97,11 @@ pub struct WriterOptions {
     pub max_row_group_rows: usize,
     /// Parquet: ZSTD level (1–22; negative levels are zstd's fast modes).
     pub zstd_level: i32,
+    /// Columns appended to every row of the table, each a name and one string value
+    /// (`tracemill ingest` adds `bundle`). They are dictionary-encoded: a value costs a few
+    /// bytes per row group, not per row. A name equal to one of the table's columns is an
+    /// error.
+    pub constant_columns: Vec<(String, String)>,
 }
 
 impl Default for WriterOptions {
@@ -104,6 +110,7 @@ impl Default for WriterOptions {
             format: Format::Parquet,
             max_row_group_rows: parquet::DEFAULT_MAX_ROW_GROUP_ROWS,
             zstd_level: parquet::DEFAULT_ZSTD_LEVEL,
+            constant_columns: Vec::new(),
         }
     }
 }
@@ -134,7 +141,9 @@ enum Sink {
 #[derive(Clone)]
 pub struct RowGroupEncoder {
     factory: Arc<ArrowRowGroupWriterFactory>,
+    /// The file's columns: the table's, then the constant ones.
     schema: SchemaRef,
+    constants: Arc<Constants>,
     path: PathBuf,
 }
 
@@ -169,6 +178,10 @@ impl RowGroupEncoder {
         let mut writers = self.factory.create_column_writers(index).map_err(perr)?;
         let mut rows = 0;
         for b in batches {
+            let b = &self
+                .constants
+                .extend(b)
+                .map_err(|e| perr(::parquet::errors::ParquetError::from(e)))?;
             if b.num_columns() != self.schema.fields().len() {
                 return Err(Error::SchemaMismatch {
                     path: self.path.clone(),
@@ -215,6 +228,8 @@ pub struct TableWriter {
     table: &'static str,
     format: Format,
     schema: SchemaRef,
+    /// Constant columns appended to every batch ([`WriterOptions::constant_columns`]).
+    constants: Arc<Constants>,
     rows: u64,
     /// `coverage` only: every image name of the file so far (see [`ImageDictionary`]).
     images: Option<ImageDictionary>,
@@ -284,7 +299,19 @@ impl TableWriter {
         // place. Batches keep the bare table schema; the writers do not compare them.
         let mut md = schema.metadata().clone();
         md.extend(kv);
-        let file_schema = Arc::new(Schema::new_with_metadata(schema.fields().clone(), md));
+        let constants = Constants::new(&options.constant_columns);
+        let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
+        for f in &constants.fields {
+            if fields.iter().any(|known| known.name() == f.name()) {
+                return Err(Error::SchemaMismatch {
+                    path: path.to_path_buf(),
+                    table,
+                    detail: format!("constant column {:?} is a column of the table", f.name()),
+                });
+            }
+            fields.push(f.clone());
+        }
+        let file_schema = Arc::new(Schema::new_with_metadata(fields, md));
         let (pending, file) = PendingFile::create(path)?;
         let sink = match props {
             Some(props) => {
@@ -304,6 +331,7 @@ impl TableWriter {
             table,
             format: options.format,
             schema,
+            constants: Arc::new(constants),
             rows: 0,
             images: coverage.then(ImageDictionary::default),
             held: (coverage && options.format == Format::ArrowIpc).then(Vec::new),
@@ -353,6 +381,13 @@ impl TableWriter {
             self.rows += batch.num_rows() as u64;
             return Ok(());
         }
+        let batch = &self
+            .constants
+            .extend(batch)
+            .map_err(|source| Error::Arrow {
+                path: self.pending.dest().to_path_buf(),
+                source,
+            })?;
         let r = match &mut self.sink {
             Sink::Parquet(w) => w.write(batch).map_err(|source| Error::Parquet {
                 path: self.pending.dest().to_path_buf(),
@@ -402,9 +437,12 @@ impl TableWriter {
                             source,
                         })?;
                 self.sink = Sink::ParquetRowGroups(writer);
+                let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
+                fields.extend(self.constants.fields.iter().cloned());
                 Ok(RowGroupEncoder {
                     factory: Arc::new(factory),
-                    schema: self.schema.clone(),
+                    schema: Arc::new(Schema::new(fields)),
+                    constants: self.constants.clone(),
                     path,
                 })
             }
@@ -494,6 +532,7 @@ impl TableWriter {
             images,
             held,
             poisoned,
+            constants,
             ..
         } = self;
         let path = pending.dest().to_path_buf();
@@ -504,6 +543,10 @@ impl TableWriter {
             let values = images.values();
             for b in held {
                 let b = images.rekey(&b, &values).map_err(|source| Error::Convert {
+                    path: path.clone(),
+                    source,
+                })?;
+                let b = constants.extend(&b).map_err(|source| Error::Arrow {
                     path: path.clone(),
                     source,
                 })?;
@@ -580,6 +623,46 @@ impl TableWriter {
                 detail,
             }),
         }
+    }
+}
+
+/// The constant columns of a writer ([`WriterOptions::constant_columns`]).
+#[derive(Debug, Default)]
+struct Constants {
+    fields: Vec<FieldRef>,
+    /// One single-value string array per column: the dictionary of its keys.
+    values: Vec<ArrayRef>,
+}
+
+impl Constants {
+    fn new(columns: &[(String, String)]) -> Constants {
+        let dict = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+        Constants {
+            fields: columns
+                .iter()
+                .map(|(name, _)| Arc::new(Field::new(name, dict.clone(), false)))
+                .collect(),
+            values: columns
+                .iter()
+                .map(|(_, v)| Arc::new(StringArray::from(vec![v.as_str()])) as ArrayRef)
+                .collect(),
+        }
+    }
+
+    /// `batch` with the constant columns appended (the same batch when there are none).
+    fn extend(&self, batch: &RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
+        if self.fields.is_empty() {
+            return Ok(batch.clone());
+        }
+        let keys = Int32Array::from(vec![0; batch.num_rows()]);
+        let mut fields: Vec<_> = batch.schema_ref().fields().iter().cloned().collect();
+        let mut columns = batch.columns().to_vec();
+        for (f, v) in self.fields.iter().zip(&self.values) {
+            let col = DictionaryArray::<Int32Type>::try_new(keys.clone(), v.clone())?;
+            fields.push(f.clone());
+            columns.push(Arc::new(col));
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
     }
 }
 

@@ -1,0 +1,215 @@
+//! Finding bundles and naming them.
+//!
+//! A SOURCE is a bundle directory (it has a `bundle.toml`), a directory searched
+//! recursively for bundle directories, or a text file listing bundle paths, one a line.
+//! A bundle's id is a hash of its `bundle.toml` and trace bytes, so the same bundle gets
+//! the same id wherever it is found and whoever finds it.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use tracemill_datasets::bundle::Manifest;
+
+/// Bundle directories (or what a list file names as one) in the order found, each once.
+/// A SOURCE that does not exist is an error (a bad argument); a list entry that does not
+/// exist is a bundle, which will fail with that reason.
+pub fn discover(sources: &[PathBuf], skip: Option<&Path>) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    let skip = skip.and_then(|p| p.canonicalize().ok());
+    let mut add = |p: PathBuf, out: &mut Vec<PathBuf>| {
+        let key = p.canonicalize().unwrap_or_else(|_| p.clone());
+        if seen.insert(key) {
+            out.push(p);
+        }
+    };
+    for src in sources {
+        let meta = std::fs::metadata(src).with_context(|| format!("source {}", src.display()))?;
+        if meta.is_dir() {
+            if src.join("bundle.toml").exists() {
+                add(src.clone(), &mut out);
+            } else {
+                let mut found = Vec::new();
+                walk(src, skip.as_deref(), &mut found)
+                    .with_context(|| format!("searching {} for bundles", src.display()))?;
+                found.sort();
+                for p in found {
+                    add(p, &mut out);
+                }
+            }
+        } else {
+            let text = std::fs::read_to_string(src)
+                .with_context(|| format!("reading the bundle list {}", src.display()))?;
+            let base = src.parent().unwrap_or(Path::new(""));
+            for line in text.lines() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                let mut p = PathBuf::from(line);
+                if p.is_relative() {
+                    p = base.join(p);
+                }
+                // `find -name bundle.toml` output works too.
+                if p.file_name().is_some_and(|n| n == "bundle.toml") && p.is_file() {
+                    p.pop();
+                }
+                add(p, &mut out);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Directories under `dir` with a `bundle.toml`; not below a bundle (its `images/` may be
+/// deep), not into hidden directories, not into the dataset being written.
+fn walk(dir: &Path, skip: Option<&Path>, out: &mut Vec<PathBuf>) -> io::Result<()> {
+    let mut subdirs = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        // Follows symlinks to directories, as `find -L` would not loop: canonical paths
+        // are compared with the dataset only.
+        let path = e.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if skip.is_some_and(|s| path.canonicalize().is_ok_and(|c| c == s)) {
+            continue;
+        }
+        subdirs.push(path);
+    }
+    subdirs.sort();
+    for p in subdirs {
+        if p.join("bundle.toml").exists() {
+            out.push(p);
+        } else {
+            walk(&p, skip, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// What hashing a bundle found out.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// 32 hex digits: the first 128 bits of BLAKE3 over `bundle.toml` and the trace.
+    pub id: String,
+    /// Trace size, when the trace could be read.
+    pub trace_bytes: Option<u64>,
+    /// The manifest, when it parsed.
+    pub manifest: Option<Manifest>,
+}
+
+const MISSING: u64 = u64::MAX;
+
+/// The bundle id of `dir`: BLAKE3 of a version tag, then `bundle.toml` and the trace file
+/// (each as its length and bytes; a file that cannot be read counts as absent). The trace
+/// is the manifest's `trace` (`trace.rtit` when the manifest does not parse). A bundle
+/// with neither file is named by its path.
+pub fn identify(dir: &Path) -> Identity {
+    let mut h = blake3::Hasher::new();
+    h.update(b"tracemill-bundle-1\0");
+    let toml = std::fs::read(dir.join("bundle.toml")).ok();
+    match &toml {
+        Some(t) => {
+            h.update(&(t.len() as u64).to_le_bytes());
+            h.update(t);
+        }
+        None => {
+            h.update(&MISSING.to_le_bytes());
+        }
+    }
+    let manifest = toml.as_ref().and_then(|_| Manifest::load(dir).ok());
+    let trace_path = manifest
+        .as_ref()
+        .map_or_else(|| dir.join("trace.rtit"), |m| m.trace_path(dir));
+    let trace_bytes = hash_file(&mut h, &trace_path);
+    if trace_bytes.is_none() {
+        h.update(&MISSING.to_le_bytes());
+        if toml.is_none() {
+            h.update(dir.to_string_lossy().as_bytes());
+        }
+    }
+    let hex = h.finalize().to_hex();
+    Identity {
+        id: hex[..32].to_string(),
+        trace_bytes,
+        manifest,
+    }
+}
+
+/// Feed the length and bytes of `path` to `h`; `None` (nothing fed) when it cannot be read.
+fn hash_file(h: &mut blake3::Hasher, path: &Path) -> Option<u64> {
+    let mut f = File::open(path).ok()?;
+    let len = f.metadata().ok().filter(|m| m.is_file())?.len();
+    h.update(&len.to_le_bytes());
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => {
+                h.update(&buf[..k]);
+                n += k as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // Unreadable half way: the bundle will fail to open with the reason; its id
+            // only needs to be stable, and a hash of what was read so far is.
+            Err(_) => break,
+        }
+    }
+    // A file that changed size while being read is hashed as read.
+    Some(n)
+}
+
+/// Refuse a SOURCE that is the dataset itself.
+pub fn check_not_inside(sources: &[PathBuf], dest: &Path) -> Result<()> {
+    let Ok(d) = dest.canonicalize() else {
+        return Ok(());
+    };
+    for s in sources {
+        if s.canonicalize().is_ok_and(|c| c == d) {
+            bail!("source {} is the dataset itself", s.display());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_follow_the_bytes_not_the_place() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a");
+        let b = d.path().join("nested/b");
+        for p in [&a, &b] {
+            std::fs::create_dir_all(p).unwrap();
+            std::fs::write(p.join("bundle.toml"), "rtit_ctl = 1\n").unwrap();
+            std::fs::write(p.join("trace.rtit"), b"\x02\x82").unwrap();
+        }
+        let ia = identify(&a);
+        assert_eq!(ia.id, identify(&b).id);
+        assert_eq!(ia.id.len(), 32);
+        assert_eq!(ia.trace_bytes, Some(2));
+        std::fs::write(b.join("trace.rtit"), b"\x02\x83").unwrap();
+        assert_ne!(ia.id, identify(&b).id);
+        // Discovery: recursive, a bundle once however it is reached, list files.
+        let list = d.path().join("list.txt");
+        std::fs::write(&list, "# night 1\na\n\nnested/b/bundle.toml\nmissing\n").unwrap();
+        let found = discover(&[d.path().to_path_buf(), list.clone()], None).unwrap();
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[2].ends_with("missing"));
+        // Two missing bundles differ by path.
+        assert_ne!(identify(&found[2]).id, identify(&d.path().join("other")).id);
+        assert!(discover(&[d.path().join("nope")], None).is_err());
+    }
+}

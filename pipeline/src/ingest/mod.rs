@@ -1,0 +1,552 @@
+//! `tracemill ingest`: many bundles into one partitioned dataset, exactly once.
+//!
+//! ```text
+//!  discover ──► identify (hash) ──► shard, skip committed ──► decode side by side ──► publish ──► commit
+//!  SOURCEs      bundle ids          catalog lookups            run::decode into         tables      catalog row
+//!                                                              DEST/_staging/<id>/      renamed     written last
+//! ```
+//!
+//! Layout (`DEST` a directory or `s3://bucket/prefix`):
+//!
+//! ```text
+//! DEST/_tracemill.json                                 partition keys, checked by every run
+//! DEST/<table>/<key>=<value>/.../<bundle-id>.parquet   branches, events, timing, coverage, edges
+//! DEST/bundles/<bundle-id>.parquet                      the catalog: one row per bundle
+//! DEST/_staging/<bundle-id>/                            work in progress (local DEST only)
+//! ```
+//!
+//! The commit protocol of one bundle: decode into its staging directory (each table
+//! written under a temporary name and renamed by [`tracemill_sinks`]); remove whatever an
+//! earlier attempt left there first. Publish each table at its final path (a rename on a
+//! file system, a PUT or completed multipart upload on S3, both atomic; the same bytes
+//! go to the same path whatever attempt writes them). Then publish the catalog row, last:
+//! the catalog is the record of what is in the dataset. A crash before it leaves files a
+//! re-run replaces; a crash after it leaves at most the staging directory, removed when
+//! the bundle's shard next sees it. Bundles are split between shards by id, so two
+//! processes never write the same bundle's files.
+
+mod catalog;
+mod dest;
+mod discover;
+mod layout;
+mod shard;
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use tracemill_schemas::TABLES;
+
+pub use catalog::{Row, Status};
+pub use dest::Dest;
+pub use discover::{discover, identify, Identity};
+pub use layout::{parse_partition_keys, partition_dir, table_file, NULL_PARTITION};
+pub use shard::Shard;
+
+use crate::bundle::Bundle;
+use crate::run::{self, Tables};
+
+/// `tracemill ingest` arguments.
+#[derive(clap::Args, Debug)]
+pub struct IngestArgs {
+    /// Bundle directories, directories searched recursively for bundles, or text files
+    /// listing bundle paths (one a line; relative to the list file; `#` comments).
+    #[arg(required = true, value_name = "SOURCE")]
+    pub sources: Vec<PathBuf>,
+    /// The dataset: a local directory, or s3://bucket/prefix (endpoint, region and
+    /// credentials from the AWS environment variables).
+    #[arg(long, value_name = "DEST")]
+    pub dataset: String,
+    /// Bundle labels to partition the tables by, comma-separated (e.g. date,host). Every
+    /// run into a dataset must give the same keys.
+    #[arg(long, value_name = "KEYS", default_value = "")]
+    pub partition_by: String,
+    /// Worker threads (default: all cores). Small bundles decode side by side, one
+    /// thread each; large ones (8 MiB of trace and more) one at a time on all threads.
+    #[arg(long, short)]
+    pub jobs: Option<usize>,
+    /// Take shard I of N (0-based) of the bundles, chosen by bundle id. Read from
+    /// SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, or JOB_COMPLETION_INDEX with --shards,
+    /// when not given.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+    /// The number of shards, for a Kubernetes Indexed Job (JOB_COMPLETION_INDEX).
+    #[arg(long, value_name = "N")]
+    pub shards: Option<u64>,
+    /// Decode bundles whose catalog row says `failed` again.
+    #[arg(long)]
+    pub retry_failed: bool,
+    /// Local directory to decode into before uploading (S3 only; default: under $TMPDIR).
+    #[arg(long, value_name = "DIR")]
+    pub staging: Option<PathBuf>,
+    /// ZSTD level of the Parquet tables.
+    #[arg(long, default_value_t = tracemill_sinks::parquet::DEFAULT_ZSTD_LEVEL)]
+    pub zstd_level: i32,
+    /// No progress bar (the bar only shows on a terminal anyway).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Traces of at least this many bytes decode alone, on all threads.
+pub const LARGE_BUNDLE: u64 = 8 << 20;
+
+/// Exit status: some bundles failed, the rest are committed.
+pub const EXIT_SOME_FAILED: u8 = 3;
+
+/// What happened to one bundle of this shard.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    /// Decoded (or failed) and committed now.
+    Committed(Row),
+    /// Committed by an earlier run, with this status.
+    Skipped(Status),
+    /// Its catalog row could not be written: the bundle is not in the dataset.
+    NotCommitted(String),
+}
+
+/// The result of a run.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub found: usize,
+    /// Same bytes as a bundle found before (same id): ingested once.
+    pub duplicates: Vec<(PathBuf, PathBuf)>,
+    pub shard: Option<Shard>,
+    pub outcomes: Vec<(PathBuf, String, Outcome)>,
+    pub elapsed: Duration,
+    pub jobs: usize,
+}
+
+impl Summary {
+    pub fn exit_code(&self) -> u8 {
+        let mut code = 0;
+        for (_, _, o) in &self.outcomes {
+            match o {
+                Outcome::NotCommitted(_) => return 1,
+                Outcome::Committed(r) if r.status == Status::Failed => code = EXIT_SOME_FAILED,
+                Outcome::Skipped(Status::Failed) => code = EXIT_SOME_FAILED,
+                _ => {}
+            }
+        }
+        code
+    }
+
+    /// The closing report.
+    pub fn text(&self, dest: &str) -> String {
+        let (mut ok, mut failed, mut skipped_ok, mut skipped_failed, mut lost) = (0, 0, 0, 0, 0);
+        let (mut bytes, mut branches) = (0u64, 0u64);
+        let mut lines = String::new();
+        for (path, _, o) in &self.outcomes {
+            match o {
+                Outcome::Committed(r) => {
+                    bytes += r.trace_bytes.unwrap_or(0);
+                    branches += r.branches.unwrap_or(0);
+                    if r.status == Status::Ok {
+                        ok += 1;
+                    } else {
+                        failed += 1;
+                        lines.push_str(&format!(
+                            "  failed  {}: {}\n",
+                            path.display(),
+                            r.error.as_deref().unwrap_or("")
+                        ));
+                    }
+                }
+                Outcome::Skipped(Status::Ok) => skipped_ok += 1,
+                Outcome::Skipped(Status::Failed) => {
+                    skipped_failed += 1;
+                    lines.push_str(&format!(
+                        "  failed earlier, not retried  {}\n",
+                        path.display()
+                    ));
+                }
+                Outcome::NotCommitted(e) => {
+                    lost += 1;
+                    lines.push_str(&format!("  NOT COMMITTED  {}: {e}\n", path.display()));
+                }
+            }
+        }
+        for (dup, first) in &self.duplicates {
+            lines.push_str(&format!(
+                "  duplicate  {} has the bytes of {}: ingested once\n",
+                dup.display(),
+                first.display()
+            ));
+        }
+        let secs = self.elapsed.as_secs_f64().max(1e-9);
+        let shard = match self.shard {
+            Some(s) if s.count > 1 => format!(", {} in shard {s}", self.outcomes.len()),
+            _ => String::new(),
+        };
+        let mut s = format!(
+            "ingest into {dest}: {} bundle{} found{shard}\n  {} ok, {} failed now; {} already committed ({} ok, {} failed{})\n",
+            self.found,
+            if self.found == 1 { "" } else { "s" },
+            ok,
+            failed,
+            skipped_ok + skipped_failed,
+            skipped_ok,
+            skipped_failed,
+            if skipped_failed > 0 { "; --retry-failed tries them again" } else { "" },
+        );
+        if lost > 0 {
+            s.push_str(&format!(
+                "  {lost} not committed (the catalog could not be written): run again\n"
+            ));
+        }
+        s.push_str(&format!(
+            "  {:.1} MB of trace, {} branches in {:.1} s on {} job{}: {:.1} MB/s, {:.1} bundles/s\n",
+            bytes as f64 / 1e6,
+            run::group(branches),
+            secs,
+            self.jobs,
+            if self.jobs == 1 { "" } else { "s" },
+            bytes as f64 / 1e6 / secs,
+            (ok + failed) as f64 / secs
+        ));
+        s.push_str(&lines);
+        s
+    }
+}
+
+/// What a run needs besides the bundles.
+pub struct Options {
+    pub dest: Dest,
+    pub partition_by: Vec<String>,
+    pub jobs: usize,
+    pub shard: Shard,
+    pub retry_failed: bool,
+    pub zstd_level: i32,
+    pub progress: bool,
+}
+
+/// `tracemill ingest`: the exit status, or an error when nothing could be done (bad
+/// arguments, a dataset that cannot be written).
+pub fn main(a: IngestArgs) -> Result<ExitCode> {
+    let partition_by = parse_partition_keys(&a.partition_by)?;
+    let shard = Shard::from_args_and_env(a.shard.as_deref(), a.shards, |k| std::env::var(k).ok())?;
+    tracemill_sinks::parquet::writer_properties(
+        "branches",
+        Vec::new(),
+        &tracemill_sinks::WriterOptions {
+            zstd_level: a.zstd_level,
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("--zstd-level {}", a.zstd_level))?;
+    let dest = Dest::new(&a.dataset, a.staging.clone())?;
+    let opts = Options {
+        dest,
+        partition_by,
+        jobs: a
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1),
+        shard,
+        retry_failed: a.retry_failed,
+        zstd_level: a.zstd_level,
+        progress: !a.quiet,
+    };
+    let summary = ingest(&a.sources, &opts)?;
+    eprint!("{}", summary.text(&opts.dest.display()));
+    Ok(ExitCode::from(summary.exit_code()))
+}
+
+/// Ingest the bundles of `sources` into `opts.dest`.
+pub fn ingest(sources: &[PathBuf], opts: &Options) -> Result<Summary> {
+    let t0 = Instant::now();
+    if let Some(root) = opts.dest.local_root() {
+        discover::check_not_inside(sources, root)?;
+    }
+    let found = discover(sources, opts.dest.local_root())?;
+    if found.is_empty() {
+        bail!(
+            "no bundle found in {} (a bundle is a directory with a bundle.toml)",
+            sources
+                .iter()
+                .map(|s| s.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    opts.dest
+        .init(&opts.partition_by)
+        .with_context(|| format!("dataset {} cannot be written", opts.dest.display()))?;
+
+    // Identify every bundle (its id decides its shard), on all threads.
+    let idents = parallel_map(&found, opts.jobs, |p| identify(p));
+    let mut seen: HashMap<String, PathBuf> = HashMap::new();
+    let mut summary = Summary {
+        found: found.len(),
+        shard: Some(opts.shard),
+        jobs: opts.jobs,
+        ..Summary::default()
+    };
+    let mut mine = Vec::new();
+    for (path, ident) in found.into_iter().zip(idents) {
+        if let Some(first) = seen.get(&ident.id) {
+            summary.duplicates.push((path, first.clone()));
+            continue;
+        }
+        seen.insert(ident.id.clone(), path.clone());
+        if opts.shard.takes(&ident.id) {
+            mine.push((path, ident));
+        }
+    }
+
+    // What is committed already.
+    let statuses = parallel_map(&mine, opts.jobs.max(4), |(_, ident)| {
+        opts.dest.status(&ident.id)
+    });
+    let mut todo = Vec::new();
+    for ((path, ident), status) in mine.into_iter().zip(statuses) {
+        let status =
+            status.with_context(|| format!("reading the catalog of {}", opts.dest.display()))?;
+        match status {
+            Some(Status::Ok) => {
+                remove_staging(opts, &ident.id);
+                summary
+                    .outcomes
+                    .push((path, ident.id, Outcome::Skipped(Status::Ok)));
+            }
+            Some(Status::Failed) if !opts.retry_failed => {
+                remove_staging(opts, &ident.id);
+                summary
+                    .outcomes
+                    .push((path, ident.id, Outcome::Skipped(Status::Failed)));
+            }
+            _ => todo.push((path, ident)),
+        }
+    }
+    // Largest first: the big ones' threads are busy early, the small ones fill in.
+    todo.sort_by_key(|(_, i)| std::cmp::Reverse(i.trace_bytes.unwrap_or(0)));
+
+    let total: u64 = todo.iter().map(|(_, i)| i.trace_bytes.unwrap_or(0)).sum();
+    let bar = progress_bar(opts.progress, total, todo.len());
+    let done = AtomicUsize::new(0);
+    let failed = AtomicUsize::new(0);
+    let lane = RwLock::new(());
+    let outcomes = parallel_map(&todo, opts.jobs, |(path, ident)| {
+        let large = ident.trace_bytes.unwrap_or(0) >= LARGE_BUNDLE && opts.jobs > 1;
+        let outcome = if large {
+            let _alone = lane.write().unwrap_or_else(|e| e.into_inner());
+            ingest_one(opts, path, ident, opts.jobs)
+        } else {
+            let _side_by_side = lane.read().unwrap_or_else(|e| e.into_inner());
+            ingest_one(opts, path, ident, 1)
+        };
+        if !matches!(&outcome, Outcome::Committed(r) if r.status == Status::Ok) {
+            failed.fetch_add(1, Ordering::Relaxed);
+        }
+        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+        bar.inc(ident.trace_bytes.unwrap_or(0));
+        bar.set_message(format!(
+            "{n}/{} bundles, {} failed",
+            todo.len(),
+            failed.load(Ordering::Relaxed)
+        ));
+        outcome
+    });
+    bar.finish_and_clear();
+    for ((path, ident), o) in todo.into_iter().zip(outcomes) {
+        summary.outcomes.push((path, ident.id, o));
+    }
+    summary.elapsed = t0.elapsed();
+    Ok(summary)
+}
+
+fn progress_bar(show: bool, bytes: u64, bundles: usize) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    // Draws on stderr, and only when it is a terminal.
+    let b = indicatif::ProgressBar::new(bytes);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, {eta}) {msg}",
+    ) {
+        b.set_style(style);
+    }
+    b.set_message(format!("0/{bundles} bundles"));
+    b.enable_steady_tick(Duration::from_millis(200));
+    b
+}
+
+/// `f` over `items` on `jobs` threads, results in order.
+fn parallel_map<T: Sync, R: Send>(items: &[T], jobs: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = AtomicUsize::new(0);
+    let out: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, items.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let r = f(item);
+                out.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+            });
+        }
+    });
+    out.into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .map(|r| r.expect("every item was mapped"))
+        .collect()
+}
+
+fn remove_staging(opts: &Options, id: &str) {
+    let dir = opts.dest.staging_root().join(id);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// What a decoded and published bundle counted.
+struct Counts {
+    trace_bytes: u64,
+    branches: u64,
+    instructions: u64,
+    gaps: u64,
+    errors: u64,
+}
+
+/// Decode, publish and commit one bundle; a failure of the bundle is a `failed` row.
+fn ingest_one(opts: &Options, path: &Path, ident: &Identity, jobs: usize) -> Outcome {
+    let t0 = Instant::now();
+    let id = &ident.id;
+    let staging = opts.dest.staging_root().join(id);
+    let labels = ident
+        .manifest
+        .as_ref()
+        .map(|m| m.labels.clone())
+        .unwrap_or_default();
+    let pdir = partition_dir(&opts.partition_by, &labels);
+    let source = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    // What an earlier, interrupted attempt at this bundle left.
+    if let Err(e) = std::fs::remove_dir_all(&staging) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            return Outcome::NotCommitted(format!("removing {}: {e}", staging.display()));
+        }
+    }
+    if let Err(e) = std::fs::create_dir_all(&staging) {
+        return Outcome::NotCommitted(format!("creating {}: {e}", staging.display()));
+    }
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        decode_and_publish(opts, path, id, &pdir, &staging, jobs)
+    }));
+    let result = match result {
+        Ok(r) => r.map_err(|e| error_text(&e)),
+        Err(panic) => Err(format!(
+            "internal error (a bug in tracemill, please report it): {}",
+            panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default()
+        )),
+    };
+    let mut row = Row {
+        bundle: id.clone(),
+        source: source.display().to_string(),
+        labels,
+        status: Status::Ok,
+        error: None,
+        trace_bytes: ident.trace_bytes,
+        branches: None,
+        instructions: None,
+        gaps: None,
+        errors: None,
+        seconds: 0.0,
+        tracemill_version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    match result {
+        Ok(c) => {
+            row.trace_bytes = Some(c.trace_bytes);
+            row.branches = Some(c.branches);
+            row.instructions = Some(c.instructions);
+            row.gaps = Some(c.gaps);
+            row.errors = Some(c.errors);
+        }
+        Err(e) => {
+            row.status = Status::Failed;
+            row.error = Some(e);
+            // A failed bundle has no rows in the dataset: take back what was published.
+            for t in TABLES {
+                if let Err(e) = opts.dest.remove(&table_file(t, &pdir, id)) {
+                    return Outcome::NotCommitted(error_text(&e));
+                }
+            }
+        }
+    }
+    row.seconds = t0.elapsed().as_secs_f64();
+    let committed = row.to_parquet().and_then(|bytes| {
+        opts.dest
+            .publish_bytes(bytes, &layout::catalog_file(id), &staging)
+    });
+    let _ = std::fs::remove_dir_all(&staging);
+    match committed {
+        Ok(()) => Outcome::Committed(row),
+        Err(e) => Outcome::NotCommitted(error_text(&e)),
+    }
+}
+
+fn decode_and_publish(
+    opts: &Options,
+    path: &Path,
+    id: &str,
+    pdir: &str,
+    staging: &Path,
+    jobs: usize,
+) -> Result<Counts> {
+    let b = Bundle::open(path, None, &[])?;
+    let ropts = run::Options {
+        jobs,
+        chunk_bytes: None,
+        out: Some(staging.join("tables")),
+        tables: Tables::ALL,
+        format: tracemill_sinks::Format::Parquet,
+        writer: tracemill_sinks::WriterOptions {
+            zstd_level: opts.zstd_level,
+            constant_columns: vec![("bundle".to_string(), id.to_string())],
+            ..Default::default()
+        },
+        progress: false,
+    };
+    let report = run::decode(&b, &ropts)?;
+    if report.rows == 0 && b.image_set().0.segments().is_empty() {
+        let why = if b.image_problems.is_empty() {
+            "the bundle names none".to_string()
+        } else {
+            b.image_problems.join("; ")
+        };
+        bail!("no branch decoded: no code image could be loaded ({why})");
+    }
+    for w in &report.written {
+        opts.dest.publish(&w.path, &table_file(w.table, pdir, id))?;
+    }
+    let ev = |k: &str| report.events_by_kind.get(k).copied().unwrap_or(0);
+    Ok(Counts {
+        trace_bytes: report.trace_bytes,
+        branches: report.rows,
+        instructions: report.instructions,
+        gaps: ev("overflow") + ev("resync"),
+        errors: report.errors(),
+    })
+}
+
+/// "what: why: why", each cause once (as `tracemill`'s own error line).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        let text = text.trim_end();
+        if text.is_empty() || out.contains(text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(text);
+    }
+    out
+}
