@@ -7,9 +7,11 @@
 //! - [`bundle`]: bundle loading;
 //! - [`run`]: the parallel decode and the closing summary;
 //! - [`dump`]: the packet listing;
-//! - [`synth`]: making bundles (real programs, synthetic walks, spec scenarios).
+//! - [`synth`]: making bundles (real programs, synthetic walks, spec scenarios);
+//! - [`report`]: the `report` commands (the work is in `tracemill-reports`).
 
 pub mod bundle;
 pub mod dump;
+pub mod report;
 pub mod run;
 pub mod synth;

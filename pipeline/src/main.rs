@@ -29,6 +29,8 @@ enum Cmd {
     Decode(DecodeArgs),
     /// Make trace bundles with ground truth from tracemill's model of the RTIT hardware.
     Synth(SynthArgs),
+    /// Reports over decoded tables: hotspots, flame graph, coverage, timeline, HTML.
+    Report(tracemill::report::ReportArgs),
 }
 
 /// The trace and the facts about it.
@@ -254,6 +256,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Report(a) => tracemill::report::run(a),
         Cmd::Synth(s) => match s.what {
             SynthCmd::List => {
                 print!("{}", tracemill::synth::list());
