@@ -658,6 +658,30 @@ fn bad_input_gives_a_clear_message_and_what_can_be_made() {
     assert!(stderr(&o).contains("build-id"), "{}", stderr(&o));
     assert!(!stdout(&o).contains("\nfib,"), "{}", stdout(&o));
 
+    // An empty trace (no image: not one branch decoded): empty reports, no failure.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    for f in ["bundle.toml", "trace.rtit"] {
+        std::fs::copy(bundle.join(f), empty.join(f)).unwrap();
+    }
+    let out3 = tmp.path().join("out3");
+    let o = run(&["decode", s(&empty), "--out", s(&out3), "-q"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let o = ok(&["report", "hotspots", s(&out3)]);
+    assert!(stdout(&o).starts_with("# 0 instructions"), "{}", stdout(&o));
+    let svg3 = tmp.path().join("empty.svg");
+    ok(&["report", "flamegraph", s(&out3), "--out", s(&svg3)]);
+    assert!(std::fs::read_to_string(&svg3)
+        .unwrap()
+        .contains("no branch rows"));
+    ok(&[
+        "report",
+        "html",
+        s(&out3),
+        "--out",
+        s(&tmp.path().join("empty.html")),
+    ]);
+
     // A column missing (a table from another version): named in the message.
     let cov = out2.join("coverage.parquet");
     {

@@ -436,31 +436,39 @@ impl Hotspots {
             self.by,
             self.weight
         ));
+        let rows: Vec<&Hotspot> = self.rows.iter().take(top).collect();
+        let iw = rows.iter().map(|r| r.image.len()).max().unwrap_or(0).max(5);
+        let lw = rows
+            .iter()
+            .map(|r| r.location.len())
+            .max()
+            .unwrap_or(0)
+            .max(5);
         let mut header = format!("{:>7}  {:>14}", "share", "instructions");
         if cyc {
             header.push_str(&format!("  {:>14}", "cycles"));
         }
         header.push_str(&format!(
-            "  {:>10}  {:>8}  {:<12}  ",
+            "  {:>10}  {:>8}  {:<iw$}  ",
             "branches", "calls", "image"
         ));
         if let Some(h) = self.location_header() {
-            header.push_str(&format!("{h:<28}  "));
+            header.push_str(&format!("{h:<lw$}  "));
         }
         header.push_str("function");
         out.push_str(&header);
         out.push('\n');
-        for r in self.rows.iter().take(top) {
+        for r in rows {
             let mut line = format!("{:>6.2}%  {:>14}", r.share * 100.0, r.instructions);
             if cyc {
                 line.push_str(&format!("  {:>14}", r.cycles.unwrap_or(0)));
             }
             line.push_str(&format!(
-                "  {:>10}  {:>8}  {:<12}  ",
+                "  {:>10}  {:>8}  {:<iw$}  ",
                 r.branches, r.calls, r.image
             ));
             if self.location_header().is_some() {
-                line.push_str(&format!("{:<28}  ", r.location));
+                line.push_str(&format!("{:<lw$}  ", r.location));
             }
             line.push_str(&r.function);
             out.push_str(line.trim_end());

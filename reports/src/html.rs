@@ -242,7 +242,7 @@ pub fn render(input: &Input, top: usize) -> String {
     let mut f = Functions::new(&input.symbols);
     match build(input, &mut f, &mut warnings, |_| {}) {
         Ok(st) => {
-            let lines = st.folded(&f.names, false);
+            let lines = st.folded(&f.names, false, st.total(false) / 20_000);
             let mut svg = Vec::new();
             match write_svg(&lines, "flame graph", false, &mut svg) {
                 Ok(()) if !svg.is_empty() => {

@@ -36,7 +36,7 @@ use crate::input::Input;
 use crate::symbols::Symbolizer;
 use crate::util::{col, insn_len, kind_codes, AddrMap};
 
-pub const MAX_DEPTH: usize = 4096;
+pub const MAX_DEPTH: usize = 256;
 
 /// Function identities: names interned, per address cached.
 pub struct Functions<'s> {
@@ -185,28 +185,88 @@ impl Stacks {
         }
     }
 
-    /// Folded stacks, `outer;...;inner weight`, sorted, one line per stack with weight.
-    pub fn folded(&self, names: &[String], cycles: bool) -> Vec<String> {
+    fn path(&self, names: &[String], n: usize, out: &mut String) {
+        let mut parts = Vec::new();
+        let mut m = n as u32;
+        while m != 0 {
+            let (p, f) = self.nodes[m as usize];
+            parts.push(f);
+            m = p;
+        }
+        out.clear();
+        for (i, f) in parts.iter().rev().enumerate() {
+            if i > 0 {
+                out.push(';');
+            }
+            out.push_str(&names[*f as usize].replace([';', ' '], "_"));
+        }
+    }
+
+    /// Write every stack with weight as a folded line (`outer;...;inner weight`), in the
+    /// order the stacks were first seen; memory stays one line.
+    pub fn write_folded(
+        &self,
+        names: &[String],
+        cycles: bool,
+        mut out: impl Write,
+    ) -> std::io::Result<usize> {
         let w = if cycles {
             &self.cycles
         } else {
             &self.instructions
         };
+        let mut line = String::new();
+        let mut n = 0;
+        for (i, &wt) in w.iter().enumerate().skip(1) {
+            if wt > 0 {
+                self.path(names, i, &mut line);
+                writeln!(out, "{line} {wt}")?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Folded lines, sorted, of the stacks that weigh at least `min` with their callees
+    /// (lighter stacks add their weight to their nearest such caller, so the total stays
+    /// the same): what a flame graph can draw, whatever the number of stacks.
+    pub fn folded(&self, names: &[String], cycles: bool, min: u64) -> Vec<String> {
+        let w = if cycles {
+            &self.cycles
+        } else {
+            &self.instructions
+        };
+        // Nodes are created after their parent: a reverse pass sums subtrees.
+        let mut sub = w.clone();
+        for i in (1..self.nodes.len()).rev() {
+            let p = self.nodes[i].0 as usize;
+            sub[p] += sub[i];
+        }
+        let keep: Vec<bool> = (0..self.nodes.len())
+            .map(|i| i == 0 || sub[i] >= min.max(1))
+            .collect();
+        let mut own = vec![0u64; self.nodes.len()];
+        let mut into = vec![0usize; self.nodes.len()];
+        for i in 1..self.nodes.len() {
+            into[i] = if keep[i] {
+                i
+            } else {
+                into[self.nodes[i].0 as usize]
+            };
+            own[into[i]] += w[i];
+        }
         let mut out = Vec::new();
-        let mut path = Vec::new();
-        for (n, &wt) in w.iter().enumerate() {
-            if wt == 0 || n == 0 {
+        let mut line = String::new();
+        for (i, &wt) in own.iter().enumerate() {
+            if wt == 0 {
                 continue;
             }
-            path.clear();
-            let mut m = n as u32;
-            while m != 0 {
-                let (p, f) = self.nodes[m as usize];
-                path.push(names[f as usize].replace([';', ' '], "_"));
-                m = p;
+            if i == 0 {
+                out.push(format!("[small stacks] {wt}"));
+                continue;
             }
-            path.reverse();
-            out.push(format!("{} {wt}", path.join(";")));
+            self.path(names, i, &mut line);
+            out.push(format!("{line} {wt}"));
         }
         out.sort();
         out
@@ -545,16 +605,22 @@ pub fn flamegraph(
     } else {
         cycles
     };
-    let lines = st.folded(&f.names, use_cycles);
+    let mut stacks = 0;
     if let Some(p) = folded {
         let mut w = std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?,
         );
-        for l in &lines {
-            writeln!(w, "{l}")?;
-        }
-        w.flush()
+        stacks = st
+            .write_folded(&f.names, use_cycles, &mut w)
+            .and_then(|n| w.flush().map(|()| n))
             .with_context(|| format!("{}: cannot write", p.display()))?;
+    }
+    // The SVG draws stacks of at least 1/20000 of the total (inferno leaves out frames
+    // narrower than 0.1 pixel of 1200 anyway).
+    let total = st.total(use_cycles);
+    let lines = st.folded(&f.names, use_cycles, total / 20_000);
+    if folded.is_none() {
+        stacks = lines.len();
     }
     if let Some(p) = svg {
         let out =
@@ -570,8 +636,8 @@ pub fn flamegraph(
             .with_context(|| format!("{}: cannot write the flame graph", p.display()))?;
     }
     Ok(FlameSummary {
-        total: st.total(use_cycles),
-        stacks: lines.len(),
+        total,
+        stacks,
         cycles: use_cycles,
         gaps: st.gaps,
         mismatched_returns: st.mismatched_returns,
@@ -612,4 +678,34 @@ pub struct FlameSummary {
     pub longjmps: u64,
     pub async_entries: u64,
     pub warnings: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn light_stacks_fold_into_their_caller_and_the_total_stays() {
+        let mut st = Stacks::new();
+        let a = st.child(0, 1);
+        let b = st.child(a, 2);
+        let c = st.child(b, 3);
+        let d = st.child(0, 4);
+        st.instructions[a as usize] = 10;
+        st.instructions[b as usize] = 1;
+        st.instructions[c as usize] = 1;
+        st.instructions[d as usize] = 1;
+        let names: Vec<String> = ["[gap]", "a", "b", "c", "d"].map(String::from).to_vec();
+        assert_eq!(
+            st.folded(&names, false, 0),
+            ["a 10", "a;b 1", "a;b;c 1", "d 1"]
+        );
+        assert_eq!(st.folded(&names, false, 5), ["[small stacks] 1", "a 12"]);
+        let mut out = Vec::new();
+        assert_eq!(st.write_folded(&names, false, &mut out).unwrap(), 4);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "a 10\na;b 1\na;b;c 1\nd 1\n"
+        );
+    }
 }
