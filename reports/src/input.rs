@@ -320,8 +320,7 @@ impl Input {
         }
     }
 
-    /// The instruction count the decode reported, if the summary was recorded: the sum of
-    /// `coverage.insns * count` otherwise.
+    /// A bundle label recorded in the tables (`label.<key>`).
     pub fn label(&self, key: &str) -> Option<&str> {
         self.meta.get(&format!("label.{key}")).map(String::as_str)
     }
