@@ -382,12 +382,8 @@ fn capture(src: &Source) -> Result<Execution> {
                 .with_context(|| format!("tracing {}", path.display()))?;
             let mut e = c.execution;
             e.name = program.to_string();
-            // Symbols are not needed to decode; stripping keeps the samples small.
-            for (_, bytes) in &mut e.images {
-                if let Some(s) = strip(bytes) {
-                    *bytes = s;
-                }
-            }
+            // The image keeps its symbols and debug info (the program's own, ~80 KiB):
+            // reports name functions and lines from them.
             Ok(e)
         }
         Source::Busybox { args, stdin } => {
@@ -402,15 +398,24 @@ fn capture(src: &Source) -> Result<Execution> {
             steps,
             seed,
         } => {
+            // The walk starts from the stripped ELF's call targets (as it always has, so
+            // the trace stays the same); the bundle ships the ELF with its symbols and
+            // debug info, whose code is the same.
             let elf = compile(program)?;
-            let code = Code::from_elf(program, &elf)?;
-            Ok(code.execution(&WalkConfig::new(*seed, *steps)))
+            let stripped = strip(&elf).unwrap_or_else(|| elf.clone());
+            let code = Code::from_elf(program, &stripped)?;
+            let mut e = code.execution(&WalkConfig::new(*seed, *steps));
+            for (_, bytes) in &mut e.images {
+                *bytes = elf.clone();
+            }
+            Ok(e)
         }
         Source::Scenario(_) | Source::Processes(_) => unreachable!("handled by the caller"),
     }
 }
 
-/// Compile a program of `datasets/programs/` (stripped) and return its ELF bytes.
+/// Compile a program of `datasets/programs/` and return its ELF bytes (with symbols and
+/// debug info).
 fn compile(program: &str) -> Result<Vec<u8>> {
     let src = qemu::programs_dir().join(format!("{program}.c"));
     let dir = std::env::temp_dir().join(format!("tracemill-synth-{}", std::process::id()));
@@ -419,7 +424,7 @@ fn compile(program: &str) -> Result<Vec<u8>> {
     qemu::compile_c(&src, &exe)?;
     let bytes = fs::read(&exe)?;
     let _ = fs::remove_dir_all(&dir);
-    Ok(strip(&bytes).unwrap_or(bytes))
+    Ok(bytes)
 }
 
 /// `strip` an ELF (symbols and debug sections only; code stays where it is).

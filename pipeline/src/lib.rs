@@ -8,10 +8,12 @@
 //! - [`run`]: the parallel decode and the closing summary;
 //! - [`dump`]: the packet listing;
 //! - [`ingest`]: many bundles into one partitioned dataset (local or S3), exactly once;
-//! - [`synth`]: making bundles (real programs, synthetic walks, spec scenarios).
+//! - [`synth`]: making bundles (real programs, synthetic walks, spec scenarios);
+//! - [`report`]: the `report` commands (the work is in `tracemill-reports`).
 
 pub mod bundle;
 pub mod dump;
 pub mod ingest;
+pub mod report;
 pub mod run;
 pub mod synth;

@@ -31,6 +31,8 @@ enum Cmd {
     Ingest(tracemill::ingest::IngestArgs),
     /// Make trace bundles with ground truth from tracemill's model of the RTIT hardware.
     Synth(SynthArgs),
+    /// Reports over decoded tables: hotspots, flame graph, coverage, timeline, HTML.
+    Report(tracemill::report::ReportArgs),
 }
 
 /// The trace and the facts about it.
@@ -271,6 +273,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Ingest(a) => tracemill::ingest::main(a),
+        Cmd::Report(a) => tracemill::report::run(a),
         Cmd::Synth(s) => match s.what {
             SynthCmd::List => {
                 print!("{}", tracemill::synth::list());

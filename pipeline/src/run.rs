@@ -195,12 +195,8 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
         source: bundle.trace_path.display().to_string(),
         source_size: bundle.trace.len() as u64,
         rtit_ctl: bundle.manifest.rtit_ctl,
-        extra: bundle
-            .manifest
-            .labels
-            .iter()
-            .map(|(k, v)| (format!("label.{k}"), v.clone()))
-            .collect(),
+        // Labels, and the bundle and images for `tracemill report`.
+        extra: crate::report::decode_meta(bundle),
     };
     let mut writers = Writers::create(opts, &meta)?;
     let pool = rayon::ThreadPoolBuilder::new()

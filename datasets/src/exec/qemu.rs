@@ -151,12 +151,28 @@ pub fn programs_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("programs")
 }
 
-/// `gcc -static -O2 -o out src`.
+/// `gcc -static -O2 -g -o out src`, run in the source's directory with that directory
+/// mapped to `datasets/programs` in the debug info, so that the DWARF names the source
+/// `datasets/programs/NAME.c` wherever the checkout is (reports resolve it from the
+/// repository root) and the image is the same byte for byte on every machine. `-g`
+/// changes no code (GCC guarantees it), only adds sections that are not loaded.
 pub fn compile_c(src: &Path, out: &Path) -> Result<(), QemuError> {
+    let src = std::path::absolute(src).unwrap_or_else(|_| src.to_path_buf());
+    let out = std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf());
+    let dir = src.parent().unwrap_or(Path::new("/"));
+    let file = src
+        .file_name()
+        .map_or_else(|| src.clone().into_os_string(), |f| f.to_os_string());
+    let mut prefix_map = std::ffi::OsString::from("-fdebug-prefix-map=");
+    prefix_map.push(dir.as_os_str());
+    prefix_map.push("=datasets/programs");
     let output = Command::new(GCC)
-        .args(["-static", "-O2", "-o"])
-        .arg(out)
-        .arg(src)
+        .args(["-static", "-O2", "-g"])
+        .arg(prefix_map)
+        .arg("-o")
+        .arg(&out)
+        .arg(&file)
+        .current_dir(dir)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| match e.kind() {

@@ -1,0 +1,316 @@
+//! `tracemill report`: the command line of the reports (`tracemill-reports` does the
+//! work), and the facts `decode` records in the tables' metadata so that a report finds
+//! the bundle and checks its images.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use tracemill_datasets::bundle::{parse_u64, ImageKind};
+use tracemill_reports::hotspots::{By, Weight};
+use tracemill_reports::input::{ImageMeta, META_BUNDLE, META_IMAGES};
+use tracemill_reports::Input;
+
+use crate::bundle::Bundle;
+
+/// Metadata pairs every table of a decode carries besides the standard ones: the bundle's
+/// labels (`label.<key>`), the bundle directory (`tracemill.bundle`, absolute) and the
+/// images as decoded with their build-ids (`tracemill.images`, JSON).
+pub fn decode_meta(bundle: &Bundle) -> Vec<(String, String)> {
+    let mut kv: Vec<(String, String)> = bundle
+        .manifest
+        .labels
+        .iter()
+        .map(|(k, v)| (format!("label.{k}"), v.clone()))
+        .collect();
+    if bundle.dir.join("bundle.toml").is_file() {
+        let dir = std::path::absolute(&bundle.dir).unwrap_or_else(|_| bundle.dir.clone());
+        kv.push((META_BUNDLE.into(), dir.display().to_string()));
+    }
+    let images: Vec<ImageMeta> = bundle
+        .images
+        .iter()
+        .map(|im| ImageMeta {
+            name: Path::new(&im.entry.path).file_name().map_or_else(
+                || im.entry.path.clone(),
+                |n| n.to_string_lossy().into_owned(),
+            ),
+            path: std::path::absolute(&im.path)
+                .unwrap_or_else(|_| im.path.clone())
+                .display()
+                .to_string(),
+            base: im.entry.base,
+            cr3: im.entry.cr3,
+            raw: im.entry.kind == ImageKind::Raw,
+            build_id: match im.entry.kind {
+                ImageKind::Elf => tracemill_reports::symbols::build_id(&im.bytes),
+                ImageKind::Raw => None,
+            },
+        })
+        .collect();
+    if !images.is_empty() {
+        if let Ok(j) = serde_json::to_string(&images) {
+            kv.push((META_IMAGES.into(), j));
+        }
+    }
+    kv
+}
+
+#[derive(Args)]
+pub struct ReportArgs {
+    #[command(subcommand)]
+    what: ReportCmd,
+}
+
+/// The decode output and where its code is.
+#[derive(Args)]
+struct Tables {
+    /// Output directory of `tracemill decode --out`.
+    #[arg(value_name = "OUT")]
+    dir: PathBuf,
+    /// The bundle the tables were decoded from (default: the one recorded in the tables).
+    #[arg(long)]
+    bundle: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ByArg {
+    Function,
+    Line,
+    Block,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum WeightArg {
+    Instructions,
+    Cycles,
+    Branches,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FormatArg {
+    Table,
+    Csv,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum ReportCmd {
+    /// Where the instructions (or cycles) went: by function, source line or block.
+    Hotspots {
+        #[command(flatten)]
+        t: Tables,
+        #[arg(long, value_enum, default_value_t = ByArg::Function)]
+        by: ByArg,
+        #[arg(long, value_enum, default_value_t = WeightArg::Instructions)]
+        weight: WeightArg,
+        /// Rows shown (0: all).
+        #[arg(long, default_value_t = 30)]
+        top: usize,
+        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+        format: FormatArg,
+    },
+    /// Call stacks rebuilt from the call and ret rows: folded stacks and a flame graph SVG.
+    Flamegraph {
+        #[command(flatten)]
+        t: Tables,
+        /// The SVG to write.
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+        /// Folded stacks (`a;b;c weight`), the text format flame graph tools read.
+        #[arg(long)]
+        folded: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = WeightArg::Instructions)]
+        weight: WeightArg,
+    },
+    /// Coverage by image and function; drcov and lcov files.
+    Coverage {
+        #[command(flatten)]
+        t: Tables,
+        /// drcov (version 2) file for Lighthouse, bncov, ...
+        #[arg(long)]
+        drcov: Option<PathBuf>,
+        /// lcov tracefile (line and function hits from DWARF) for genhtml.
+        #[arg(long)]
+        lcov: Option<PathBuf>,
+        /// Directory put before relative source paths in the lcov file.
+        #[arg(long)]
+        source_root: Option<PathBuf>,
+    },
+    /// Function call spans in time as Chrome trace-event JSON (Perfetto UI).
+    Timeline {
+        #[command(flatten)]
+        t: Tables,
+        #[arg(long, short)]
+        out: PathBuf,
+        /// Only spans that end at or after this TSC.
+        #[arg(long, value_parser = parse_num)]
+        from: Option<u64>,
+        /// Only spans that begin at or before this TSC.
+        #[arg(long, value_parser = parse_num)]
+        to: Option<u64>,
+        /// TSC ticks per microsecond (default: the bundle's guaranteed ratio x 100 MHz).
+        #[arg(long)]
+        tsc_mhz: Option<f64>,
+        /// Spans written at most.
+        #[arg(long, default_value_t = 2_000_000)]
+        max_spans: u64,
+    },
+    /// One self-contained HTML page: summary, hotspots, coverage, flame graph.
+    Html {
+        #[command(flatten)]
+        t: Tables,
+        #[arg(long, short)]
+        out: PathBuf,
+        /// Rows in the hotspot and function tables.
+        #[arg(long, default_value_t = 50)]
+        top: usize,
+    },
+}
+
+fn parse_num(s: &str) -> Result<u64, String> {
+    parse_u64(s).ok_or_else(|| format!("not a number: {s:?} (use 0x... or decimal)"))
+}
+
+fn warn(ws: &[String]) {
+    for w in ws {
+        eprintln!("tracemill: warning: {w}");
+    }
+}
+
+fn open(t: &Tables) -> Result<Input> {
+    let input = Input::open(&t.dir, t.bundle.as_deref())?;
+    warn(&input.warnings);
+    Ok(input)
+}
+
+fn weight(w: WeightArg) -> Weight {
+    match w {
+        WeightArg::Instructions => Weight::Instructions,
+        WeightArg::Cycles => Weight::Cycles,
+        WeightArg::Branches => Weight::Branches,
+    }
+}
+
+/// Run a report command.
+pub fn run(a: ReportArgs) -> Result<ExitCode> {
+    use std::io::Write;
+    match a.what {
+        ReportCmd::Hotspots {
+            t,
+            by,
+            weight: w,
+            top,
+            format,
+        } => {
+            let input = open(&t)?;
+            let by = match by {
+                ByArg::Function => By::Function,
+                ByArg::Line => By::Line,
+                ByArg::Block => By::Block,
+            };
+            let h = tracemill_reports::hotspots::hotspots(&input, by, weight(w))?;
+            warn(&h.warnings);
+            let top = if top == 0 { usize::MAX } else { top };
+            let text = match format {
+                FormatArg::Table => h.to_table(top),
+                FormatArg::Csv => h.to_csv(top),
+                FormatArg::Json => h.to_json(top),
+            };
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
+                _ => {}
+            }
+        }
+        ReportCmd::Flamegraph {
+            t,
+            out,
+            folded,
+            weight: w,
+        } => {
+            if out.is_none() && folded.is_none() {
+                anyhow::bail!("give --out FILE.svg, --folded FILE, or both");
+            }
+            let input = open(&t)?;
+            let cycles = matches!(w, WeightArg::Cycles);
+            if matches!(w, WeightArg::Branches) {
+                anyhow::bail!("flame graphs weigh instructions or cycles");
+            }
+            let s = tracemill_reports::stacks::flamegraph(
+                &input,
+                cycles,
+                out.as_deref(),
+                folded.as_deref(),
+            )?;
+            warn(&s.warnings);
+            eprintln!(
+                "{} {} in {} stacks ({} gaps, {} mismatched returns, {} longjmps, {} interrupt or signal entries)",
+                s.total,
+                if s.cycles { "cycles" } else { "instructions" },
+                s.stacks,
+                s.gaps,
+                s.mismatched_returns,
+                s.longjmps,
+                s.async_entries
+            );
+        }
+        ReportCmd::Coverage {
+            t,
+            drcov,
+            lcov,
+            source_root,
+        } => {
+            let input = open(&t)?;
+            let (text, ws) = tracemill_reports::coverage::run(
+                &input,
+                drcov.as_deref(),
+                lcov.as_deref(),
+                source_root.as_deref(),
+            )?;
+            warn(&ws);
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
+                _ => {}
+            }
+        }
+        ReportCmd::Timeline {
+            t,
+            out,
+            from,
+            to,
+            tsc_mhz,
+            max_spans,
+        } => {
+            let input = open(&t)?;
+            let f = std::fs::File::create(&out)
+                .with_context(|| format!("{}: cannot create", out.display()))?;
+            let opts = tracemill_reports::timeline::Options {
+                from,
+                to,
+                tsc_mhz,
+                max_spans,
+            };
+            let s = tracemill_reports::timeline::write(&input, &opts, f)
+                .with_context(|| format!("{}: cannot write the timeline", out.display()))?;
+            warn(&s.warnings);
+            eprintln!(
+                "{}: {} spans, TSC origin {:#x} at {} ticks/us",
+                out.display(),
+                s.spans,
+                s.first_tsc.unwrap_or(0),
+                s.tsc_mhz
+            );
+        }
+        ReportCmd::Html { t, out, top } => {
+            let input = open(&t)?;
+            let page = tracemill_reports::html::render(&input, top);
+            std::fs::write(&out, page)
+                .with_context(|| format!("{}: cannot write", out.display()))?;
+            eprintln!("{}: written", out.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,809 @@
+//! `tracemill report`: hotspots against the truth, flame graph totals, drcov and lcov read
+//! back (drcov by a reader written here from the published format, lcov by genhtml), the
+//! timeline's JSON, the HTML page in headless Chromium, and bad input.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+use tracemill_reports::symbols::{ImageSpec, ImageSymbols};
+
+const EXE: &str = env!("CARGO_BIN_EXE_tracemill");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("run tracemill")
+}
+
+fn ok(args: &[&str]) -> Output {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "tracemill {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Decode a committed sample into a fresh directory.
+fn decoded(sample: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let bundle = samples_dir().join(sample);
+    ok(&[
+        "decode",
+        bundle.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+        "-j",
+        "1",
+    ]);
+    (tmp, out)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The bundle's first image, symbolized as the reports do.
+fn image(sample: &str) -> ImageSymbols {
+    let dir = samples_dir().join(sample);
+    let b = tracemill::bundle::Bundle::open(&dir, None, &[]).unwrap();
+    let e = &b.manifest.images[0];
+    ImageSymbols::load(ImageSpec {
+        name: Path::new(&e.path)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned(),
+        path: dir.join(&e.path),
+        base: e.base,
+        cr3: e.cr3,
+        raw: false,
+    })
+    .unwrap()
+}
+
+/// Parse `report hotspots --format csv` into (image, function) -> instructions.
+fn parse_csv(text: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut lines = text.lines();
+    let header: Vec<String> = lines
+        .next()
+        .unwrap()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let rows = lines
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect();
+    (header, rows)
+}
+
+#[test]
+fn symbols_agree_with_nm_and_addr2line() {
+    let im = image("recursion");
+    let path = samples_dir().join("recursion/images/recursion");
+    let nm = match Command::new("nm").arg(&path).output() {
+        Ok(o) => o,
+        Err(_) => return missing_tool("nm not found: install binutils"),
+    };
+    // Every defined text symbol that nm lists is named by the symbolizer (an alias may be
+    // chosen, but at the same address).
+    let mut checked = 0;
+    for l in String::from_utf8_lossy(&nm.stdout).lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() != 3 || !matches!(f[1], "T" | "t") {
+            continue;
+        }
+        let addr = u64::from_str_radix(f[0], 16).unwrap();
+        let i = im
+            .function_index(addr)
+            .unwrap_or_else(|| panic!("{} at {addr:#x} not found", f[2]));
+        assert_eq!(im.functions()[i].start, addr, "{}", f[2]);
+        checked += 1;
+    }
+    assert!(checked > 500, "only {checked} text symbols in nm's output");
+    // The program's functions have lines; addr2line agrees on them.
+    let fib = im
+        .functions()
+        .iter()
+        .find(|f| f.name == "fib")
+        .expect("fib");
+    let mut addrs: Vec<u64> = (fib.start..fib.end).step_by(7).collect();
+    addrs.truncate(12);
+    let hex: Vec<String> = addrs.iter().map(|a| format!("{a:#x}")).collect();
+    let o = match Command::new("addr2line")
+        .arg("-e")
+        .arg(&path)
+        .args(&hex)
+        .output()
+    {
+        Ok(o) => o,
+        Err(_) => return missing_tool("addr2line not found: install binutils"),
+    };
+    let theirs: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| l.split(" (").next().unwrap().to_string())
+        .collect();
+    let mut agreed = 0;
+    for (a, t) in addrs.iter().zip(&theirs) {
+        // addr2line prints the innermost location, as `line` does.
+        let ours = im.line(*a).map(|l| format!("{}:{}", l.file, l.line));
+        if let Some(o) = &ours {
+            if t.ends_with(o.trim_start_matches("./")) || o.ends_with(t) {
+                agreed += 1;
+                continue;
+            }
+        }
+        panic!("{a:#x}: ours {ours:?}, addr2line {t}");
+    }
+    assert!(agreed > 0);
+    assert!(
+        theirs[0].contains("datasets/programs/recursion.c"),
+        "{theirs:?}"
+    );
+}
+
+/// Truth instructions per (image, function of the block's first instruction).
+fn truth_by_function(sample: &str, im: &ImageSymbols) -> BTreeMap<String, u64> {
+    let dir = samples_dir().join(sample);
+    let t = truth(&dir);
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for i in 0..t.rows.len() {
+        if t.lost[i] {
+            continue;
+        }
+        *want
+            .entry(im.function_name(t.block_start[i]).into_owned())
+            .or_default() += t.block_insns[i] as u64;
+    }
+    for p in &t.partials {
+        if t.lost.get(p.row as usize) == Some(&false) {
+            *want
+                .entry(im.function_name(p.start).into_owned())
+                .or_default() += p.insns as u64;
+        }
+    }
+    want
+}
+
+#[test]
+fn hotspot_instructions_per_function_equal_the_truths() {
+    for sample in [
+        "recursion",
+        "callbacks",
+        "jumptable",
+        "strings",
+        "busybox-sort",
+    ] {
+        let (_tmp, out) = decoded(sample);
+        let o = ok(&[
+            "report",
+            "hotspots",
+            s(&out),
+            "--format",
+            "csv",
+            "--top",
+            "0",
+        ]);
+        let (header, rows) = parse_csv(&stdout(&o));
+        for c in [
+            "function",
+            "image",
+            "instructions",
+            "cycles",
+            "calls",
+            "share",
+        ] {
+            assert!(
+                header.iter().any(|h| h == c),
+                "{sample}: no {c} in {header:?}"
+            );
+        }
+        let col = |n: &str| header.iter().position(|h| h == n).unwrap();
+        let mut got: BTreeMap<String, u64> = BTreeMap::new();
+        let mut share = 0.0;
+        for r in &rows {
+            got.insert(
+                r[col("function")].clone(),
+                r[col("instructions")].parse().unwrap(),
+            );
+            share += r[col("share")].parse::<f64>().unwrap();
+        }
+        let im = image(sample);
+        let want = truth_by_function(sample, &im);
+        assert_eq!(got, want, "{sample}: instructions per function");
+        assert!(
+            (share - 1.0).abs() < 1e-3,
+            "{sample}: shares add up to {share}"
+        );
+        if sample == "recursion" {
+            // Symbols, not addresses, for a program built with -g.
+            let top: Vec<&str> = rows
+                .iter()
+                .take(5)
+                .map(|r| r[col("function")].as_str())
+                .collect();
+            assert!(top.contains(&"insert"), "{top:?}");
+            let insert = rows
+                .iter()
+                .find(|r| r[col("function")] == "insert")
+                .unwrap();
+            // insert(tree, key) recurses once per level: calls from the edges table.
+            assert!(
+                insert[col("calls")].parse::<u64>().unwrap() > 10_000,
+                "{insert:?}"
+            );
+            assert!(
+                insert[col("cycles")].parse::<u64>().unwrap() > 0,
+                "{insert:?}"
+            );
+        }
+        if sample == "busybox-sort" {
+            // A stripped image: its code as image+0xoffset, never hidden.
+            assert!(got.keys().all(|k| k.starts_with("busybox+0x")), "{got:?}");
+        }
+    }
+}
+
+#[test]
+fn hotspots_by_line_and_block_add_up() {
+    let (_tmp, out) = decoded("recursion");
+    let total: u64 = truth_by_function("recursion", &image("recursion"))
+        .values()
+        .sum();
+    for by in ["line", "block"] {
+        let o = ok(&[
+            "report",
+            "hotspots",
+            s(&out),
+            "--by",
+            by,
+            "--format",
+            "csv",
+            "--top",
+            "0",
+        ]);
+        let (header, rows) = parse_csv(&stdout(&o));
+        let ic = header.iter().position(|h| h == "instructions").unwrap();
+        let lc = header.iter().position(|h| h == by).unwrap();
+        let sum: u64 = rows.iter().map(|r| r[ic].parse::<u64>().unwrap()).sum();
+        assert_eq!(sum, total, "--by {by}");
+        if by == "line" {
+            assert!(
+                rows.iter()
+                    .any(|r| r[lc].starts_with("datasets/programs/recursion.c:")),
+                "no recursion.c line"
+            );
+        }
+    }
+    // The terminal table and JSON.
+    let o = ok(&[
+        "report",
+        "hotspots",
+        s(&out),
+        "--weight",
+        "cycles",
+        "--top",
+        "5",
+    ]);
+    let t = stdout(&o);
+    assert!(t.lines().count() == 7 && t.contains("cycles"), "{t}");
+    let o = ok(&[
+        "report",
+        "hotspots",
+        s(&out),
+        "--format",
+        "json",
+        "--top",
+        "3",
+    ]);
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["rows"].as_array().unwrap().len(), 3);
+    assert_eq!(j["total_instructions"].as_u64().unwrap(), total);
+}
+
+#[test]
+fn flame_graph_total_equals_the_instruction_count() {
+    for sample in ["recursion", "callbacks", "synthetic", "kernel-processes"] {
+        let (tmp, out) = decoded(sample);
+        let svg = tmp.path().join("f.svg");
+        let folded = tmp.path().join("f.folded");
+        ok(&[
+            "report",
+            "flamegraph",
+            s(&out),
+            "--out",
+            s(&svg),
+            "--folded",
+            s(&folded),
+        ]);
+        let text = std::fs::read_to_string(&folded).unwrap();
+        let total: u64 = text
+            .lines()
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        let branches = read_branches(&out.join("branches.parquet"));
+        let want: u64 = branches.insns.iter().map(|&n| n as u64).sum();
+        assert_eq!(total, want, "{sample}: folded total");
+        let svg_text = std::fs::read_to_string(&svg).unwrap();
+        assert!(
+            svg_text.contains("<svg") && svg_text.contains("</svg>"),
+            "{sample}"
+        );
+        if sample == "recursion" {
+            // Whole stacks from the entry point, recursion included.
+            for stack in [
+                "_start;__libc_start_main;__libc_start_call_main;main;fib;fib ",
+                "main;insert;insert;insert;insert;insert;insert;insert;insert ",
+                "main;queens;queens;queens ",
+            ] {
+                assert!(
+                    text.lines().any(|l| l.contains(stack)),
+                    "no stack {stack:?}"
+                );
+            }
+            assert!(svg_text.contains("fib"), "fib not in the SVG");
+        }
+    }
+}
+
+/// A drcov file as the published format describes it (DynamoRIO drcov, log version 2).
+struct Drcov {
+    modules: Vec<(u64, u64, u64, String)>,
+    blocks: Vec<(u32, u16, u16)>,
+}
+
+fn read_drcov(bytes: &[u8]) -> Drcov {
+    let mut pos = 0;
+    let mut line = || {
+        let end = bytes[pos..].iter().position(|&b| b == b'\n').unwrap() + pos;
+        let l = String::from_utf8(bytes[pos..end].to_vec()).unwrap();
+        pos = end + 1;
+        l
+    };
+    assert_eq!(line(), "DRCOV VERSION: 2");
+    assert!(line().starts_with("DRCOV FLAVOR: "));
+    let mt = line();
+    let count: usize = mt
+        .strip_prefix("Module Table: version 2, count ")
+        .unwrap_or_else(|| panic!("{mt}"))
+        .parse()
+        .unwrap();
+    let cols = line();
+    assert_eq!(
+        cols,
+        "Columns: id, base, end, entry, checksum, timestamp, path"
+    );
+    let mut modules = Vec::new();
+    for _ in 0..count {
+        let l = line();
+        let f: Vec<&str> = l.splitn(7, ',').map(str::trim).collect();
+        let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+        modules.push((
+            f[0].parse().unwrap(),
+            hex(f[1]),
+            hex(f[2]),
+            f[6].to_string(),
+        ));
+    }
+    let bb = line();
+    let n: usize = bb
+        .strip_prefix("BB Table: ")
+        .and_then(|r| r.strip_suffix(" bbs"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let rest = &bytes[pos..];
+    assert_eq!(rest.len(), n * 8, "bb table size");
+    let blocks = rest
+        .chunks(8)
+        .map(|c| {
+            (
+                u32::from_le_bytes(c[0..4].try_into().unwrap()),
+                u16::from_le_bytes(c[4..6].try_into().unwrap()),
+                u16::from_le_bytes(c[6..8].try_into().unwrap()),
+            )
+        })
+        .collect();
+    Drcov { modules, blocks }
+}
+
+fn coverage_rows(path: &Path) -> Vec<(String, u64, u64)> {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::UInt64Type;
+    let f = std::fs::File::open(path).unwrap();
+    let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    for b in r {
+        let b = b.unwrap();
+        let img = arrow::compute::cast(
+            b.column_by_name("image").unwrap(),
+            &arrow::datatypes::DataType::Utf8,
+        )
+        .unwrap();
+        let img = img.as_string::<i32>();
+        let st = b
+            .column_by_name("start")
+            .unwrap()
+            .as_primitive::<UInt64Type>();
+        let en = b
+            .column_by_name("end")
+            .unwrap()
+            .as_primitive::<UInt64Type>();
+        for i in 0..b.num_rows() {
+            let name = if img.is_null(i) {
+                String::new()
+            } else {
+                img.value(i).to_string()
+            };
+            out.push((name, st.value(i), en.value(i)));
+        }
+    }
+    out
+}
+
+#[test]
+fn drcov_and_lcov_read_back() {
+    let (tmp, out) = decoded("recursion");
+    let drcov = tmp.path().join("cov.drcov");
+    let lcov = tmp.path().join("cov.info");
+    let o = ok(&[
+        "report",
+        "coverage",
+        s(&out),
+        "--drcov",
+        s(&drcov),
+        "--lcov",
+        s(&lcov),
+    ]);
+    let summary = stdout(&o);
+    assert!(summary.contains("fib"), "{summary}");
+
+    // drcov: one record per coverage row, at its offset in its module, ending past `end`.
+    let d = read_drcov(&std::fs::read(&drcov).unwrap());
+    let rows = coverage_rows(&out.join("coverage.parquet"));
+    assert_eq!(d.modules.len(), 1);
+    assert!(
+        d.modules[0].3.ends_with("images/recursion"),
+        "{:?}",
+        d.modules
+    );
+    assert_eq!(d.blocks.len(), rows.len());
+    let base = d.modules[0].1;
+    let mut got: Vec<(u64, u64)> = d
+        .blocks
+        .iter()
+        .map(|&(off, size, id)| {
+            assert_eq!(id, 0);
+            (base + off as u64, base + off as u64 + size as u64)
+        })
+        .collect();
+    got.sort();
+    let mut want: Vec<(u64, u64)> = rows.iter().map(|r| (r.1, r.2)).collect();
+    want.sort();
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.0, w.0);
+        // The record covers the last instruction: 1..=15 bytes past its address.
+        assert!(g.1 > w.1 && g.1 <= w.1 + 15, "block {w:x?} record {g:x?}");
+    }
+
+    // lcov: parse the records back.
+    let text = std::fs::read_to_string(&lcov).unwrap();
+    // Per source file: line -> hits, function -> entries.
+    type Record = (BTreeMap<u32, u64>, HashMap<String, u64>);
+    let mut files: HashMap<String, Record> = HashMap::new();
+    let mut cur = String::new();
+    for l in text.lines() {
+        if let Some(f) = l.strip_prefix("SF:") {
+            cur = f.to_string();
+            files.entry(cur.clone()).or_default();
+        } else if let Some(d) = l.strip_prefix("DA:") {
+            let (ln, n) = d.split_once(',').unwrap();
+            files
+                .get_mut(&cur)
+                .unwrap()
+                .0
+                .insert(ln.parse().unwrap(), n.parse().unwrap());
+        } else if let Some(d) = l.strip_prefix("FNDA:") {
+            let (n, name) = d.split_once(',').unwrap();
+            files
+                .get_mut(&cur)
+                .unwrap()
+                .1
+                .insert(name.to_string(), n.parse().unwrap());
+        }
+    }
+    let (lines, fns) = files
+        .get("datasets/programs/recursion.c")
+        .unwrap_or_else(|| panic!("no recursion.c record in {:?}", files.keys()));
+    assert!(lines.values().filter(|&&n| n > 0).count() > 20, "{lines:?}");
+    assert!(fns["fib"] > 500 && fns["insert"] > 10_000, "{fns:?}");
+    assert!(fns["main"] == 1, "{fns:?}");
+
+    // genhtml renders it, with the sources found from the repository root.
+    let root = samples_dir().join("../..");
+    let html = tmp.path().join("html");
+    match Command::new("genhtml")
+        .current_dir(&root)
+        .arg("-q")
+        .arg("-o")
+        .arg(&html)
+        .arg(&lcov)
+        .output()
+    {
+        Ok(o) => {
+            assert!(
+                o.status.success(),
+                "genhtml failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let index = std::fs::read_to_string(html.join("index.html")).unwrap();
+            assert!(
+                index.contains("recursion.c") || index.contains("programs"),
+                "index.html names no source"
+            );
+        }
+        Err(_) => missing_tool("genhtml not found: install lcov (apt-get install lcov)"),
+    }
+}
+
+#[test]
+fn timeline_is_chrome_trace_json() {
+    let (tmp, out) = decoded("recursion");
+    let json = tmp.path().join("t.json");
+    ok(&["report", "timeline", s(&out), "--out", s(&json)]);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    assert!(ev.len() > 1000, "{} spans", ev.len());
+    let mut fib = 0;
+    for e in ev {
+        assert_eq!(e["ph"], "X");
+        assert!(e["ts"].as_f64().unwrap() >= 0.0 && e["dur"].as_f64().unwrap() >= 0.0);
+        fib += usize::from(e["name"] == "fib");
+    }
+    assert!(fib > 500, "{fib} fib spans");
+    // A window keeps fewer spans, all inside it.
+    let branches = read_branches(&out.join("branches.parquet"));
+    let tscs: Vec<u64> = (0..branches.tsc.len())
+        .filter_map(|i| branches.tsc.get(i))
+        .collect();
+    let (from, to) = (tscs[tscs.len() / 2], tscs[tscs.len() / 2 + 2000]);
+    let json2 = tmp.path().join("t2.json");
+    ok(&[
+        "report",
+        "timeline",
+        s(&out),
+        "--out",
+        s(&json2),
+        "--from",
+        &from.to_string(),
+        "--to",
+        &to.to_string(),
+    ]);
+    let v2: serde_json::Value = serde_json::from_slice(&std::fs::read(&json2).unwrap()).unwrap();
+    let ev2 = v2["traceEvents"].as_array().unwrap();
+    assert!(!ev2.is_empty() && ev2.len() < ev.len());
+}
+
+#[test]
+fn bad_input_gives_a_clear_message_and_what_can_be_made() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Not a decode output.
+    let o = run(&["report", "hotspots", s(tmp.path())]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no tracemill table"), "{}", stderr(&o));
+
+    // Tables decoded without coverage: hotspots say which table is missing.
+    let out = tmp.path().join("nocov");
+    let bundle = samples_dir().join("recursion");
+    ok(&[
+        "decode",
+        s(&bundle),
+        "--out",
+        s(&out),
+        "-q",
+        "--tables",
+        "branches,events",
+    ]);
+    let o = run(&["report", "hotspots", s(&out)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no coverage table"), "{}", stderr(&o));
+    // ... but the flame graph, made of branches, is still made.
+    let svg = tmp.path().join("f.svg");
+    ok(&["report", "flamegraph", s(&out), "--out", s(&svg)]);
+
+    // A bundle whose image is missing: a warning, code shown as image+0xoffset.
+    let copy = tmp.path().join("bundle");
+    std::fs::create_dir_all(copy.join("images")).unwrap();
+    for f in ["bundle.toml", "trace.rtit"] {
+        std::fs::copy(bundle.join(f), copy.join(f)).unwrap();
+    }
+    std::fs::copy(
+        bundle.join("images/recursion"),
+        copy.join("images/recursion"),
+    )
+    .unwrap();
+    let out2 = tmp.path().join("out2");
+    ok(&["decode", s(&copy), "--out", s(&out2), "-q"]);
+    std::fs::remove_file(copy.join("images/recursion")).unwrap();
+    let o = ok(&["report", "hotspots", s(&out2), "--format", "csv"]);
+    assert!(stderr(&o).contains("cannot read image"), "{}", stderr(&o));
+    assert!(stdout(&o).contains("recursion+0x"), "{}", stdout(&o));
+
+    // An image whose build-id differs from the one decoded: its symbols are not used.
+    std::fs::copy(
+        samples_dir().join("callbacks/images/callbacks"),
+        copy.join("images/recursion"),
+    )
+    .unwrap();
+    let o = ok(&["report", "hotspots", s(&out2), "--format", "csv"]);
+    assert!(stderr(&o).contains("build-id"), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("\nfib,"), "{}", stdout(&o));
+
+    // An empty trace (no image: not one branch decoded): empty reports, no failure.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    for f in ["bundle.toml", "trace.rtit"] {
+        std::fs::copy(bundle.join(f), empty.join(f)).unwrap();
+    }
+    let out3 = tmp.path().join("out3");
+    let o = run(&["decode", s(&empty), "--out", s(&out3), "-q"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let o = ok(&["report", "hotspots", s(&out3)]);
+    assert!(stdout(&o).starts_with("# 0 instructions"), "{}", stdout(&o));
+    let svg3 = tmp.path().join("empty.svg");
+    ok(&["report", "flamegraph", s(&out3), "--out", s(&svg3)]);
+    assert!(std::fs::read_to_string(&svg3)
+        .unwrap()
+        .contains("no branch rows"));
+    ok(&[
+        "report",
+        "html",
+        s(&out3),
+        "--out",
+        s(&tmp.path().join("empty.html")),
+    ]);
+
+    // A column missing (a table from another version): named in the message.
+    let cov = out2.join("coverage.parquet");
+    {
+        use arrow::array::RecordBatch;
+        let f = std::fs::File::open(&cov).unwrap();
+        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+            .unwrap()
+            .build()
+            .unwrap();
+        let batches: Vec<RecordBatch> = r.map(Result::unwrap).collect();
+        let keep: Vec<usize> = (0..batches[0].num_columns())
+            .filter(|&i| batches[0].schema().field(i).name() != "count")
+            .collect();
+        let schema = std::sync::Arc::new(batches[0].schema().project(&keep).unwrap());
+        let f = std::fs::File::create(&cov).unwrap();
+        let mut w = parquet::arrow::ArrowWriter::try_new(f, schema, None).unwrap();
+        for b in &batches {
+            w.write(&b.project(&keep).unwrap()).unwrap();
+        }
+        w.close().unwrap();
+    }
+    let o = run(&["report", "hotspots", s(&out2)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("missing column count"),
+        "{}",
+        stderr(&o)
+    );
+    let html = tmp.path().join("r.html");
+    let o = ok(&["report", "html", s(&out2), "--out", s(&html)]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("missing column count"), "{}", stderr(&o));
+    assert!(page.contains("Flame graph"));
+}
+
+/// Headless Chromium, as the machine notes start it: no network chatter, a fresh profile.
+fn chromium(args: &[&str], profile: &Path) -> Option<Output> {
+    let exe = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })?;
+    let mut c = Command::new("timeout");
+    c.arg("120")
+        .arg(exe)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args);
+    Some(c.output().expect("run chromium"))
+}
+
+#[test]
+fn html_report_renders_in_chromium() {
+    let (tmp, out) = decoded("recursion");
+    let html = tmp.path().join("report.html");
+    ok(&["report", "html", s(&out), "--out", s(&html)]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    // Self-contained: nothing to fetch at view time.
+    for needle in ["http://", "https://", "src=\"//"] {
+        let outside_svg: String = page
+            .split("data:image/svg+xml;base64,")
+            .next()
+            .unwrap()
+            .to_string();
+        assert!(!outside_svg.contains(needle), "the page fetches {needle}");
+    }
+    let url = format!("file://{}", html.display());
+    let profile = tmp.path().join("profile");
+    let Some(o) = chromium(&["--dump-dom", &url], &profile) else {
+        return missing_tool("chromium not found: install chromium (apt-get install chromium)");
+    };
+    assert!(o.status.success(), "chromium --dump-dom: {}", stderr(&o));
+    let dom = stdout(&o);
+    for text in [
+        "Hotspots by function",
+        "Coverage",
+        "Flame graph",
+        "fib",
+        "recursion",
+    ] {
+        assert!(dom.contains(text), "rendered DOM lacks {text:?}");
+    }
+    let png = tmp.path().join("shot.png");
+    let o = chromium(
+        &[
+            &format!("--screenshot={}", png.display()),
+            "--window-size=1200,1600",
+            &url,
+        ],
+        &profile,
+    )
+    .unwrap();
+    assert!(o.status.success(), "chromium --screenshot: {}", stderr(&o));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let px = &buf[..info.buffer_size()];
+    let step = info.color_type.samples();
+    let mut colors = std::collections::HashSet::new();
+    let mut dark = 0usize;
+    for p in px.chunks(step) {
+        colors.insert(p[..3.min(step)].to_vec());
+        dark += usize::from(p[0] < 128);
+    }
+    assert!(
+        colors.len() > 20,
+        "screenshot has {} colours: blank?",
+        colors.len()
+    );
+    assert!(dark > 1000, "screenshot has {dark} dark pixels: no text?");
+}

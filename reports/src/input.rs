@@ -1,0 +1,337 @@
+//! A `tracemill decode` output directory: its tables, their metadata, and the bundle (and
+//! so the code images) they were decoded from.
+//!
+//! Tables are read in batches with only the columns a report needs (Parquet projection;
+//! Arrow IPC files the same way), so a report's memory follows its aggregates, never the
+//! trace. Problems that leave part of a report possible (a missing table or column, a
+//! missing image, a build-id that differs) are collected as [`Input::warnings`].
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+use tracemill_datasets::bundle::{ImageKind, Manifest};
+use tracemill_schemas::{meta, SCHEMA_VERSION};
+
+use crate::symbols::{resolve, ImageSpec, ImageSymbols, Symbolizer};
+
+/// Metadata key naming the bundle directory a table was decoded from (absolute).
+pub const META_BUNDLE: &str = "tracemill.bundle";
+/// Metadata key holding the images as decoded: a JSON array of [`ImageMeta`].
+pub const META_IMAGES: &str = "tracemill.images";
+
+/// One image as recorded in the tables' metadata at decode time.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageMeta {
+    pub name: String,
+    /// Absolute path when decoded.
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cr3: Option<u64>,
+    #[serde(default)]
+    pub raw: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_id: Option<String>,
+}
+
+/// One table file of the output directory.
+pub struct Table {
+    pub name: &'static str,
+    pub path: PathBuf,
+    pub ipc: bool,
+    pub schema: SchemaRef,
+    pub meta: HashMap<String, String>,
+    pub rows: u64,
+}
+
+impl Table {
+    fn open(dir: &Path, name: &'static str) -> Result<Option<Table>> {
+        let pq = dir.join(format!("{name}.parquet"));
+        let ipc = dir.join(format!("{name}.arrow"));
+        if pq.exists() {
+            let f = File::open(&pq).with_context(|| format!("{}: cannot open", pq.display()))?;
+            let b = ParquetRecordBatchReaderBuilder::try_new(f)
+                .with_context(|| format!("{}: not a Parquet file", pq.display()))?;
+            let md = b.metadata().file_metadata();
+            let meta = md
+                .key_value_metadata()
+                .map(|kv| {
+                    kv.iter()
+                        .filter_map(|k| Some((k.key.clone(), k.value.clone()?)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            Ok(Some(Table {
+                name,
+                rows: md.num_rows().max(0) as u64,
+                schema: b.schema().clone(),
+                path: pq,
+                ipc: false,
+                meta,
+            }))
+        } else if ipc.exists() {
+            let f = File::open(&ipc).with_context(|| format!("{}: cannot open", ipc.display()))?;
+            let r = arrow::ipc::reader::FileReader::try_new(f, None)
+                .with_context(|| format!("{}: not an Arrow IPC file", ipc.display()))?;
+            let schema = r.schema();
+            let meta: HashMap<String, String> = schema.metadata().clone().into();
+            let rows = (0..r.num_batches()).count() as u64; // batch count; rows unknown cheaply
+            Ok(Some(Table {
+                name,
+                rows,
+                schema,
+                path: ipc,
+                ipc: true,
+                meta,
+            }))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Fail, naming the file, unless every column in `cols` is present.
+    pub fn require(&self, cols: &[&str]) -> Result<()> {
+        let missing: Vec<&str> = cols
+            .iter()
+            .copied()
+            .filter(|c| self.schema.field_with_name(c).is_err())
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            bail!(
+                "{}: missing column{} {} (a table from another tracemill version?)",
+                self.path.display(),
+                if missing.len() == 1 { "" } else { "s" },
+                missing.join(", ")
+            )
+        }
+    }
+
+    /// Batches of the named columns only, in file order.
+    pub fn batches(&self, cols: &[&str]) -> Result<Box<dyn Iterator<Item = Result<RecordBatch>>>> {
+        self.require(cols)?;
+        let path = self.path.clone();
+        let f = File::open(&self.path)
+            .with_context(|| format!("{}: cannot open", self.path.display()))?;
+        if self.ipc {
+            let idx: Vec<usize> = cols
+                .iter()
+                .map(|c| self.schema.index_of(c).expect("checked"))
+                .collect();
+            let r = arrow::ipc::reader::FileReader::try_new(f, Some(idx))?;
+            Ok(Box::new(r.map(move |b| {
+                b.with_context(|| format!("{}: cannot read", path.display()))
+            })))
+        } else {
+            let b = ParquetRecordBatchReaderBuilder::try_new(f)?;
+            let mask = ProjectionMask::columns(b.parquet_schema(), cols.iter().copied());
+            let r = b.with_projection(mask).with_batch_size(64 * 1024).build()?;
+            Ok(Box::new(r.map(move |b| {
+                b.with_context(|| format!("{}: cannot read", path.display()))
+            })))
+        }
+    }
+}
+
+/// The tables of one decode and the symbols of its code.
+pub struct Input {
+    pub dir: PathBuf,
+    pub tables: HashMap<&'static str, Table>,
+    /// Key-value metadata (from the first table found).
+    pub meta: HashMap<String, String>,
+    /// The bundle the tables came from, when found.
+    pub bundle: Option<PathBuf>,
+    pub manifest: Option<Manifest>,
+    pub symbols: Symbolizer,
+    /// Problems that left part of the report out or less exact.
+    pub warnings: Vec<String>,
+}
+
+impl Input {
+    /// Open `out` (a `tracemill decode --out` directory); `bundle` overrides the bundle
+    /// recorded in the tables.
+    pub fn open(out: &Path, bundle: Option<&Path>) -> Result<Input> {
+        if !out.is_dir() {
+            bail!(
+                "{}: not a directory (give the output directory of `tracemill decode --out`)",
+                out.display()
+            );
+        }
+        let mut tables = HashMap::new();
+        let mut warnings = Vec::new();
+        for name in tracemill_schemas::TABLES {
+            match Table::open(out, name) {
+                Ok(Some(t)) => {
+                    tables.insert(name, t);
+                }
+                Ok(None) => {}
+                Err(e) => warnings.push(format!("{e:#}")),
+            }
+        }
+        if tables.is_empty() {
+            bail!(
+                "{}: no tracemill table (branches, events, timing, coverage or edges .parquet/.arrow) in it",
+                out.display()
+            );
+        }
+        let first = tracemill_schemas::TABLES
+            .iter()
+            .find_map(|n| tables.get(n))
+            .expect("one table");
+        let meta = first.meta.clone();
+        for t in tables.values() {
+            match t.meta.get(meta::SCHEMA_VERSION) {
+                Some(v) if *v == SCHEMA_VERSION.to_string() => {}
+                Some(v) => warnings.push(format!(
+                    "{}: schema version {v}, this tracemill reads {SCHEMA_VERSION}: columns may differ",
+                    t.path.display()
+                )),
+                None => warnings.push(format!(
+                    "{}: no tracemill metadata (not written by tracemill decode?)",
+                    t.path.display()
+                )),
+            }
+        }
+        let mut input = Input {
+            dir: out.to_path_buf(),
+            tables,
+            meta,
+            bundle: None,
+            manifest: None,
+            symbols: Symbolizer::new(),
+            warnings,
+        };
+        input.load_images(bundle);
+        Ok(input)
+    }
+
+    pub fn table(&self, name: &str) -> Result<&Table> {
+        self.tables.get(name).ok_or_else(|| {
+            anyhow!(
+                "{}: no {name} table (decode with --tables including {name})",
+                self.dir.display()
+            )
+        })
+    }
+
+    /// Images recorded at decode time.
+    pub fn recorded_images(&self) -> Vec<ImageMeta> {
+        self.meta
+            .get(META_IMAGES)
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_default()
+    }
+
+    /// The bundle directory: `--bundle`, else the recorded one, else the trace's directory.
+    fn find_bundle(&self, given: Option<&Path>) -> Option<PathBuf> {
+        if let Some(b) = given {
+            return Some(b.to_path_buf());
+        }
+        let mut cands = Vec::new();
+        if let Some(b) = self.meta.get(META_BUNDLE) {
+            cands.push(PathBuf::from(b));
+        }
+        if let Some(s) = self.meta.get(meta::SOURCE) {
+            let p = PathBuf::from(s);
+            cands.push(p.clone());
+            if let Some(parent) = p.parent() {
+                cands.push(parent.to_path_buf());
+            }
+        }
+        cands.into_iter().find(|c| c.join("bundle.toml").is_file())
+    }
+
+    fn load_images(&mut self, given: Option<&Path>) {
+        let recorded = self.recorded_images();
+        let mut specs: Vec<ImageSpec> = Vec::new();
+        match self.find_bundle(given) {
+            Some(dir) => match Manifest::load(&dir) {
+                Ok(m) => {
+                    for e in &m.images {
+                        let path = resolve(&dir, &e.path);
+                        specs.push(ImageSpec {
+                            name: Path::new(&e.path).file_name().map_or_else(
+                                || e.path.clone(),
+                                |n| n.to_string_lossy().into_owned(),
+                            ),
+                            path,
+                            base: e.base,
+                            cr3: e.cr3,
+                            raw: e.kind == ImageKind::Raw,
+                        });
+                    }
+                    // Images given with --image at decode time are not in bundle.toml.
+                    for r in &recorded {
+                        if !specs.iter().any(|s| s.name == r.name) {
+                            specs.push(spec_of(r));
+                        }
+                    }
+                    self.bundle = Some(dir);
+                    self.manifest = Some(m);
+                }
+                Err(e) => {
+                    self.warnings.push(format!("{}: {e}", dir.display()));
+                    specs.extend(recorded.iter().map(spec_of));
+                }
+            },
+            None => {
+                if given.is_none() && recorded.is_empty() {
+                    self.warnings.push(format!(
+                        "no bundle found for {} (recorded source: {}): give --bundle; code is shown as image+0xoffset",
+                        self.dir.display(),
+                        self.meta.get(meta::SOURCE).map_or("none", String::as_str)
+                    ));
+                }
+                specs.extend(recorded.iter().map(spec_of));
+            }
+        }
+        for spec in specs {
+            let name = spec.name.clone();
+            match ImageSymbols::load(spec) {
+                Ok(im) => {
+                    if let Some(rec) = recorded.iter().find(|r| r.name == name) {
+                        if rec.build_id.is_some() && rec.build_id != im.build_id {
+                            self.warnings.push(format!(
+                                "{}: build-id {} differs from the one decoded ({}): its symbols are not used, its code is shown as {name}+0xoffset",
+                                im.spec.path.display(),
+                                im.build_id.as_deref().unwrap_or("none"),
+                                rec.build_id.as_deref().unwrap_or("none"),
+                            ));
+                            // Keep the image's place (addresses, base), not its symbols.
+                            self.symbols.push(im.without_symbols());
+                            continue;
+                        }
+                    }
+                    self.warnings.extend(im.notes.iter().cloned());
+                    self.symbols.push(im);
+                }
+                Err(e) => self
+                    .warnings
+                    .push(format!("{e:#}: its code is shown as {name}+0xoffset")),
+            }
+        }
+    }
+
+    /// A bundle label recorded in the tables (`label.<key>`).
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.meta.get(&format!("label.{key}")).map(String::as_str)
+    }
+}
+
+fn spec_of(r: &ImageMeta) -> ImageSpec {
+    ImageSpec {
+        name: r.name.clone(),
+        path: PathBuf::from(&r.path),
+        base: r.base,
+        cr3: r.cr3,
+        raw: r.raw,
+    }
+}

@@ -1,0 +1,142 @@
+//! Call spans in time, as Chrome trace-event JSON (the Perfetto UI and chrome://tracing
+//! open it).
+//!
+//! Every frame of the rebuilt stacks ([`crate::stacks`]) becomes one complete event
+//! (`"ph": "X"`): its function, from the `tsc` of the row that entered it (the call) to
+//! the `tsc` of the row that left it (the return, or the last row for frames still open
+//! at the end). Frames are nested by construction. Timestamps are microseconds since the
+//! first row's TSC, at `tsc_mhz` ticks per microsecond; tracemill does not know the TSC
+//! frequency, so it assumes the guaranteed ratio × 100 MHz (the bus clock), or 1 GHz
+//! without a ratio, and says which in the file's `otherData`.
+
+use std::io::Write;
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::input::Input;
+use crate::stacks::{build, Functions, Span};
+use crate::util::AddrMap;
+
+/// What to write.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub from: Option<u64>,
+    pub to: Option<u64>,
+    pub tsc_mhz: Option<f64>,
+    /// Spans written at most (the shortest are not dropped first: the first ones are kept).
+    pub max_spans: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            from: None,
+            to: None,
+            tsc_mhz: None,
+            max_spans: 2_000_000,
+        }
+    }
+}
+
+/// What was written.
+#[derive(Clone, Debug, Default)]
+pub struct TimelineSummary {
+    pub spans: u64,
+    pub dropped: u64,
+    pub first_tsc: Option<u64>,
+    pub tsc_mhz: f64,
+    pub warnings: Vec<String>,
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"?\"".into())
+}
+
+/// Write the timeline of `input` to `out`.
+pub fn write(input: &Input, opts: &Options, out: impl Write) -> Result<TimelineSummary> {
+    let t = input.table("branches")?;
+    t.require(&["tsc"])?;
+    let (mhz, how) = match (
+        opts.tsc_mhz,
+        input.manifest.as_ref().and_then(|m| m.guaranteed_ratio),
+    ) {
+        (Some(m), _) => (m, "given (--tsc-mhz)".to_string()),
+        (None, Some(r)) if r > 0 => (
+            r as f64 * 100.0,
+            format!("assumed: guaranteed ratio {r} x 100 MHz"),
+        ),
+        _ => (
+            1000.0,
+            "assumed: 1 GHz (no guaranteed ratio in the bundle)".to_string(),
+        ),
+    };
+    if mhz <= 0.0 || !mhz.is_finite() {
+        bail!("--tsc-mhz must be a positive number");
+    }
+    let mut w = std::io::BufWriter::new(out);
+    write!(w, "{{\"traceEvents\":[")?;
+    let mut warnings = Vec::new();
+    let mut f = Functions::new(&input.symbols);
+    // Spans arrive innermost first (a frame ends before its caller); Perfetto sorts them.
+    let mut n = 0u64;
+    let mut dropped = 0u64;
+    let mut names: AddrMap<u32, String> = AddrMap::default();
+    let mut pending: Vec<Span> = Vec::new();
+    let st = {
+        let mut sink = |s: Span| {
+            let (b, e) = (s.begin, s.end);
+            if opts.from.is_some_and(|f| e < f) || opts.to.is_some_and(|t| b > t) {
+                return;
+            }
+            if n >= opts.max_spans {
+                dropped += 1;
+                return;
+            }
+            n += 1;
+            pending.push(s);
+        };
+        build(input, &mut f, &mut warnings, &mut sink)?
+    };
+    let _ = st;
+    let origin = opts
+        .from
+        .unwrap_or_else(|| pending.iter().map(|s| s.begin).min().unwrap_or(0));
+    for (i, s) in pending.iter().enumerate() {
+        let b = opts.from.map_or(s.begin, |f| s.begin.max(f));
+        let e = opts.to.map_or(s.end, |t| s.end.min(t));
+        let name = names
+            .entry(s.func)
+            .or_insert_with(|| json_str(&f.names[s.func as usize]));
+        let ts = b.saturating_sub(origin) as f64 / mhz;
+        let dur = e.saturating_sub(b) as f64 / mhz;
+        write!(
+            w,
+            "{}{{\"name\":{name},\"ph\":\"X\",\"ts\":{ts:.3},\"dur\":{dur:.3},\"pid\":1,\"tid\":1,\"args\":{{\"depth\":{}}}}}",
+            if i == 0 { "" } else { "," },
+            s.depth
+        )
+        .context("writing the timeline")?;
+    }
+    write!(
+        w,
+        "],\"displayTimeUnit\":\"ns\",\"otherData\":{{\"tool\":\"tracemill report timeline\",\"tsc_origin\":\"{origin:#x}\",\"tsc_mhz\":{mhz},\"tsc_rate\":{}}}}}",
+        json_str(&how)
+    )?;
+    w.flush()?;
+    if n == 0 {
+        warnings.push("no span: the branches table has no tsc (no timing packets) or the window holds no call".into());
+    }
+    if dropped > 0 {
+        warnings.push(format!(
+            "{dropped} spans past the limit of {} left out: narrow with --from/--to",
+            opts.max_spans
+        ));
+    }
+    Ok(TimelineSummary {
+        spans: n,
+        dropped,
+        first_tsc: Some(origin),
+        tsc_mhz: mhz,
+        warnings,
+    })
+}
