@@ -247,7 +247,10 @@ pub fn assemble_topa(t: &Topa, file: &[u8]) -> Result<Assembled, String> {
     }
 
     // The output pointer: the current entry (an END entry there is followed).
-    let (mut ctb, mut ci) = (t.output_base, ((t.output_mask_ptrs >> 7) & 0x1FF_FFFF) as usize);
+    let (mut ctb, mut ci) = (
+        t.output_base,
+        ((t.output_mask_ptrs >> 7) & 0x1FF_FFFF) as usize,
+    );
     let mut out_off = t.output_mask_ptrs >> 32;
     for _ in 0..=t.tables.len() {
         match entry_at(ctb, ci) {
@@ -575,7 +578,11 @@ pub fn write_topa(stream: &[u8], plan: &TopaPlan) -> Laid<Topa> {
             Some(a)
         })
         .collect();
-    let written = if plan.circular { len } else { len.min(capacity) };
+    let written = if plan.circular {
+        len
+    } else {
+        len.min(capacity)
+    };
     let keep_from = written.saturating_sub(capacity);
     for p in keep_from..written {
         let q = p % capacity;

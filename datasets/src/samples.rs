@@ -802,7 +802,8 @@ fn write_truth(dir: &Path, g: &Generated) -> Result<()> {
     let summary = TruthSummary {
         model: g.output.summary.clone(),
         shift: g.shift,
-        ring: g.manifest.ring_offset.is_some() || g.manifest.topa.as_ref().is_some_and(|t| t.wrapped),
+        ring: g.manifest.ring_offset.is_some()
+            || g.manifest.topa.as_ref().is_some_and(|t| t.wrapped),
         blocks,
         block_executions,
     };

@@ -31,7 +31,11 @@ fn write(dir: &Path, sample: &Path, file: &[u8], form: impl FnOnce(&mut Manifest
 }
 
 fn same(name: &str, want: &Decoded, got: &Decoded) {
-    assert!(want.rows.len() > 100, "{name}: only {} rows", want.rows.len());
+    assert!(
+        want.rows.len() > 10,
+        "{name}: only {} rows",
+        want.rows.len()
+    );
     assert_eq!(want.rows, got.rows, "{name}: branches");
     assert_eq!(want.events, got.events, "{name}: events");
     assert_eq!(want.timing, got.timing, "{name}: timing");
@@ -49,7 +53,10 @@ fn topa_and_trace_hub_decode_like_the_linear_trace() {
         let n = linear.len();
 
         // ToPA that holds it all: two tables, regions dumped out of order.
-        let sizes: Vec<u8> = (0..n.div_ceil(16 << 10) as u8 + 2).map(|k| k % 3).collect();
+        let mut sizes: Vec<u8> = Vec::new();
+        while sizes.iter().map(|&c| 4096usize << c).sum::<usize>() <= n + 4096 {
+            sizes.push(sizes.len() as u8 % 3);
+        }
         let plan = TopaPlan {
             sizes,
             first_table: 3,
@@ -59,9 +66,12 @@ fn topa_and_trace_hub_decode_like_the_linear_trace() {
         };
         let laid = write_topa(&linear, &plan);
         assert!(!laid.form.wrapped);
-        let d = write(&tmp.path().join(format!("{sample}-topa")), &src, &laid.file, |m| {
-            m.topa = Some(laid.form.clone())
-        });
+        let d = write(
+            &tmp.path().join(format!("{sample}-topa")),
+            &src,
+            &laid.file,
+            |m| m.topa = Some(laid.form.clone()),
+        );
         let b = Bundle::open(&d, None, &[]).unwrap();
         assert_eq!(&b.trace[..], &linear[..], "{sample}: ToPA stream");
         assert!(b.starts_at_enable);
@@ -91,9 +101,12 @@ fn topa_and_trace_hub_decode_like_the_linear_trace() {
                     seed: 2,
                 },
             );
-            let d = write(&tmp.path().join(format!("{sample}-hub{size}")), &src, &laid.file, |m| {
-                m.trace_hub = Some(laid.form.clone())
-            });
+            let d = write(
+                &tmp.path().join(format!("{sample}-hub{size}")),
+                &src,
+                &laid.file,
+                |m| m.trace_hub = Some(laid.form.clone()),
+            );
             let b = Bundle::open(&d, None, &[]).unwrap();
             assert_eq!(&b.trace[..], &linear[..], "{sample}: trace-hub stream");
             assert!(b.trace_problems.is_empty(), "{:?}", b.trace_problems);
@@ -111,9 +124,12 @@ fn topa_and_trace_hub_decode_like_the_linear_trace() {
         };
         let laid = write_topa(&linear, &plan);
         assert!(laid.form.wrapped);
-        let d = write(&tmp.path().join(format!("{sample}-wrapped")), &src, &laid.file, |m| {
-            m.topa = Some(laid.form.clone())
-        });
+        let d = write(
+            &tmp.path().join(format!("{sample}-wrapped")),
+            &src,
+            &laid.file,
+            |m| m.topa = Some(laid.form.clone()),
+        );
         let b = Bundle::open(&d, None, &[]).unwrap();
         assert_eq!(&b.trace[..], &linear[n - cap..], "{sample}: wrapped stream");
         assert!(!b.starts_at_enable);
@@ -140,9 +156,12 @@ fn topa_and_trace_hub_decode_like_the_linear_trace() {
         };
         let laid = write_topa(&linear, &plan);
         assert!(laid.form.stopped);
-        let d = write(&tmp.path().join(format!("{sample}-stop")), &src, &laid.file, |m| {
-            m.topa = Some(laid.form.clone())
-        });
+        let d = write(
+            &tmp.path().join(format!("{sample}-stop")),
+            &src,
+            &laid.file,
+            |m| m.topa = Some(laid.form.clone()),
+        );
         let b = Bundle::open(&d, None, &[]).unwrap();
         let prefix = write(
             &tmp.path().join(format!("{sample}-prefix")),
@@ -185,7 +204,10 @@ fn collected_forms_report_problems_clearly() {
         t.regions[2].file_offset = t.regions[1].file_offset + 0x800;
         m.topa = Some(t);
     });
-    assert!(e.contains("overlap in the trace file") && e.contains("trace.bin"), "{e}");
+    assert!(
+        e.contains("overlap in the trace file") && e.contains("trace.bin"),
+        "{e}"
+    );
     // A truncated dump.
     let e = open_err("short", &laid.file[..laid.file.len() - 1], &|m| {
         m.topa = Some(laid.form.clone())
@@ -211,9 +233,24 @@ fn collected_forms_report_problems_clearly() {
     let mut f = hub.file.clone();
     f[80..88].copy_from_slice(&(hub.form.base + 4096).to_le_bytes());
     let e = open_err("outside", &f, &|m| m.trace_hub = Some(hub.form.clone()));
-    assert!(e.contains("record 1 (file offset 0x50)") && e.contains("outside"), "{e}");
+    assert!(
+        e.contains("record 1 (file offset 0x50)") && e.contains("outside"),
+        "{e}"
+    );
 
-    // A lost line ends the stream there, with a warning in the decode report.
+    // A lost line ends the stream there, with a warning in the decode report. (In a
+    // capture that wraps, the line's next iteration would take its place: 2.3.2 allows
+    // lines to arrive a whole iteration late, so the two cannot be told apart.)
+    let hub = write_trace_hub(
+        &linear[..4096],
+        &HubPlan {
+            size: 8192,
+            start_offset: 0,
+            flush_every: 0,
+            reorder: 0.0,
+            seed: 6,
+        },
+    );
     let mut f = hub.file.clone();
     f.drain(5 * 80..6 * 80);
     let d = write(&tmp.path().join("lost"), &src, &f, |m| {
@@ -221,7 +258,11 @@ fn collected_forms_report_problems_clearly() {
     });
     let b = Bundle::open(&d, None, &[]).unwrap();
     assert_eq!(&b.trace[..], &linear[..5 * 64]);
-    assert!(b.trace_problems[0].contains("never arrived"), "{:?}", b.trace_problems);
+    assert!(
+        b.trace_problems.iter().any(|w| w.contains("never arrived")),
+        "{:?}",
+        b.trace_problems
+    );
     let report = run::decode(&b, &run::Options::default()).unwrap();
     assert!(
         report.warnings.iter().any(|w| w.contains("never arrived")),
