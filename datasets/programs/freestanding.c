@@ -7,7 +7,7 @@ typedef unsigned long u64;
 
 static volatile u64 sink;
 
-static u64 step(u64 x) {
+__attribute__((noinline)) static u64 step(u64 x) {
     switch (x % 7) {
     case 0: return x * 3 + 1;
     case 1: return x >> 1;
@@ -19,16 +19,16 @@ static u64 step(u64 x) {
     }
 }
 
-static u64 fib(u64 n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+__attribute__((noinline)) static u64 fib(u64 n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
 
-static u64 op_add(u64 a, u64 b) { return a + b; }
-static u64 op_xor(u64 a, u64 b) { return a ^ b; }
-static u64 op_mul(u64 a, u64 b) { return a * (b | 1); }
-static u64 op_min(u64 a, u64 b) { return a < b ? a : b; }
+__attribute__((noinline)) static u64 op_add(u64 a, u64 b) { return a + b; }
+__attribute__((noinline)) static u64 op_xor(u64 a, u64 b) { return a ^ b; }
+__attribute__((noinline)) static u64 op_mul(u64 a, u64 b) { return a * (b | 1); }
+__attribute__((noinline)) static u64 op_min(u64 a, u64 b) { return a < b ? a : b; }
 
 static u64 (*const ops[4])(u64, u64) = {op_add, op_xor, op_mul, op_min};
 
-static u64 checksum(const unsigned char *p, u64 n) {
+__attribute__((noinline)) static u64 checksum(const unsigned char *p, u64 n) {
     u64 h = 1469598103934665603ul;
     for (u64 i = 0; i < n; i++) {
         h ^= p[i];
@@ -39,8 +39,7 @@ static u64 checksum(const unsigned char *p, u64 n) {
     return h;
 }
 
-void _start(void) {
-    u64 x = 12345;
+__attribute__((noinline)) static u64 run(u64 x) {
     for (u64 i = 0; i < 100000; i++) {
         x = step(x);
         x = ops[x & 3](x, i);
@@ -50,6 +49,11 @@ void _start(void) {
             x ^= checksum((const unsigned char *)&x, sizeof x);
         sink = x;
     }
-    for (;;)
-        __asm__ volatile("mov $60, %eax; xor %edi, %edi; syscall");
+    return x;
+}
+
+void _start(void) {
+    sink = run(12345);
+    __asm__ volatile("mov $60, %eax; xor %edi, %edi; syscall; hlt");
+    __builtin_unreachable();
 }

@@ -335,7 +335,7 @@ pub fn recipes() -> Vec<Recipe> {
                     order with the output-pointer MSRs",
             source: Source::Synthetic {
                 program: FREESTANDING,
-                steps: 40_000,
+                steps: 120_000,
                 seed: 21,
             },
             options: ModelOptions {
@@ -359,7 +359,7 @@ pub fn recipes() -> Vec<Recipe> {
                     bytes at the ends), some received out of order within spec 2.3.2",
             source: Source::Synthetic {
                 program: FREESTANDING,
-                steps: 25_000,
+                steps: 150_000,
                 seed: 22,
             },
             options: ModelOptions {
