@@ -346,7 +346,7 @@ pub fn assemble_topa(t: &Topa, file: &[u8]) -> Result<Assembled, String> {
 /// was left out after the hole).
 pub fn assemble_trace_hub(h: &TraceHub, file: &[u8]) -> Result<Assembled, String> {
     let mask = h.limit_mask;
-    if mask < 63 || mask >= 1 << 48 || mask & (mask + 1) != 0 {
+    if !(63..1 << 48).contains(&mask) || mask & (mask + 1) != 0 {
         return Err(format!(
             "[trace_hub] limit_mask {mask:#x} is not a power of two minus 1 from 63 to 2^48 - 1"
         ));
