@@ -32,6 +32,14 @@ pub struct Manifest {
     /// tracing stopped. The bytes in time order are `data[ring_offset..] ++ data[..ring_offset]`.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_hex_u64")]
     pub ring_offset: Option<u64>,
+    /// Set when the trace file is a ToPA dump (Intel PT 36.2.6.2): its output regions,
+    /// laid out by the table(s) and the output-pointer MSRs given here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topa: Option<Topa>,
+    /// Set when the trace file is a trace-hub capture of 64-byte line writes (spec 2.3.1,
+    /// 2.3.2), which may arrive out of order and hold partial lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_hub: Option<TraceHub>,
     /// TSC/bus ratio, for converting core cycles to TSC ticks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guaranteed_ratio: Option<u8>,
@@ -50,6 +58,82 @@ fn default_trace() -> String {
 }
 fn is_default_trace(s: &str) -> bool {
     s == "trace.rtit"
+}
+
+/// `[topa]`: a dump of ToPA output (Intel PT 36.2.6.2). The trace file holds the output
+/// regions' bytes (each at its `file_offset`); the tables and the MSR values read after
+/// tracing stopped say in which order they were written. See `crate::collected`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Topa {
+    /// IA32_RTIT_OUTPUT_BASE after tracing stopped: the base of the current table.
+    #[serde(with = "hex_u64")]
+    pub output_base: u64,
+    /// IA32_RTIT_OUTPUT_MASK_PTRS after tracing stopped: bits 31:7 the current entry of
+    /// that table (MaskOrTableOffset), bits 63:32 the offset of the next write in its
+    /// region (OutputOffset).
+    #[serde(with = "hex_u64")]
+    pub output_mask_ptrs: u64,
+    /// IA32_RTIT_STATUS.Stopped was set: a STOP region filled (its offset then says
+    /// size - 1, the region is full).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub stopped: bool,
+    /// The output went round the circular table chain at least once: the oldest bytes
+    /// sit at the output pointer. Otherwise the trace starts at entry 0 of the first table.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub wrapped: bool,
+    /// The tables as read from memory. The first is the one tracing was enabled with.
+    #[serde(rename = "table")]
+    pub tables: Vec<TopaTable>,
+    /// Where each output region's bytes are in the trace file.
+    #[serde(default, rename = "region")]
+    pub regions: Vec<TopaRegion>,
+}
+
+/// One ToPA table: its physical address and its 64-bit entries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopaTable {
+    #[serde(with = "hex_u64")]
+    pub base: u64,
+    pub entries: Vec<Hex>,
+}
+
+/// One output region's bytes in the trace file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopaRegion {
+    /// Physical address (the entry's base).
+    #[serde(with = "hex_u64")]
+    pub base: u64,
+    /// Where its bytes start in the trace file; its length is the entry's size.
+    #[serde(with = "hex_u64")]
+    pub file_offset: u64,
+}
+
+/// A `u64` written as a hex string, read from an integer or a string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Hex(#[serde(with = "hex_u64")] pub u64);
+
+/// `[trace_hub]`: the trace file is a sequence of 80-byte line-write records (line
+/// address, byte-valid mask, 64 data bytes; `crate::collected`) captured at the debug
+/// port the output was directed to (spec 2.3.1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceHub {
+    /// RTIT_BASE_ADDR (the base used is `base & !limit_mask`).
+    #[serde(with = "hex_u64")]
+    pub base: u64,
+    /// RTIT_LIMIT_MASK: the output range's size minus 1 (a power of two, >= 64).
+    #[serde(with = "hex_u64")]
+    pub limit_mask: u64,
+    /// RTIT_OFFSET when tracing was enabled: where the first byte went.
+    #[serde(default, with = "hex_u64", skip_serializing_if = "is_zero")]
+    pub start_offset: u64,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// How to read an image file.
@@ -102,6 +186,8 @@ impl Manifest {
             rtit_ctl,
             trace: default_trace(),
             ring_offset: None,
+            topa: None,
+            trace_hub: None,
             guaranteed_ratio: None,
             images: Vec::new(),
             labels: BTreeMap::new(),

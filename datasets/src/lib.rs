@@ -4,9 +4,11 @@
 //! hand and no public RTIT traces exist, so tracemill makes its own, faithfully, from real
 //! program executions:
 //! - [`exec`]: execution sources (qemu-user capture of real programs, synthetic walks);
+//! - [`collected`]: inputs as collected (ToPA dumps, trace-hub captures), both ways;
 //! - [`rng`]: the seeded generator behind every random choice.
 
 pub mod bundle;
+pub mod collected;
 pub mod encode;
 pub mod exec;
 pub mod kernel;

@@ -16,6 +16,7 @@ use tracemill_decode::image::ImageSet;
 use tracemill_sinks::{FileMeta, TableWriter};
 
 use crate::bundle::{ImageEntry, ImageKind, Manifest};
+use crate::collected::{write_topa, write_trace_hub, HubPlan, TopaPlan};
 use crate::exec::synthetic::{Code, WalkConfig};
 use crate::exec::{qemu, Execution};
 use crate::kernel::{Kernel, KERNEL_BASE};
@@ -47,7 +48,7 @@ pub enum Source {
 }
 
 /// How the bytes are laid out in the file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Layout {
     /// As written, from the first packet.
     Linear,
@@ -56,6 +57,10 @@ pub enum Layout {
     /// A dump of a circular output buffer of this size (a power of two) that wrapped:
     /// only the last `size` bytes survive, rotated by `ring_offset` (spec 2.3).
     Ring(usize),
+    /// Written through ToPA output regions and dumped as collected (`[topa]`).
+    Topa(TopaPlan),
+    /// Written to a trace hub's range and captured line by line (`[trace_hub]`).
+    TraceHub(HubPlan),
 }
 
 /// A sample: a source, the model's configuration, and a layout.
@@ -323,6 +328,54 @@ pub fn recipes() -> Vec<Recipe> {
             kernel: false,
             layout: Layout::Linear,
         },
+        Recipe {
+            name: "topa-wrapped",
+            about: "a ToPA dump: two tables of 4-16 KiB output regions (INT on some), the \
+                    second's END entry back to the first, wrapped; regions dumped out of \
+                    order with the output-pointer MSRs",
+            source: Source::Synthetic {
+                program: FREESTANDING,
+                steps: 120_000,
+                seed: 21,
+            },
+            options: ModelOptions {
+                ctl: ctl_user(ctl::CMPRS_RET | ctl::CYCLE_ACC | ctl::MTC_EN | ctl::STS_EN),
+                seed: 21,
+                ..d.clone()
+            },
+            kernel: false,
+            layout: Layout::Topa(TopaPlan {
+                sizes: vec![1, 0, 2, 0, 1, 0],
+                first_table: 3,
+                circular: true,
+                int_every: 2,
+                seed: 21,
+            }),
+        },
+        Recipe {
+            name: "trace-hub",
+            about: "a trace-hub capture: 64-byte line writes to a 4 KiB range, tracing \
+                    enabled at an unaligned offset, lines flushed early (partial, invalid \
+                    bytes at the ends), some received out of order within spec 2.3.2",
+            source: Source::Synthetic {
+                program: FREESTANDING,
+                steps: 150_000,
+                seed: 22,
+            },
+            options: ModelOptions {
+                ctl: ctl_user(ctl::CMPRS_RET | ctl::MTC_EN | ctl::STS_EN | (1 << 14)),
+                seed: 22,
+                ..d.clone()
+            },
+            kernel: false,
+            layout: Layout::TraceHub(HubPlan {
+                size: 4096,
+                start_offset: 0x2C5,
+                flush_every: 2048,
+                reorder: 0.2,
+                seed: 22,
+            }),
+        },
         scenario_recipe("table3", "spec Table 3: the IP-filtered trace example"),
         scenario_recipe("figure6", "spec Figure 6: return compression without nested calls"),
         scenario_recipe("figure7", "spec Figure 7: return compression with nested calls"),
@@ -414,16 +467,41 @@ fn capture(src: &Source) -> Result<Execution> {
     }
 }
 
+/// The program of `datasets/programs/` built without libc (`-nostdlib`): a code image of
+/// a few KiB, for small samples whose execution is a synthetic walk.
+const FREESTANDING: &str = "freestanding";
+
 /// Compile a program of `datasets/programs/` and return its ELF bytes (with symbols and
-/// debug info).
+/// debug info, which `tracemill report` reads; the freestanding program is stripped, as
+/// its samples were made).
 fn compile(program: &str) -> Result<Vec<u8>> {
     let src = qemu::programs_dir().join(format!("{program}.c"));
     let dir = std::env::temp_dir().join(format!("tracemill-synth-{}", std::process::id()));
     fs::create_dir_all(&dir)?;
     let exe = dir.join(program);
-    qemu::compile_c(&src, &exe)?;
+    if program == FREESTANDING {
+        let out = std::process::Command::new("gcc")
+            .args(["-static", "-nostdlib", "-O2", "-fno-pie", "-no-pie"])
+            .args(["-fno-stack-protector", "-fcf-protection=none", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .output()
+            .context("running gcc")?;
+        if !out.status.success() {
+            bail!(
+                "gcc {}: {}",
+                src.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    } else {
+        qemu::compile_c(&src, &exe)?;
+    }
     let bytes = fs::read(&exe)?;
     let _ = fs::remove_dir_all(&dir);
+    if program == FREESTANDING {
+        return Ok(strip(&bytes).unwrap_or(bytes));
+    }
     Ok(bytes)
 }
 
@@ -557,9 +635,8 @@ pub fn generate(r: &Recipe) -> Result<Generated> {
         m.run(e.entry, e.steps.iter().copied())
     };
 
-    let (file_bytes, ring_offset, shift) = layout(&output.bytes, r.layout, o.seed);
     let mut manifest = Manifest::new(o.ctl);
-    manifest.ring_offset = ring_offset;
+    let (file_bytes, shift) = layout(&output.bytes, &r.layout, o.seed, &mut manifest);
     manifest.guaranteed_ratio = Some(o.guaranteed_ratio);
     let mut images = Vec::new();
     let mut seen = BTreeMap::new();
@@ -603,11 +680,32 @@ pub fn generate(r: &Recipe) -> Result<Generated> {
     })
 }
 
-/// Lay the stream out as a file. Returns the file bytes, the ring offset, and how stream
-/// offsets in the file relate to the model's (`file_stream_offset = model_offset + shift`).
-fn layout(bytes: &[u8], l: Layout, seed: u64) -> (Vec<u8>, Option<u64>, i64) {
-    match l {
-        Layout::Linear => (bytes.to_vec(), None, 0),
+/// Lay the stream out as a file, setting the manifest's facts about the form. Returns the
+/// file bytes and how stream offsets in the bundle relate to the model's
+/// (`bundle_stream_offset = model_offset + shift`).
+pub fn layout(bytes: &[u8], l: &Layout, seed: u64, manifest: &mut Manifest) -> (Vec<u8>, i64) {
+    let (file, ring_offset, shift) = match l {
+        Layout::Topa(plan) => {
+            let laid = write_topa(bytes, plan);
+            manifest.topa = Some(laid.form);
+            manifest.trace = "trace.topa".into();
+            return (laid.file, laid.shift);
+        }
+        Layout::TraceHub(plan) => {
+            let laid = write_trace_hub(bytes, plan);
+            manifest.trace_hub = Some(laid.form);
+            manifest.trace = "trace.hub".into();
+            return (laid.file, laid.shift);
+        }
+        l => layout_plain(bytes, l, seed),
+    };
+    manifest.ring_offset = ring_offset;
+    (file, shift)
+}
+
+fn layout_plain(bytes: &[u8], l: &Layout, seed: u64) -> (Vec<u8>, Option<u64>, i64) {
+    match *l {
+        Layout::Linear | Layout::Topa(_) | Layout::TraceHub(_) => (bytes.to_vec(), None, 0),
         Layout::Junk(n) => {
             // Bytes that look like the tail of packets, but never a PSB.
             let mut r = Rng::new(seed ^ 0x5EED);
@@ -633,7 +731,7 @@ fn layout(bytes: &[u8], l: Layout, seed: u64) -> (Vec<u8>, Option<u64>, i64) {
 pub fn write_bundle(dir: &Path, g: &Generated) -> Result<()> {
     fs::create_dir_all(dir.join("images"))?;
     fs::create_dir_all(dir.join("truth"))?;
-    fs::write(dir.join("trace.rtit"), &g.file_bytes)?;
+    fs::write(g.manifest.trace_path(dir), &g.file_bytes)?;
     for (name, bytes) in &g.images {
         fs::write(dir.join("images").join(name), bytes)?;
     }
@@ -649,7 +747,8 @@ pub struct TruthSummary {
     pub model: crate::model::Summary,
     /// `bundle stream offset = model offset + shift` (junk before the trace, ring dumps).
     pub shift: i64,
-    /// The file is a dump of a ring that wrapped: only a suffix of the truth is decodable.
+    /// The file is a dump of a ring (or a ToPA chain) that wrapped: only a suffix of the
+    /// truth is decodable.
     pub ring: bool,
     /// Basic blocks executed (distinct), and block executions, over rows that are not lost.
     pub blocks: u64,
@@ -712,7 +811,8 @@ fn write_truth(dir: &Path, g: &Generated) -> Result<()> {
     let summary = TruthSummary {
         model: g.output.summary.clone(),
         shift: g.shift,
-        ring: g.manifest.ring_offset.is_some(),
+        ring: g.manifest.ring_offset.is_some()
+            || g.manifest.topa.as_ref().is_some_and(|t| t.wrapped),
         blocks,
         block_executions,
     };

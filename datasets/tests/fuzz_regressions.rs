@@ -14,6 +14,10 @@ mod bundle {
     pub use tracemill_datasets::bundle::*;
 }
 #[allow(dead_code)]
+mod collected {
+    pub use tracemill_datasets::collected::*;
+}
+#[allow(dead_code)]
 #[path = "../../fuzz/src/targets.rs"]
 mod targets;
 

@@ -11,4 +11,11 @@ pub mod encode;
 #[path = "../../datasets/src/bundle.rs"]
 pub mod bundle;
 
+/// `tracemill_datasets::collected` (ToPA dumps and trace-hub captures) and the `rng`
+/// its writers use, likewise.
+#[path = "../../datasets/src/collected.rs"]
+pub mod collected;
+#[path = "../../datasets/src/rng.rs"]
+pub mod rng;
+
 pub mod targets;

@@ -392,6 +392,13 @@ pub fn bundle_toml(data: &[u8]) {
     let _ = cfg.reserved_bits();
     let _ = TimingConfig::new(&cfg, m.guaranteed_ratio, m.ring_offset.is_none());
     let _ = m.trace_path(std::path::Path::new("bundle"));
+    // The collected forms assemble (or refuse) any file without panicking.
+    if let Some(t) = &m.topa {
+        let _ = crate::collected::assemble_topa(t, data);
+    }
+    if let Some(h) = &m.trace_hub {
+        let _ = crate::collected::assemble_trace_hub(h, data);
+    }
     let trace = [0xC0u8, 0, 0, 0, 0, 0, 0, 0, 0, 0x55];
     let stream = match m.ring_offset {
         Some(r) => TraceStream::ring(&trace, r as usize),

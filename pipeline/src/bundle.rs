@@ -6,15 +6,18 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use memmap2::Mmap;
 use tracemill_datasets::bundle::{ImageEntry, ImageKind, Manifest};
+use tracemill_datasets::collected;
 use tracemill_decode::config::TraceConfig;
 use tracemill_decode::image::{ImageError, ImageSet};
 use tracemill_decode::stream::TraceStream;
 use tracemill_decode::timing::TimingConfig;
 
-/// A file's bytes: memory-mapped when it has any (an empty file cannot be mapped).
+/// A file's bytes: memory-mapped when it has any (an empty file cannot be mapped), or
+/// assembled in memory (a trace collected as a ToPA dump or a trace-hub capture).
 pub enum Bytes {
     Mapped(Mmap),
     Empty,
+    Owned(Vec<u8>),
 }
 
 impl std::ops::Deref for Bytes {
@@ -23,6 +26,7 @@ impl std::ops::Deref for Bytes {
         match self {
             Bytes::Mapped(m) => m,
             Bytes::Empty => &[],
+            Bytes::Owned(v) => v,
         }
     }
 }
@@ -89,7 +93,16 @@ pub struct Bundle {
     pub dir: PathBuf,
     pub manifest: Manifest,
     pub trace_path: PathBuf,
+    /// The trace bytes in time order (for a ring dump, as in the file; see [`Bundle::stream`]).
     pub trace: Bytes,
+    /// Size of the trace file as collected (for a ToPA dump or a trace-hub capture, not
+    /// the length of the stream assembled from it).
+    pub trace_file_size: u64,
+    /// The trace starts where tracing was enabled (erratum E7 applies to its first MTC):
+    /// a linear trace, a ToPA dump that did not wrap, a trace-hub capture.
+    pub starts_at_enable: bool,
+    /// Problems assembling a collected form that left bytes out (a warning each).
+    pub trace_problems: Vec<String>,
     pub images: Vec<LoadedImage>,
     /// Images listed but not loadable (missing file, not an ELF...): decoding goes on
     /// without them and reports the addresses it could not follow.
@@ -124,7 +137,43 @@ impl Bundle {
             manifest.rtit_ctl = c;
         }
         manifest.images.extend(extra_images.iter().cloned());
-        let trace = map_file(&trace_path)?;
+        let mapped = map_file(&trace_path)?;
+        let trace_file_size = mapped.len() as u64;
+        let mut starts_at_enable = manifest.ring_offset.is_none();
+        let mut trace_problems = Vec::new();
+        let forms = [
+            manifest.ring_offset.is_some(),
+            manifest.topa.is_some(),
+            manifest.trace_hub.is_some(),
+        ];
+        if forms.iter().filter(|&&f| f).count() > 1 {
+            bail!(
+                "{}: ring_offset, [topa] and [trace_hub] each say how the trace was collected; \
+                 give one",
+                dir.join("bundle.toml").display()
+            );
+        }
+        let assembled = if let Some(t) = &manifest.topa {
+            Some(collected::assemble_topa(t, &mapped))
+        } else {
+            manifest
+                .trace_hub
+                .as_ref()
+                .map(|h| collected::assemble_trace_hub(h, &mapped))
+        };
+        let trace = match assembled {
+            None => mapped,
+            Some(Err(e)) => bail!("{}: {e}", trace_path.display()),
+            Some(Ok(a)) => {
+                starts_at_enable = a.starts_at_enable;
+                trace_problems = a
+                    .warnings
+                    .into_iter()
+                    .map(|w| format!("{}: {w}", trace_path.display()))
+                    .collect();
+                Bytes::Owned(a.bytes)
+            }
+        };
         let mut images = Vec::new();
         let mut image_problems = Vec::new();
         for e in &manifest.images {
@@ -148,6 +197,9 @@ impl Bundle {
             manifest,
             trace_path,
             trace,
+            trace_file_size,
+            starts_at_enable,
+            trace_problems,
             images,
             image_problems,
         })
@@ -164,12 +216,13 @@ impl Bundle {
         TimingConfig::new(
             &self.trace_config(),
             self.manifest.guaranteed_ratio,
-            self.manifest.ring_offset.is_none(),
+            self.starts_at_enable,
         )
     }
 
     /// The decode is done with the stream's bytes before `offset`: release their pages
-    /// (linear traces only; a ring dump is one small buffer).
+    /// (mapped linear traces only; a ring dump is one small buffer, an assembled trace is
+    /// in memory).
     pub fn release_trace_before(&self, offset: u64) {
         if self.manifest.ring_offset.is_none() {
             self.trace.release(0..offset as usize);

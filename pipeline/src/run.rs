@@ -193,7 +193,7 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
 
     let meta = FileMeta {
         source: bundle.trace_path.display().to_string(),
-        source_size: bundle.trace.len() as u64,
+        source_size: bundle.trace_file_size,
         rtit_ctl: bundle.manifest.rtit_ctl,
         // Labels, and the bundle and images for `tracemill report`.
         extra: crate::report::decode_meta(bundle),
@@ -299,7 +299,12 @@ fn plan(
     let mut report = Report {
         trace_bytes: stream.len(),
         jobs: opts.jobs.max(1),
-        warnings: image_problems,
+        warnings: bundle
+            .trace_problems
+            .iter()
+            .cloned()
+            .chain(image_problems)
+            .collect(),
         ..Report::default()
     };
     if cfg.reserved_bits() != 0 {

@@ -256,11 +256,16 @@ fn a_night_becomes_one_partitioned_dataset_with_a_catalog() {
         assert_eq!(
             row["trace_bytes"].as_deref(),
             Some(
-                std::fs::metadata(dir.join("trace.rtit"))
-                    .unwrap()
-                    .len()
-                    .to_string()
-                    .as_str()
+                // The file as collected (`trace.topa`, `trace.hub` for those forms).
+                std::fs::metadata(
+                    tracemill_datasets::bundle::Manifest::load(dir)
+                        .unwrap()
+                        .trace_path(dir)
+                )
+                .unwrap()
+                .len()
+                .to_string()
+                .as_str()
             )
         );
         let id = row["bundle"].clone().unwrap();

@@ -526,7 +526,7 @@ fn decode_and_publish(
     }
     let ev = |k: &str| report.events_by_kind.get(k).copied().unwrap_or(0);
     Ok(Counts {
-        trace_bytes: report.trace_bytes,
+        trace_bytes: b.trace_file_size,
         branches: report.rows,
         instructions: report.instructions,
         gaps: ev("overflow") + ev("resync"),
