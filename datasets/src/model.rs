@@ -758,8 +758,16 @@ impl<'i> Model<'i> {
                 self.tick(left, counting);
                 return;
             }
-            // Core cycles until the TSC reaches the next MTC boundary.
-            let need = (self.mtc_next_acc - self.acc).div_ceil(gr).clamp(1, left);
+            // Core cycles until the TSC reaches the next MTC boundary. A boundary already
+            // behind (it passed while MTCs were off, which `tick` alone does not follow):
+            // these cycles all pass, then one MTC goes out for the bits now current. (The
+            // subtraction used to wrap here, which a debug build caught as an overflow; the
+            // release build's behaviour, which made the samples, is kept.)
+            let need = if self.acc > self.mtc_next_acc {
+                left
+            } else {
+                (self.mtc_next_acc - self.acc).div_ceil(gr).clamp(1, left)
+            };
             self.tick(need, counting);
             left -= need;
             self.rebase_mtc();
