@@ -7,12 +7,14 @@
 //! - [`bundle`]: bundle loading;
 //! - [`run`]: the parallel decode and the closing summary;
 //! - [`dump`]: the packet listing;
+//! - [`errors`]: error messages on one line;
 //! - [`ingest`]: many bundles into one partitioned dataset (local or S3), exactly once;
 //! - [`synth`]: making bundles (real programs, synthetic walks, spec scenarios);
 //! - [`report`]: the `report` commands (the work is in `tracemill-reports`).
 
 pub mod bundle;
 pub mod dump;
+pub mod errors;
 pub mod ingest;
 pub mod report;
 pub mod run;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracemill::bundle::{parse_image_arg, Bundle};
+use tracemill::errors::error_text;
 use tracemill::run::{self, Tables};
 use tracemill_datasets::bundle::parse_u64;
 use tracemill_decode::config::TraceConfig;
@@ -182,25 +183,6 @@ fn ignore_file_size_signal() {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
-}
-
-/// What failed, where and why, on one line ("what: why: why"), each cause once: errors
-/// that print their source (thiserror's `"{path}: {source}"`) would otherwise say it
-/// twice. A multi-line cause (a bundle.toml error showing its line) keeps its lines.
-fn error_text(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        let text = text.trim_end();
-        if text.is_empty() || out.contains(text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(text);
-    }
-    out
 }
 
 fn real_main(cli: Cli) -> Result<ExitCode> {

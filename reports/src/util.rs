@@ -1,45 +1,12 @@
 //! Small helpers: a fast hasher for address keys, column access, instruction lengths.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use anyhow::{anyhow, Result};
 use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, StringArray};
 use arrow::datatypes::{ArrowPrimitiveType, DataType};
 
-/// Multiply-shift hashing for integer keys (addresses, ids): the per-row maps of the
-/// reports are on the hot path, where SipHash would cost more than the rest of the row.
-#[derive(Default, Clone, Copy)]
-pub struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .rotate_left(29);
-    }
-    #[inline]
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(n as u64)
-    }
-    #[inline]
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64)
-    }
-}
-
-pub type AddrMap<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
+/// Maps keyed by addresses and ids: the per-row maps of the reports are on the hot path,
+/// where SipHash would cost more than the rest of the row (the decoder's hasher).
+pub use tracemill_decode::block::AddrMap;
 
 /// A primitive column by name, with the type the schema promises.
 pub fn col<'a, T: ArrowPrimitiveType>(

@@ -42,6 +42,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use tracemill_schemas::TABLES;
 
+use crate::errors::error_text;
+
 pub use catalog::{Row, Status};
 pub use dest::Dest;
 pub use discover::{discover, identify, Identity};
@@ -532,21 +534,4 @@ fn decode_and_publish(
         gaps: ev("overflow") + ev("resync"),
         errors: report.errors(),
     })
-}
-
-/// "what: why: why", each cause once (as `tracemill`'s own error line).
-fn error_text(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        let text = text.trim_end();
-        if text.is_empty() || out.contains(text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(text);
-    }
-    out
 }
