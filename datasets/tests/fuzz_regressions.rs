@@ -176,3 +176,14 @@ fn stitch_compressed_ret_after_gap_matches_sequential() {
 fn stitch_open_count_lost_in_a_body_gap_matches_sequential() {
     replay("stitch_diff", "open-count-after-body-gap");
 }
+
+/// `stitch_diff`: a `jumptable`-image trace with PSBs at 0 and 150. Row 95, a TIP at 147,
+/// is exact, but a PSB follows before any CYC, then a FUP.BuffOvf with its CYC. The
+/// sequential decode took that CYC (after the PSB) as the TIP's and interpolated rows
+/// 92..95 towards it; the chunked decode, whose next piece did not hold it, held them. A
+/// PSB ends any wait for a CYC (as the packet reader already knew): fixed in
+/// `decode/src/timing.rs` (`Mark::ends_cyc_search`, PSB events among the marks).
+#[test]
+fn stitch_cyc_after_a_psb_is_not_the_packets_before_it() {
+    replay("stitch_diff", "cyc-after-psb");
+}

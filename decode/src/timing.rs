@@ -245,14 +245,16 @@ impl Mark {
         matches!(self, Mark::Fact(f) if f.kind == TimingKind::Cyc)
     }
     /// A packet's CYC comes before these: a CYC after one of them belongs to something
-    /// else (the time tracing resumed, a later FUP), never to a packet before it. (An
+    /// else (the time tracing resumed, a later FUP), never to a packet before it. A PSB
+    /// ends any wait for a CYC (the packet reader's rule too). (An
     /// overflow's CYC is the 4.2.5 rule's business, `overflow_rule`.)
     fn ends_cyc_search(&self) -> bool {
         matches!(
             self,
             Mark::Event(
                 _,
-                EventKind::Error
+                EventKind::Psb
+                    | EventKind::Error
                     | EventKind::TraceStop
                     | EventKind::Disable
                     | EventKind::Enable
@@ -267,7 +269,8 @@ fn marks_of(p: &Piece<BranchColumns>) -> Vec<Mark> {
     let events = p.events.iter().filter(|e| {
         matches!(
             e.kind,
-            EventKind::TraceStop
+            EventKind::Psb
+                | EventKind::TraceStop
                 | EventKind::Error
                 | EventKind::Enable
                 | EventKind::Disable
