@@ -42,17 +42,8 @@ pub enum Weight {
     Branches,
 }
 
-/// One distinct executed block, as in the coverage table.
-#[derive(Clone, Debug)]
-pub struct Block {
-    pub image: Option<String>,
-    /// `start` minus the image's load base.
-    pub image_offset: Option<u64>,
-    pub start: u64,
-    pub end: u64,
-    pub insns: u32,
-    pub count: u64,
-}
+/// One distinct executed block: a row of the coverage table, as the decoder makes it.
+pub use tracemill_decode::rows::CoverageRow as Block;
 
 /// Read the coverage table.
 pub fn read_blocks(input: &Input) -> Result<Vec<Block>> {
