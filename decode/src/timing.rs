@@ -32,7 +32,7 @@ use tracemill_schemas::{BranchKind, EventKind, TimingKind};
 
 use crate::config::TraceConfig;
 use crate::piece::{Piece, TimingFact};
-use crate::rows::{BranchColumns, EventRow, TimingColumns, TimingRow};
+use crate::rows::{BranchColumns, EventRow, OptU64, TimingColumns, TimingRow};
 
 /// What the timing reconstruction needs to know about the trace.
 #[derive(Clone, Copy, Debug)]
@@ -719,25 +719,42 @@ impl Timeline {
             return;
         };
         let mut left = std::mem::take(&mut st.waiting);
+        // Every waiting row gets the same value unless it lies between two anchors that
+        // rise: decided once here, not per row.
+        let same = match (col, last, floor) {
+            // After a gap, before its first anchor: that anchor's value (held back); with
+            // none before the next gap, the value before this gap.
+            (_, None, Some(f)) => Some(Some(next.map_or(f, |n| n.1))),
+            // No TSC before the first STS: the MTC bits alone cannot say which.
+            (Col::Tsc, None, None) => Some(None),
+            _ => match (last, next) {
+                (Some((xa, u)), Some((xb, v))) if xb > xa && v >= u => None,
+                // One anchor (or two that do not rise): `interpolate` takes the earlier.
+                _ => Some(interpolate(last, next, 0)),
+            },
+        };
         let fill = |rows: &mut BranchColumns, from: usize, x: &mut u64, left: &mut usize| {
-            let mut i = from;
-            while i < rows.len() && *left > 0 {
-                *x += rows.insns[i] as u64;
-                let v = match (col, last, floor) {
-                    // After a gap, before its first anchor: that anchor's value (held
-                    // back); with none before the next gap, the value before this gap.
-                    (_, None, Some(f)) => Some(next.map_or(f, |n| n.1)),
-                    // No TSC before the first STS: the MTC bits alone cannot say which.
-                    (Col::Tsc, None, None) => None,
-                    _ => interpolate(last, next, *x),
-                };
-                match col {
-                    Col::Cycles => rows.cycles.set(i, v),
-                    Col::Tsc => rows.tsc.set(i, v),
-                }
-                *left -= 1;
-                i += 1;
+            let to = rows.len().min(from + *left);
+            if to <= from {
+                return;
             }
+            let column = match col {
+                Col::Cycles => &mut rows.cycles,
+                Col::Tsc => &mut rows.tsc,
+            };
+            match same {
+                Some(v) => {
+                    column.values[from..to].fill(v.unwrap_or(0));
+                    column.valid[from..to].fill(v.is_some());
+                }
+                None => {
+                    for (i, &n) in rows.insns[from..to].iter().enumerate() {
+                        *x += n as u64;
+                        column.set(from + i, interpolate(last, next, *x));
+                    }
+                }
+            }
+            *left -= to - from;
         };
         for (pid, p, _) in self.held.iter_mut() {
             if *pid < start_id || left == 0 {
@@ -769,19 +786,22 @@ impl Timeline {
                 break;
             }
             let (_, mut p, t) = self.held.pop_front().expect("front exists");
-            for i in 0..p.rows.len() {
-                if let Some(v) = p.rows.cycles.get(i) {
-                    self.max_cycles = self.max_cycles.max(v);
-                    p.rows.cycles.set(i, Some(self.max_cycles));
-                }
-                if let Some(v) = p.rows.tsc.get(i) {
-                    self.max_tsc = self.max_tsc.max(v);
-                    p.rows.tsc.set(i, Some(self.max_tsc));
-                }
-            }
+            running_max(&mut p.rows.cycles, &mut self.max_cycles);
+            running_max(&mut p.rows.tsc, &mut self.max_tsc);
             out.push((p, t));
         }
         out
+    }
+}
+
+/// Each non-null value of `col` raised to the highest so far (`max`, carried from piece to
+/// piece), so that time never goes backwards.
+fn running_max(col: &mut OptU64, max: &mut u64) {
+    for (v, &valid) in col.values.iter_mut().zip(&col.valid) {
+        if valid {
+            *max = (*max).max(*v);
+            *v = *max;
+        }
     }
 }
 

@@ -13,6 +13,16 @@ use tracemill_datasets::bundle::parse_u64;
 use tracemill_decode::config::TraceConfig;
 use tracemill_sinks::Format;
 
+/// jemalloc rather than glibc's malloc. Rows are allocated on the decode threads and
+/// freed on the writer's, piece after piece, for hours: glibc kept the freed memory of
+/// every arena and the heap grew with the trace (the 1 GiB synthetic trace, `-j2 --out`,
+/// peaked at 912 MiB and was still growing at its end; the 200 MB one at 580 MiB), where
+/// jemalloc returns it (418 MiB for 1 GiB, flat after the first minute; same CPU time).
+/// See benches/README.md, "Memory on the 1 GiB trace".
+#[cfg(all(target_os = "linux", not(target_env = "msvc")))]
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Decode Intel RTIT traces (Silvermont/Airmont Real Time Instruction Trace) into
 /// Parquet tables of every executed branch, its timing, and code coverage.
 #[derive(Parser)]

@@ -199,7 +199,6 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
         extra: crate::report::decode_meta(bundle),
     };
     let mut writers = Writers::create(opts, &meta)?;
-    limit_malloc_arenas(report.jobs);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(report.jobs)
         .thread_name(|i| format!("tracemill-decode-{i}"))
@@ -608,26 +607,6 @@ impl RowGroups {
             .map_err(|_| anyhow::anyhow!("the writer stopped"))
     }
 }
-
-/// Cap glibc's malloc arenas at one per decode thread. Row buffers are allocated on one
-/// thread and freed on another (decoded on the pool, written by the writer), and glibc
-/// keeps what each of its arenas (up to 8 per core) has freed: measured on the 50 MB
-/// synthetic trace, `-j2 --out`, peak resident 438 and 480 MB by default, 403 and 436 MB
-/// with two arenas, same CPU time. (Trimming the heap after every row group brought it to
-/// 290 MB but cost 5 s of system time in 22 s; every 8th row group, 380 MB for 1.3 s.)
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-fn limit_malloc_arenas(jobs: usize) {
-    let n = i32::try_from(jobs.max(2)).unwrap_or(i32::MAX);
-    // SAFETY: mallopt sets an allocator parameter; it takes no pointer and may be called
-    // at any time (later arenas are created under the new limit).
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, n);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn limit_malloc_arenas(_jobs: usize) {}
 
 /// The open table writers.
 struct Writers {

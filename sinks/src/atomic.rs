@@ -72,8 +72,9 @@ impl PendingFile {
     }
 
     /// Makes `file` (the one [`create`](Self::create) returned, fully written and flushed)
-    /// durable and gives it its final name. Returns its size in bytes.
-    pub(crate) fn commit(mut self, file: File) -> Result<u64, Error> {
+    /// durable and gives it its final name, made durable too when `sync_directory`.
+    /// Returns its size in bytes.
+    pub(crate) fn commit(mut self, file: File, sync_directory: bool) -> Result<u64, Error> {
         // Data before name: without this fsync a crash shortly after the rename can leave
         // the final name pointing at an empty or partial file (delayed allocation).
         file.sync_all()
@@ -86,7 +87,9 @@ impl PendingFile {
         fs::rename(&self.tmp, &self.dest)
             .map_err(|e| Error::io(&self.dest, "renaming temporary file", e))?;
         self.committed = true;
-        sync_dir(&self.dest);
+        if sync_directory {
+            sync_dir(&self.dest);
+        }
         Ok(size)
     }
 }
@@ -197,7 +200,7 @@ mod tests {
         let tmp_name = p.tmp().file_name().unwrap().to_string_lossy().into_owned();
         assert!(tmp_name.starts_with(".t.parquet.tmp-"), "{tmp_name}");
         assert_eq!(names(dir.path()), [tmp_name]);
-        assert_eq!(p.commit(f).unwrap(), 5);
+        assert_eq!(p.commit(f, true).unwrap(), 5);
         assert_eq!(names(dir.path()), ["t.parquet"]);
 
         // A second, abandoned attempt leaves the first file alone.

@@ -15,7 +15,8 @@
 //!   ([`text_columns`]): arrow-rs compares every value's bytes to keep their min and max,
 //!   which cost more than all the rest of the `events` table's encoding (a trace of PSBs
 //!   back to back spent 49% of its time there), and a `kind` or `detail` range prunes
-//!   nothing (every row group holds most kinds).
+//!   nothing (every row group holds most kinds). Nor on constant columns (ingest's
+//!   `bundle`), for the same cost.
 //! - **Row groups of at most [`DEFAULT_MAX_ROW_GROUP_ROWS`]** rows (configurable): the
 //!   unit DuckDB prunes with statistics and hands to one thread, so a big trace file still
 //!   scans in parallel, while each group stays large enough to compress well.
@@ -101,6 +102,13 @@ pub fn writer_properties(
     }
     for &c in text_columns(table) {
         b = b.set_column_statistics_enabled(ColumnPath::from(c), EnabledStatistics::None);
+    }
+    // Constant columns (ingest's `bundle`) are strings too: their min and max cost a
+    // comparison of every value's bytes, 40 ns per row measured by `encode-bench` (a third
+    // of all the rest of a `branches` row's encoding), to say what the file name already
+    // says.
+    for (c, _) in &options.constant_columns {
+        b = b.set_column_statistics_enabled(ColumnPath::from(c.as_str()), EnabledStatistics::None);
     }
     for &c in bloom_columns(table) {
         b = b

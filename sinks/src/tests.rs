@@ -754,6 +754,19 @@ fn constant_columns_reach_every_row_by_every_write_path() {
         .iter()
         .all(|s| s.as_deref() == Some("b-42")));
     assert_eq!(strings(&b, "night").len(), 700);
+    // No statistics on them: min and max cost a comparison per row, and say only the value.
+    let md = ParquetRecordBatchReaderBuilder::try_new(
+        File::open(dir.path().join("branches.parquet")).unwrap(),
+    )
+    .unwrap()
+    .metadata()
+    .clone();
+    for c in md.row_group(0).columns() {
+        let name = c.column_path().string();
+        if name == "bundle" || name == "night" {
+            assert!(c.statistics().is_none(), "{name}: no statistics");
+        }
+    }
     // The table's own columns are unchanged.
     assert_eq!(branch_rows(&b), cols.rows().collect::<Vec<_>>());
 

@@ -102,6 +102,11 @@ pub struct WriterOptions {
     /// bytes per row group, not per row. A name equal to one of the table's columns is an
     /// error.
     pub constant_columns: Vec<(String, String)>,
+    /// Fsync the directory after renaming a finished file into place, so that the name
+    /// survives a crash (the default). `tracemill ingest` turns it off for the files it
+    /// writes in its staging directory: it renames them again into the dataset and syncs
+    /// that directory, so syncing the staging one too only costs time.
+    pub sync_directory: bool,
 }
 
 impl Default for WriterOptions {
@@ -111,6 +116,7 @@ impl Default for WriterOptions {
             max_row_group_rows: parquet::DEFAULT_MAX_ROW_GROUP_ROWS,
             zstd_level: parquet::DEFAULT_ZSTD_LEVEL,
             constant_columns: Vec::new(),
+            sync_directory: true,
         }
     }
 }
@@ -231,6 +237,8 @@ pub struct TableWriter {
     /// Constant columns appended to every batch ([`WriterOptions::constant_columns`]).
     constants: Arc<Constants>,
     rows: u64,
+    /// [`WriterOptions::sync_directory`].
+    sync_directory: bool,
     /// `coverage` only: every image name of the file so far (see [`ImageDictionary`]).
     images: Option<ImageDictionary>,
     /// Arrow IPC `coverage` only: the batches, held until `finish` can give them one
@@ -333,6 +341,7 @@ impl TableWriter {
             schema,
             constants: Arc::new(constants),
             rows: 0,
+            sync_directory: options.sync_directory,
             images: coverage.then(ImageDictionary::default),
             held: (coverage && options.format == Format::ArrowIpc).then(Vec::new),
             poisoned: false,
@@ -533,6 +542,7 @@ impl TableWriter {
             held,
             poisoned,
             constants,
+            sync_directory,
             ..
         } = self;
         let path = pending.dest().to_path_buf();
@@ -573,7 +583,7 @@ impl TableWriter {
             })?,
             Sink::Switching => unreachable!("a writer is never left switching"),
         };
-        let bytes = pending.commit(file)?;
+        let bytes = pending.commit(file, sync_directory)?;
         Ok(Written {
             path,
             table,

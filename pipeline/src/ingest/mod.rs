@@ -510,6 +510,8 @@ fn decode_and_publish(
         writer: tracemill_sinks::WriterOptions {
             zstd_level: opts.zstd_level,
             constant_columns: vec![("bundle".to_string(), id.to_string())],
+            // Published from staging by a second rename, whose directory is synced.
+            sync_directory: false,
             ..Default::default()
         },
         progress: false,
