@@ -287,10 +287,12 @@ pub fn parse_where(s: &str) -> Result<Filter, String> {
         match toks.get(i) {
             None => break,
             t if keyword(t, "and") => i += 1,
-            t if keyword(t, "or") => return Err(format!(
+            t if keyword(t, "or") => {
+                return Err(format!(
                 "column {}: OR is not supported: for alternatives of one column use IN ('a', 'b')",
                 at(i)
-            )),
+            ))
+            }
             t => {
                 return Err(format!(
                     "column {}: expected AND or the end, found {}",
