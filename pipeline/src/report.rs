@@ -8,9 +8,10 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use tracemill_datasets::bundle::{parse_u64, ImageKind};
+use tracemill_reports::dataset::{parse_where, Filter, FilterError};
 use tracemill_reports::hotspots::{By, Weight};
 use tracemill_reports::input::{ImageMeta, META_BUNDLE, META_IMAGES};
-use tracemill_reports::Input;
+use tracemill_reports::Source;
 
 use crate::bundle::Bundle;
 
@@ -63,15 +64,23 @@ pub struct ReportArgs {
     what: ReportCmd,
 }
 
-/// The decode output and where its code is.
+/// The decode output (or dataset) and where its code is.
 #[derive(Args)]
 struct Tables {
-    /// Output directory of `tracemill decode --out`.
+    /// Output directory of `tracemill decode --out`, or a dataset directory of `tracemill
+    /// ingest` (local only: copy an s3:// dataset locally first). Over a dataset the
+    /// report adds up the bundles with status ok, each symbolized with its own images.
     #[arg(value_name = "OUT")]
     dir: PathBuf,
-    /// The bundle the tables were decoded from (default: the one recorded in the tables).
+    /// The bundle the tables were decoded from (default: the one recorded in the tables;
+    /// not with a dataset).
     #[arg(long)]
     bundle: Option<PathBuf>,
+    /// Over a dataset, the bundles to report on, by catalog column (labels, source,
+    /// bundle): `host = 'h1'`, `date != 'x'`, `host IN ('a', 'b')`, `NOT IN`, joined by
+    /// AND. Values in single quotes.
+    #[arg(long = "where", value_name = "FILTER", value_parser = parse_filter)]
+    filter: Option<(Filter, String)>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -169,6 +178,10 @@ enum ReportCmd {
     },
 }
 
+fn parse_filter(s: &str) -> Result<(Filter, String), String> {
+    parse_where(s).map(|f| (f, s.to_string()))
+}
+
 fn parse_num(s: &str) -> Result<u64, String> {
     parse_u64(s).ok_or_else(|| format!("not a number: {s:?} (use 0x... or decimal)"))
 }
@@ -179,10 +192,14 @@ fn warn(ws: &[String]) {
     }
 }
 
-fn open(t: &Tables) -> Result<Input> {
-    let input = Input::open(&t.dir, t.bundle.as_deref())?;
-    warn(&input.warnings);
-    Ok(input)
+fn open(t: &Tables) -> Result<Source> {
+    let (src, ws) = Source::open(
+        &t.dir,
+        t.bundle.as_deref(),
+        t.filter.as_ref().map(|(f, s)| (f, s.as_str())),
+    )?;
+    warn(&ws);
+    Ok(src)
 }
 
 fn weight(w: WeightArg) -> Weight {
@@ -193,8 +210,19 @@ fn weight(w: WeightArg) -> Weight {
     }
 }
 
-/// Run a report command.
+/// Run a report command. A `--where` naming a column no bundle has is a usage error
+/// (exit 2, as clap's own), so that a typo is not taken for an empty selection.
 pub fn run(a: ReportArgs) -> Result<ExitCode> {
+    match run_report(a) {
+        Err(e) if e.is::<FilterError>() => {
+            eprintln!("tracemill: error: {e}");
+            Ok(ExitCode::from(2))
+        }
+        r => r,
+    }
+}
+
+fn run_report(a: ReportArgs) -> Result<ExitCode> {
     use std::io::Write;
     match a.what {
         ReportCmd::Hotspots {
@@ -204,13 +232,13 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
             top,
             format,
         } => {
-            let input = open(&t)?;
+            let mut src = open(&t)?;
             let by = match by {
                 ByArg::Function => By::Function,
                 ByArg::Line => By::Line,
                 ByArg::Block => By::Block,
             };
-            let h = tracemill_reports::hotspots::hotspots(&input, by, weight(w))?;
+            let h = tracemill_reports::hotspots::hotspots_of(&mut src, by, weight(w))?;
             warn(&h.warnings);
             let top = if top == 0 { usize::MAX } else { top };
             let text = match format {
@@ -233,13 +261,13 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
             if out.is_none() && folded.is_none() {
                 anyhow::bail!("give --out FILE.svg, --folded FILE, or both");
             }
-            let input = open(&t)?;
             let cycles = matches!(w, WeightArg::Cycles);
             if matches!(w, WeightArg::Branches) {
                 anyhow::bail!("flame graphs weigh instructions or cycles");
             }
+            let mut src = open(&t)?;
             let s = tracemill_reports::stacks::flamegraph(
-                &input,
+                &mut src,
                 cycles,
                 out.as_deref(),
                 folded.as_deref(),
@@ -262,9 +290,9 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
             lcov,
             source_root,
         } => {
-            let input = open(&t)?;
+            let mut src = open(&t)?;
             let (text, ws) = tracemill_reports::coverage::run(
-                &input,
+                &mut src,
                 drcov.as_deref(),
                 lcov.as_deref(),
                 source_root.as_deref(),
@@ -284,7 +312,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
             tsc_mhz,
             max_spans,
         } => {
-            let input = open(&t)?;
+            let mut src = open(&t)?;
             let f = std::fs::File::create(&out)
                 .with_context(|| format!("{}: cannot create", out.display()))?;
             let opts = tracemill_reports::timeline::Options {
@@ -293,7 +321,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
                 tsc_mhz,
                 max_spans,
             };
-            let s = tracemill_reports::timeline::write(&input, &opts, f)
+            let s = tracemill_reports::timeline::write(&mut src, &opts, f)
                 .with_context(|| format!("{}: cannot write the timeline", out.display()))?;
             warn(&s.warnings);
             eprintln!(
@@ -305,8 +333,8 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
             );
         }
         ReportCmd::Html { t, out, top } => {
-            let input = open(&t)?;
-            let page = tracemill_reports::html::render(&input, top);
+            let mut src = open(&t)?;
+            let page = tracemill_reports::html::render(&mut src, top);
             std::fs::write(&out, page)
                 .with_context(|| format!("{}: cannot write", out.display()))?;
             eprintln!("{}: written", out.display());

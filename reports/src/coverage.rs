@@ -28,7 +28,7 @@ use std::path::Path;
 use anyhow::{Context as _, Result};
 
 use crate::hotspots::{read_blocks, Block};
-use crate::input::Input;
+use crate::source::Source;
 use crate::symbols::{ImageSymbols, Symbolizer};
 use crate::util::{block_insns, AddrMap};
 
@@ -87,8 +87,7 @@ pub fn executed(syms: &Symbolizer, blocks: &[Block]) -> Executed {
 
 /// The drcov module table: one module per image named in the coverage table, in order of
 /// first appearance, at the image's load base.
-pub fn modules(input: &Input, blocks: &[Block]) -> (Vec<Module>, HashMap<String, u16>) {
-    let syms = &input.symbols;
+pub fn modules(syms: &Symbolizer, blocks: &[Block]) -> (Vec<Module>, HashMap<String, u16>) {
     let mut mods: Vec<Module> = Vec::new();
     let mut ids = HashMap::new();
     let mut seen_end: HashMap<String, u64> = HashMap::new();
@@ -135,9 +134,12 @@ pub fn modules(input: &Input, blocks: &[Block]) -> (Vec<Module>, HashMap<String,
 }
 
 /// Write the drcov file; returns (modules, records, blocks left out).
-pub fn write_drcov(input: &Input, blocks: &[Block], out: impl Write) -> Result<(usize, u64, u64)> {
-    let syms = &input.symbols;
-    let (mods, ids) = modules(input, blocks);
+pub fn write_drcov(
+    syms: &Symbolizer,
+    blocks: &[Block],
+    out: impl Write,
+) -> Result<(usize, u64, u64)> {
+    let (mods, ids) = modules(syms, blocks);
     // Records first (their count goes in the header).
     let mut recs: Vec<(u32, u16, u16)> = Vec::with_capacity(blocks.len());
     let mut left_out = 0u64;
@@ -240,8 +242,7 @@ pub struct CoverageReport {
 }
 
 /// Build the per-image and per-function summaries and the line data.
-pub fn coverage(input: &Input, blocks: &[Block]) -> CoverageReport {
-    let syms = &input.symbols;
+pub fn coverage(syms: &Symbolizer, blocks: &[Block]) -> CoverageReport {
     let mut warnings = Vec::new();
     let ex = executed(syms, blocks);
     if ex.undecoded > 0 {
@@ -396,20 +397,147 @@ pub fn write_lcov(
     Ok((files, lf_all, lh_all))
 }
 
+/// Call `f` with the coverage blocks of a decode and its images; over a dataset, with the
+/// blocks of the selected bundles added up and their images (see [`merged`]).
+pub fn with_blocks<R>(
+    src: &mut Source,
+    warnings: &mut Vec<String>,
+    f: impl FnOnce(&Symbolizer, &[Block]) -> R,
+) -> Result<R> {
+    match src {
+        Source::Decode(input) => {
+            let blocks = read_blocks(input)?;
+            Ok(f(&input.symbols, &blocks))
+        }
+        Source::Dataset(_) => {
+            let (syms, blocks) = merged(src, warnings)?;
+            Ok(f(&syms, &blocks))
+        }
+    }
+}
+
+/// The coverage of several bundles in one address space. An image is the same image in
+/// every bundle when its name and build-id agree (else name and path); each such image
+/// keeps the place and symbols of the first bundle that loaded it, and every bundle's
+/// blocks of it move there by their `image_offset`. The same block from several bundles
+/// is one block with the counts added. An image name used by two different images gets
+/// `#2`, `#3`... for the later ones. Blocks of no image keep their addresses.
+pub fn merged(src: &mut Source, warnings: &mut Vec<String>) -> Result<(Symbolizer, Vec<Block>)> {
+    // (name, build-id or path) -> (name shown, base of the kept image if one loaded)
+    let mut identities: HashMap<(String, String), (String, Option<u64>)> = HashMap::new();
+    let mut names_used: HashMap<String, u32> = HashMap::new();
+    let mut syms = Symbolizer::new();
+    let mut sum: HashMap<(Option<String>, u64, u64), Block> = HashMap::new();
+    src.each(warnings, |input, _| {
+        let blocks = read_blocks(input)?;
+        let recorded = input.recorded_images();
+        let mut loaded: HashMap<String, ImageSymbols> = HashMap::new();
+        for im in std::mem::take(&mut input.symbols).images {
+            loaded.entry(im.spec.name.clone()).or_insert(im);
+        }
+        // This bundle's image name -> (name shown, base of the kept image).
+        let mut place: HashMap<String, (String, Option<u64>)> = HashMap::new();
+        for b in blocks {
+            let image = match &b.image {
+                None => None,
+                Some(name) => {
+                    if !place.contains_key(name) {
+                        let rec = recorded.iter().find(|r| &r.name == name);
+                        let im = loaded.get(name);
+                        let who = im
+                            .and_then(|i| i.build_id.clone())
+                            .or_else(|| rec.and_then(|r| r.build_id.clone()))
+                            .or_else(|| im.map(|i| i.spec.path.display().to_string()))
+                            .or_else(|| rec.map(|r| r.path.clone()))
+                            .unwrap_or_default();
+                        let key = (name.clone(), who);
+                        let p = match identities.get_mut(&key) {
+                            // Kept without an image so far (missing in the bundles
+                            // before): this bundle's takes the place.
+                            Some((shown, base @ None)) if loaded.contains_key(name) => {
+                                let mut im = loaded.remove(name).expect("checked");
+                                im.spec.name = shown.clone();
+                                *base = Some(im.base);
+                                syms.push(im);
+                                (shown.clone(), *base)
+                            }
+                            Some(p) => p.clone(),
+                            None => {
+                                let n = names_used.entry(name.clone()).or_insert(0);
+                                *n += 1;
+                                let shown = if *n == 1 {
+                                    name.clone()
+                                } else {
+                                    format!("{name}#{n}")
+                                };
+                                let base = loaded.remove(name).map(|mut im| {
+                                    im.spec.name = shown.clone();
+                                    let base = im.base;
+                                    syms.push(im);
+                                    base
+                                });
+                                identities.insert(key, (shown.clone(), base));
+                                (shown, base)
+                            }
+                        };
+                        place.insert(name.clone(), p);
+                    }
+                    Some(&place[name])
+                }
+            };
+            let (shown, start) = match (image, b.image_offset) {
+                (Some((shown, Some(base))), Some(off)) => (Some(shown.clone()), base + off),
+                (Some((shown, _)), _) => (Some(shown.clone()), b.start),
+                (None, _) => (None, b.start),
+            };
+            let end = start + (b.end - b.start);
+            let e = sum
+                .entry((shown.clone(), start, end))
+                .or_insert_with(|| Block {
+                    image: shown,
+                    image_offset: b.image_offset,
+                    start,
+                    end,
+                    insns: b.insns,
+                    count: 0,
+                });
+            e.count += b.count;
+        }
+        Ok(())
+    })?;
+    let mut blocks: Vec<Block> = sum.into_values().collect();
+    blocks.sort_by(|a, b| (&a.image, a.start, a.end).cmp(&(&b.image, b.start, b.end)));
+    Ok((syms, blocks))
+}
+
 /// `report coverage`: the summary text, and the files asked for.
 pub fn run(
-    input: &Input,
+    src: &mut Source,
     drcov: Option<&Path>,
     lcov: Option<&Path>,
     source_root: Option<&Path>,
 ) -> Result<(String, Vec<String>)> {
-    let blocks = read_blocks(input)?;
+    let mut warnings = Vec::new();
+    let (text, more) = with_blocks(src, &mut warnings, |syms, blocks| {
+        write_files(syms, blocks, drcov, lcov, source_root)
+    })??;
+    warnings.extend(more);
+    Ok((text, warnings))
+}
+
+fn write_files(
+    syms: &Symbolizer,
+    blocks: &[Block],
+    drcov: Option<&Path>,
+    lcov: Option<&Path>,
+    source_root: Option<&Path>,
+) -> Result<(String, Vec<String>)> {
     let mut warnings = Vec::new();
     let mut text = String::new();
     if let Some(p) = drcov {
         let f =
             std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?;
-        let (m, r, left) = write_drcov(input, &blocks, f)
+        let (m, r, left) = write_drcov(syms, blocks, f)
             .with_context(|| format!("{}: cannot write", p.display()))?;
         text.push_str(&format!(
             "drcov: {} ({m} modules, {r} blocks)\n",
@@ -419,7 +547,7 @@ pub fn run(
             warnings.push(format!("drcov: {left} blocks of no image left out"));
         }
     }
-    let rep = coverage(input, &blocks);
+    let rep = coverage(syms, blocks);
     warnings.extend(rep.warnings.iter().cloned());
     if let Some(p) = lcov {
         if rep.lines.lines.is_empty() {

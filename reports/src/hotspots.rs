@@ -23,6 +23,7 @@ use arrow::datatypes::{UInt32Type, UInt64Type};
 use tracemill_schemas::BranchKind;
 
 use crate::input::Input;
+use crate::source::Source;
 use crate::symbols::{Line, Symbolizer};
 use crate::util::{block_insns, col, kind_codes, strings, AddrMap};
 
@@ -385,18 +386,8 @@ pub fn hotspots(input: &Input, by: By, weight: Weight) -> Result<Hotspots> {
         })
         .collect();
     Ok(Hotspots {
-        by: match by {
-            By::Function => "function",
-            By::Line => "line",
-            By::Block => "block",
-        }
-        .into(),
-        weight: match weight {
-            Weight::Instructions => "instructions",
-            Weight::Cycles => "cycles",
-            Weight::Branches => "branches",
-        }
-        .into(),
+        by: by_name(by).into(),
+        weight: weight_name(weight).into(),
         total_instructions,
         total_cycles,
         total_branches,
@@ -511,4 +502,129 @@ pub fn csv_field(s: &str) -> String {
     } else {
         s.to_string()
     }
+}
+
+/// Hotspot reports of several bundles added up: rows of the same image, function and
+/// location (line, block) sum their counts; totals add; shares and the order are made
+/// again over the sum, as [`hotspots`] makes them for one bundle.
+#[derive(Default)]
+pub struct Sum {
+    rows: HashMap<(String, String, String), Hotspot>,
+    total_instructions: u64,
+    total_cycles: Option<u64>,
+    total_branches: u64,
+    warnings: Vec<String>,
+}
+
+impl Sum {
+    pub fn add(&mut self, h: Hotspots) {
+        self.total_instructions += h.total_instructions;
+        self.total_branches += h.total_branches;
+        if let Some(c) = h.total_cycles {
+            *self.total_cycles.get_or_insert(0) += c;
+        }
+        for w in h.warnings {
+            crate::source::warn_once(&mut self.warnings, w);
+        }
+        for r in h.rows {
+            let key = (r.image.clone(), r.function.clone(), r.location.clone());
+            let a = self.rows.entry(key).or_insert_with(|| Hotspot {
+                function: r.function.clone(),
+                image: r.image.clone(),
+                location: r.location.clone(),
+                ..Hotspot::default()
+            });
+            a.instructions += r.instructions;
+            if let Some(c) = r.cycles {
+                *a.cycles.get_or_insert(0) += c;
+            }
+            a.branches += r.branches;
+            a.calls += r.calls;
+        }
+    }
+
+    pub fn finish(self, by: By, weight: Weight, mut warnings: Vec<String>) -> Hotspots {
+        for w in self.warnings {
+            crate::source::warn_once(&mut warnings, w);
+        }
+        let weight = if weight == Weight::Cycles && self.total_cycles.is_none() {
+            Weight::Instructions
+        } else {
+            weight
+        };
+        let w = |a: &Hotspot| match weight {
+            Weight::Instructions => a.instructions,
+            Weight::Cycles => a.cycles.unwrap_or(0),
+            Weight::Branches => a.branches,
+        };
+        let total_w = match weight {
+            Weight::Instructions => self.total_instructions,
+            Weight::Cycles => self.total_cycles.unwrap_or(0),
+            Weight::Branches => self.total_branches,
+        };
+        let has_cycles = self.total_cycles.is_some();
+        let mut rows: Vec<Hotspot> = self
+            .rows
+            .into_values()
+            .map(|mut r| {
+                r.share = if total_w == 0 {
+                    0.0
+                } else {
+                    w(&r) as f64 / total_w as f64
+                };
+                // A bundle without cycles adds none; the column exists when one has them.
+                if has_cycles {
+                    r.cycles.get_or_insert(0);
+                }
+                r
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            w(b).cmp(&w(a))
+                .then(b.instructions.cmp(&a.instructions))
+                .then(a.function.cmp(&b.function))
+                .then(a.location.cmp(&b.location))
+                .then(a.image.cmp(&b.image))
+        });
+        Hotspots {
+            by: by_name(by).into(),
+            weight: weight_name(weight).into(),
+            total_instructions: self.total_instructions,
+            total_cycles: self.total_cycles,
+            total_branches: self.total_branches,
+            rows,
+            warnings,
+        }
+    }
+}
+
+fn by_name(by: By) -> &'static str {
+    match by {
+        By::Function => "function",
+        By::Line => "line",
+        By::Block => "block",
+    }
+}
+
+fn weight_name(w: Weight) -> &'static str {
+    match w {
+        Weight::Instructions => "instructions",
+        Weight::Cycles => "cycles",
+        Weight::Branches => "branches",
+    }
+}
+
+/// The hotspot report of a decode, or of the selected bundles of a dataset added up
+/// (each bundle symbolized with its own images).
+pub fn hotspots_of(src: &mut Source, by: By, weight: Weight) -> Result<Hotspots> {
+    if let Source::Decode(input) = src {
+        return hotspots(input, by, weight);
+    }
+    let mut sum = Sum::default();
+    let mut warnings = Vec::new();
+    src.each(&mut warnings, |input, _| {
+        sum.add(hotspots(input, by, weight)?);
+        Ok(())
+    })?;
+    Ok(sum.finish(by, weight, warnings))
 }

@@ -8,10 +8,11 @@ use anyhow::Result;
 use arrow::array::Array;
 use tracemill_schemas::{meta, EventKind};
 
-use crate::coverage::coverage;
-use crate::hotspots::{hotspots, read_blocks, By, Weight};
+use crate::coverage::{coverage, with_blocks};
+use crate::hotspots::{hotspots_of, By, Weight};
 use crate::input::Input;
-use crate::stacks::{build, write_svg, Functions};
+use crate::source::Source;
+use crate::stacks::{stacks_of, write_svg};
 use crate::util::{html_escape as esc, kind_codes, strings};
 
 /// Decode facts from the events table: errors, overflows, their first details.
@@ -84,16 +85,54 @@ td.l,th.l{text-align:left;font-family:monospace}\
 .bar{background:#e8743b;height:10px;display:inline-block}\
 img.flame{width:100%;border:1px solid #ccc}";
 
-/// Render the page. Each section that cannot be made says why instead.
-pub fn render(input: &Input, top: usize) -> String {
+/// Errors and overflows of a decode, or of the selected bundles added up.
+pub fn events_of(src: &mut Source, warnings: &mut Vec<String>) -> Result<EventSummary> {
+    let mut all = EventSummary::default();
+    src.each(warnings, |input, m| {
+        let e = event_summary(input)?;
+        all.errors += e.errors;
+        all.overflows += e.overflows;
+        all.resyncs += e.resyncs;
+        for d in e.first_errors {
+            if all.first_errors.len() < 10 {
+                all.first_errors.push(match m {
+                    Some(m) => format!("{}: {d}", m.label()),
+                    None => d,
+                });
+            }
+        }
+        Ok(())
+    })?;
+    Ok(all)
+}
+
+/// Render the page of a decode, or of the selected bundles of a dataset (every section
+/// added up over them). Each section that cannot be made says why instead.
+pub fn render(src: &mut Source, top: usize) -> String {
+    let mut warnings = match src {
+        Source::Decode(input) => input.warnings.clone(),
+        Source::Dataset(_) => Vec::new(),
+    };
+    // Everything first (over a dataset each is one pass over the bundles), then the page.
+    let cov = with_blocks(src, &mut warnings, |syms, blocks| {
+        (
+            blocks.iter().map(|b| b.insns as u64 * b.count).sum::<u64>(),
+            blocks.len(),
+            coverage(syms, blocks),
+        )
+    });
+    let events = events_of(src, &mut warnings);
+    let hs = hotspots_of(src, By::Function, Weight::Instructions);
+    let mut fw = Vec::new();
+    let flame = stacks_of(src, &mut fw);
+
     let mut h = String::new();
-    let source = input.meta.get(meta::SOURCE).cloned().unwrap_or_default();
+    let title = src.title();
     let _ = write!(
         h,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tracemill report: {}</title><style>{STYLE}</style></head><body>\n<h1>tracemill report</h1>\n",
-        esc(&source)
+        esc(&title)
     );
-    let mut warnings = input.warnings.clone();
 
     // Summary.
     h.push_str("<h2 id=\"summary\">Summary</h2>\n<table>\n");
@@ -105,50 +144,95 @@ pub fn render(input: &Input, top: usize) -> String {
             esc(&v)
         );
     };
-    row("trace", source.clone());
-    if let Some(b) = &input.bundle {
-        row("bundle", b.display().to_string());
-    }
-    for (k, label) in [
-        (meta::RTIT_CTL, "rtit_ctl"),
-        (meta::TRACEMILL_VERSION, "tracemill"),
-    ] {
-        if let Some(v) = input.meta.get(k) {
-            row(label, v.clone());
+    match &*src {
+        Source::Decode(input) => {
+            row("trace", title.clone());
+            if let Some(b) = &input.bundle {
+                row("bundle", b.display().to_string());
+            }
+            for (k, label) in [
+                (meta::RTIT_CTL, "rtit_ctl"),
+                (meta::TRACEMILL_VERSION, "tracemill"),
+            ] {
+                if let Some(v) = input.meta.get(k) {
+                    row(label, v.clone());
+                }
+            }
+            let mut labels: Vec<_> = input
+                .meta
+                .iter()
+                .filter(|(k, _)| k.starts_with("label."))
+                .collect();
+            labels.sort();
+            for (k, v) in labels {
+                row(k, v.clone());
+            }
+            if let Ok(t) = input.table("branches") {
+                if !t.ipc {
+                    row("branches", t.rows.to_string());
+                }
+            }
+        }
+        Source::Dataset(sel) => {
+            row("dataset", sel.dataset.display().to_string());
+            if let Some(f) = &sel.filter {
+                row("where", f.clone());
+            }
+            row(
+                "bundles",
+                format!(
+                    "{} selected of {} in the catalog",
+                    sel.members.len(),
+                    sel.catalog_bundles
+                ),
+            );
+            for m in sel.members.iter().take(top) {
+                let labels: Vec<String> = m
+                    .columns
+                    .iter()
+                    .filter(|(k, _)| {
+                        !matches!(
+                            k.as_str(),
+                            "bundle"
+                                | "source"
+                                | "status"
+                                | "error"
+                                | "seconds"
+                                | "tracemill_version"
+                                | "trace_bytes"
+                                | "branches"
+                                | "instructions"
+                                | "gaps"
+                                | "errors"
+                        )
+                    })
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                row(
+                    &format!("bundle {}", &m.id[..m.id.len().min(12)]),
+                    format!("{} {}", m.source, labels.join(" ")),
+                );
+            }
+            let branches: u64 = sel
+                .members
+                .iter()
+                .filter_map(|m| m.columns.get("branches")?.parse::<u64>().ok())
+                .sum();
+            row("branches", branches.to_string());
         }
     }
-    let mut labels: Vec<_> = input
-        .meta
-        .iter()
-        .filter(|(k, _)| k.starts_with("label."))
-        .collect();
-    labels.sort();
-    for (k, v) in labels {
-        row(k, v.clone());
-    }
-    if let Ok(t) = input.table("branches") {
-        if !t.ipc {
-            row("branches", t.rows.to_string());
+    let blocks = match cov {
+        Ok((instructions, distinct, rep)) => {
+            row("instructions", instructions.to_string());
+            row("distinct blocks", distinct.to_string());
+            Some(rep)
         }
-    }
-    let blocks = match read_blocks(input) {
-        Ok(b) => Some(b),
         Err(e) => {
             warnings.push(format!("coverage: {e:#}"));
             None
         }
     };
-    if let Some(b) = &blocks {
-        row(
-            "instructions",
-            b.iter()
-                .map(|b| b.insns as u64 * b.count)
-                .sum::<u64>()
-                .to_string(),
-        );
-        row("distinct blocks", b.len().to_string());
-    }
-    let events = match event_summary(input) {
+    let events = match events {
         Ok(e) => {
             row("errors (gaps)", e.errors.to_string());
             row("overflows", e.overflows.to_string());
@@ -170,7 +254,7 @@ pub fn render(input: &Input, top: usize) -> String {
 
     // Hotspots.
     h.push_str("<h2 id=\"hotspots\">Hotspots by function</h2>\n");
-    match hotspots(input, By::Function, Weight::Instructions) {
+    match hs {
         Ok(hs) => {
             warnings.extend(hs.warnings.iter().cloned());
             let cyc = hs.total_cycles.is_some();
@@ -207,8 +291,7 @@ pub fn render(input: &Input, top: usize) -> String {
     // Coverage.
     h.push_str("<h2 id=\"coverage\">Coverage</h2>\n");
     match &blocks {
-        Some(blocks) => {
-            let rep = coverage(input, blocks);
+        Some(rep) => {
             warnings.extend(rep.warnings.iter().cloned());
             h.push_str("<table><tr><th class=\"l\">image</th><th>blocks</th><th>instructions</th><th>functions hit</th><th>bytes covered</th></tr>\n");
             for i in &rep.images {
@@ -239,10 +322,10 @@ pub fn render(input: &Input, top: usize) -> String {
 
     // Flame graph.
     h.push_str("<h2 id=\"flamegraph\">Flame graph (instructions)</h2>\n");
-    let mut f = Functions::new(&input.symbols);
-    match build(input, &mut f, &mut warnings, |_| {}) {
-        Ok(st) => {
-            let lines = st.folded(&f.names, false, st.total(false) / 20_000);
+    warnings.extend(fw);
+    match flame {
+        Ok((st, names)) => {
+            let lines = st.folded(&names, false, st.total(false) / 20_000);
             let mut svg = Vec::new();
             match write_svg(&lines, "flame graph", false, &mut svg) {
                 Ok(()) if !svg.is_empty() => {

@@ -52,13 +52,42 @@ pub struct Table {
 }
 
 impl Table {
-    fn open(dir: &Path, name: &'static str) -> Result<Option<Table>> {
+    /// `dir/<name>.parquet`, else `dir/<name>.arrow`, else none.
+    fn find(dir: &Path, name: &'static str) -> Result<Option<Table>> {
         let pq = dir.join(format!("{name}.parquet"));
         let ipc = dir.join(format!("{name}.arrow"));
         if pq.exists() {
-            let f = File::open(&pq).with_context(|| format!("{}: cannot open", pq.display()))?;
+            Table::open(name, pq).map(Some)
+        } else if ipc.exists() {
+            Table::open(name, ipc).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Open one table file: Arrow IPC when it ends in `.arrow`, else Parquet.
+    pub fn open(name: &'static str, path: PathBuf) -> Result<Table> {
+        if path.extension().is_some_and(|e| e == "arrow") {
+            let f =
+                File::open(&path).with_context(|| format!("{}: cannot open", path.display()))?;
+            let r = arrow::ipc::reader::FileReader::try_new(f, None)
+                .with_context(|| format!("{}: not an Arrow IPC file", path.display()))?;
+            let schema = r.schema();
+            let meta: HashMap<String, String> = schema.metadata().clone().into();
+            let rows = (0..r.num_batches()).count() as u64; // batch count; rows unknown cheaply
+            Ok(Table {
+                name,
+                rows,
+                schema,
+                path,
+                ipc: true,
+                meta,
+            })
+        } else {
+            let f =
+                File::open(&path).with_context(|| format!("{}: cannot open", path.display()))?;
             let b = ParquetRecordBatchReaderBuilder::try_new(f)
-                .with_context(|| format!("{}: not a Parquet file", pq.display()))?;
+                .with_context(|| format!("{}: not a Parquet file", path.display()))?;
             let md = b.metadata().file_metadata();
             let meta = md
                 .key_value_metadata()
@@ -68,31 +97,14 @@ impl Table {
                         .collect()
                 })
                 .unwrap_or_default();
-            Ok(Some(Table {
+            Ok(Table {
                 name,
                 rows: md.num_rows().max(0) as u64,
                 schema: b.schema().clone(),
-                path: pq,
+                path,
                 ipc: false,
                 meta,
-            }))
-        } else if ipc.exists() {
-            let f = File::open(&ipc).with_context(|| format!("{}: cannot open", ipc.display()))?;
-            let r = arrow::ipc::reader::FileReader::try_new(f, None)
-                .with_context(|| format!("{}: not an Arrow IPC file", ipc.display()))?;
-            let schema = r.schema();
-            let meta: HashMap<String, String> = schema.metadata().clone().into();
-            let rows = (0..r.num_batches()).count() as u64; // batch count; rows unknown cheaply
-            Ok(Some(Table {
-                name,
-                rows,
-                schema,
-                path: ipc,
-                ipc: true,
-                meta,
-            }))
-        } else {
-            Ok(None)
+            })
         }
     }
 
@@ -168,7 +180,7 @@ impl Input {
         let mut tables = HashMap::new();
         let mut warnings = Vec::new();
         for name in tracemill_schemas::TABLES {
-            match Table::open(out, name) {
+            match Table::find(out, name) {
                 Ok(Some(t)) => {
                     tables.insert(name, t);
                 }
@@ -182,6 +194,34 @@ impl Input {
                 out.display()
             );
         }
+        Ok(Input::with_tables(out, tables, warnings, bundle))
+    }
+
+    /// The tables of one bundle of an ingested dataset (files anywhere, one per table);
+    /// `label` names the bundle in messages.
+    pub fn open_files(label: &Path, files: &[(&'static str, PathBuf)]) -> Result<Input> {
+        let mut tables = HashMap::new();
+        let mut warnings = Vec::new();
+        for (name, path) in files {
+            match Table::open(name, path.clone()) {
+                Ok(t) => {
+                    tables.insert(*name, t);
+                }
+                Err(e) => warnings.push(format!("{e:#}")),
+            }
+        }
+        if tables.is_empty() {
+            bail!("{}: no readable table", label.display());
+        }
+        Ok(Input::with_tables(label, tables, warnings, None))
+    }
+
+    fn with_tables(
+        out: &Path,
+        tables: HashMap<&'static str, Table>,
+        mut warnings: Vec<String>,
+        bundle: Option<&Path>,
+    ) -> Input {
         let first = tracemill_schemas::TABLES
             .iter()
             .find_map(|n| tables.get(n))
@@ -210,7 +250,7 @@ impl Input {
             warnings,
         };
         input.load_images(bundle);
-        Ok(input)
+        input
     }
 
     pub fn table(&self, name: &str) -> Result<&Table> {

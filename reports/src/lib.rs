@@ -7,6 +7,8 @@
 //!   (DWARF, through addr2line), one [`symbols::ImageSymbols`] per image;
 //! - [`input`]: the output directory, its tables read in projected batches, and the bundle
 //!   found through the tables' metadata (or given);
+//! - [`dataset`], [`source`]: an ingested dataset's catalog, the `--where` filter, and
+//!   the reports over the selected bundles (each with its own images, results added up);
 //! - [`hotspots`]: instructions, cycles, branches and calls by function, line or block;
 //! - [`stacks`]: call stacks rebuilt from the `call`/`ret` rows, folded stacks and the
 //!   flame graph SVG;
@@ -18,12 +20,15 @@
 //! that needs it out, with a warning saying why.
 
 pub mod coverage;
+pub mod dataset;
 pub mod hotspots;
 pub mod html;
 pub mod input;
+pub mod source;
 pub mod stacks;
 pub mod symbols;
 pub mod timeline;
 pub mod util;
 
 pub use input::Input;
+pub use source::Source;

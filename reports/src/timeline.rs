@@ -14,6 +14,7 @@ use std::io::Write;
 use anyhow::{bail, Context as _, Result};
 
 use crate::input::Input;
+use crate::source::Source;
 use crate::stacks::{build, Functions, Span};
 use crate::util::AddrMap;
 
@@ -52,8 +53,24 @@ fn json_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"?\"".into())
 }
 
-/// Write the timeline of `input` to `out`.
-pub fn write(input: &Input, opts: &Options, out: impl Write) -> Result<TimelineSummary> {
+/// One input's spans, ready to write.
+struct Spans {
+    spans: Vec<Span>,
+    names: Vec<String>,
+    mhz: f64,
+    how: String,
+    origin: u64,
+}
+
+/// Rebuild one input's stacks and keep the spans in the window, counting against the
+/// limit (`n` written so far, `dropped` past it).
+fn spans(
+    input: &Input,
+    opts: &Options,
+    warnings: &mut Vec<String>,
+    n: &mut u64,
+    dropped: &mut u64,
+) -> Result<Spans> {
     let t = input.table("branches")?;
     t.require(&["tsc"])?;
     let (mhz, how) = match (
@@ -73,56 +90,128 @@ pub fn write(input: &Input, opts: &Options, out: impl Write) -> Result<TimelineS
     if mhz <= 0.0 || !mhz.is_finite() {
         bail!("--tsc-mhz must be a positive number");
     }
-    let mut w = std::io::BufWriter::new(out);
-    write!(w, "{{\"traceEvents\":[")?;
-    let mut warnings = Vec::new();
     let mut f = Functions::new(&input.symbols);
-    // Spans arrive innermost first (a frame ends before its caller); Perfetto sorts them.
-    let mut n = 0u64;
-    let mut dropped = 0u64;
-    let mut names: AddrMap<u32, String> = AddrMap::default();
     let mut pending: Vec<Span> = Vec::new();
-    let st = {
+    {
         let mut sink = |s: Span| {
             let (b, e) = (s.begin, s.end);
             if opts.from.is_some_and(|f| e < f) || opts.to.is_some_and(|t| b > t) {
                 return;
             }
-            if n >= opts.max_spans {
-                dropped += 1;
+            if *n >= opts.max_spans {
+                *dropped += 1;
                 return;
             }
-            n += 1;
+            *n += 1;
             pending.push(s);
         };
-        build(input, &mut f, &mut warnings, &mut sink)?
-    };
-    let _ = st;
+        build(input, &mut f, warnings, &mut sink)?;
+    }
     let origin = opts
         .from
         .unwrap_or_else(|| pending.iter().map(|s| s.begin).min().unwrap_or(0));
-    for (i, s) in pending.iter().enumerate() {
+    Ok(Spans {
+        spans: pending,
+        names: f.names,
+        mhz,
+        how,
+        origin,
+    })
+}
+
+/// Write one input's spans as complete events of process `pid`.
+fn write_spans(
+    w: &mut impl Write,
+    sp: &Spans,
+    opts: &Options,
+    pid: usize,
+    first: &mut bool,
+) -> Result<()> {
+    let mut names: AddrMap<u32, String> = AddrMap::default();
+    for s in &sp.spans {
         let b = opts.from.map_or(s.begin, |f| s.begin.max(f));
         let e = opts.to.map_or(s.end, |t| s.end.min(t));
         let name = names
             .entry(s.func)
-            .or_insert_with(|| json_str(&f.names[s.func as usize]));
-        let ts = b.saturating_sub(origin) as f64 / mhz;
-        let dur = e.saturating_sub(b) as f64 / mhz;
+            .or_insert_with(|| json_str(&sp.names[s.func as usize]));
+        let ts = b.saturating_sub(sp.origin) as f64 / sp.mhz;
+        let dur = e.saturating_sub(b) as f64 / sp.mhz;
         write!(
             w,
-            "{}{{\"name\":{name},\"ph\":\"X\",\"ts\":{ts:.3},\"dur\":{dur:.3},\"pid\":1,\"tid\":1,\"args\":{{\"depth\":{}}}}}",
-            if i == 0 { "" } else { "," },
+            "{}{{\"name\":{name},\"ph\":\"X\",\"ts\":{ts:.3},\"dur\":{dur:.3},\"pid\":{pid},\"tid\":1,\"args\":{{\"depth\":{}}}}}",
+            if *first { "" } else { "," },
             s.depth
         )
         .context("writing the timeline")?;
+        *first = false;
     }
-    write!(
-        w,
-        "],\"displayTimeUnit\":\"ns\",\"otherData\":{{\"tool\":\"tracemill report timeline\",\"tsc_origin\":\"{origin:#x}\",\"tsc_mhz\":{mhz},\"tsc_rate\":{}}}}}",
-        json_str(&how)
-    )?;
+    Ok(())
+}
+
+/// Write the timeline of a decode, or of the selected bundles of a dataset, to `out`.
+///
+/// Over a dataset each bundle is one process (`pid` 1, 2, ... in catalog order, named by
+/// a `process_name` metadata event with the bundle id, source and labels), its time from
+/// its own first span: bundles come from different machines and runs, whose TSCs share
+/// no origin. `--from`/`--to` apply to every bundle's TSC alike.
+pub fn write(src: &mut Source, opts: &Options, out: impl Write) -> Result<TimelineSummary> {
+    let mut w = std::io::BufWriter::new(out);
+    write!(w, "{{\"traceEvents\":[")?;
+    let mut warnings = Vec::new();
+    let mut n = 0u64;
+    let mut dropped = 0u64;
+    let mut first = true;
+    let mut last: Option<(u64, f64, String)> = None;
+    let dataset = matches!(src, Source::Dataset(_));
+    let mut pid = 0;
+    let mut ws = Vec::new();
+    src.each(&mut ws, |input, member| {
+        let mut bw = Vec::new();
+        let sp = spans(input, opts, &mut bw, &mut n, &mut dropped)?;
+        for x in bw {
+            crate::source::warn_once(&mut warnings, x);
+        }
+        pid += 1;
+        if let (true, Some(m)) = (dataset, member) {
+            let labels: Vec<String> = input
+                .meta
+                .iter()
+                .filter_map(|(k, v)| Some(format!("{}={v}", k.strip_prefix("label.")?)))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let name = format!("{} {}", m.label(), labels.join(" "));
+            write!(
+                w,
+                "{}{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"args\":{{\"name\":{},\"tsc_origin\":\"{:#x}\",\"tsc_mhz\":{}}}}}",
+                if first { "" } else { "," },
+                json_str(name.trim_end()),
+                sp.origin,
+                sp.mhz
+            )?;
+            first = false;
+        }
+        write_spans(&mut w, &sp, opts, pid, &mut first)?;
+        last = Some((sp.origin, sp.mhz, sp.how));
+        Ok(())
+    })?;
+    let (origin, mhz, how) = last.unwrap_or((0, 1000.0, String::new()));
+    if dataset {
+        write!(
+            w,
+            "],\"displayTimeUnit\":\"ns\",\"otherData\":{{\"tool\":\"tracemill report timeline\",\"bundles\":{pid},\"time\":\"each process (bundle) from its own first span; its tsc_origin and tsc_mhz in its process_name event\"}}}}"
+        )?;
+    } else {
+        write!(
+            w,
+            "],\"displayTimeUnit\":\"ns\",\"otherData\":{{\"tool\":\"tracemill report timeline\",\"tsc_origin\":\"{origin:#x}\",\"tsc_mhz\":{mhz},\"tsc_rate\":{}}}}}",
+            json_str(&how)
+        )?;
+    }
     w.flush()?;
+    for x in ws {
+        crate::source::warn_once(&mut warnings, x);
+    }
     if n == 0 {
         warnings.push("no span: the branches table has no tsc (no timing packets) or the window holds no call".into());
     }

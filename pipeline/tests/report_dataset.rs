@@ -1,0 +1,328 @@
+//! `tracemill report` over an ingested dataset: a few samples ingested with host labels,
+//! then hotspots and folded stacks over the bundles a `--where` selects against the sum of
+//! the same reports over each bundle's own `decode`; an unselected bundle left out; a
+//! bundle whose images went missing after ingest (a warning, the rest goes on); bad
+//! filters (exit 2 with the reason).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const EXE: &str = env!("CARGO_BIN_EXE_tracemill");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(EXE)
+        .args(args)
+        .env_remove("SLURM_ARRAY_TASK_ID")
+        .env_remove("JOB_COMPLETION_INDEX")
+        .output()
+        .expect("run tracemill")
+}
+
+fn ok(args: &[&str]) -> Output {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "tracemill {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name();
+        if name == "truth" {
+            continue; // not part of a collected bundle
+        }
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &to.join(&name));
+        } else {
+            std::fs::copy(e.path(), to.join(&name)).unwrap();
+        }
+    }
+}
+
+/// A copy of `sample` at `dir` with the label `host` (a label changes the bundle's id, so
+/// the same sample under two hosts is two bundles).
+fn bundle(sample: &str, dir: &Path, host: &str) {
+    copy_dir(&common::samples_dir().join(sample), dir);
+    let path = dir.join("bundle.toml");
+    let mut t: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+    t.entry("labels")
+        .or_insert_with(|| toml::Value::Table(Default::default()))
+        .as_table_mut()
+        .unwrap()
+        .insert("host".into(), toml::Value::String(host.into()));
+    std::fs::write(&path, toml::to_string(&t).unwrap()).unwrap();
+}
+
+/// `report hotspots --format csv --top 0` as (image, function) -> instructions.
+fn hotspots(args: &[&str]) -> BTreeMap<(String, String), u64> {
+    let mut a = vec!["report", "hotspots"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["--format", "csv", "--top", "0"]);
+    let o = ok(&a);
+    let text = String::from_utf8(o.stdout).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| header.iter().position(|h| *h == n).unwrap();
+    let (f, i, n) = (col("function"), col("image"), col("instructions"));
+    let mut out = BTreeMap::new();
+    for l in lines {
+        // Function names of the samples have no comma (CSV quoting is not needed here).
+        let v: Vec<&str> = l.split(',').collect();
+        *out.entry((v[i].to_string(), v[f].to_string())).or_default() +=
+            v[n].parse::<u64>().unwrap();
+    }
+    out
+}
+
+/// `report flamegraph --folded` as stack -> weight.
+fn folded(args: &[&str], file: &Path) -> BTreeMap<String, u64> {
+    let mut a = vec!["report", "flamegraph"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["--folded", s(file)]);
+    ok(&a);
+    let mut out = BTreeMap::new();
+    for l in std::fs::read_to_string(file).unwrap().lines() {
+        let (stack, w) = l.rsplit_once(' ').unwrap();
+        *out.entry(stack.to_string()).or_default() += w.parse::<u64>().unwrap();
+    }
+    out
+}
+
+fn add<K: Ord + Clone>(into: &mut BTreeMap<K, u64>, from: &BTreeMap<K, u64>) {
+    for (k, v) in from {
+        *into.entry(k.clone()).or_default() += v;
+    }
+}
+
+struct Fleet {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    dataset: PathBuf,
+    /// bundle directory, host, its own decode output
+    bundles: Vec<(PathBuf, &'static str, PathBuf)>,
+}
+
+/// recursion and strings on h1; recursion again (another bundle) and busybox-sort on h2;
+/// ingested into one dataset partitioned by host, and each decoded on its own.
+fn fleet() -> Fleet {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let mut bundles = Vec::new();
+    for (sample, host) in [
+        ("recursion", "h1"),
+        ("strings", "h1"),
+        ("recursion", "h2"),
+        ("busybox-sort", "h2"),
+    ] {
+        let dir = root.join("fleet").join(host).join(sample);
+        bundle(sample, &dir, host);
+        let out = root.join("decoded").join(host).join(sample);
+        ok(&["decode", s(&dir), "--out", s(&out), "-q", "-j", "1"]);
+        bundles.push((dir, host, out));
+    }
+    let dataset = root.join("dataset");
+    ok(&[
+        "ingest",
+        s(&root.join("fleet")),
+        "--dataset",
+        s(&dataset),
+        "--partition-by",
+        "host",
+        "-j",
+        "1",
+        "-q",
+    ]);
+    Fleet {
+        _tmp: tmp,
+        root,
+        dataset,
+        bundles,
+    }
+}
+
+#[test]
+fn reports_over_a_dataset_add_up_the_selected_bundles() {
+    let f = fleet();
+    let ds = s(&f.dataset);
+    for (filter, hosts) in [
+        ("host = 'h1'", &["h1"][..]),
+        ("host != 'h1'", &["h2"][..]),
+        (
+            "host IN ('h1', 'h2') AND sample = 'recursion'",
+            &["h1", "h2"][..],
+        ),
+        ("host IN ('h2','h1')", &["h1", "h2"][..]),
+    ] {
+        let selected: Vec<_> = f
+            .bundles
+            .iter()
+            .filter(|b| hosts.contains(&b.1))
+            .filter(|b| !filter.contains("sample") || b.0.ends_with("recursion"))
+            .collect();
+        // Hotspots: exact instructions per function equal the sum over each bundle's own
+        // decode (same functions from two bundles add up; others are left out).
+        let mut want = BTreeMap::new();
+        for b in &selected {
+            add(&mut want, &hotspots(&[s(&b.2)]));
+        }
+        let got = hotspots(&[ds, "--where", filter]);
+        assert_eq!(got, want, "{filter}: hotspots");
+        // Stacks are rebuilt per bundle: the dataset's folded stacks are the sum of the
+        // bundles' own, stack by stack.
+        let mut want = BTreeMap::new();
+        for (i, b) in selected.iter().enumerate() {
+            add(
+                &mut want,
+                &folded(&[s(&b.2)], &f.root.join(format!("one{i}.folded"))),
+            );
+        }
+        let got = folded(&[ds, "--where", filter], &f.root.join("all.folded"));
+        assert_eq!(got, want, "{filter}: folded stacks");
+    }
+    // An unselected bundle is left out: busybox is only on h2.
+    let h1 = hotspots(&[ds, "--where", "host = 'h1'"]);
+    assert!(h1.keys().all(|(image, _)| image != "busybox"), "{h1:?}");
+    assert!(h1.keys().any(|(image, _)| image == "strings"));
+    // Without --where: every bundle.
+    let all = hotspots(&[ds]);
+    let mut want = BTreeMap::new();
+    for b in &f.bundles {
+        add(&mut want, &hotspots(&[s(&b.2)]));
+    }
+    assert_eq!(all, want, "all bundles");
+
+    // The other reports run over the same selection.
+    let out = f.root.join("reports");
+    std::fs::create_dir_all(&out).unwrap();
+    let o = ok(&[
+        "report",
+        "coverage",
+        ds,
+        "--where",
+        "host = 'h1'",
+        "--lcov",
+        s(&out.join("cov.info")),
+        "--drcov",
+        s(&out.join("cov.drcov")),
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("recursion") && text.contains("strings"),
+        "{text}"
+    );
+    let lcov = std::fs::read_to_string(out.join("cov.info")).unwrap();
+    assert!(lcov.contains("recursion.c") && lcov.contains("strings.c"));
+    let o = ok(&[
+        "report",
+        "timeline",
+        ds,
+        "--where",
+        "host = 'h1'",
+        "--out",
+        s(&out.join("t.json")),
+    ]);
+    let j: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("t.json")).unwrap()).unwrap();
+    let pids: std::collections::BTreeSet<u64> = j["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["pid"].as_u64())
+        .collect();
+    assert_eq!(
+        pids.len(),
+        2,
+        "one process per bundle: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    ok(&[
+        "report",
+        "html",
+        ds,
+        "--where",
+        "host = 'h1'",
+        "--out",
+        s(&out.join("r.html")),
+    ]);
+    let page = std::fs::read_to_string(out.join("r.html")).unwrap();
+    assert!(page.contains("2 selected of 4 in the catalog"), "summary");
+    assert!(page.contains("data:image/svg+xml;base64,"), "flame graph");
+}
+
+#[test]
+fn a_bundle_without_its_images_is_a_warning_and_the_rest_goes_on() {
+    let f = fleet();
+    let ds = s(&f.dataset);
+    let filter = "host = 'h1'";
+    let before = hotspots(&[ds, "--where", filter]);
+    // strings' images go away after ingest.
+    let strings = &f.bundles[1].0;
+    std::fs::rename(strings.join("images"), strings.join("images.gone")).unwrap();
+    let o = ok(&[
+        "report", "hotspots", ds, "--where", filter, "--format", "csv", "--top", "0",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("warning: bundle ") && err.contains("strings") && err.contains("+0xoffset"),
+        "{err}"
+    );
+    let after = hotspots(&[ds, "--where", filter]);
+    // recursion is symbolized as before; strings' code is image+0xoffset, same total.
+    for ((image, func), n) in &before {
+        if image == "recursion" {
+            assert_eq!(after.get(&(image.clone(), func.clone())), Some(n), "{func}");
+        }
+    }
+    assert!(after
+        .keys()
+        .any(|(image, func)| image == "strings" && func.starts_with("strings+0x")));
+    assert_eq!(
+        after.values().sum::<u64>(),
+        before.values().sum::<u64>(),
+        "total"
+    );
+}
+
+#[test]
+fn bad_filters_are_usage_errors_with_the_reason() {
+    let f = fleet();
+    let ds = s(&f.dataset);
+    for (filter, says, code) in [
+        ("host = h1", "quote the value: host = 'h1'", 2),
+        ("host = 'h1' OR host = 'h2'", "OR is not supported", 2),
+        ("host IN ('h1'", "expected ',' or ')'", 2),
+        ("hots = 'h1'", "no column \"hots\" in the catalog", 2),
+        ("host = 'h9'", "no bundle selected", 1),
+    ] {
+        let o = run(&["report", "hotspots", ds, "--where", filter]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{filter}: {err}");
+        assert!(err.contains(says), "{filter}: {err}");
+        assert!(o.stdout.is_empty(), "{filter}");
+    }
+    // --where on a decode output directory, --bundle on a dataset.
+    let o = run(&[
+        "report",
+        "hotspots",
+        s(&f.bundles[0].2),
+        "--where",
+        "host = 'h1'",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not one"));
+    let o = run(&["report", "hotspots", ds, "--bundle", s(&f.bundles[0].0)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("each bundle's own"));
+}
