@@ -161,6 +161,11 @@ pub struct ImageEntry {
     pub cr3: Option<u64>,
     #[serde(default)]
     pub kind: ImageKind,
+    /// Raw images: a symbol file naming their functions for `tracemill report` (`nm`
+    /// output at run-time addresses), relative to the bundle directory. Decoding does not
+    /// read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbols: Option<String>,
 }
 
 /// Errors reading a bundle.
@@ -291,6 +296,7 @@ mod tests {
             base: Some(0xFFFF_FFFF_8100_0000),
             cr3: None,
             kind: ImageKind::Raw,
+            symbols: None,
         });
         m.labels.insert("host".into(), "atom-7".into());
         let t = m.to_toml();

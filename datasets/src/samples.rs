@@ -651,6 +651,7 @@ pub fn generate(r: &Recipe) -> Result<Generated> {
             base: *base,
             cr3: *cr3,
             kind: *kind,
+            symbols: None,
         });
     }
     manifest.labels.insert("sample".into(), r.name.into());
@@ -921,6 +922,7 @@ pub fn synth_big(elf_path: &Path, size: u64, seed: u64, ctl: u64, out: &Path) ->
         base: None,
         cr3: None,
         kind: ImageKind::Elf,
+        symbols: None,
     });
     manifest
         .labels

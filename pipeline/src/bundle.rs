@@ -430,5 +430,6 @@ pub fn parse_image_arg(s: &str) -> Result<ImageEntry> {
         base,
         cr3,
         kind,
+        symbols: None,
     })
 }

@@ -48,6 +48,10 @@ pub fn decode_meta(bundle: &Bundle) -> Vec<(String, String)> {
                 ImageKind::Elf => tracemill_reports::symbols::build_id(&im.bytes),
                 ImageKind::Raw => None,
             },
+            symbols: im.entry.symbols.as_ref().map(|p| {
+                let p = bundle.dir.join(p);
+                std::path::absolute(&p).unwrap_or(p).display().to_string()
+            }),
         })
         .collect();
     if !images.is_empty() {

@@ -229,6 +229,7 @@ fn a_missing_image_is_reported_with_addresses_and_decoding_goes_on() {
         base: None,
         cr3: None,
         kind: ImageKind::Elf,
+        symbols: None,
     };
     let trace = dir.path().join("t.rtit");
     std::fs::write(&trace, &b.trace[..]).unwrap();

@@ -74,6 +74,7 @@ fn image(sample: &str) -> ImageSymbols {
         base: e.base,
         cr3: e.cr3,
         raw: false,
+        symbols: None,
     })
     .unwrap()
 }
@@ -806,4 +807,93 @@ fn html_report_renders_in_chromium() {
         colors.len()
     );
     assert!(dark > 1000, "screenshot has {dark} dark pixels: no text?");
+}
+
+/// A raw image with a symbol file names its functions as the ELF would: the recursion
+/// sample's executable segment dumped as raw bytes at its address, with `nm`'s output of
+/// the ELF as the symbol file, gives the same instructions per function as the ELF.
+#[test]
+fn raw_image_with_a_symbol_file_has_the_elfs_functions() {
+    use object::{Object, ObjectSegment};
+    let sample = samples_dir().join("recursion");
+    let elf_path = sample.join("images/recursion");
+    let nm = match Command::new("nm").arg(&elf_path).output() {
+        Ok(o) if o.status.success() => o.stdout,
+        Ok(o) => panic!("nm failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(_) => return missing_tool("nm not found: install binutils"),
+    };
+    let elf = std::fs::read(&elf_path).unwrap();
+    let file = object::File::parse(&*elf).unwrap();
+    let exec: Vec<_> = file
+        .segments()
+        .filter(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0))
+        .collect();
+    assert_eq!(exec.len(), 1, "one executable segment in the static sample");
+    let (addr, code) = (exec[0].address(), exec[0].data().unwrap());
+
+    // The same trace, the code as a raw image plus a symbol file.
+    let tmp = tempfile::tempdir().unwrap();
+    let raw = tmp.path().join("raw");
+    std::fs::create_dir_all(raw.join("images")).unwrap();
+    std::fs::copy(sample.join("trace.rtit"), raw.join("trace.rtit")).unwrap();
+    std::fs::write(raw.join("images/recursion.bin"), code).unwrap();
+    std::fs::write(raw.join("images/recursion.sym"), &nm).unwrap();
+    let toml = std::fs::read_to_string(sample.join("bundle.toml")).unwrap();
+    let ctl = toml.lines().next().unwrap();
+    std::fs::write(
+        raw.join("bundle.toml"),
+        format!(
+            "{ctl}\n\n[[image]]\npath = \"images/recursion.bin\"\nbase = \"{addr:#x}\"\n\
+             kind = \"raw\"\nsymbols = \"images/recursion.sym\"\n"
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    ok(&["decode", s(&raw), "--out", s(&out), "-q", "-j", "1"]);
+
+    let by_function = |dir: &Path| {
+        let o = ok(&[
+            "report",
+            "hotspots",
+            s(dir),
+            "--format",
+            "csv",
+            "--top",
+            "0",
+        ]);
+        let (header, rows) = parse_csv(&stdout(&o));
+        let col = |n: &str| header.iter().position(|h| h == n).unwrap();
+        rows.iter()
+            .map(|r| {
+                (
+                    r[col("function")].clone(),
+                    r[col("instructions")].parse::<u64>().unwrap(),
+                )
+            })
+            .collect::<BTreeMap<String, u64>>()
+    };
+    let (_elf_tmp, elf_out) = decoded("recursion");
+    let want = by_function(&elf_out);
+    let got = by_function(&out);
+    assert!(want.contains_key("insert"), "{want:?}");
+    assert_eq!(got, want, "raw image + symbol file against the ELF");
+
+    // Without the symbol file the same code is shown by offset, never hidden.
+    std::fs::remove_file(raw.join("images/recursion.sym")).unwrap();
+    let o = ok(&[
+        "report",
+        "hotspots",
+        s(&out),
+        "--format",
+        "csv",
+        "--top",
+        "0",
+    ]);
+    assert!(stderr(&o).contains("recursion.sym"), "{}", stderr(&o));
+    let (header, rows) = parse_csv(&stdout(&o));
+    let f = header.iter().position(|h| h == "function").unwrap();
+    assert!(
+        rows.iter().all(|r| r[f].starts_with("recursion.bin+0x")),
+        "{rows:?}"
+    );
 }

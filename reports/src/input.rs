@@ -39,6 +39,9 @@ pub struct ImageMeta {
     pub raw: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build_id: Option<String>,
+    /// Raw images: the symbol file (absolute path when decoded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbols: Option<String>,
 }
 
 /// One table file of the output directory.
@@ -306,6 +309,7 @@ impl Input {
                             base: e.base,
                             cr3: e.cr3,
                             raw: e.kind == ImageKind::Raw,
+                            symbols: e.symbols.as_deref().map(|p| resolve(&dir, p)),
                         });
                     }
                     // Images given with --image at decode time are not in bundle.toml.
@@ -373,5 +377,6 @@ fn spec_of(r: &ImageMeta) -> ImageSpec {
         base: r.base,
         cr3: r.cr3,
         raw: r.raw,
+        symbols: r.symbols.as_ref().map(PathBuf::from),
     }
 }

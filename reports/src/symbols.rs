@@ -51,6 +51,8 @@ pub struct ImageSpec {
     pub base: Option<u64>,
     pub cr3: Option<u64>,
     pub raw: bool,
+    /// Raw images: a symbol file naming their functions ([`parse_symbol_file`]).
+    pub symbols: Option<PathBuf>,
 }
 
 /// Everything known about one image's code and symbols.
@@ -76,14 +78,32 @@ impl ImageSymbols {
             .with_context(|| format!("{}: cannot read image", spec.path.display()))?;
         if spec.raw {
             let base = spec.base.unwrap_or(0);
+            let (functions, notes) = match &spec.symbols {
+                None => (
+                    Vec::new(),
+                    vec![format!("{}: raw image, no symbols", spec.name)],
+                ),
+                Some(path) => match std::fs::read_to_string(path) {
+                    Ok(text) => (parse_symbol_file(&text), Vec::new()),
+                    Err(e) => (
+                        Vec::new(),
+                        vec![format!(
+                            "{}: symbol file {}: {e}; its code is shown as {}+0xOFFSET",
+                            spec.name,
+                            path.display(),
+                            spec.name
+                        )],
+                    ),
+                },
+            };
             return Ok(ImageSymbols {
                 base,
                 bias: base,
                 segments: vec![(base, bytes)],
                 build_id: None,
-                functions: Vec::new(),
+                functions,
                 dwarf: None,
-                notes: vec![format!("{}: raw image, no symbols", spec.name)],
+                notes,
                 spec,
             });
         }
@@ -292,7 +312,7 @@ pub fn build_id(bytes: &[u8]) -> Option<String> {
 /// sized by the symbol or else up to the next symbol, at run-time addresses.
 fn functions(file: &object::File<'_>, bias: u64) -> Vec<Function> {
     // (address, size, rank, name): rank orders aliases, global first.
-    let mut syms: Vec<(u64, u64, u8, &str)> = file
+    let syms: Vec<(u64, u64, u8, &str)> = file
         .symbols()
         .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
         .filter_map(|s| {
@@ -310,6 +330,43 @@ fn functions(file: &object::File<'_>, bias: u64) -> Vec<Function> {
             Some((s.address(), s.size(), rank, name))
         })
         .collect();
+    function_ranges(syms, bias)
+}
+
+/// The functions of a raw image from a symbol file in `nm`'s output format, one symbol a
+/// line: `ADDRESS TYPE NAME`, or `ADDRESS SIZE TYPE NAME` (`nm -S`), hexadecimal, at
+/// run-time addresses (`nm` of the ELF the raw bytes were dumped from, when it was not
+/// relocated). Only code symbols count (types `T`, `t`, `W`, `w`); `ADDRESS NAME` lines
+/// are taken as code too. Lines that do not parse are skipped, as `nm` prints headers
+/// and undefined symbols without an address.
+pub fn parse_symbol_file(text: &str) -> Vec<Function> {
+    let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok();
+    let syms: Vec<(u64, u64, u8, &str)> = text
+        .lines()
+        .filter_map(|line| {
+            let t: Vec<&str> = line.split_whitespace().collect();
+            let (addr, size, kind, name) = match t.as_slice() {
+                [a, s, k, n] => (hex(a)?, hex(s)?, *k, *n),
+                [a, k, n] => (hex(a)?, 0, *k, *n),
+                [a, n] => (hex(a)?, 0, "T", *n),
+                _ => return None,
+            };
+            let rank = match kind {
+                "T" => 0,
+                "W" | "w" => 1,
+                "t" => 2,
+                _ => return None,
+            };
+            Some((addr, size, rank, name))
+        })
+        .collect();
+    function_ranges(syms, 0)
+}
+
+/// Functions from (address, size, rank, name) symbols: one per address (the alias of
+/// lowest rank, then the largest, then the shortest name), ending at their size or at
+/// the next symbol.
+fn function_ranges(mut syms: Vec<(u64, u64, u8, &str)>, bias: u64) -> Vec<Function> {
     syms.sort_by(|a, b| {
         a.0.cmp(&b.0)
             .then(a.2.cmp(&b.2))
@@ -424,5 +481,48 @@ pub fn resolve(dir: &Path, path: &str) -> PathBuf {
         p.to_path_buf()
     } else {
         dir.join(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symbol_files_read_nm_and_nm_s_output() {
+        let nm = "\
+0000000000401000 T _start
+                 U undefined_here
+0000000000401020 t helper
+0000000000401040 W weak_alias
+0000000000401040 T strong
+0000000000404000 D data_is_not_code
+0000000000401080 T last
+";
+        let f = parse_symbol_file(nm);
+        let got: Vec<(u64, u64, &str)> = f
+            .iter()
+            .map(|f| (f.start, f.end, f.name.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0x401000, 0x401020, "_start"),
+                (0x401020, 0x401040, "helper"),
+                // Aliases: the global definition wins over the weak one.
+                (0x401040, 0x401080, "strong"),
+                (0x401080, u64::MAX, "last"),
+            ]
+        );
+        // nm -S: sizes end functions before the next symbol; plain "address name" too.
+        let f = parse_symbol_file("401000 10 T a\n0x401100 b\nnot a symbol line\n");
+        let got: Vec<(u64, u64, &str)> = f
+            .iter()
+            .map(|f| (f.start, f.end, f.name.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(0x401000, 0x401010, "a"), (0x401100, u64::MAX, "b")]
+        );
     }
 }
