@@ -17,7 +17,7 @@ use tracemill_sinks::Format;
 /// freed on the writer's, piece after piece, for hours: glibc kept the freed memory of
 /// every arena and the heap grew with the trace (the 1 GiB synthetic trace, `-j2 --out`,
 /// peaked at 912 MiB and was still growing at its end; the 200 MB one at 580 MiB), where
-/// jemalloc returns it (418 MiB for 1 GiB, flat after the first minute; same CPU time).
+/// jemalloc returns it (peaks of 467 MiB for 1 GiB and 365 MiB for 200 MB; same CPU time).
 /// See benches/README.md, "Memory on the 1 GiB trace".
 #[cfg(all(target_os = "linux", not(target_env = "msvc")))]
 #[global_allocator]
