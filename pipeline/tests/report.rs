@@ -11,23 +11,19 @@ use std::process::{Command, Output};
 use common::*;
 use tracemill_reports::symbols::{ImageSpec, ImageSymbols};
 
-const EXE: &str = env!("CARGO_BIN_EXE_tracemill");
-
-fn run(args: &[&str]) -> Output {
-    Command::new(EXE)
-        .args(args)
-        .output()
-        .expect("run tracemill")
-}
-
-fn ok(args: &[&str]) -> Output {
-    let o = run(args);
-    assert!(
-        o.status.success(),
-        "tracemill {args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
+/// `report hotspots DIR` as CSV, every row: (header, rows).
+fn hotspots_csv(dir: &Path) -> (Vec<String>, Vec<Vec<String>>, Output) {
+    let o = ok(&[
+        "report",
+        "hotspots",
+        s(dir),
+        "--format",
+        "csv",
+        "--top",
+        "0",
+    ]);
+    let (header, rows) = parse_csv(&stdout(&o));
+    (header, rows, o)
 }
 
 fn stdout(o: &Output) -> String {
@@ -192,16 +188,7 @@ fn hotspot_instructions_per_function_equal_the_truths() {
         "busybox-sort",
     ] {
         let (_tmp, out) = decoded(sample);
-        let o = ok(&[
-            "report",
-            "hotspots",
-            s(&out),
-            "--format",
-            "csv",
-            "--top",
-            "0",
-        ]);
-        let (header, rows) = parse_csv(&stdout(&o));
+        let (header, rows, _) = hotspots_csv(&out);
         for c in [
             "function",
             "image",
@@ -852,16 +839,7 @@ fn raw_image_with_a_symbol_file_has_the_elfs_functions() {
     ok(&["decode", s(&raw), "--out", s(&out), "-q", "-j", "1"]);
 
     let by_function = |dir: &Path| {
-        let o = ok(&[
-            "report",
-            "hotspots",
-            s(dir),
-            "--format",
-            "csv",
-            "--top",
-            "0",
-        ]);
-        let (header, rows) = parse_csv(&stdout(&o));
+        let (header, rows, _) = hotspots_csv(dir);
         let col = |n: &str| header.iter().position(|h| h == n).unwrap();
         rows.iter()
             .map(|r| {
@@ -880,17 +858,8 @@ fn raw_image_with_a_symbol_file_has_the_elfs_functions() {
 
     // Without the symbol file the same code is shown by offset, never hidden.
     std::fs::remove_file(raw.join("images/recursion.sym")).unwrap();
-    let o = ok(&[
-        "report",
-        "hotspots",
-        s(&out),
-        "--format",
-        "csv",
-        "--top",
-        "0",
-    ]);
+    let (header, rows, o) = hotspots_csv(&out);
     assert!(stderr(&o).contains("recursion.sym"), "{}", stderr(&o));
-    let (header, rows) = parse_csv(&stdout(&o));
     let f = header.iter().position(|h| h == "function").unwrap();
     assert!(
         rows.iter().all(|r| r[f].starts_with("recursion.bin+0x")),

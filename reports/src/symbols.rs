@@ -488,6 +488,14 @@ pub fn resolve(dir: &Path, path: &str) -> PathBuf {
 mod tests {
     use super::*;
 
+    /// (start, end, name) of the functions a symbol file names.
+    fn spans(text: &str) -> Vec<(u64, u64, String)> {
+        parse_symbol_file(text)
+            .into_iter()
+            .map(|f| (f.start, f.end, f.name))
+            .collect()
+    }
+
     #[test]
     fn symbol_files_read_nm_and_nm_s_output() {
         let nm = "\
@@ -499,30 +507,23 @@ mod tests {
 0000000000404000 D data_is_not_code
 0000000000401080 T last
 ";
-        let f = parse_symbol_file(nm);
-        let got: Vec<(u64, u64, &str)> = f
-            .iter()
-            .map(|f| (f.start, f.end, f.name.as_str()))
-            .collect();
         assert_eq!(
-            got,
+            spans(nm),
             vec![
-                (0x401000, 0x401020, "_start"),
-                (0x401020, 0x401040, "helper"),
+                (0x401000, 0x401020, "_start".to_string()),
+                (0x401020, 0x401040, "helper".to_string()),
                 // Aliases: the global definition wins over the weak one.
-                (0x401040, 0x401080, "strong"),
-                (0x401080, u64::MAX, "last"),
+                (0x401040, 0x401080, "strong".to_string()),
+                (0x401080, u64::MAX, "last".to_string()),
             ]
         );
         // nm -S: sizes end functions before the next symbol; plain "address name" too.
-        let f = parse_symbol_file("401000 10 T a\n0x401100 b\nnot a symbol line\n");
-        let got: Vec<(u64, u64, &str)> = f
-            .iter()
-            .map(|f| (f.start, f.end, f.name.as_str()))
-            .collect();
         assert_eq!(
-            got,
-            vec![(0x401000, 0x401010, "a"), (0x401100, u64::MAX, "b")]
+            spans("401000 10 T a\n0x401100 b\nnot a symbol line\n"),
+            vec![
+                (0x401000, 0x401010, "a".to_string()),
+                (0x401100, u64::MAX, "b".to_string())
+            ]
         );
     }
 }

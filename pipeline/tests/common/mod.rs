@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{UInt32Type, UInt64Type};
@@ -220,3 +221,25 @@ pub fn flow_row(r: &BranchRow) -> BranchRow {
 mod shared;
 #[allow(unused_imports)]
 pub use shared::missing_tool;
+
+/// Run the `tracemill` binary of this build, without the shard variables of Slurm and
+/// Kubernetes that a CI runner may have set (ingest reads them).
+pub fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tracemill"))
+        .args(args)
+        .env_remove("SLURM_ARRAY_TASK_ID")
+        .env_remove("JOB_COMPLETION_INDEX")
+        .output()
+        .expect("run tracemill")
+}
+
+/// [`run`], which must succeed.
+pub fn ok(args: &[&str]) -> Output {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "tracemill {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
