@@ -2,6 +2,7 @@
 //! work), and the facts `decode` records in the tables' metadata so that a report finds
 //! the bundle and checks its images.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -227,7 +228,6 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
 }
 
 fn run_report(a: ReportArgs) -> Result<ExitCode> {
-    use std::io::Write;
     match a.what {
         ReportCmd::Hotspots {
             t,
@@ -250,11 +250,7 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
                 FormatArg::Csv => h.to_csv(top),
                 FormatArg::Json => h.to_json(top),
             };
-            let mut out = std::io::stdout().lock();
-            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
-                _ => {}
-            }
+            print_report(&text)?;
         }
         ReportCmd::Flamegraph {
             t,
@@ -302,11 +298,7 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
                 source_root.as_deref(),
             )?;
             warn(&ws);
-            let mut out = std::io::stdout().lock();
-            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
-                _ => {}
-            }
+            print_report(&text)?;
         }
         ReportCmd::Timeline {
             t,
@@ -345,4 +337,13 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A report on stdout. A reader that stops early (`| head`) is not an error.
+fn print_report(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
