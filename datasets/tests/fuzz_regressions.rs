@@ -187,3 +187,15 @@ fn stitch_open_count_lost_in_a_body_gap_matches_sequential() {
 fn stitch_cyc_after_a_psb_is_not_the_packets_before_it() {
     replay("stitch_diff", "cyc-after-psb");
 }
+
+/// `stitch_diff`: a busybox-image trace; CR3 is known from a PIP before the PSB at 551,
+/// whose PSB+ carries none. At 560 a FUP.FAR is followed by a PIP (a new CR3) and its TIP.
+/// The walker reads the PIP while pairing the FUP with its TIP, and applied the new CR3 at
+/// once: the sequential decode still walked a block it had found before reading ahead,
+/// the chunked one looked the block at 0x4eda3a up in the new address space and found no
+/// image. The PIP now takes effect when the FUP is consumed (`decode/src/flow.rs`,
+/// `cr3_after_fup`; unit test `pip_between_fup_far_and_tip_applies_after_the_fup_4_2_10`).
+#[test]
+fn stitch_cr3_known_before_a_psb_is_kept_across_it() {
+    replay("stitch_diff", "cr3-across-psb");
+}

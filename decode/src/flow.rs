@@ -379,6 +379,11 @@ pub struct Walker<'a, 'c, S: RowSink> {
     pub st: FlowState,
     la: Option<Item>,
     pending: Option<Item>,
+    /// The CR3 of PIPs read between a FUP.FAR or FUP.PGD and its TIP, while the FUP's item
+    /// waits in `la`. Such a PIP belongs to the transfer: the code up to the FUP's IP still
+    /// runs in the old address space, so it takes effect when the item is consumed
+    /// (fuzz finding cr3-across-psb: a block looked up with the new CR3 found no image).
+    cr3_after_fup: Option<Option<u64>>,
     role: Role,
     /// (Body) has resumed once; output before that is dropped.
     started: bool,
@@ -432,6 +437,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             cfg,
             st,
             la: None,
+            cr3_after_fup: None,
             pending: None,
             role,
             started: role != Role::Body,
@@ -733,7 +739,10 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     let ip = self.st.last_ip.update(&pl);
                     self.st.prev = PrevFlow::Far;
                     return match self.tip_after(&before) {
-                        Some(tip) => Item::Far { ip, off, tip },
+                        Some(tip) => {
+                            self.hold_cr3(before.st.cr3);
+                            Item::Far { ip, off, tip }
+                        }
                         None => Item::End,
                     };
                 }
@@ -747,7 +756,10 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     let ip = self.st.last_ip.update(&pl);
                     self.st.prev = PrevFlow::Pgd;
                     return match self.tip_after(&before) {
-                        Some(tip) => Item::Pgd { ip, off, tip },
+                        Some(tip) => {
+                            self.hold_cr3(before.st.cr3);
+                            Item::Pgd { ip, off, tip }
+                        }
                         None => Item::End,
                     };
                 }
@@ -806,6 +818,15 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         }
     }
 
+    /// A FUP's look-ahead changed CR3 from `before`: keep walking in `before` until the
+    /// FUP's item is consumed (`cr3_after_fup`).
+    fn hold_cr3(&mut self, before: Option<u64>) {
+        if self.st.cr3 != before {
+            self.cr3_after_fup = Some(self.st.cr3);
+            self.st.cr3 = before;
+        }
+    }
+
     /// Go back to `before`: the packets read since are read again by whoever reads on.
     fn undo(&mut self, before: &Snapshot) {
         self.events.truncate(before.events);
@@ -837,6 +858,9 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
 
     fn consume(&mut self) {
         self.la = None;
+        if let Some(cr3) = self.cr3_after_fup.take() {
+            self.st.cr3 = cr3;
+        }
         self.st.cr3_row = self.st.cr3;
     }
 
@@ -1503,4 +1527,65 @@ struct Snapshot {
     events: usize,
     deferred: usize,
     timing: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::chunk::{decode_all, Input};
+    use crate::config::TraceConfig;
+    use crate::image::ImageSet;
+    use crate::packet::PSB_BYTES;
+    use crate::stream::TraceStream;
+    use crate::timing::TimingConfig;
+    use tracemill_schemas::EventKind;
+
+    /// 4.2.9 and 4.2.10: the PIP of a far transfer (an interrupt switching address spaces)
+    /// comes between its FUP.FAR and its TIP, and the new CR3 is the destination's. The code
+    /// the walk still has to cover up to the FUP's IP runs in the old address space, even
+    /// though the decoder has read the PIP to pair the FUP with its TIP.
+    #[test]
+    fn pip_between_fup_far_and_tip_applies_after_the_fup_4_2_10() {
+        // Address space 1: 0x1000 jmp 0x1010; 0x1010..0x1014 nops, ret. Nothing at
+        // 0x1010 in space 2. The kernel (every space) at 0x8000: nop, ret.
+        let mut user = vec![0x90u8; 0x15];
+        user[..2].copy_from_slice(&[0xEB, 0x0E]);
+        user[0x14] = 0xC3;
+        let kernel = [0x90u8, 0xC3];
+        let mut images = ImageSet::new();
+        images.add_raw("user", &user, 0x1000, Some(1));
+        images.add_raw("kernel", &kernel, 0x8000, None);
+
+        let mut trace = PSB_BYTES.to_vec();
+        trace.extend_from_slice(&[0xC3, 1, 0, 0, 0, 0]); // PIP cr3=1
+        trace.extend_from_slice(&[0x84, 0x00, 0x10]); // FUP.PGE 0x1000
+        trace.extend_from_slice(&[0xBC, 0x12, 0x10]); // FUP.FAR 0x1012
+        trace.extend_from_slice(&[0xC3, 2, 0, 0, 0, 0]); // PIP cr3=2
+        trace.extend_from_slice(&[0xB4, 0x00, 0x80]); // TIP 0x8000
+        trace.extend_from_slice(&[0xB4, 0x00, 0x80]); // TIP 0x8000 (the ret)
+        let stream = TraceStream::linear(&trace);
+        let cfg = TraceConfig::from_ctl(0);
+        let input = Input {
+            stream: &stream,
+            images: &images,
+            cfg,
+            timing: TimingConfig::new(&cfg, None, true),
+        };
+        for chunk in [u64::MAX, 1] {
+            let d = decode_all(&input, chunk);
+            let errors: Vec<_> = d
+                .events
+                .iter()
+                .filter(|e| e.kind == EventKind::Error)
+                .collect();
+            assert!(errors.is_empty(), "chunk {chunk}: {errors:?}");
+            let interrupt = d.events.iter().find(|e| e.kind == EventKind::Interrupt);
+            assert_eq!(interrupt.and_then(|e| e.ip), Some(0x1012), "chunk {chunk}");
+            // The jmp in space 1; then the kernel's ret, whose count holds the two user
+            // instructions before the interrupt, and the CR3 the transfer switched to.
+            let r = &d.rows;
+            assert_eq!(r.ip, [0x1000, 0x8001], "chunk {chunk}");
+            assert_eq!(r.insns, [1, 4], "chunk {chunk}");
+            assert_eq!((r.cr3.get(0), r.cr3.get(1)), (Some(1), Some(2)));
+        }
+    }
 }
