@@ -199,3 +199,14 @@ fn stitch_cyc_after_a_psb_is_not_the_packets_before_it() {
 fn stitch_cr3_known_before_a_psb_is_kept_across_it() {
     replay("stitch_diff", "cr3-across-psb");
 }
+
+/// `stitch_diff`: a busybox-image trace. A jmp back to 0x57a8b3 in address space 0x1000
+/// left the walker's link to that block; a gap, PSBs and a PIP to CR3 0x10 followed, and
+/// the walk resumed at 0x57a8b3. The sequential decode walked the linked block of the old
+/// address space once more (a row at 460); the chunked decode, whose stitch had no link,
+/// found no image. A CR3 change now drops the link (`decode/src/flow.rs`, `set_cr3`; unit
+/// test `after_a_pip_the_next_block_is_looked_up_in_the_new_address_space_4_2_10`).
+#[test]
+fn stitch_block_link_does_not_outlive_a_cr3_change() {
+    replay("stitch_diff", "hint-across-pip");
+}

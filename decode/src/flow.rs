@@ -704,7 +704,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     self.event(off, EventKind::FreqChange, None, acbr.to_string());
                 }
                 Packet::Pip { cr3, pg } => {
-                    self.st.cr3 = Some(cr3);
+                    self.set_cr3(Some(cr3));
                     let detail = format!("cr3={cr3:#x} pg={}", pg as u8);
                     self.event(off, EventKind::Paging, None, detail);
                 }
@@ -818,6 +818,17 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         }
     }
 
+    /// A new CR3 for image lookups. The successor hint was found in the old address space:
+    /// dropped, so that the next block is looked up in the new one whatever the walk did
+    /// before (fuzz finding hint-across-pip: a hint kept across a gap and a PIP walked a
+    /// block of the old address space in the sequential decode only).
+    fn set_cr3(&mut self, cr3: Option<u64>) {
+        if self.st.cr3 != cr3 {
+            self.st.cr3 = cr3;
+            self.hint = None;
+        }
+    }
+
     /// A FUP's look-ahead changed CR3 from `before`: keep walking in `before` until the
     /// FUP's item is consumed (`cr3_after_fup`).
     fn hold_cr3(&mut self, before: Option<u64>) {
@@ -859,7 +870,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     fn consume(&mut self) {
         self.la = None;
         if let Some(cr3) = self.cr3_after_fup.take() {
-            self.st.cr3 = cr3;
+            self.set_cr3(cr3);
         }
         self.st.cr3_row = self.st.cr3;
     }
@@ -1586,6 +1597,50 @@ mod tests {
             assert_eq!(r.ip, [0x1000, 0x8001], "chunk {chunk}");
             assert_eq!(r.insns, [1, 4], "chunk {chunk}");
             assert_eq!((r.cr3.get(0), r.cr3.get(1)), (Some(1), Some(2)));
+        }
+    }
+
+    /// 4.2.10: after a PIP, code is found in the new address space. The walker's link
+    /// to the next block (found in the old one) must not outlive the change, even when the
+    /// walk resumes at that very address after a gap.
+    #[test]
+    fn after_a_pip_the_next_block_is_looked_up_in_the_new_address_space_4_2_10() {
+        // Space 1: 0x1000 jz 0x1010; 0x1010 nop, ret. Nothing in space 2.
+        let mut user = vec![0x90u8; 0x12];
+        user[..2].copy_from_slice(&[0x74, 0x0E]);
+        user[0x11] = 0xC3;
+        let mut images = ImageSet::new();
+        images.add_raw("user", &user, 0x1000, Some(1));
+
+        let mut trace = PSB_BYTES.to_vec();
+        trace.extend_from_slice(&[0xC3, 1, 0, 0, 0, 0]); // PIP cr3=1
+        trace.extend_from_slice(&[0x84, 0x00, 0x10]); // FUP.PGE 0x1000
+        trace.push(0b11); // TNT: the jz taken; the walk links its target block
+        trace.extend_from_slice(&[0xBF]); // reserved IP size: a gap to the next PSB
+        trace.extend_from_slice(&PSB_BYTES);
+        trace.extend_from_slice(&[0xC3, 2, 0, 0, 0, 0]); // PIP cr3=2
+        trace.extend_from_slice(&[0x84, 0x10, 0x10]); // FUP.PGE 0x1010
+        trace.extend_from_slice(&[0xB4, 0x00, 0x10]); // TIP 0x1000 (the ret, in space 1)
+        let stream = TraceStream::linear(&trace);
+        let cfg = TraceConfig::from_ctl(0);
+        let input = Input {
+            stream: &stream,
+            images: &images,
+            cfg,
+            timing: TimingConfig::new(&cfg, None, true),
+        };
+        for chunk in [u64::MAX, 1] {
+            let d = decode_all(&input, chunk);
+            let errors: Vec<_> = d
+                .events
+                .iter()
+                .filter(|e| e.kind == EventKind::Error)
+                .map(|e| e.detail.as_str())
+                .collect();
+            assert_eq!(errors.len(), 2, "chunk {chunk}: {errors:?}");
+            assert_eq!(errors[1], "no code image covers 0x1010", "chunk {chunk}");
+            // The jz; no ret (its block is not in space 2).
+            assert_eq!(d.rows.ip, [0x1000], "chunk {chunk}");
         }
     }
 }
