@@ -210,3 +210,15 @@ fn stitch_cr3_known_before_a_psb_is_kept_across_it() {
 fn stitch_block_link_does_not_outlive_a_cr3_change() {
     replay("stitch_diff", "hint-across-pip");
 }
+
+/// `stitch_diff`: a `jumptable` trace in cycle-accurate mode. Row 55 closes a full TNT at
+/// 198 whose CYC follows; an error at 202, a PSB and, much later, an overflow at 303 with
+/// a zero CYC. The sequential decode applied 4.2.5 to that later overflow and held rows
+/// 45..65 at 638 cycles; the chunked one, whose pieces did not reach it, timed row 55 at
+/// its own CYC. 4.2.5 needs the FUP.BuffOvf right after the TNT (`decode/src/timing.rs`,
+/// `overflow_rule`; unit test
+/// `full_tnt_cyc_dates_the_overflow_only_right_before_a_zero_cyc_buffovf_4_2_5`).
+#[test]
+fn stitch_overflow_rule_needs_the_overflow_right_after_the_tnt() {
+    replay("stitch_diff", "overflow-far-after-tnt");
+}

@@ -979,20 +979,24 @@ fn exact_rows(rows: &BranchColumns) -> Vec<bool> {
 
 /// 4.2.5: a full TNT followed by a FUP.BuffOvf whose CYC is 0 carries the overflow's time,
 /// not its sixth branch's. `marks` starts at the TNT's CYC; `then` are the marks after
-/// them (the next piece's), so the answer does not depend on where pieces end.
+/// them (the next piece's), so the answer does not depend on where pieces end. "Followed"
+/// means the very next packet: it was the TNT that overflowed the buffer, and nothing is
+/// sent until the FUP.BuffOvf. An overflow further on (after an error, a PSB, other
+/// packets) has nothing to do with this TNT (fuzz finding overflow-far-after-tnt: the
+/// sequential decode, which saw a later overflow, and the chunked one, which did not,
+/// disagreed).
 fn overflow_rule(marks: &[Mark], then: &[Mark], kind: u8) -> bool {
     if kind != BranchKind::Cond as u8 && kind != BranchKind::Ret as u8 {
         return false;
     }
-    let mut overflow = false;
-    for m in marks[1..].iter().chain(then) {
-        match m {
-            Mark::Event(_, EventKind::Overflow) => overflow = true,
-            Mark::Fact(f) if f.kind == TimingKind::Cyc => return overflow && f.raw == 0,
-            _ => {}
-        }
-    }
-    false
+    let mut next = marks[1..].iter().chain(then);
+    matches!(
+        (next.next(), next.next()),
+        (
+            Some(Mark::Event(_, EventKind::Overflow)),
+            Some(Mark::Fact(f)),
+        ) if f.kind == TimingKind::Cyc && f.raw == 0
+    )
 }
 
 #[cfg(test)]
@@ -1056,6 +1060,33 @@ mod tests {
             ratio,
             row: 0,
         }
+    }
+
+    /// 4.2.5: a full TNT's CYC is the overflow's time only when the FUP.BuffOvf right
+    /// after the TNT carries a CYC of 0; an overflow later in the trace changes nothing,
+    /// and the answer is the same whether the marks after the TNT's CYC are in this piece
+    /// or the next one.
+    #[test]
+    fn full_tnt_cyc_dates_the_overflow_only_right_before_a_zero_cyc_buffovf_4_2_5() {
+        let cyc = |o, raw| Mark::Fact(fact(o, TimingKind::Cyc, raw, None));
+        let ev = |o, k| Mark::Event(o, k);
+        let cond = BranchKind::Cond as u8;
+        let tnt_cyc = cyc(10, 166);
+        let right_after = [tnt_cyc, ev(12, EventKind::Overflow), cyc(15, 0)];
+        assert!(overflow_rule(&right_after, &[], cond));
+        assert!(overflow_rule(&right_after[..1], &right_after[1..], cond));
+        assert!(!overflow_rule(&right_after, &[], BranchKind::Jmp as u8));
+        let non_zero = [tnt_cyc, ev(12, EventKind::Overflow), cyc(15, 3)];
+        assert!(!overflow_rule(&non_zero, &[], cond));
+        let later = [
+            tnt_cyc,
+            ev(13, EventKind::Error),
+            ev(100, EventKind::Psb),
+            ev(109, EventKind::Overflow),
+            cyc(112, 0),
+        ];
+        assert!(!overflow_rule(&later, &[], cond));
+        assert!(!overflow_rule(&later[..2], &later[2..], cond));
     }
 
     #[test]
