@@ -218,8 +218,10 @@ impl Stacks {
         }
     }
 
-    fn path(&self, names: &[String], n: usize, out: &mut String) {
-        let mut parts = Vec::new();
+    /// The folded path of node `n`: its frames' names, outermost first, joined by `;`.
+    /// `names` are already cleaned (`folded_names`); `parts` is scratch space.
+    fn path(&self, names: &[String], n: usize, parts: &mut Vec<u32>, out: &mut String) {
+        parts.clear();
         let mut m = n as u32;
         while m != 0 {
             let (p, f) = self.nodes[m as usize];
@@ -231,7 +233,7 @@ impl Stacks {
             if i > 0 {
                 out.push(';');
             }
-            out.push_str(&names[*f as usize].replace([';', ' '], "_"));
+            out.push_str(&names[*f as usize]);
         }
     }
 
@@ -248,11 +250,12 @@ impl Stacks {
         } else {
             &self.instructions
         };
-        let mut line = String::new();
+        let names = folded_names(names);
+        let (mut line, mut parts) = (String::new(), Vec::new());
         let mut n = 0;
         for (i, &wt) in w.iter().enumerate().skip(1) {
             if wt > 0 {
-                self.path(names, i, &mut line);
+                self.path(&names, i, &mut parts, &mut line);
                 writeln!(out, "{line} {wt}")?;
                 n += 1;
             }
@@ -288,8 +291,9 @@ impl Stacks {
             };
             own[into[i]] += w[i];
         }
+        let names = folded_names(names);
         let mut out = Vec::new();
-        let mut line = String::new();
+        let (mut line, mut parts) = (String::new(), Vec::new());
         for (i, &wt) in own.iter().enumerate() {
             if wt == 0 {
                 continue;
@@ -298,12 +302,19 @@ impl Stacks {
                 out.push(format!("[small stacks] {wt}"));
                 continue;
             }
-            self.path(names, i, &mut line);
+            self.path(&names, i, &mut parts, &mut line);
             out.push(format!("{line} {wt}"));
         }
-        out.sort();
+        // Lines are distinct (one per node), so an unstable sort is deterministic.
+        out.sort_unstable();
         out
     }
+}
+
+/// Function names as a folded line can hold them: `;` separates frames and a space the
+/// weight, so both become `_` (cleaned once per name, not once per line).
+fn folded_names(names: &[String]) -> Vec<String> {
+    names.iter().map(|n| n.replace([';', ' '], "_")).collect()
 }
 
 /// A trace-level event that matters to stacks.
@@ -713,12 +724,14 @@ pub fn flamegraph(
     })
 }
 
-/// The flame graph of folded lines as SVG (inferno).
+/// The flame graph of folded lines, sorted as `Stacks::folded` gives them, as SVG (inferno).
 pub fn write_svg(lines: &[String], title: &str, cycles: bool, out: impl Write) -> Result<()> {
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title.to_string();
     opts.count_name = if cycles { "cycles" } else { "instructions" }.to_string();
     opts.deterministic = true;
+    // `folded` sorted the lines already: inferno would sort them again.
+    opts.no_sort = true;
     if lines.is_empty() {
         // inferno refuses an empty profile; an empty trace still gets a graph that says so.
         let mut out = out;
