@@ -1104,6 +1104,7 @@ impl<'i> Model<'i> {
                 start: self.entry_ip,
                 end,
                 insns: self.block_acc,
+                times: 1,
             });
         }
         self.block_acc = 0;

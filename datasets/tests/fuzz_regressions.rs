@@ -222,3 +222,16 @@ fn stitch_block_link_does_not_outlive_a_cr3_change() {
 fn stitch_overflow_rule_needs_the_overflow_right_after_the_tnt() {
     replay("stitch_diff", "overflow-far-after-tnt");
 }
+
+/// `stitch_diff`: a `jumptable` trace: seven PSBs, each followed by an enable at 0x4012b0,
+/// a disable at the next instruction and an error while disabled; no branch row anywhere.
+/// Each enable/disable leaves a one-instruction partial block waiting for a row. In the
+/// chunked decode the stitches carried them on from chunk to chunk until they filled the
+/// four inline places; the fifth went to a stitch's own rows and was counted there,
+/// although the sequential decode lost them all at the final gap. The same block now adds
+/// to one place's count (`decode/src/flow.rs`, `Partials::push`; unit test
+/// `partials_of_the_same_block_share_one_place`).
+#[test]
+fn stitch_repeated_partial_blocks_without_rows_match_sequential() {
+    replay("stitch_diff", "partials-without-rows");
+}

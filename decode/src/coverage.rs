@@ -53,7 +53,7 @@ impl Coverage {
             self.blocks
                 .entry((p.start, p.end))
                 .or_insert((p.insns, 0))
-                .1 += 1;
+                .1 += p.times as u64;
         }
     }
 
@@ -180,10 +180,10 @@ mod tests {
             offset: 0,
         };
         // Two instructions from 0x0, then an interrupt at 0x8: the next row carries them.
-        RowSink::partial(&mut rows, (0x0, 0x4, 2));
+        RowSink::partial(&mut rows, (0x0, 0x4, 2, 1));
         RowSink::push(&mut rows, &row(0x48, 5), (0x40, 3));
         // Another one whose row is dropped (a gap): it goes with that row.
-        RowSink::partial(&mut rows, (0x40, 0x44, 1));
+        RowSink::partial(&mut rows, (0x40, 0x44, 1, 1));
         RowSink::push(&mut rows, &row(0x48, 4), (0x40, 3));
         RowSink::truncate(&mut rows, 1);
         let mut c = Coverage::default();

@@ -153,13 +153,18 @@ impl FlowState {
 }
 
 /// Partial blocks waiting for the row that carries their instructions (usually none or
-/// one; kept inline so that [`FlowState`] stays `Copy`).
+/// one; kept inline so that [`FlowState`] stays `Copy`). The same block left again before
+/// a row adds to its count instead of taking a place: a stretch of enables and disables
+/// at one address with no branch between them (fuzz finding partials-without-rows) is
+/// one item, in the sequential decode and in a stitch alike.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Partials {
     len: u8,
-    /// (start, last instruction, instructions).
-    items: [(u64, u64, u32); Partials::CAP],
+    items: [Partial; Partials::CAP],
 }
+
+/// A partial block: (start, last instruction, instructions, times left).
+pub type Partial = (u64, u64, u32, u32);
 
 impl Partials {
     const CAP: usize = 4;
@@ -172,12 +177,21 @@ impl Partials {
         self.len as usize
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = Partial> + '_ {
         self.items[..self.len as usize].iter().copied()
     }
 
-    /// Add one; false when full (the caller hands it to the sink at once).
-    pub fn push(&mut self, p: (u64, u64, u32)) -> bool {
+    /// Add one (or add to the count of the same block); false when full (the caller hands
+    /// it to the sink at once).
+    pub fn push(&mut self, p: Partial) -> bool {
+        let items = &mut self.items[..self.len as usize];
+        if let Some(q) = items
+            .iter_mut()
+            .find(|q| (q.0, q.1, q.2) == (p.0, p.1, p.2))
+        {
+            q.3 = q.3.saturating_add(p.3);
+            return true;
+        }
         if self.len as usize == Self::CAP {
             return false;
         }
@@ -280,9 +294,9 @@ pub trait RowSink {
     /// Append a row (the walker leaves `tsc` and `cycles` to the timing pass) and the
     /// basic block it closes: (first instruction, instructions in the block).
     fn push(&mut self, r: &BranchRow, block: (u64, u32));
-    /// A partial block (start, last instruction, instructions) whose instructions the
-    /// next row pushed carries; `truncate` drops it with that row.
-    fn partial(&mut self, _p: (u64, u64, u32)) {}
+    /// A partial block (start, last instruction, instructions, times) whose instructions
+    /// the next row pushed carries; `truncate` drops it with that row.
+    fn partial(&mut self, _p: Partial) {}
     /// Room for about `n` more rows.
     fn reserve(&mut self, _n: usize) {}
     /// The walk is over: complete the rows, count them, aggregate their coverage.
@@ -305,12 +319,13 @@ impl RowSink for BranchColumns {
         self.block_start.push(block.0);
         self.block_insns.push(block.1);
     }
-    fn partial(&mut self, p: (u64, u64, u32)) {
+    fn partial(&mut self, p: Partial) {
         self.partials.push(PartialBlock {
             row: self.len() as u64,
             start: p.0,
             end: p.1,
             insns: p.2,
+            times: p.3,
         });
     }
     fn reserve(&mut self, n: usize) {
@@ -585,7 +600,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     fn close_block(&mut self) {
         let n = self.st.open_insns.saturating_sub(self.st.block_base);
         if n > 0 {
-            let p = (self.st.block_start, self.st.last_insn, n);
+            let p = (self.st.block_start, self.st.last_insn, n, 1);
             if !self.st.partials.push(p) {
                 // More than fit inline: the sink attaches it to the next row now.
                 self.rows.partial(p);
@@ -1642,5 +1657,26 @@ mod tests {
             // The jz; no ret (its block is not in space 2).
             assert_eq!(d.rows.ip, [0x1000], "chunk {chunk}");
         }
+    }
+
+    /// A block left again and again before any row (enables and disables at one address)
+    /// takes one place with a count: five distinct blocks overflow, the same one never.
+    #[test]
+    fn partials_of_the_same_block_share_one_place() {
+        let mut p = super::Partials::default();
+        for _ in 0..1000 {
+            assert!(p.push((0x10, 0x10, 1, 1)));
+        }
+        assert_eq!(p.iter().collect::<Vec<_>>(), [(0x10, 0x10, 1, 1000)]);
+        for k in 1..4u64 {
+            assert!(p.push((0x20 * k, 0x20 * k, 1, 2)));
+        }
+        assert!(
+            !p.push((0x100, 0x104, 2, 1)),
+            "a fifth distinct block does not fit"
+        );
+        assert!(p.push((0x20, 0x20, 1, 1)));
+        assert_eq!(p.len(), 4);
+        assert_eq!(p.iter().nth(1), Some((0x20, 0x20, 1, 3)));
     }
 }

@@ -106,14 +106,16 @@ pub struct BranchColumns {
 }
 
 /// A basic block that execution left before its branch: it ran from `start` through the
-/// instruction at `end`. Its `insns` instructions are counted in the `insns` of row `row`
-/// (the next row), so it counts in coverage exactly when that row does.
+/// instruction at `end`, `times` times since the row before. Its instructions are counted
+/// in the `insns` of row `row` (the next row), so it counts in coverage exactly when that
+/// row does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PartialBlock {
     pub row: u64,
     pub start: u64,
     pub end: u64,
     pub insns: u32,
+    pub times: u32,
 }
 
 impl BranchColumns {

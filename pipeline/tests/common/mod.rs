@@ -170,6 +170,7 @@ pub fn truth(dir: &Path) -> Truth {
                 start: start.value(i),
                 end: end.value(i),
                 insns: insns.value(i),
+                times: 1,
             });
         }
     }
