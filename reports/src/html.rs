@@ -325,7 +325,11 @@ pub fn render(src: &mut Source, top: usize) -> String {
     warnings.extend(fw);
     match flame {
         Ok((st, names)) => {
-            let lines = st.folded(&names, false, st.total(false) / 20_000);
+            let lines = st.folded(
+                &names,
+                false,
+                crate::stacks::svg_min_weight(st.total(false)),
+            );
             let mut svg = Vec::new();
             match write_svg(&lines, "flame graph", false, &mut svg) {
                 Ok(()) if !svg.is_empty() => {
