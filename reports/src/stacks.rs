@@ -28,7 +28,7 @@
 use std::io::Write;
 
 use anyhow::{Context as _, Result};
-use arrow::array::Array;
+use arrow::array::{Array, PrimitiveArray};
 use arrow::datatypes::{UInt32Type, UInt64Type};
 use tracemill_schemas::{BranchKind, EventKind};
 
@@ -39,13 +39,19 @@ use crate::util::{col, insn_len, kind_codes, AddrMap};
 
 pub const MAX_DEPTH: usize = 256;
 
+/// What [`Functions::at`] says of an address: (function id, known symbol, at the
+/// function's first byte).
+pub type FunctionAt = (u32, bool, bool);
+
 /// Function identities: names interned, per address cached.
 pub struct Functions<'s> {
     syms: &'s Symbolizer,
     pub names: Vec<String>,
     ids: std::collections::HashMap<String, u32>,
-    /// addr -> (function id, known symbol, at the function's first byte)
-    cache: AddrMap<u64, (u32, bool, bool)>,
+    cache: AddrMap<u64, FunctionAt>,
+    /// A direct-mapped copy of `cache` in front of it: every row asks, mostly for the
+    /// same few thousand addresses, and a hash map probe was a quarter of the walk.
+    front: Box<[(u64, FunctionAt)]>,
     call_len: AddrMap<u64, u8>,
 }
 
@@ -56,6 +62,7 @@ impl<'s> Functions<'s> {
             names: Vec::new(),
             ids: Default::default(),
             cache: AddrMap::default(),
+            front: vec![(u64::MAX, (0, false, false)); Self::FRONT].into_boxed_slice(),
             call_len: AddrMap::default(),
         };
         f.intern("[gap]");
@@ -72,9 +79,22 @@ impl<'s> Functions<'s> {
         i
     }
 
+    const FRONT: usize = 1 << 12;
+
     /// (id, known symbol, is the function's entry) of the code at `addr`.
     #[inline]
     pub fn at(&mut self, addr: u64) -> (u32, bool, bool) {
+        let slot = ((addr ^ (addr >> 12)) as usize) & (Self::FRONT - 1);
+        let (k, v) = self.front[slot];
+        if k == addr {
+            return v;
+        }
+        let v = self.at_slow(addr);
+        self.front[slot] = (addr, v);
+        v
+    }
+
+    fn at_slow(&mut self, addr: u64) -> (u32, bool, bool) {
         if let Some(&v) = self.cache.get(&addr) {
             return v;
         }
@@ -543,11 +563,13 @@ impl<F: FnMut(Span)> Walker<'_, '_, F> {
 }
 
 /// Walk the branches table and build the stacks. `on_span` sees every frame that ends
-/// (with `tsc` times), for timelines; frames still open at the end end at the last row.
+/// (with `tsc` times when `times`: timelines; without, `tsc` is not read), and frames
+/// still open at the end end at the last row.
 pub fn build<'s>(
     input: &Input,
     f: &mut Functions<'s>,
     warnings: &mut Vec<String>,
+    times: bool,
     on_span: impl FnMut(Span),
 ) -> Result<Stacks> {
     let t = input.table("branches")?;
@@ -562,7 +584,7 @@ pub fn build<'s>(
         tsc: None,
     };
     let has_cycles = t.schema.field_with_name("cycles").is_ok();
-    let has_tsc = t.schema.field_with_name("tsc").is_ok();
+    let has_tsc = times && t.schema.field_with_name("tsc").is_ok();
     let mut cols = vec!["ip", "target", "kind", "insns"];
     if has_cycles {
         cols.push("cycles");
@@ -592,6 +614,10 @@ pub fn build<'s>(
         let tsc = tsc.filter(|c| c.null_count() < c.len());
         let ips = ip.values();
         let ins = insns.values();
+        // Validity looked up once per batch, not through `Array::is_null` per row.
+        let valid =
+            |a: &PrimitiveArray<UInt64Type>, i: usize| a.nulls().map_or(true, |n| n.is_valid(i));
+        let tvalues = target.values();
         let tnull = target.null_count() > 0;
         for i in 0..b.num_rows() {
             while ev.peek().is_some_and(|e| e.seq <= seq) {
@@ -600,8 +626,8 @@ pub fn build<'s>(
             }
             let mut dcyc = 0;
             if let Some(c) = cycles {
-                if !c.is_null(i) {
-                    let v = c.value(i);
+                if valid(c, i) {
+                    let v = c.values()[i];
                     if let Some(p) = prev_cyc {
                         dcyc = v.saturating_sub(p);
                     }
@@ -610,14 +636,14 @@ pub fn build<'s>(
                 }
             }
             if let Some(t) = tsc {
-                if !t.is_null(i) {
-                    w.tsc = Some(t.value(i));
+                if valid(t, i) {
+                    w.tsc = Some(t.values()[i]);
                 }
             }
-            let tg = if tnull && target.is_null(i) {
+            let tg = if tnull && !valid(target, i) {
                 None
             } else {
-                Some(target.value(i))
+                Some(tvalues[i])
             };
             w.row(ips[i], tg, kinds[i], ins[i], dcyc);
             seq += 1;
@@ -638,7 +664,7 @@ pub fn build<'s>(
 pub fn stacks_of(src: &mut Source, warnings: &mut Vec<String>) -> Result<(Stacks, Vec<String>)> {
     if let Source::Decode(input) = src {
         let mut f = Functions::new(&input.symbols);
-        let st = build(input, &mut f, warnings, |_| {})?;
+        let st = build(input, &mut f, warnings, false, |_| {})?;
         return Ok((st, f.names));
     }
     let mut all = Stacks::new();
@@ -650,7 +676,7 @@ pub fn stacks_of(src: &mut Source, warnings: &mut Vec<String>) -> Result<(Stacks
     src.each(&mut ws, |input, _| {
         let mut f = Functions::new(&input.symbols);
         let mut bw = Vec::new();
-        let st = build(input, &mut f, &mut bw, |_| {})?;
+        let st = build(input, &mut f, &mut bw, false, |_| {})?;
         let funcs: Vec<u32> = f
             .names
             .iter()
