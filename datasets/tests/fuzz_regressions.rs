@@ -235,3 +235,14 @@ fn stitch_overflow_rule_needs_the_overflow_right_after_the_tnt() {
 fn stitch_repeated_partial_blocks_without_rows_match_sequential() {
     replay("stitch_diff", "partials-without-rows");
 }
+
+/// `stitch_diff`: a busybox-image trace, chunks of 64 bytes. The second chunk's body met a
+/// FUP.BuffOvf whose compressed IP it could not read (its LAST_IP was unknown) and cleared
+/// LAST_CALL_NLIP while still unsynced; the sequential decode resumed there, traced a
+/// call, and resolved the compressed RET at 0x409422 that the body, resuming later with
+/// the cleared value, reported as an error. Before its first resume point a body leaves
+/// LAST_CALL_NLIP unknown from the chunk start (`decode/src/flow.rs`, `Walker::idle`).
+#[test]
+fn stitch_unreadable_overflow_before_the_body_start_matches_sequential() {
+    replay("stitch_diff", "buffovf-before-body-start");
+}

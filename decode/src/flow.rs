@@ -911,7 +911,14 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             },
             Item::BuffOvf { ip, off } => {
                 self.event(off, EventKind::Overflow, ip, String::new());
-                self.st.last_call = LastCall::None;
+                if ip.is_some() || self.started || self.role != Role::Body {
+                    self.st.last_call = LastCall::None;
+                } else {
+                    // A body that cannot read this FUP's IP stays unsynced, and the
+                    // sequential decode, which could, may trace calls before the body's
+                    // first resume point: there LAST_CALL_NLIP is still unknown, not
+                    // cleared (fuzz finding buffovf-before-body-start).
+                }
                 match ip {
                     Some(ip) => self.resume(ip, off),
                     None => self.st.mode = Mode::Unsynced,
