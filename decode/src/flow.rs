@@ -1572,6 +1572,34 @@ mod tests {
     use crate::timing::TimingConfig;
     use tracemill_schemas::EventKind;
 
+    /// `trace` over `images` decoded sequentially and in chunks of one PSB each (RTIT_CTL
+    /// 0, no timing): (chunk size, result) for both.
+    fn decode_sequential_and_chunked(
+        images: &ImageSet<'_>,
+        trace: &[u8],
+    ) -> Vec<(u64, crate::chunk::Decoded)> {
+        let stream = TraceStream::linear(trace);
+        let cfg = TraceConfig::from_ctl(0);
+        let input = Input {
+            stream: &stream,
+            images,
+            cfg,
+            timing: TimingConfig::new(&cfg, None, true),
+        };
+        [u64::MAX, 1]
+            .into_iter()
+            .map(|chunk| (chunk, decode_all(&input, chunk)))
+            .collect()
+    }
+
+    fn errors_of(d: &crate::chunk::Decoded) -> Vec<&str> {
+        d.events
+            .iter()
+            .filter(|e| e.kind == EventKind::Error)
+            .map(|e| e.detail.as_str())
+            .collect()
+    }
+
     /// 4.2.9 and 4.2.10: the PIP of a far transfer (an interrupt switching address spaces)
     /// comes between its FUP.FAR and its TIP, and the new CR3 is the destination's. The code
     /// the walk still has to cover up to the FUP's IP runs in the old address space, even
@@ -1595,21 +1623,8 @@ mod tests {
         trace.extend_from_slice(&[0xC3, 2, 0, 0, 0, 0]); // PIP cr3=2
         trace.extend_from_slice(&[0xB4, 0x00, 0x80]); // TIP 0x8000
         trace.extend_from_slice(&[0xB4, 0x00, 0x80]); // TIP 0x8000 (the ret)
-        let stream = TraceStream::linear(&trace);
-        let cfg = TraceConfig::from_ctl(0);
-        let input = Input {
-            stream: &stream,
-            images: &images,
-            cfg,
-            timing: TimingConfig::new(&cfg, None, true),
-        };
-        for chunk in [u64::MAX, 1] {
-            let d = decode_all(&input, chunk);
-            let errors: Vec<_> = d
-                .events
-                .iter()
-                .filter(|e| e.kind == EventKind::Error)
-                .collect();
+        for (chunk, d) in decode_sequential_and_chunked(&images, &trace) {
+            let errors = errors_of(&d);
             assert!(errors.is_empty(), "chunk {chunk}: {errors:?}");
             let interrupt = d.events.iter().find(|e| e.kind == EventKind::Interrupt);
             assert_eq!(interrupt.and_then(|e| e.ip), Some(0x1012), "chunk {chunk}");
@@ -1643,22 +1658,8 @@ mod tests {
         trace.extend_from_slice(&[0xC3, 2, 0, 0, 0, 0]); // PIP cr3=2
         trace.extend_from_slice(&[0x84, 0x10, 0x10]); // FUP.PGE 0x1010
         trace.extend_from_slice(&[0xB4, 0x00, 0x10]); // TIP 0x1000 (the ret, in space 1)
-        let stream = TraceStream::linear(&trace);
-        let cfg = TraceConfig::from_ctl(0);
-        let input = Input {
-            stream: &stream,
-            images: &images,
-            cfg,
-            timing: TimingConfig::new(&cfg, None, true),
-        };
-        for chunk in [u64::MAX, 1] {
-            let d = decode_all(&input, chunk);
-            let errors: Vec<_> = d
-                .events
-                .iter()
-                .filter(|e| e.kind == EventKind::Error)
-                .map(|e| e.detail.as_str())
-                .collect();
+        for (chunk, d) in decode_sequential_and_chunked(&images, &trace) {
+            let errors = errors_of(&d);
             assert_eq!(errors.len(), 2, "chunk {chunk}: {errors:?}");
             assert_eq!(errors[1], "no code image covers 0x1010", "chunk {chunk}");
             // The jz; no ret (its block is not in space 2).
