@@ -246,3 +246,15 @@ fn stitch_repeated_partial_blocks_without_rows_match_sequential() {
 fn stitch_unreadable_overflow_before_the_body_start_matches_sequential() {
     replay("stitch_diff", "buffovf-before-body-start");
 }
+
+/// `stitch_diff`: a `jumptable` trace of PSBs, each followed by an enable and a disable
+/// inside the block at 0x40129e (entering at 0x4012ad, 0x4012ae or 0x4012b0, leaving at
+/// 0x4012b0 or 0x4012b1) and an error, with no branch row: five distinct partial blocks
+/// waited at once. Four fitted in the state's inline places; a stitch handed the fifth
+/// to its own rows, where it counted, while the sequential decode dropped it at the next
+/// gap. Waiting blocks now travel with the state, any number of them
+/// (`decode/src/flow.rs`, `Partials`; unit test `partials_of_the_same_block_share_one_place`).
+#[test]
+fn stitch_five_distinct_partial_blocks_without_rows_match_sequential() {
+    replay("stitch_diff", "five-distinct-partials");
+}

@@ -221,8 +221,12 @@ pub fn stitch<S: RowSink + Default>(
         let s = w.run();
         debug_assert_eq!(s, Stop::End);
     }
-    let at = w.st;
-    let mut exit = if converged { body.exit } else { w.exit_state() };
+    let at = w.st.clone();
+    let mut exit = if converged {
+        body.exit.clone()
+    } else {
+        w.exit_state()
+    };
     if converged {
         // The body did not know these; at its start they were the stitch's.
         if exit.last_call == LastCall::FromChunkStart {
@@ -241,11 +245,11 @@ pub fn stitch<S: RowSink + Default>(
             exit.open_insns += at.open_insns;
             exit.block_base += at.open_insns;
             // The stitch's partial blocks wait for a later row, before the body's.
-            let mut p = at.partials;
+            // (Past `Partials::CAP` distinct blocks, as in the sequential decode, the
+            // later ones are not counted.)
+            let mut p = at.partials.clone();
             for q in exit.partials.iter() {
-                if !p.push(q) {
-                    w.rows.partial(q);
-                }
+                p.push(q);
             }
             exit.partials = p;
         } else {
@@ -372,7 +376,7 @@ impl<'i, 'a> Stitcher<'i, 'a> {
         mut body: Body<BranchColumns>,
         mut emit: impl FnMut(Piece<BranchColumns>),
     ) {
-        match self.prev_exit {
+        match self.prev_exit.take() {
             None => {
                 self.prev_exit = Some(body.exit);
                 emit(body.out);
@@ -380,7 +384,7 @@ impl<'i, 'a> Stitcher<'i, 'a> {
             Some(pe) => {
                 self.cache.trim(crate::block::CACHE_BUDGET);
                 let s = stitch(self.input, &mut self.cache, pe, &body);
-                self.prev_exit = Some(s.exit);
+                self.prev_exit = Some(s.exit.clone());
                 if !s.use_body {
                     self.fallbacks += 1;
                 }

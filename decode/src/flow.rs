@@ -82,7 +82,7 @@ pub enum PrevFlow {
 }
 
 /// Everything the walk depends on: a chunk's exit state is the next stitch's start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FlowState {
     pub mode: Mode,
     pub ip: u64,
@@ -153,55 +153,58 @@ impl FlowState {
 }
 
 /// Partial blocks waiting for the row that carries their instructions (usually none or
-/// one; kept inline so that [`FlowState`] stays `Copy`). The same block left again before
-/// a row adds to its count instead of taking a place: a stretch of enables and disables
-/// at one address with no branch between them (fuzz finding partials-without-rows) is
-/// one item, in the sequential decode and in a stitch alike.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// one). The same block left again before a row adds to its count instead of taking a
+/// place: a stretch of enables and disables at one address with no branch between them
+/// (fuzz finding partials-without-rows) is one item. Any number of distinct blocks wait
+/// (up to [`Partials::CAP`]), and they travel with the state across chunk seams, so that
+/// a stitch hands on exactly what the sequential decode holds (fuzz finding
+/// five-distinct-partials).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Partials {
-    len: u8,
-    items: [Partial; Partials::CAP],
+    items: Vec<Partial>,
 }
 
 /// A partial block: (start, last instruction, instructions, times left).
 pub type Partial = (u64, u64, u32, u32);
 
 impl Partials {
-    const CAP: usize = 4;
+    /// Distinct blocks that can wait at once. Each needs an enable and a disable (or an
+    /// interrupt) inside code, so a trace cannot reach this without megabytes of exactly
+    /// that; past it, further distinct blocks are not counted, in every decode alike.
+    pub const CAP: usize = 4096;
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.items.is_empty()
     }
 
     pub fn len(&self) -> usize {
-        self.len as usize
+        self.items.len()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = Partial> + '_ {
-        self.items[..self.len as usize].iter().copied()
+        self.items.iter().copied()
     }
 
-    /// Add one (or add to the count of the same block); false when full (the caller hands
-    /// it to the sink at once).
+    /// Add one (or add to the count of the same block); false when it cannot wait (a new
+    /// block past [`Partials::CAP`]).
     pub fn push(&mut self, p: Partial) -> bool {
-        let items = &mut self.items[..self.len as usize];
-        if let Some(q) = items
+        if let Some(q) = self
+            .items
             .iter_mut()
             .find(|q| (q.0, q.1, q.2) == (p.0, p.1, p.2))
         {
             q.3 = q.3.saturating_add(p.3);
             return true;
         }
-        if self.len as usize == Self::CAP {
+        if self.items.len() == Self::CAP {
             return false;
         }
-        self.items[self.len as usize] = p;
-        self.len += 1;
+        self.items.push(p);
         true
     }
 
     pub fn clear(&mut self) {
-        self.len = 0;
+        self.items.clear();
     }
 }
 
@@ -473,7 +476,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
 
     /// The state to hand on (valid after `Stop::End`, when nothing is looked ahead).
     pub fn exit_state(&self) -> FlowState {
-        let mut s = self.st;
+        let mut s = self.st.clone();
         s.cursor = self.reader.pos();
         s.want_cyc = self.reader.wants_cyc();
         s
@@ -601,10 +604,8 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         let n = self.st.open_insns.saturating_sub(self.st.block_base);
         if n > 0 {
             let p = (self.st.block_start, self.st.last_insn, n, 1);
-            if !self.st.partials.push(p) {
-                // More than fit inline: the sink attaches it to the next row now.
-                self.rows.partial(p);
-            }
+            // Past `Partials::CAP` distinct blocks it is not counted (see there).
+            self.st.partials.push(p);
         }
         self.st.block_base = self.st.open_insns;
     }
@@ -801,7 +802,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         Snapshot {
             pos,
             want_cyc,
-            st: self.st,
+            st: self.st.clone(),
             events: self.events.len(),
             deferred: self.deferred.len(),
             timing: self.timing.len(),
@@ -858,7 +859,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         self.events.truncate(before.events);
         self.deferred.truncate(before.deferred);
         self.timing.truncate(before.timing);
-        self.st = before.st;
+        self.st = before.st.clone();
         self.reader.seek(before.pos, before.want_cyc);
     }
 
@@ -1668,7 +1669,7 @@ mod tests {
     }
 
     /// A block left again and again before any row (enables and disables at one address)
-    /// takes one place with a count: five distinct blocks overflow, the same one never.
+    /// takes one place with a count; distinct blocks each take one, up to the cap.
     #[test]
     fn partials_of_the_same_block_share_one_place() {
         let mut p = super::Partials::default();
@@ -1676,15 +1677,19 @@ mod tests {
             assert!(p.push((0x10, 0x10, 1, 1)));
         }
         assert_eq!(p.iter().collect::<Vec<_>>(), [(0x10, 0x10, 1, 1000)]);
-        for k in 1..4u64 {
+        // Distinct blocks each take a place, up to the cap (five-distinct-partials).
+        for k in 1..super::Partials::CAP as u64 {
             assert!(p.push((0x20 * k, 0x20 * k, 1, 2)));
         }
         assert!(
-            !p.push((0x100, 0x104, 2, 1)),
-            "a fifth distinct block does not fit"
+            !p.push((0x1, 0x4, 2, 1)),
+            "past the cap a new block cannot wait"
         );
-        assert!(p.push((0x20, 0x20, 1, 1)));
-        assert_eq!(p.len(), 4);
+        assert!(
+            p.push((0x20, 0x20, 1, 1)),
+            "a waiting one still counts again"
+        );
+        assert_eq!(p.len(), super::Partials::CAP);
         assert_eq!(p.iter().nth(1), Some((0x20, 0x20, 1, 3)));
     }
 }
