@@ -68,6 +68,7 @@
 
 mod atomic;
 pub mod convert;
+mod dictionary_chunk;
 mod error;
 pub mod ipc;
 pub mod parquet;

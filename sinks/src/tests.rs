@@ -810,3 +810,77 @@ fn constant_columns_reach_every_row_by_every_write_path() {
     assert!(e.to_string().contains("\"seq\""), "{e}");
     assert!(!sub.join("branches.parquet").exists());
 }
+
+#[test]
+fn row_groups_encoded_elsewhere_read_back_as_written_batch_by_batch() {
+    // The RowGroupEncoder writes string dictionary columns (`kind`, constant columns)
+    // with its own chunk encoder (dictionary_chunk.rs), everything else with arrow-rs.
+    // Whatever wrote them, a reader must see the same rows, the same layout, and no
+    // larger file.
+    let dir = tempfile::tempdir().unwrap();
+    let opts = WriterOptions {
+        max_row_group_rows: 30_000,
+        constant_columns: vec![("bundle".into(), "0123456789abcdef".into())],
+        ..WriterOptions::default()
+    };
+    for table in ["branches", "timing"] {
+        let batches: Vec<RecordBatch> = (0..3u64)
+            .map(|i| match table {
+                "branches" => {
+                    crate::convert::branches(sample_branches(25_000, i, i * 1_000_000), i * 25_000)
+                        .unwrap()
+                }
+                _ => crate::convert::timing(sample_timing(25_000)).unwrap(),
+            })
+            .collect();
+        let plain = dir.path().join(format!("{table}-write"));
+        let enc = dir.path().join(format!("{table}-enc"));
+        fs::create_dir_all(&plain).unwrap();
+        fs::create_dir_all(&enc).unwrap();
+        let mut w = TableWriter::create_in(&plain, table, &file_meta(), &opts).unwrap();
+        for b in &batches {
+            w.write(b).unwrap();
+        }
+        let by_write = w.finish().unwrap();
+        let mut w = TableWriter::create_in(&enc, table, &file_meta(), &opts).unwrap();
+        let e = w.row_group_encoder().unwrap();
+        // Row groups of 30,000 and 45,000 rows: pages of 20,000 rows and a remainder.
+        w.append_encoded(e.encode(0, &batches[..1]).unwrap()).unwrap();
+        w.append_encoded(e.encode(1, &batches[1..]).unwrap()).unwrap();
+        let by_encoder = w.finish().unwrap();
+        assert_eq!(by_encoder.rows, 75_000);
+
+        let (schema_a, a) = read_parquet(&by_write.path);
+        let (schema_b, b) = read_parquet(&by_encoder.path);
+        assert_eq!(schema_a, schema_b, "{table}");
+        assert_eq!(a, b, "{table}: the rows read back");
+        assert!(strings(&b, "bundle")
+            .iter()
+            .all(|s| s.as_deref() == Some("0123456789abcdef")));
+
+        let md = parquet_meta(&by_encoder.path);
+        for (i, rg) in md.row_groups().iter().enumerate() {
+            for name in ["kind", "bundle"] {
+                let (ci, c) = rg
+                    .columns()
+                    .iter()
+                    .enumerate()
+                    .find(|(_, c)| c.column_path().string() == name)
+                    .unwrap();
+                let enc: Vec<_> = c.encodings().collect();
+                assert!(enc.contains(&Encoding::RLE_DICTIONARY), "{name}: {enc:?}");
+                assert!(c.dictionary_page_offset().is_some(), "{name}");
+                assert!(matches!(c.compression(), Compression::ZSTD(_)), "{name}");
+                assert!(c.statistics().is_none(), "{name}");
+                let pages = md.page_index_for_row_group(i);
+                let locations = pages.offset_index(ci).unwrap().page_locations();
+                let first_rows: Vec<i64> = locations.iter().map(|l| l.first_row_index).collect();
+                let want: &[i64] = if i == 0 { &[0, 20_000] } else { &[0, 20_000, 40_000] };
+                assert_eq!(first_rows, want, "{table}.{name}, row group {i}");
+            }
+        }
+        // Row groups differ (30k/45k against 30k/30k/15k), so sizes differ a little.
+        let (sa, sb) = (by_write.bytes as f64, by_encoder.bytes as f64);
+        assert!(sb <= sa * 1.01, "{table}: {sb} bytes against {sa}");
+    }
+}

@@ -9,7 +9,11 @@ use ::parquet::arrow::arrow_writer::{
     compute_leaves, ArrowColumnChunk, ArrowRowGroupWriterFactory,
 };
 use ::parquet::arrow::ArrowWriter;
+use ::parquet::column::writer::ColumnCloseResult;
+use ::parquet::file::properties::WriterPropertiesPtr;
 use ::parquet::file::writer::SerializedFileWriter;
+use ::parquet::schema::types::ColumnDescPtr;
+use bytes::Bytes;
 use arrow_array::types::Int32Type;
 use arrow_array::{ArrayRef, DictionaryArray, Int32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
@@ -18,7 +22,7 @@ use tracemill_schemas::{meta, SCHEMA_VERSION, TABLES};
 
 use crate::atomic::PendingFile;
 use crate::convert::ImageDictionary;
-use crate::{convert, ipc, parquet, ConvertError, Error};
+use crate::{convert, dictionary_chunk, ipc, parquet, ConvertError, Error};
 
 /// Output file format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -150,6 +154,10 @@ pub struct RowGroupEncoder {
     /// The file's columns: the table's, then the constant ones.
     schema: SchemaRef,
     constants: Arc<Constants>,
+    /// Per column of `schema`: the Parquet column, for the string dictionary columns
+    /// [`dictionary_chunk`] encodes (arrow-rs would hash every row's string again).
+    keyed: Arc<Vec<Option<ColumnDescPtr>>>,
+    props: WriterPropertiesPtr,
     path: PathBuf,
 }
 
@@ -163,8 +171,14 @@ impl fmt::Debug for RowGroupEncoder {
 
 /// A row group encoded by a [`RowGroupEncoder`], not yet in the file.
 pub struct EncodedRowGroup {
-    chunks: Vec<ArrowColumnChunk>,
+    chunks: Vec<EncodedColumn>,
     rows: u64,
+}
+
+enum EncodedColumn {
+    Arrow(ArrowColumnChunk),
+    /// From [`dictionary_chunk::encode`]: the chunk's bytes and its metadata.
+    Keyed(Bytes, ColumnCloseResult),
 }
 
 impl EncodedRowGroup {
@@ -182,6 +196,7 @@ impl RowGroupEncoder {
             source,
         };
         let mut writers = self.factory.create_column_writers(index).map_err(perr)?;
+        let mut keyed: Vec<Vec<ArrayRef>> = vec![Vec::new(); self.keyed.len()];
         let mut rows = 0;
         for b in batches {
             let b = &self
@@ -200,7 +215,13 @@ impl RowGroupEncoder {
                 });
             }
             let mut w = writers.iter_mut();
-            for (arr, field) in b.columns().iter().zip(self.schema.fields()) {
+            for (i, (arr, field)) in b.columns().iter().zip(self.schema.fields()).enumerate() {
+                if self.keyed[i].is_some() {
+                    // Flat schemas: one leaf per field, so skip this field's writer.
+                    w.next();
+                    keyed[i].push(arr.clone());
+                    continue;
+                }
                 for leaf in compute_leaves(field, arr).map_err(perr)? {
                     w.next()
                         .expect("one writer per leaf column")
@@ -210,11 +231,18 @@ impl RowGroupEncoder {
             }
             rows += b.num_rows() as u64;
         }
-        let chunks = writers
-            .into_iter()
-            .map(|w| w.close())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(perr)?;
+        let mut chunks = Vec::with_capacity(writers.len());
+        for ((w, descr), arrays) in writers.into_iter().zip(self.keyed.iter()).zip(keyed) {
+            chunks.push(match descr {
+                Some(descr) => {
+                    let (bytes, close) =
+                        dictionary_chunk::encode(descr.clone(), &self.props, &arrays)
+                            .map_err(perr)?;
+                    EncodedColumn::Keyed(bytes, close)
+                }
+                None => EncodedColumn::Arrow(w.close().map_err(perr)?),
+            });
+        }
         Ok(EncodedRowGroup { chunks, rows })
     }
 }
@@ -445,13 +473,27 @@ impl TableWriter {
                             path: path.clone(),
                             source,
                         })?;
-                self.sink = Sink::ParquetRowGroups(writer);
                 let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
                 fields.extend(self.constants.fields.iter().cloned());
+                let leaves = writer.schema_descr().columns();
+                let props = writer.properties().clone();
+                // Only a flat schema maps field i to leaf column i.
+                let flat = leaves.len() == fields.len();
+                let keyed = fields
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let leaf = leaves.get(i).filter(|_| flat)?;
+                        dictionary_chunk::applies(f, leaf.path(), &props).then(|| leaf.clone())
+                    })
+                    .collect();
+                self.sink = Sink::ParquetRowGroups(writer);
                 Ok(RowGroupEncoder {
                     factory: Arc::new(factory),
                     schema: Arc::new(Schema::new(fields)),
                     constants: self.constants.clone(),
+                    keyed: Arc::new(keyed),
+                    props,
                     path,
                 })
             }
@@ -484,7 +526,10 @@ impl TableWriter {
         let r = (|| {
             let mut rgw = w.next_row_group()?;
             for c in rg.chunks {
-                c.append_to_row_group(&mut rgw)?;
+                match c {
+                    EncodedColumn::Arrow(c) => c.append_to_row_group(&mut rgw)?,
+                    EncodedColumn::Keyed(bytes, close) => rgw.append_column(&bytes, close)?,
+                }
             }
             rgw.close()?;
             Ok(())
