@@ -408,7 +408,10 @@ mod tests {
                 let mut v = [0u8; 4];
                 v[..bytes].copy_from_slice(&b[..bytes]);
                 b = &b[bytes..];
-                out.extend(std::iter::repeat_n(u32::from_le_bytes(v), (h >> 1) as usize));
+                out.extend(std::iter::repeat_n(
+                    u32::from_le_bytes(v),
+                    (h >> 1) as usize,
+                ));
             }
         }
         assert!(b.is_empty(), "{} bytes left over", b.len());
@@ -434,7 +437,9 @@ mod tests {
         v.extend((0..5).map(|i| i % 2));
         round_trip(&v, 2);
         // Long literal stretches cross the 63-group limit of one run.
-        let v: Vec<u32> = (0..5000u32).map(|i| i.wrapping_mul(2654435761) % 200).collect();
+        let v: Vec<u32> = (0..5000u32)
+            .map(|i| i.wrapping_mul(2654435761) % 200)
+            .collect();
         round_trip(&v, 8);
         let v: Vec<u32> = (0..5000u32).map(|i| (i / 37) % 300).collect();
         round_trip(&v, 9);

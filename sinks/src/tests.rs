@@ -845,8 +845,10 @@ fn row_groups_encoded_elsewhere_read_back_as_written_batch_by_batch() {
         let mut w = TableWriter::create_in(&enc, table, &file_meta(), &opts).unwrap();
         let e = w.row_group_encoder().unwrap();
         // Row groups of 30,000 and 45,000 rows: pages of 20,000 rows and a remainder.
-        w.append_encoded(e.encode(0, &batches[..1]).unwrap()).unwrap();
-        w.append_encoded(e.encode(1, &batches[1..]).unwrap()).unwrap();
+        w.append_encoded(e.encode(0, &batches[..1]).unwrap())
+            .unwrap();
+        w.append_encoded(e.encode(1, &batches[1..]).unwrap())
+            .unwrap();
         let by_encoder = w.finish().unwrap();
         assert_eq!(by_encoder.rows, 75_000);
 
@@ -875,7 +877,11 @@ fn row_groups_encoded_elsewhere_read_back_as_written_batch_by_batch() {
                 let pages = md.page_index_for_row_group(i);
                 let locations = pages.offset_index(ci).unwrap().page_locations();
                 let first_rows: Vec<i64> = locations.iter().map(|l| l.first_row_index).collect();
-                let want: &[i64] = if i == 0 { &[0, 20_000] } else { &[0, 20_000, 40_000] };
+                let want: &[i64] = if i == 0 {
+                    &[0, 20_000]
+                } else {
+                    &[0, 20_000, 40_000]
+                };
                 assert_eq!(first_rows, want, "{table}.{name}, row group {i}");
             }
         }

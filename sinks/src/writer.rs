@@ -13,10 +13,10 @@ use ::parquet::column::writer::ColumnCloseResult;
 use ::parquet::file::properties::WriterPropertiesPtr;
 use ::parquet::file::writer::SerializedFileWriter;
 use ::parquet::schema::types::ColumnDescPtr;
-use bytes::Bytes;
 use arrow_array::types::Int32Type;
 use arrow_array::{ArrayRef, DictionaryArray, Int32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
+use bytes::Bytes;
 use tracemill_decode::rows::{BranchColumns, CoverageRow, EdgeRow, EventRow, TimingColumns};
 use tracemill_schemas::{meta, SCHEMA_VERSION, TABLES};
 
