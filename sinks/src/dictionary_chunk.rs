@@ -128,7 +128,6 @@ pub(crate) fn encode(
         });
         first_row += codes.len();
     }
-    drop(pages);
     let bytes = out.bytes_written() as u64;
     let out = out.into_inner()?;
 
@@ -145,7 +144,7 @@ pub(crate) fn encode(
         .set_data_page_offset(data_offset.unwrap_or(bytes as i64))
         .set_dictionary_page_offset(Some(dictionary_offset))
         .build()?;
-    let offset_index = (!props.offset_index_disabled()).then(|| OffsetIndexMetaData {
+    let offset_index = (!props.offset_index_disabled()).then_some(OffsetIndexMetaData {
         page_locations: locations,
         unencoded_byte_array_data_bytes: None,
     });
