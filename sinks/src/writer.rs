@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ::parquet::arrow::arrow_writer::{
-    compute_leaves, ArrowColumnChunk, ArrowRowGroupWriterFactory,
+    compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowRowGroupWriterFactory,
 };
 use ::parquet::arrow::ArrowWriter;
 use ::parquet::column::writer::ColumnCloseResult;
@@ -17,6 +17,7 @@ use arrow_array::types::Int32Type;
 use arrow_array::{ArrayRef, DictionaryArray, Int32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
 use bytes::Bytes;
+use rayon::prelude::*;
 use tracemill_decode::rows::{BranchColumns, CoverageRow, EdgeRow, EventRow, TimingColumns};
 use tracemill_schemas::{meta, SCHEMA_VERSION, TABLES};
 
@@ -195,11 +196,10 @@ impl RowGroupEncoder {
             path: self.path.clone(),
             source,
         };
-        let mut writers = self.factory.create_column_writers(index).map_err(perr)?;
-        let mut keyed: Vec<Vec<ArrayRef>> = vec![Vec::new(); self.keyed.len()];
-        let mut rows = 0;
+        let writers = self.factory.create_column_writers(index).map_err(perr)?;
+        let mut extended = Vec::with_capacity(batches.len());
         for b in batches {
-            let b = &self
+            let b = self
                 .constants
                 .extend(b)
                 .map_err(|e| perr(::parquet::errors::ParquetError::from(e)))?;
@@ -214,35 +214,58 @@ impl RowGroupEncoder {
                     ),
                 });
             }
-            let mut w = writers.iter_mut();
-            for (i, (arr, field)) in b.columns().iter().zip(self.schema.fields()).enumerate() {
-                if self.keyed[i].is_some() {
-                    // Flat schemas: one leaf per field, so skip this field's writer.
-                    w.next();
-                    keyed[i].push(arr.clone());
-                    continue;
-                }
-                for leaf in compute_leaves(field, arr).map_err(perr)? {
-                    w.next()
-                        .expect("one writer per leaf column")
-                        .write(&leaf)
-                        .map_err(perr)?;
+            extended.push(b);
+        }
+        let rows = extended.iter().map(|b| b.num_rows() as u64).sum();
+        // Flat schemas (one leaf per field, `create_column_writers` gives one writer per
+        // leaf): column i is field i. The columns are independent, so they are encoded in
+        // parallel on the calling pool: one row group is 50+ ms of work on one thread,
+        // and the pipeline waits for row groups in order.
+        let flat = writers.len() == self.schema.fields().len();
+        let encode_column = |(i, w): (usize, ArrowColumnWriter)| -> Result<EncodedColumn, Error> {
+            let field = &self.schema.fields()[i];
+            if let Some(descr) = self.keyed[i].as_ref().filter(|_| flat) {
+                let arrays: Vec<ArrayRef> = extended.iter().map(|b| b.column(i).clone()).collect();
+                let (bytes, close) =
+                    dictionary_chunk::encode(descr.clone(), &self.props, &arrays).map_err(perr)?;
+                return Ok(EncodedColumn::Keyed(bytes, close));
+            }
+            let mut w = w;
+            for b in &extended {
+                for leaf in compute_leaves(field, b.column(i)).map_err(perr)? {
+                    w.write(&leaf).map_err(perr)?;
                 }
             }
-            rows += b.num_rows() as u64;
-        }
-        let mut chunks = Vec::with_capacity(writers.len());
-        for ((w, descr), arrays) in writers.into_iter().zip(self.keyed.iter()).zip(keyed) {
-            chunks.push(match descr {
-                Some(descr) => {
-                    let (bytes, close) =
-                        dictionary_chunk::encode(descr.clone(), &self.props, &arrays)
+            Ok(EncodedColumn::Arrow(w.close().map_err(perr)?))
+        };
+        let chunks = if flat {
+            writers
+                .into_iter()
+                .enumerate()
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .map(encode_column)
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            // A nested field has several leaves, hence writers: fields in order, each
+            // field's leaves to the writers that follow, all on this thread.
+            let mut writers = writers;
+            for b in &extended {
+                let mut w = writers.iter_mut();
+                for (arr, field) in b.columns().iter().zip(self.schema.fields()) {
+                    for leaf in compute_leaves(field, arr).map_err(perr)? {
+                        w.next()
+                            .expect("one writer per leaf column")
+                            .write(&leaf)
                             .map_err(perr)?;
-                    EncodedColumn::Keyed(bytes, close)
+                    }
                 }
-                None => EncodedColumn::Arrow(w.close().map_err(perr)?),
-            });
-        }
+            }
+            writers
+                .into_iter()
+                .map(|w| Ok(EncodedColumn::Arrow(w.close().map_err(perr)?)))
+                .collect::<Result<Vec<_>, Error>>()?
+        };
         Ok(EncodedRowGroup { chunks, rows })
     }
 }
