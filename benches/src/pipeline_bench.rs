@@ -10,7 +10,7 @@
 //! - `count`: chunk bodies decoded in parallel into a counting sink (the walk alone, no
 //!   rows stored, no stitching);
 //! - `rows`: the full parallel decode with stitching, rows built in columns, not written;
-//! - `write`: the `tracemill decode` pipeline writing branches, events and timing Parquet.
+//! - `write`: the `tracemill decode` pipeline writing all five tables as Parquet.
 //!
 //! The machines are shared and noisy: compare ratios within one run.
 
