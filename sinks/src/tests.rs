@@ -890,3 +890,26 @@ fn row_groups_encoded_elsewhere_read_back_as_written_batch_by_batch() {
         assert!(sb <= sa * 1.01, "{table}: {sb} bytes against {sa}");
     }
 }
+
+#[test]
+fn encoded_row_groups_of_no_rows_and_of_one_row_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = WriterOptions {
+        constant_columns: vec![("bundle".into(), "b".into())],
+        ..WriterOptions::default()
+    };
+    let mut w = TableWriter::create_in(dir.path(), "timing", &file_meta(), &opts).unwrap();
+    let e = w.row_group_encoder().unwrap();
+    let one = crate::convert::timing(sample_timing(1)).unwrap();
+    w.append_encoded(e.encode(0, &[]).unwrap()).unwrap();
+    w.append_encoded(e.encode(1, &[one.slice(0, 0)]).unwrap())
+        .unwrap();
+    w.append_encoded(e.encode(2, &[one.clone()]).unwrap())
+        .unwrap();
+    let written = w.finish().unwrap();
+    assert_eq!(written.rows, 1);
+    let (_, b) = read_parquet(&written.path);
+    assert_eq!(b.num_rows(), 1);
+    assert_eq!(strings(&b, "bundle"), [Some("b".to_string())]);
+    assert_eq!(strings(&b, "kind"), strings(&one, "kind"));
+}

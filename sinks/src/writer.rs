@@ -222,9 +222,12 @@ impl RowGroupEncoder {
         // parallel on the calling pool: one row group is 50+ ms of work on one thread,
         // and the pipeline waits for row groups in order.
         let flat = writers.len() == self.schema.fields().len();
+        // An empty chunk has no data page for its metadata to point at: arrow-rs writes
+        // those.
+        let keyed_ok = flat && rows > 0;
         let encode_column = |(i, w): (usize, ArrowColumnWriter)| -> Result<EncodedColumn, Error> {
             let field = &self.schema.fields()[i];
-            if let Some(descr) = self.keyed[i].as_ref().filter(|_| flat) {
+            if let Some(descr) = self.keyed[i].as_ref().filter(|_| keyed_ok) {
                 let arrays: Vec<ArrayRef> = extended.iter().map(|b| b.column(i).clone()).collect();
                 let (bytes, close) =
                     dictionary_chunk::encode(descr.clone(), &self.props, &arrays).map_err(perr)?;
