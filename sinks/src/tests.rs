@@ -904,7 +904,7 @@ fn encoded_row_groups_of_no_rows_and_of_one_row_read_back() {
     w.append_encoded(e.encode(0, &[]).unwrap()).unwrap();
     w.append_encoded(e.encode(1, &[one.slice(0, 0)]).unwrap())
         .unwrap();
-    w.append_encoded(e.encode(2, &[one.clone()]).unwrap())
+    w.append_encoded(e.encode(2, std::slice::from_ref(&one)).unwrap())
         .unwrap();
     let written = w.finish().unwrap();
     assert_eq!(written.rows, 1);

@@ -217,23 +217,22 @@ impl RowGroupEncoder {
             extended.push(b);
         }
         let rows = extended.iter().map(|b| b.num_rows() as u64).sum();
-        // Flat schemas (one leaf per field, `create_column_writers` gives one writer per
-        // leaf): column i is field i. The columns are independent, so they are encoded in
-        // parallel on the calling pool: one row group is 50+ ms of work on one thread,
-        // and the pipeline waits for row groups in order.
-        let flat = writers.len() == self.schema.fields().len();
+        // Flat schemas (`row_group_encoder` checks): one writer per field, so column i is
+        // field i. The columns are independent, so they are encoded in parallel on the
+        // calling pool: one row group is 50+ ms of work on one thread, and the pipeline
+        // waits for row groups in order.
+        debug_assert_eq!(writers.len(), self.schema.fields().len());
         // An empty chunk has no data page for its metadata to point at: arrow-rs writes
         // those.
-        let keyed_ok = flat && rows > 0;
-        let encode_column = |(i, w): (usize, ArrowColumnWriter)| -> Result<EncodedColumn, Error> {
-            let field = &self.schema.fields()[i];
+        let keyed_ok = rows > 0;
+        let encode_column = |(i, mut w): (usize, ArrowColumnWriter)| {
             if let Some(descr) = self.keyed[i].as_ref().filter(|_| keyed_ok) {
                 let arrays: Vec<ArrayRef> = extended.iter().map(|b| b.column(i).clone()).collect();
                 let (bytes, close) =
                     dictionary_chunk::encode(descr.clone(), &self.props, &arrays).map_err(perr)?;
                 return Ok(EncodedColumn::Keyed(bytes, close));
             }
-            let mut w = w;
+            let field = &self.schema.fields()[i];
             for b in &extended {
                 for leaf in compute_leaves(field, b.column(i)).map_err(perr)? {
                     w.write(&leaf).map_err(perr)?;
@@ -241,34 +240,13 @@ impl RowGroupEncoder {
             }
             Ok(EncodedColumn::Arrow(w.close().map_err(perr)?))
         };
-        let chunks = if flat {
-            writers
-                .into_iter()
-                .enumerate()
-                .collect::<Vec<_>>()
-                .into_par_iter()
-                .map(encode_column)
-                .collect::<Result<Vec<_>, _>>()?
-        } else {
-            // A nested field has several leaves, hence writers: fields in order, each
-            // field's leaves to the writers that follow, all on this thread.
-            let mut writers = writers;
-            for b in &extended {
-                let mut w = writers.iter_mut();
-                for (arr, field) in b.columns().iter().zip(self.schema.fields()) {
-                    for leaf in compute_leaves(field, arr).map_err(perr)? {
-                        w.next()
-                            .expect("one writer per leaf column")
-                            .write(&leaf)
-                            .map_err(perr)?;
-                    }
-                }
-            }
-            writers
-                .into_iter()
-                .map(|w| Ok(EncodedColumn::Arrow(w.close().map_err(perr)?)))
-                .collect::<Result<Vec<_>, Error>>()?
-        };
+        let chunks = writers
+            .into_iter()
+            .enumerate()
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(encode_column)
+            .collect::<Result<Vec<_>, Error>>()?;
         Ok(EncodedRowGroup { chunks, rows })
     }
 }
@@ -491,6 +469,18 @@ impl TableWriter {
                 detail: "row groups can be encoded elsewhere only from the start".into(),
             });
         }
+        let flat = self
+            .schema
+            .fields()
+            .iter()
+            .all(|f| !f.data_type().is_nested());
+        if !flat {
+            return Err(Error::SchemaMismatch {
+                path,
+                table: self.table,
+                detail: "row groups are encoded elsewhere only for flat tables".into(),
+            });
+        }
         match std::mem::replace(&mut self.sink, Sink::Switching) {
             Sink::Parquet(w) => {
                 let (writer, factory) =
@@ -503,13 +493,12 @@ impl TableWriter {
                 fields.extend(self.constants.fields.iter().cloned());
                 let leaves = writer.schema_descr().columns();
                 let props = writer.properties().clone();
-                // Only a flat schema maps field i to leaf column i.
-                let flat = leaves.len() == fields.len();
+                // Row groups are encoded column by column, field i as leaf column i: every
+                // table is flat. (Checked before the writer is taken apart.)
                 let keyed = fields
                     .iter()
-                    .enumerate()
-                    .map(|(i, f)| {
-                        let leaf = leaves.get(i).filter(|_| flat)?;
+                    .zip(leaves)
+                    .map(|(f, leaf)| {
                         dictionary_chunk::applies(f, leaf.path(), &props).then(|| leaf.clone())
                     })
                     .collect();
