@@ -65,16 +65,7 @@ pub(crate) fn encode(
     let dict = Dictionary::of(arrays)?;
     let rows = dict.codes.len();
     let width = bit_width(dict.values.len());
-    let level = match props.compression(&path) {
-        Compression::ZSTD(l) => Some(l.compression_level()),
-        Compression::UNCOMPRESSED => None,
-        other => {
-            return Err(ParquetError::General(format!(
-                "{path}: {other} is not written by the dictionary chunk encoder"
-            )))
-        }
-    };
-    let mut compress = Compressor::new(level)?;
+    let mut compress = Compressor::new(&path, props.compression(&path))?;
 
     let mut out = TrackedWrite::new(Vec::new());
     let mut pages = SerializedPageWriter::new(&mut out);
@@ -131,16 +122,19 @@ pub(crate) fn encode(
     let bytes = out.bytes_written() as u64;
     let out = out.into_inner()?;
 
-    let mut encodings = vec![props.dictionary_page_encoding(), Encoding::RLE];
-    encodings.push(props.dictionary_data_page_encoding());
-    encodings.dedup();
+    let encodings = vec![
+        props.dictionary_page_encoding(),
+        Encoding::RLE,
+        props.dictionary_data_page_encoding(),
+    ];
     let metadata = ColumnChunkMetaData::builder(descr)
         .set_compression(props.compression(&path))
         .set_encodings(encodings)
         .set_total_compressed_size(bytes as i64)
         .set_total_uncompressed_size(uncompressed as i64)
         .set_num_values(rows as i64)
-        // An empty chunk has no data page; point at where one would start.
+        // An empty chunk has no data page; point at where one would start. (The writer
+        // leaves empty row groups to arrow-rs, so this is only for other callers.)
         .set_data_page_offset(data_offset.unwrap_or(bytes as i64))
         .set_dictionary_page_offset(Some(dictionary_offset))
         .build()?;
@@ -332,12 +326,16 @@ fn varint(mut v: u64, out: &mut Vec<u8>) {
 struct Compressor(Option<zstd::bulk::Compressor<'static>>);
 
 impl Compressor {
-    fn new(level: Option<i32>) -> Result<Compressor, ParquetError> {
-        match level {
-            None => Ok(Compressor(None)),
-            Some(l) => zstd::bulk::Compressor::new(l)
+    /// The codecs [`applies`] accepts; any other is an error naming the column.
+    fn new(path: &ColumnPath, codec: Compression) -> Result<Compressor, ParquetError> {
+        match codec {
+            Compression::UNCOMPRESSED => Ok(Compressor(None)),
+            Compression::ZSTD(l) => zstd::bulk::Compressor::new(l.compression_level())
                 .map(|c| Compressor(Some(c)))
                 .map_err(|e| ParquetError::External(Box::new(e))),
+            other => Err(ParquetError::General(format!(
+                "{path}: {other} is not written by the dictionary chunk encoder"
+            ))),
         }
     }
 

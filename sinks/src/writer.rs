@@ -241,10 +241,8 @@ impl RowGroupEncoder {
             Ok(EncodedColumn::Arrow(w.close().map_err(perr)?))
         };
         let chunks = writers
-            .into_iter()
-            .enumerate()
-            .collect::<Vec<_>>()
             .into_par_iter()
+            .enumerate()
             .map(encode_column)
             .collect::<Result<Vec<_>, Error>>()?;
         Ok(EncodedRowGroup { chunks, rows })
