@@ -124,7 +124,7 @@ pub fn render(src: &mut Source, top: usize) -> String {
     let events = events_of(src, &mut warnings);
     let hs = hotspots_of(src, By::Function, Weight::Instructions);
     let mut fw = Vec::new();
-    let flame = stacks_of(src, &mut fw);
+    let flame = stacks_of(src, false, &mut fw);
 
     let mut h = String::new();
     let title = src.title();

@@ -131,7 +131,10 @@ impl Table {
     }
 
     /// Batches of the named columns only, in file order.
-    pub fn batches(&self, cols: &[&str]) -> Result<Box<dyn Iterator<Item = Result<RecordBatch>>>> {
+    pub fn batches(
+        &self,
+        cols: &[&str],
+    ) -> Result<Box<dyn Iterator<Item = Result<RecordBatch>> + Send>> {
         self.require(cols)?;
         let path = self.path.clone();
         let f = File::open(&self.path)

@@ -25,6 +25,7 @@
 //! - Stacks deeper than [`MAX_DEPTH`] keep their outermost frames and count the rest in
 //!   the deepest one.
 
+use std::fmt::Write as _;
 use std::io::Write;
 
 use anyhow::{Context as _, Result};
@@ -35,7 +36,7 @@ use tracemill_schemas::{BranchKind, EventKind};
 use crate::input::Input;
 use crate::source::Source;
 use crate::symbols::Symbolizer;
-use crate::util::{col, insn_len, kind_codes, AddrMap};
+use crate::util::{col, insn_len, kind_codes, AddrMap, Chunked};
 
 pub const MAX_DEPTH: usize = 256;
 
@@ -50,7 +51,10 @@ pub struct Functions<'s> {
     ids: std::collections::HashMap<String, u32>,
     cache: AddrMap<u64, FunctionAt>,
     /// A direct-mapped copy of `cache` in front of it: every row asks, mostly for the
-    /// same few thousand addresses, and a hash map probe was a quarter of the walk.
+    /// same few thousand addresses, and a hash map probe was a quarter of the walk. Its
+    /// 65,536 places (1 MiB) hold the branch addresses of a large program's hot code:
+    /// with 4,096, the synthetic trace's 33,000 branch addresses missed it in 7% of the
+    /// flame graph's time.
     front: Box<[(u64, FunctionAt)]>,
     call_len: AddrMap<u64, u8>,
 }
@@ -79,12 +83,12 @@ impl<'s> Functions<'s> {
         i
     }
 
-    const FRONT: usize = 1 << 12;
+    const FRONT: usize = 1 << 16;
 
     /// (id, known symbol, is the function's entry) of the code at `addr`.
     #[inline]
     pub fn at(&mut self, addr: u64) -> (u32, bool, bool) {
-        let slot = ((addr ^ (addr >> 12)) as usize) & (Self::FRONT - 1);
+        let slot = ((addr ^ (addr >> 16)) as usize) & (Self::FRONT - 1);
         let (k, v) = self.front[slot];
         if k == addr {
             return v;
@@ -150,13 +154,38 @@ pub struct Span {
     pub end: u64,
 }
 
+/// A node of the stack trie: a function called from its parent's stack.
+#[derive(Clone, Copy, Debug, Default)]
+struct Node {
+    parent: u32,
+    func: u32,
+    /// First child (0: none, [`BIG`]: the children are in `Stacks::big`).
+    first: u32,
+    /// Next child of the same parent (0: none).
+    next: u32,
+}
+
+/// `Node::first` of a node with more than [`FANOUT`] children.
+const BIG: u32 = u32::MAX;
+/// Children a node keeps in its list before they move to a map.
+const FANOUT: u32 = 8;
+
 /// The stack trie and its weights.
+///
+/// A node's children are a list, the last one asked for first: a push is mostly a loop
+/// calling the same function again (found at once) or a call never made from this stack
+/// (the list is short or empty, and a new node is made). A map of millions of nodes was
+/// probed on every push before, missing the cache: half of the walk on the synthetic
+/// trace, where half the pushes make a new node. Nodes with many callees (a dispatcher,
+/// an interpreter's loop) keep them in a map instead, so no list is long.
 pub struct Stacks {
-    /// (parent node, function); node 0 is the root (no function).
-    pub nodes: Vec<(u32, u32)>,
-    index: AddrMap<u64, u32>,
-    pub instructions: Vec<u64>,
-    pub cycles: Vec<u64>,
+    /// Node 0 is the root (no function).
+    nodes: Chunked<Node>,
+    /// Children of the nodes whose `first` is [`BIG`], by (parent, function).
+    big: AddrMap<u64, u32>,
+    pub instructions: Chunked<u64>,
+    /// Per node, cycles: empty unless the stacks were built to weigh by cycles.
+    pub cycles: Chunked<u64>,
     pub max_depth_hit: u64,
     pub gaps: u64,
     pub mismatched_returns: u64,
@@ -167,12 +196,12 @@ pub struct Stacks {
 }
 
 impl Stacks {
-    fn new() -> Self {
-        Stacks {
-            nodes: vec![(u32::MAX, u32::MAX)],
-            index: AddrMap::default(),
-            instructions: vec![0],
-            cycles: vec![0],
+    fn new(cycles: bool) -> Self {
+        let mut st = Stacks {
+            nodes: Chunked::new(),
+            big: AddrMap::default(),
+            instructions: Chunked::new(),
+            cycles: Chunked::new(),
             max_depth_hit: 0,
             gaps: 0,
             mismatched_returns: 0,
@@ -180,28 +209,98 @@ impl Stacks {
             async_entries: 0,
             rows: 0,
             has_cycles: false,
+        };
+        st.nodes.push(Node {
+            parent: u32::MAX,
+            func: u32::MAX,
+            first: 0,
+            next: 0,
+        });
+        st.instructions.push(0);
+        if cycles {
+            st.cycles.push(0);
         }
+        st
     }
 
+    /// Are cycles counted?
+    fn counts_cycles(&self) -> bool {
+        !self.cycles.is_empty()
+    }
+
+    /// Number of nodes, the root included.
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// (parent, function) of node `n` (the root's are `u32::MAX`).
+    fn node(&self, n: usize) -> (u32, u32) {
+        (self.nodes[n].parent, self.nodes[n].func)
+    }
+
+    /// The node for `func` called from `parent`, made if new.
     #[inline]
     fn child(&mut self, parent: u32, func: u32) -> u32 {
-        // The map's hasher is one multiply (`AddrMap`), whose low bits, the ones that
-        // pick the bucket, depend only on the key's low bits: with the function in the
-        // low half, every node of a function called from many stacks fell in one bucket
-        // (98% of a flame graph's time on a 200 M-row trace). Multiplying by an odd
-        // constant and rotating the high half down is a bijection, so keys stay unique
-        // and every bit of both ids reaches the bucket.
-        let key = (((parent as u64) << 32) | func as u64)
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            .rotate_left(32);
-        if let Some(&n) = self.index.get(&key) {
-            return n;
+        let first = self.nodes[parent as usize].first;
+        if first != 0 && first != BIG && self.nodes[first as usize].func == func {
+            return first;
         }
+        self.child_slow(parent, func)
+    }
+
+    fn child_slow(&mut self, parent: u32, func: u32) -> u32 {
+        let p = parent as usize;
+        let first = self.nodes[p].first;
+        if first == BIG {
+            let n = self.nodes.len() as u32;
+            let c = *self.big.entry(big_key(parent, func)).or_insert(n);
+            if c == n {
+                self.push_node(parent, func, 0);
+            }
+            return c;
+        }
+        let (mut prev, mut c, mut len) = (0u32, first, 0u32);
+        while c != 0 {
+            let node = self.nodes[c as usize];
+            if node.func == func {
+                if prev == 0 {
+                    return c;
+                }
+                // To the front: the next push of it from here is found at once.
+                self.nodes[prev as usize].next = node.next;
+                self.nodes[c as usize].next = first;
+                self.nodes[p].first = c;
+                return c;
+            }
+            (prev, c, len) = (c, node.next, len + 1);
+        }
+        let n = self.push_node(parent, func, first);
+        if len < FANOUT {
+            self.nodes[p].first = n;
+        } else {
+            let mut c = n;
+            while c != 0 {
+                self.big
+                    .insert(big_key(parent, self.nodes[c as usize].func), c);
+                c = self.nodes[c as usize].next;
+            }
+            self.nodes[p].first = BIG;
+        }
+        n
+    }
+
+    fn push_node(&mut self, parent: u32, func: u32, next: u32) -> u32 {
         let n = self.nodes.len() as u32;
-        self.nodes.push((parent, func));
+        self.nodes.push(Node {
+            parent,
+            func,
+            first: 0,
+            next,
+        });
         self.instructions.push(0);
-        self.cycles.push(0);
-        self.index.insert(key, n);
+        if self.counts_cycles() {
+            self.cycles.push(0);
+        }
         n
     }
 
@@ -211,15 +310,19 @@ impl Stacks {
     fn merge(&mut self, other: &Stacks, funcs: &[u32]) {
         let mut nodes = vec![0u32; other.nodes.len()];
         for i in 1..other.nodes.len() {
-            let (p, f) = other.nodes[i];
+            let (p, f) = other.node(i);
             // A node comes after its parent, so the parent is mapped already.
             let n = self.child(nodes[p as usize], funcs[f as usize]);
             nodes[i] = n;
             self.instructions[n as usize] += other.instructions[i];
-            self.cycles[n as usize] += other.cycles[i];
+            if other.counts_cycles() {
+                self.cycles[n as usize] += other.cycles[i];
+            }
         }
         self.instructions[0] += other.instructions[0];
-        self.cycles[0] += other.cycles[0];
+        if other.counts_cycles() {
+            self.cycles[0] += other.cycles[0];
+        }
         self.max_depth_hit += other.max_depth_hit;
         self.gaps += other.gaps;
         self.mismatched_returns += other.mismatched_returns;
@@ -244,7 +347,7 @@ impl Stacks {
         parts.clear();
         let mut m = n as u32;
         while m != 0 {
-            let (p, f) = self.nodes[m as usize];
+            let (p, f) = self.node(m as usize);
             parts.push(f);
             m = p;
         }
@@ -283,52 +386,196 @@ impl Stacks {
         Ok(n)
     }
 
-    /// Folded lines, sorted, of the stacks that weigh at least `min` with their callees
-    /// (lighter stacks add their weight to their nearest such caller, so the total stays
-    /// the same): what a flame graph can draw, whatever the number of stacks.
-    pub fn folded(&self, names: &[String], cycles: bool, min: u64) -> Vec<String> {
+    /// Folded lines of the stacks that weigh at least `min` with their callees (lighter
+    /// stacks add their weight to their nearest such caller, so the total stays the
+    /// same): what a flame graph can draw, whatever the number of stacks.
+    ///
+    /// The lines come sorted, as inferno wants them, made in that order by walking the
+    /// trie: no line is compared with another (sorting 300,000 lines of 200 frames each
+    /// was a tenth of a flame graph's time, in `memcmp`). Below a node, a callee `c`
+    /// gives two runs of lines: its own line, which starts `c ` (then the weight), and its
+    /// callees' lines, which start `c;`. No such start is another's prefix (names hold no
+    /// `;` or space), so the runs of all callees, ordered by their starts, give the lines
+    /// in sorted order. A callee's two runs are not always together: `f.cold;...` sorts
+    /// between `f 10` and `f;g 5`, because `.` sorts before `;`.
+    pub fn folded(&self, names: &[String], cycles: bool, min: u64) -> FoldedLines {
         let w = if cycles {
             &self.cycles
         } else {
             &self.instructions
         };
+        let n = self.nodes.len();
         // Nodes are created after their parent: a reverse pass sums subtrees.
-        let mut sub = w.clone();
-        for i in (1..self.nodes.len()).rev() {
-            let p = self.nodes[i].0 as usize;
+        let mut sub: Vec<u64> = Vec::with_capacity(n);
+        sub.extend(w.iter().copied());
+        for i in (1..n).rev() {
+            let p = self.nodes[i].parent as usize;
             sub[p] += sub[i];
         }
-        let keep: Vec<bool> = (0..self.nodes.len())
-            .map(|i| i == 0 || sub[i] >= min.max(1))
-            .collect();
-        let mut own = vec![0u64; self.nodes.len()];
-        let mut into = vec![0usize; self.nodes.len()];
-        for i in 1..self.nodes.len() {
-            into[i] = if keep[i] {
-                i
-            } else {
-                into[self.nodes[i].0 as usize]
-            };
-            own[into[i]] += w[i];
+        // The nodes kept (a kept node's parent is kept: its subtree weighs more), in node
+        // order, so a parent comes before its children. A kept node's own weight is its
+        // subtree's less its kept children's: a light callee's weight stays with it.
+        let mut kept: Vec<u32> = vec![0];
+        let mut own: Vec<u64> = vec![sub[0]];
+        let mut parent: Vec<u32> = vec![u32::MAX];
+        let mut index: AddrMap<u32, u32> = [(0, 0)].into_iter().collect();
+        for (i, &s) in sub.iter().enumerate().skip(1) {
+            if s >= min.max(1) {
+                let p = index[&self.nodes[i].parent];
+                own[p as usize] -= s;
+                index.insert(i as u32, kept.len() as u32);
+                kept.push(i as u32);
+                own.push(s);
+                parent.push(p);
+            }
+        }
+        drop(sub);
+        // The children of every kept node, as one array sliced by `first`.
+        let k = kept.len();
+        let mut first = vec![0u32; k + 1];
+        for &p in &parent[1..] {
+            first[p as usize + 1] += 1;
+        }
+        for i in 0..k {
+            first[i + 1] += first[i];
+        }
+        let mut kids = vec![0u32; k - 1];
+        let mut fill = first.clone();
+        for (c, &p) in parent.iter().enumerate().skip(1) {
+            kids[fill[p as usize] as usize] = c as u32;
+            fill[p as usize] += 1;
         }
         let names = folded_names(names);
-        let mut out = Vec::new();
-        let (mut line, mut parts) = (String::new(), Vec::new());
-        for (i, &wt) in own.iter().enumerate() {
-            if wt == 0 {
-                continue;
-            }
-            if i == 0 {
-                out.push(format!("[small stacks] {wt}"));
-                continue;
-            }
-            self.path(&names, i, &mut parts, &mut line);
-            out.push(format!("{line} {wt}"));
+        let name = |c: u32| names[self.nodes[kept[c as usize] as usize].func as usize].as_str();
+        // A run: a node's own line (`Own`) or its callees' lines (`Callees`).
+        #[derive(Clone, Copy)]
+        enum Run {
+            Own(u32),
+            Callees(u32),
+            Small,
         }
-        // Lines are distinct (one per node), so an unstable sort is deterministic.
-        out.sort_unstable();
+        const SMALL: &str = "[small stacks]";
+        let start = |r: &Run| -> (&str, u8) {
+            match *r {
+                Run::Own(c) => (name(c), b' '),
+                Run::Callees(c) => (name(c), b';'),
+                Run::Small => (SMALL, b' '),
+            }
+        };
+        let before = |a: &Run, b: &Run| {
+            let ((na, sa), (nb, sb)) = (start(a), start(b));
+            na.bytes().chain([sa]).cmp(nb.bytes().chain([sb]))
+        };
+        // The runs below kept node `p`, in order, pushed reversed onto `todo` with the
+        // length of `p`'s path.
+        let mut runs: Vec<Run> = Vec::new();
+        let mut tie = false;
+        let mut push_runs = |p: u32, cut: usize, todo: &mut Vec<(Run, usize)>| {
+            runs.clear();
+            for &c in &kids[first[p as usize] as usize..first[p as usize + 1] as usize] {
+                if own[c as usize] > 0 {
+                    runs.push(Run::Own(c));
+                }
+                if first[c as usize + 1] > first[c as usize] {
+                    runs.push(Run::Callees(c));
+                }
+            }
+            // The root's own weight is what fell below `min` at the top: a line of its own.
+            if p == 0 && own[0] > 0 {
+                runs.push(Run::Small);
+            }
+            runs.sort_unstable_by(&before);
+            // Two callees of one name (names that differ only in a `;` or a space, both
+            // written `_`): their lines interleave, which runs cannot say.
+            tie |= runs.windows(2).any(|w| before(&w[0], &w[1]).is_eq());
+            todo.extend(runs.iter().rev().map(|&r| (r, cut)));
+        };
+        let mut out = FoldedLines::default();
+        // `path` holds the frames of the node whose runs are being made.
+        let mut path = String::new();
+        let mut todo: Vec<(Run, usize)> = Vec::new();
+        push_runs(0, 0, &mut todo);
+        while let Some((run, cut)) = todo.pop() {
+            path.truncate(cut);
+            match run {
+                Run::Small => out.push(SMALL, own[0]),
+                Run::Own(c) | Run::Callees(c) => {
+                    if cut > 0 {
+                        path.push(';');
+                    }
+                    path.push_str(name(c));
+                    match run {
+                        Run::Own(_) => out.push(&path, own[c as usize]),
+                        _ => push_runs(c, path.len(), &mut todo),
+                    }
+                }
+            }
+        }
+        if tie {
+            let mut lines: Vec<&str> = out.iter().collect();
+            lines.sort_unstable();
+            let mut sorted = FoldedLines::default();
+            for l in lines {
+                let (path, weight) = l.rsplit_once(' ').expect("a line ends with its weight");
+                sorted.push(path, weight.parse().expect("a weight"));
+            }
+            return sorted;
+        }
         out
     }
+}
+
+/// Folded lines (`outer;...;inner weight`), in buffers of 64 MiB that are never moved: the
+/// lines of the 1 GiB synthetic trace's flame graph take 700 MB, which a `String` copied
+/// at every doubling.
+#[derive(Debug, Default)]
+pub struct FoldedLines {
+    text: Vec<String>,
+    /// (buffer, start, end) of every line.
+    ends: Vec<(usize, usize, usize)>,
+}
+
+impl FoldedLines {
+    const BUFFER: usize = 64 << 20;
+
+    fn push(&mut self, path: &str, weight: u64) {
+        let need = path.len() + 21;
+        match self.text.last() {
+            Some(t) if t.capacity() - t.len() >= need => {}
+            _ => self
+                .text
+                .push(String::with_capacity(Self::BUFFER.max(need))),
+        }
+        let b = self.text.len() - 1;
+        let t = &mut self.text[b];
+        let start = t.len();
+        let _ = write!(t, "{path} {weight}");
+        self.ends.push((b, start, t.len()));
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.ends.iter().map(|&(b, s, e)| &self.text[b][s..e])
+    }
+}
+
+/// The key of (parent, function) in `Stacks::big`. The map's hasher is one multiply
+/// (`AddrMap`), whose low bits, the ones that pick the bucket, depend only on the key's
+/// low bits: with the function in the low half, every node of a function called from many
+/// stacks fell in one bucket (98% of a flame graph's time on a 200 M-row trace).
+/// Multiplying by an odd constant and rotating the high half down is a bijection, so keys
+/// stay unique and every bit of both ids reaches the bucket.
+fn big_key(parent: u32, func: u32) -> u64 {
+    (((parent as u64) << 32) | func as u64)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .rotate_left(32)
 }
 
 /// Function names as a folded line can hold them: `;` separates frames and a space the
@@ -345,51 +592,122 @@ struct Ev {
     ip: Option<u64>,
 }
 
-fn read_events(input: &Input, warnings: &mut Vec<String>) -> Vec<Ev> {
-    let Ok(t) = input.table("events") else {
-        warnings.push("no events table: gaps and signal entries are not seen by the stacks".into());
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    let it = match t.batches(&["seq", "kind", "ip"]) {
-        Ok(it) => it,
-        Err(e) => {
-            warnings.push(format!("{e:#}: gaps are not seen by the stacks"));
-            return out;
-        }
-    };
-    for b in it {
-        let Ok(b) = b else { break };
-        let (Ok(seq), Ok(ip), Ok(kinds)) = (
-            col::<UInt64Type>(&b, "seq"),
-            col::<UInt64Type>(&b, "ip"),
-            kind_codes(&b, "kind", EventKind::from_name, |k| k as u8),
-        ) else {
-            warnings.push("events table unreadable: gaps are not seen by the stacks".into());
-            break;
+type Batches = Box<dyn Iterator<Item = Result<arrow::array::RecordBatch>> + Send>;
+
+/// The events that matter to stacks, read along with the branches in `seq` order, so that
+/// memory holds one batch of them (a 1 GiB trace has 84 M enable and disable events: read
+/// whole, 2.7 GB).
+struct Events {
+    batches: Option<Batches>,
+    batch: std::vec::IntoIter<Ev>,
+    next: Option<Ev>,
+    last_seq: u64,
+    warnings: Vec<String>,
+}
+
+impl Events {
+    fn open(input: &Input) -> Self {
+        let mut warnings = Vec::new();
+        let batches = match input.table("events") {
+            Err(_) => {
+                warnings.push(
+                    "no events table: gaps and signal entries are not seen by the stacks".into(),
+                );
+                None
+            }
+            Ok(t) => match t.batches(&["seq", "kind", "ip"]) {
+                Ok(it) => Some(it),
+                Err(e) => {
+                    warnings.push(format!("{e:#}: gaps are not seen by the stacks"));
+                    None
+                }
+            },
         };
-        for (i, &k) in kinds.iter().enumerate() {
-            let Some(kind) = EventKind::from_code(k) else {
-                continue;
+        Events {
+            batches,
+            batch: Vec::new().into_iter(),
+            next: None,
+            last_seq: 0,
+            warnings,
+        }
+    }
+
+    fn pull(&mut self) -> Option<Ev> {
+        loop {
+            if let Some(e) = self.batch.next() {
+                return Some(e);
+            }
+            let b = match self.batches.as_mut()?.next() {
+                Some(Ok(b)) => b,
+                Some(Err(e)) => {
+                    self.warnings
+                        .push(format!("{e:#}: later gaps are not seen by the stacks"));
+                    self.batches = None;
+                    return None;
+                }
+                None => {
+                    self.batches = None;
+                    return None;
+                }
             };
-            if matches!(
-                kind,
-                EventKind::Error
-                    | EventKind::Overflow
-                    | EventKind::Resync
-                    | EventKind::Enable
-                    | EventKind::Disable
-            ) {
-                out.push(Ev {
-                    seq: seq.value(i),
+            let (Ok(seq), Ok(ip), Ok(kinds)) = (
+                col::<UInt64Type>(&b, "seq"),
+                col::<UInt64Type>(&b, "ip"),
+                kind_codes(&b, "kind", EventKind::from_name, |k| k as u8),
+            ) else {
+                self.warnings
+                    .push("events table unreadable: gaps are not seen by the stacks".into());
+                self.batches = None;
+                return None;
+            };
+            let mut out = Vec::new();
+            for (i, &k) in kinds.iter().enumerate() {
+                let Some(kind) = EventKind::from_code(k) else {
+                    continue;
+                };
+                if matches!(
                     kind,
-                    ip: (!ip.is_null(i)).then(|| ip.value(i)),
-                });
+                    EventKind::Error
+                        | EventKind::Overflow
+                        | EventKind::Resync
+                        | EventKind::Enable
+                        | EventKind::Disable
+                ) {
+                    out.push(Ev {
+                        seq: seq.value(i),
+                        kind,
+                        ip: (!ip.is_null(i)).then(|| ip.value(i)),
+                    });
+                }
+            }
+            self.batch = out.into_iter();
+        }
+    }
+
+    /// Move the events before row `end` to `out`. The decoder writes events in `seq`
+    /// order; one out of order (a table written by something else) is applied at the
+    /// next row, with a warning.
+    fn until(&mut self, end: u64, out: &mut Vec<Ev>) {
+        loop {
+            if self.next.is_none() {
+                self.next = self.pull();
+            }
+            match self.next {
+                Some(e) if e.seq < end => {
+                    if e.seq < self.last_seq && self.warnings.iter().all(|w| !w.contains("order")) {
+                        self.warnings.push(format!(
+                            "events table not in seq order (seq {} after {}): such events are applied late",
+                            e.seq, self.last_seq
+                        ));
+                    }
+                    self.last_seq = self.last_seq.max(e.seq);
+                    out.push(e);
+                    self.next = None;
+                }
+                _ => return,
             }
         }
     }
-    out.sort_by_key(|e| e.seq);
-    out
 }
 
 /// Does `target` resume at `at` (the same instruction, or just after one at `at`)?
@@ -482,8 +800,46 @@ impl<F: FnMut(Span)> Walker<'_, '_, F> {
         }
     }
 
+    /// Walk one batch of rows; `seq` is the first one's, `prev_cyc` the last `cycles`
+    /// value seen.
+    fn batch(&mut self, rows: &Rows, seq: &mut u64, prev_cyc: &mut Option<u64>) {
+        // Validity looked up once per batch, not through `Array::is_null` per row.
+        let valid =
+            |a: &PrimitiveArray<UInt64Type>, i: usize| a.nulls().map_or(true, |n| n.is_valid(i));
+        let tvalues = rows.target.values();
+        let tnull = rows.target.null_count() > 0;
+        let mut evs = rows.events.iter().copied().peekable();
+        for i in 0..rows.ip.len() {
+            while let Some(e) = evs.next_if(|e| e.seq <= *seq) {
+                self.event(e);
+            }
+            let mut dcyc = 0;
+            if let Some(c) = &rows.cycles {
+                if valid(c, i) {
+                    let v = c.values()[i];
+                    if let Some(p) = *prev_cyc {
+                        dcyc = v.saturating_sub(p);
+                    }
+                    *prev_cyc = Some(v);
+                    self.st.has_cycles = true;
+                }
+            }
+            if let Some(t) = &rows.tsc {
+                if valid(t, i) {
+                    self.tsc = Some(t.values()[i]);
+                }
+            }
+            let tg = if tnull && !valid(&rows.target, i) {
+                None
+            } else {
+                Some(tvalues[i])
+            };
+            self.row(rows.ip[i], tg, rows.kinds[i], rows.insns[i], dcyc);
+            *seq += 1;
+        }
+    }
+
     #[inline]
-    #[allow(clippy::too_many_arguments)]
     fn row(&mut self, ip: u64, target: Option<u64>, kind: u8, insns: u32, dcyc: u64) {
         self.st.rows += 1;
         // Sync the leaf with the row's ip.
@@ -493,13 +849,12 @@ impl<F: FnMut(Span)> Walker<'_, '_, F> {
             Some(top) if known && top.func != func => self.replace_top(func),
             _ => {}
         }
-        if let Some(top) = self.stack.last() {
-            let n = top.node as usize;
-            self.st.instructions[n] += insns as u64;
+        // Without a frame (cannot happen: MAX_DEPTH > 0) the root takes the weight.
+        let n = self.stack.last().map_or(0, |top| top.node as usize);
+        self.st.instructions[n] += insns as u64;
+        // Not 0 only when the stacks count cycles.
+        if dcyc != 0 {
             self.st.cycles[n] += dcyc;
-        } else {
-            // Depth limit reached with no frame: cannot happen (MAX_DEPTH > 0).
-            self.st.instructions[0] += insns as u64;
         }
         let Some(target) = target else { return };
         const CALL: u8 = BranchKind::Call as u8;
@@ -562,28 +917,66 @@ impl<F: FnMut(Span)> Walker<'_, '_, F> {
     }
 }
 
+/// One batch of `branches` rows as the walk reads them, made by the reader thread.
+struct Rows {
+    ip: arrow::buffer::ScalarBuffer<u64>,
+    target: PrimitiveArray<UInt64Type>,
+    insns: arrow::buffer::ScalarBuffer<u32>,
+    kinds: Vec<u8>,
+    cycles: Option<PrimitiveArray<UInt64Type>>,
+    tsc: Option<PrimitiveArray<UInt64Type>>,
+    /// The events before the batch's last row, in order.
+    events: Vec<Ev>,
+}
+
+impl Rows {
+    fn of(b: &arrow::array::RecordBatch, cycles: bool, tsc: bool) -> Result<Rows> {
+        // A column of nulls only is no column: the walk then keeps its last value.
+        let opt = |read: bool, name: &str| -> Result<Option<PrimitiveArray<UInt64Type>>> {
+            Ok(if read {
+                Some(col::<UInt64Type>(b, name)?.clone()).filter(|c| c.null_count() < c.len())
+            } else {
+                None
+            })
+        };
+        Ok(Rows {
+            ip: col::<UInt64Type>(b, "ip")?.values().clone(),
+            target: col::<UInt64Type>(b, "target")?.clone(),
+            insns: col::<UInt32Type>(b, "insns")?.values().clone(),
+            kinds: kind_codes(b, "kind", BranchKind::from_name, |k| k as u8)?,
+            cycles: opt(cycles, "cycles")?,
+            tsc: opt(tsc, "tsc")?,
+            events: Vec::new(),
+        })
+    }
+}
+
 /// Walk the branches table and build the stacks. `on_span` sees every frame that ends
 /// (with `tsc` times when `times`: timelines; without, `tsc` is not read), and frames
-/// still open at the end end at the last row.
+/// still open at the end end at the last row. `cycles` reads the `cycles` column (the
+/// weight of a flame graph by cycles); without it the stacks' cycles stay 0.
+///
+/// A second thread reads and decodes the Parquet batches (and the events between their
+/// rows) ahead of the walk: reading took about as long as walking.
 pub fn build<'s>(
     input: &Input,
     f: &mut Functions<'s>,
     warnings: &mut Vec<String>,
     times: bool,
+    cycles: bool,
     on_span: impl FnMut(Span),
 ) -> Result<Stacks> {
     let t = input.table("branches")?;
-    let events = read_events(input, warnings);
-    let mut ev = events.into_iter().peekable();
+    let mut events = Events::open(input);
     let mut w = Walker {
         f,
-        st: Stacks::new(),
+        st: Stacks::new(cycles),
         stack: Vec::with_capacity(256),
         last_disable: 0,
         on_span,
         tsc: None,
     };
-    let has_cycles = t.schema.field_with_name("cycles").is_ok();
+    let has_cycles = cycles && t.schema.field_with_name("cycles").is_ok();
     let has_tsc = times && t.schema.field_with_name("tsc").is_ok();
     let mut cols = vec!["ip", "target", "kind", "insns"];
     if has_cycles {
@@ -592,63 +985,38 @@ pub fn build<'s>(
     if has_tsc {
         cols.push("tsc");
     }
-    let mut seq = 0u64;
-    let mut prev_cyc: Option<u64> = None;
-    for b in t.batches(&cols)? {
-        let b = b?;
-        let ip = col::<UInt64Type>(&b, "ip")?;
-        let target = col::<UInt64Type>(&b, "target")?;
-        let insns = col::<UInt32Type>(&b, "insns")?;
-        let kinds = kind_codes(&b, "kind", BranchKind::from_name, |k| k as u8)?;
-        let cycles = if has_cycles {
-            Some(col::<UInt64Type>(&b, "cycles")?)
-        } else {
-            None
-        };
-        let cycles = cycles.filter(|c| c.null_count() < c.len());
-        let tsc = if has_tsc {
-            Some(col::<UInt64Type>(&b, "tsc")?)
-        } else {
-            None
-        };
-        let tsc = tsc.filter(|c| c.null_count() < c.len());
-        let ips = ip.values();
-        let ins = insns.values();
-        // Validity looked up once per batch, not through `Array::is_null` per row.
-        let valid =
-            |a: &PrimitiveArray<UInt64Type>, i: usize| a.nulls().map_or(true, |n| n.is_valid(i));
-        let tvalues = target.values();
-        let tnull = target.null_count() > 0;
-        for i in 0..b.num_rows() {
-            while ev.peek().is_some_and(|e| e.seq <= seq) {
-                let e = ev.next().expect("peeked");
-                w.event(e);
-            }
-            let mut dcyc = 0;
-            if let Some(c) = cycles {
-                if valid(c, i) {
-                    let v = c.values()[i];
-                    if let Some(p) = prev_cyc {
-                        dcyc = v.saturating_sub(p);
-                    }
-                    prev_cyc = Some(v);
-                    w.st.has_cycles = true;
+    let batches = t.batches(&cols)?;
+    let walked = std::thread::scope(|scope| -> Result<()> {
+        // Two batches ahead: enough to keep both threads busy, and memory stays small.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Rows>>(2);
+        let events = &mut events;
+        scope.spawn(move || {
+            let mut end = 0u64;
+            for b in batches {
+                let rows = b.and_then(|b| {
+                    let mut rows = Rows::of(&b, has_cycles, has_tsc)?;
+                    end += b.num_rows() as u64;
+                    // Events at a row are applied before it: those up to the last row.
+                    events.until(end, &mut rows.events);
+                    Ok(rows)
+                });
+                let failed = rows.is_err();
+                // A closed channel: the walk stopped, and so does reading.
+                if tx.send(rows).is_err() || failed {
+                    return;
                 }
             }
-            if let Some(t) = tsc {
-                if valid(t, i) {
-                    w.tsc = Some(t.values()[i]);
-                }
-            }
-            let tg = if tnull && !valid(target, i) {
-                None
-            } else {
-                Some(tvalues[i])
-            };
-            w.row(ips[i], tg, kinds[i], ins[i], dcyc);
-            seq += 1;
+        });
+        let mut seq = 0u64;
+        let mut prev_cyc: Option<u64> = None;
+        for rows in rx {
+            let rows = rows?;
+            w.batch(&rows, &mut seq, &mut prev_cyc);
         }
-    }
+        Ok(())
+    });
+    warnings.append(&mut events.warnings);
+    walked?;
     w.pop_to(0);
     if w.st.max_depth_hit > 0 {
         warnings.push(format!(
@@ -661,13 +1029,17 @@ pub fn build<'s>(
 
 /// The stacks of a decode, or of each selected bundle of a dataset walked on its own (with
 /// its own images) and added up; with the function names their ids index.
-pub fn stacks_of(src: &mut Source, warnings: &mut Vec<String>) -> Result<(Stacks, Vec<String>)> {
+pub fn stacks_of(
+    src: &mut Source,
+    cycles: bool,
+    warnings: &mut Vec<String>,
+) -> Result<(Stacks, Vec<String>)> {
     if let Source::Decode(input) = src {
         let mut f = Functions::new(&input.symbols);
-        let st = build(input, &mut f, warnings, false, |_| {})?;
+        let st = build(input, &mut f, warnings, false, cycles, |_| {})?;
         return Ok((st, f.names));
     }
-    let mut all = Stacks::new();
+    let mut all = Stacks::new(cycles);
     // The names of every bundle, interned once ("[gap]" first, as in `Functions`).
     let mut names: Vec<String> = vec!["[gap]".into()];
     let mut ids: std::collections::HashMap<String, u32> = [("[gap]".to_string(), 0)].into();
@@ -676,7 +1048,7 @@ pub fn stacks_of(src: &mut Source, warnings: &mut Vec<String>) -> Result<(Stacks
     src.each(&mut ws, |input, _| {
         let mut f = Functions::new(&input.symbols);
         let mut bw = Vec::new();
-        let st = build(input, &mut f, &mut bw, false, |_| {})?;
+        let st = build(input, &mut f, &mut bw, false, cycles, |_| {})?;
         let funcs: Vec<u32> = f
             .names
             .iter()
@@ -707,7 +1079,7 @@ pub fn flamegraph(
     folded: Option<&std::path::Path>,
 ) -> Result<FlameSummary> {
     let mut warnings = Vec::new();
-    let (st, names) = stacks_of(src, &mut warnings)?;
+    let (st, names) = stacks_of(src, cycles, &mut warnings)?;
     let use_cycles = if cycles && !st.has_cycles {
         warnings.push("no cycles in the branches table: weighted by instructions".into());
         false
@@ -760,13 +1132,14 @@ pub fn svg_min_weight(total: u64) -> u64 {
     (total as f64 * pct / 100.0) as u64
 }
 
-/// The flame graph of folded lines, sorted as `Stacks::folded` gives them, as SVG (inferno).
-pub fn write_svg(lines: &[String], title: &str, cycles: bool, out: impl Write) -> Result<()> {
+/// The flame graph of folded lines, in the order `Stacks::folded` gives them, as SVG
+/// (inferno).
+pub fn write_svg(lines: &FoldedLines, title: &str, cycles: bool, out: impl Write) -> Result<()> {
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title.to_string();
     opts.count_name = if cycles { "cycles" } else { "instructions" }.to_string();
     opts.deterministic = true;
-    // `folded` sorted the lines already: inferno would sort them again.
+    // `folded` ordered the lines already: inferno would sort them again.
     opts.no_sort = true;
     if lines.is_empty() {
         // inferno refuses an empty profile; an empty trace still gets a graph that says so.
@@ -778,7 +1151,7 @@ pub fn write_svg(lines: &[String], title: &str, cycles: bool, out: impl Write) -
         )?;
         return Ok(());
     }
-    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), out)
+    inferno::flamegraph::from_lines(&mut opts, lines.iter(), out)
         .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
@@ -801,7 +1174,7 @@ mod tests {
 
     #[test]
     fn light_stacks_fold_into_their_caller_and_the_total_stays() {
-        let mut st = Stacks::new();
+        let mut st = Stacks::new(false);
         let a = st.child(0, 1);
         let b = st.child(a, 2);
         let c = st.child(b, 3);
@@ -811,16 +1184,129 @@ mod tests {
         st.instructions[c as usize] = 1;
         st.instructions[d as usize] = 1;
         let names: Vec<String> = ["[gap]", "a", "b", "c", "d"].map(String::from).to_vec();
-        assert_eq!(
-            st.folded(&names, false, 0),
-            ["a 10", "a;b 1", "a;b;c 1", "d 1"]
-        );
-        assert_eq!(st.folded(&names, false, 5), ["[small stacks] 1", "a 12"]);
+        let lines = |min| {
+            st.folded(&names, false, min)
+                .iter()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(lines(0), ["a 10", "a;b 1", "a;b;c 1", "d 1"]);
+        assert_eq!(lines(5), ["[small stacks] 1", "a 12"]);
         let mut out = Vec::new();
         assert_eq!(st.write_folded(&names, false, &mut out).unwrap(), 4);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "a 10\na;b 1\na;b;c 1\nd 1\n"
+        );
+    }
+
+    /// The lines as a full sort of every kept node's line gives them: the reference.
+    fn sorted_lines(st: &Stacks, names: &[String], min: u64) -> Vec<String> {
+        let n = st.len();
+        let mut sub: Vec<u64> = st.instructions.iter().copied().collect();
+        for i in (1..n).rev() {
+            sub[st.node(i).0 as usize] += sub[i];
+        }
+        let mut into = vec![0usize; n];
+        let mut own = vec![0u64; n];
+        own[0] = st.instructions[0];
+        for i in 1..n {
+            into[i] = if sub[i] >= min.max(1) {
+                i
+            } else {
+                into[st.node(i).0 as usize]
+            };
+            own[into[i]] += st.instructions[i];
+        }
+        let names = folded_names(names);
+        let (mut parts, mut line) = (Vec::new(), String::new());
+        let mut out = Vec::new();
+        for (i, &w) in own.iter().enumerate() {
+            if w > 0 {
+                if i == 0 {
+                    out.push(format!("[small stacks] {w}"));
+                } else {
+                    st.path(&names, i, &mut parts, &mut line);
+                    out.push(format!("{line} {w}"));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn folded_lines_come_sorted_whatever_the_names() {
+        // Names that are others' prefixes followed by bytes below and above `;`, and two
+        // that are one name once cleaned.
+        let names: Vec<String> = [
+            "[gap]", "f", "f.cold", "fa", "f+0x1", "f+0x12", "g", "a b", "a_b", "a;b", "!",
+        ]
+        .map(String::from)
+        .to_vec();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rand = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for round in 0..200 {
+            let mut st = Stacks::new(false);
+            let mut stack = vec![0u32];
+            for _ in 0..60 {
+                match rand(3) {
+                    0 if stack.len() > 1 => {
+                        stack.pop();
+                    }
+                    _ => {
+                        let f = 1 + rand(names.len() as u64 - 1) as u32;
+                        let c = st.child(*stack.last().unwrap(), f);
+                        stack.push(c);
+                    }
+                }
+                let top = *stack.last().unwrap() as usize;
+                st.instructions[top] += rand(10);
+            }
+            let total = st.total(false);
+            for min in [0, 1, 5, total / 10, total] {
+                let got: Vec<String> = st
+                    .folded(&names, false, min)
+                    .iter()
+                    .map(String::from)
+                    .collect();
+                let want = sorted_lines(&st, &names, min);
+                assert_eq!(got, want, "round {round}, min {min}");
+                let sum: u64 = got
+                    .iter()
+                    .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+                    .sum();
+                assert_eq!(sum, total);
+            }
+        }
+    }
+
+    #[test]
+    fn the_trie_finds_every_child_again_past_the_list_limit() {
+        let mut st = Stacks::new(true);
+        // More callees of one node than its list holds, asked for in turn and again.
+        let kids: Vec<u32> = (1..=3 * FANOUT).map(|f| st.child(0, f)).collect();
+        for round in 0..3 {
+            for (i, f) in (1..3 * FANOUT + 1).enumerate().rev() {
+                assert_eq!(st.child(0, f), kids[i], "round {round}, function {f}");
+            }
+        }
+        // A short list, reordered by use.
+        let a = st.child(kids[0], 7);
+        let b = st.child(kids[0], 8);
+        assert_eq!((st.child(kids[0], 7), st.child(kids[0], 8)), (a, b));
+        assert_eq!(st.child(kids[0], 7), a);
+        assert_eq!(st.len(), 1 + 3 * FANOUT as usize + 2);
+        assert_eq!(st.node(b as usize), (kids[0], 8));
+        assert_eq!(
+            st.cycles.len(),
+            st.len(),
+            "cycles are counted per node when asked for"
         );
     }
 }

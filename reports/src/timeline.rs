@@ -105,7 +105,7 @@ fn spans(
             *n += 1;
             pending.push(s);
         };
-        build(input, &mut f, warnings, true, &mut sink)?;
+        build(input, &mut f, warnings, true, false, &mut sink)?;
     }
     let origin = opts
         .from
