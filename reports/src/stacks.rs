@@ -308,8 +308,8 @@ impl Stacks {
     /// node: the same path of functions is the same node. Bundles are walked apart and
     /// added this way, so no stack ever spans two bundles.
     fn merge(&mut self, other: &Stacks, funcs: &[u32]) {
-        let mut nodes = vec![0u32; other.nodes.len()];
-        for i in 1..other.nodes.len() {
+        let mut nodes = vec![0u32; other.len()];
+        for i in 1..other.len() {
             let (p, f) = other.node(i);
             // A node comes after its parent, so the parent is mapped already.
             let n = self.child(nodes[p as usize], funcs[f as usize]);
@@ -404,7 +404,7 @@ impl Stacks {
         } else {
             &self.instructions
         };
-        let n = self.nodes.len();
+        let n = self.len();
         // Nodes are created after their parent: a reverse pass sums subtrees.
         let mut sub: Vec<u64> = Vec::with_capacity(n);
         sub.extend(w.iter().copied());
