@@ -239,6 +239,30 @@ fn reports_over_a_dataset_add_up_the_selected_bundles() {
     let page = std::fs::read_to_string(out.join("r.html")).unwrap();
     assert!(page.contains("2 selected of 4 in the catalog"), "summary");
     assert!(page.contains("data:image/svg+xml;base64,"), "flame graph");
+    // Every section is made of both bundles, in one pass over them: the page's
+    // instruction count is the hotspots' total, its flame graph has as many, and a
+    // bundle's warning is said once, not once per section.
+    let total: u64 = h1.values().sum();
+    assert!(
+        page.contains(&format!(
+            "<th class=\"l\">instructions</th><td class=\"l\">{total}</td>"
+        )),
+        "instructions {total} in the summary"
+    );
+    assert!(
+        page.contains(&format!("<p>{total} instructions in ")),
+        "flame graph of {total} instructions"
+    );
+    let warns: Vec<&str> = page
+        .lines()
+        .filter(|l| l.starts_with("<li class=\"warn\">"))
+        .collect();
+    let distinct: std::collections::BTreeSet<&&str> = warns.iter().collect();
+    assert_eq!(
+        warns.len(),
+        distinct.len(),
+        "warnings said once: {warns:#?}"
+    );
 }
 
 #[test]
@@ -272,6 +296,22 @@ fn a_bundle_without_its_images_is_a_warning_and_the_rest_goes_on() {
         after.values().sum::<u64>(),
         before.values().sum::<u64>(),
         "total"
+    );
+    // The page over the same bundles says the missing images once: each bundle is opened
+    // once for all the sections.
+    let page = f.root.join("gone.html");
+    ok(&["report", "html", ds, "--where", filter, "--out", s(&page)]);
+    let page = std::fs::read_to_string(page).unwrap();
+    let warns: Vec<&str> = page
+        .lines()
+        .filter(|l| l.starts_with("<li class=\"warn\">") && l.contains("strings"))
+        .collect();
+    assert!(!warns.is_empty(), "the missing images are a warning");
+    let distinct: std::collections::BTreeSet<&&str> = warns.iter().collect();
+    assert_eq!(
+        warns.len(),
+        distinct.len(),
+        "warnings said once: {warns:#?}"
     );
 }
 

@@ -28,6 +28,7 @@ use std::path::Path;
 use anyhow::{Context as _, Result};
 
 use crate::hotspots::{read_blocks, Block};
+use crate::input::Input;
 use crate::source::Source;
 use crate::symbols::{ImageSymbols, Symbolizer};
 use crate::util::{block_insns, AddrMap};
@@ -423,12 +424,25 @@ pub fn with_blocks<R>(
 /// is one block with the counts added. An image name used by two different images gets
 /// `#2`, `#3`... for the later ones. Blocks of no image keep their addresses.
 pub fn merged(src: &mut Source, warnings: &mut Vec<String>) -> Result<(Symbolizer, Vec<Block>)> {
-    // (name, build-id or path) -> (name shown, base of the kept image if one loaded)
-    let mut identities: HashMap<(String, String), (String, Option<u64>)> = HashMap::new();
-    let mut names_used: HashMap<String, u32> = HashMap::new();
-    let mut syms = Symbolizer::new();
-    let mut sum: HashMap<(Option<String>, u64, u64), Block> = HashMap::new();
-    src.each(warnings, |input, _| {
+    let mut m = Merge::default();
+    src.each(warnings, |input, _| m.add(input))?;
+    Ok(m.finish())
+}
+
+/// The coverage blocks of bundles added up one by one ([`merged`]).
+#[derive(Default)]
+pub struct Merge {
+    /// (name, build-id or path) -> (name shown, base of the kept image if one loaded)
+    identities: HashMap<(String, String), (String, Option<u64>)>,
+    names_used: HashMap<String, u32>,
+    syms: Symbolizer,
+    sum: HashMap<(Option<String>, u64, u64), Block>,
+}
+
+impl Merge {
+    /// Add a bundle's blocks. Its images move here (those of an identity not kept yet):
+    /// the input has no symbols after.
+    pub fn add(&mut self, input: &mut Input) -> Result<()> {
         let blocks = read_blocks(input)?;
         let recorded = input.recorded_images();
         let mut loaded: HashMap<String, ImageSymbols> = HashMap::new();
@@ -451,19 +465,19 @@ pub fn merged(src: &mut Source, warnings: &mut Vec<String>) -> Result<(Symbolize
                             .or_else(|| rec.map(|r| r.path.clone()))
                             .unwrap_or_default();
                         let key = (name.clone(), who);
-                        let p = match identities.get_mut(&key) {
+                        let p = match self.identities.get_mut(&key) {
                             // Kept without an image so far (missing in the bundles
                             // before): this bundle's takes the place.
                             Some((shown, base @ None)) if loaded.contains_key(name) => {
                                 let mut im = loaded.remove(name).expect("checked");
                                 im.spec.name = shown.clone();
                                 *base = Some(im.base);
-                                syms.push(im);
+                                self.syms.push(im);
                                 (shown.clone(), *base)
                             }
                             Some(p) => p.clone(),
                             None => {
-                                let n = names_used.entry(name.clone()).or_insert(0);
+                                let n = self.names_used.entry(name.clone()).or_insert(0);
                                 *n += 1;
                                 let shown = if *n == 1 {
                                     name.clone()
@@ -473,10 +487,10 @@ pub fn merged(src: &mut Source, warnings: &mut Vec<String>) -> Result<(Symbolize
                                 let base = loaded.remove(name).map(|mut im| {
                                     im.spec.name = shown.clone();
                                     let base = im.base;
-                                    syms.push(im);
+                                    self.syms.push(im);
                                     base
                                 });
-                                identities.insert(key, (shown.clone(), base));
+                                self.identities.insert(key, (shown.clone(), base));
                                 (shown, base)
                             }
                         };
@@ -491,7 +505,8 @@ pub fn merged(src: &mut Source, warnings: &mut Vec<String>) -> Result<(Symbolize
                 (None, _) => (None, b.start),
             };
             let end = start + (b.end - b.start);
-            let e = sum
+            let e = self
+                .sum
                 .entry((shown.clone(), start, end))
                 .or_insert_with(|| Block {
                     image: shown,
@@ -504,10 +519,13 @@ pub fn merged(src: &mut Source, warnings: &mut Vec<String>) -> Result<(Symbolize
             e.count += b.count;
         }
         Ok(())
-    })?;
-    let mut blocks: Vec<Block> = sum.into_values().collect();
-    blocks.sort_by(|a, b| (&a.image, a.start, a.end).cmp(&(&b.image, b.start, b.end)));
-    Ok((syms, blocks))
+    }
+
+    pub fn finish(self) -> (Symbolizer, Vec<Block>) {
+        let mut blocks: Vec<Block> = self.sum.into_values().collect();
+        blocks.sort_by(|a, b| (&a.image, a.start, a.end).cmp(&(&b.image, b.start, b.end)));
+        (self.syms, blocks)
+    }
 }
 
 /// `report coverage`: the summary text, and the files asked for.

@@ -8,11 +8,13 @@ use anyhow::Result;
 use arrow::array::Array;
 use tracemill_schemas::{meta, EventKind};
 
-use crate::coverage::{coverage, with_blocks};
-use crate::hotspots::{hotspots_of, By, Weight};
+use crate::coverage::{coverage, with_blocks, Merge};
+use crate::dataset::Member;
+use crate::hotspots::{hotspots, hotspots_of, Block, By, Hotspots, Sum as HotspotSum, Weight};
 use crate::input::Input;
-use crate::source::Source;
-use crate::stacks::{stacks_of, write_svg};
+use crate::source::{warn_once, Source};
+use crate::stacks::{stacks_of, write_svg, Stacks, StacksSum};
+use crate::symbols::Symbolizer;
 use crate::util::{html_escape as esc, kind_codes, strings};
 
 /// Decode facts from the events table: errors, overflows, their first details.
@@ -88,22 +90,93 @@ img.flame{width:100%;border:1px solid #ccc}";
 /// Errors and overflows of a decode, or of the selected bundles added up.
 pub fn events_of(src: &mut Source, warnings: &mut Vec<String>) -> Result<EventSummary> {
     let mut all = EventSummary::default();
-    src.each(warnings, |input, m| {
-        let e = event_summary(input)?;
-        all.errors += e.errors;
-        all.overflows += e.overflows;
-        all.resyncs += e.resyncs;
-        for d in e.first_errors {
-            if all.first_errors.len() < 10 {
-                all.first_errors.push(match m {
-                    Some(m) => format!("{}: {d}", m.label()),
-                    None => d,
-                });
+    src.each(warnings, |input, m| add_events(&mut all, input, m))?;
+    Ok(all)
+}
+
+/// Add a bundle's errors and overflows to `all`.
+fn add_events(all: &mut EventSummary, input: &Input, m: Option<&Member>) -> Result<()> {
+    let e = event_summary(input)?;
+    all.errors += e.errors;
+    all.overflows += e.overflows;
+    all.resyncs += e.resyncs;
+    for d in e.first_errors {
+        if all.first_errors.len() < 10 {
+            all.first_errors.push(match m {
+                Some(m) => format!("{}: {d}", m.label()),
+                None => d,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The sections of a dataset's page, each added up over the selected bundles.
+struct DatasetSections {
+    coverage: Result<Merge>,
+    events: Result<EventSummary>,
+    hotspots: Result<Hotspots>,
+    stacks: Result<(Stacks, Vec<String>)>,
+}
+
+/// Every section of a dataset's page in one pass over its bundles: each bundle is opened
+/// (its tables found, its images loaded) once, not once per section. A section that fails
+/// on a bundle leaves that bundle out of it, with a warning; it fails only when it could
+/// be made of no bundle. `flame_warnings` gets the walks' warnings.
+fn sections_of_dataset(
+    src: &mut Source,
+    warnings: &mut Vec<String>,
+    flame_warnings: &mut Vec<String>,
+) -> DatasetSections {
+    const NAMES: [&str; 4] = ["events", "hotspots", "flame graph", "coverage"];
+    let mut merge = Merge::default();
+    let mut events = EventSummary::default();
+    let mut hot = HotspotSum::default();
+    let mut stacks = StacksSum::new(false);
+    // Per section: the bundles it was made of, and its first error.
+    let mut made = [0usize; 4];
+    let mut first_err: [Option<anyhow::Error>; 4] = Default::default();
+    let mut left_out = Vec::new();
+    let opened = src.each(warnings, |input, m| {
+        let label = m.map_or_else(String::new, |m| m.label());
+        // The coverage merge takes the bundle's images: last.
+        let results = [
+            add_events(&mut events, input, m),
+            hotspots(input, By::Function, Weight::Instructions).map(|h| hot.add(h)),
+            stacks.add(input),
+            merge.add(input),
+        ];
+        for (i, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(()) => made[i] += 1,
+                Err(e) => {
+                    warn_once(
+                        &mut left_out,
+                        format!("{label}: {e:#}: left out of the {}", NAMES[i]),
+                    );
+                    first_err[i].get_or_insert(e);
+                }
             }
         }
         Ok(())
-    })?;
-    Ok(all)
+    });
+    for w in left_out {
+        warn_once(warnings, w);
+    }
+    // The section's result: its sum, or why no bundle could be used for it.
+    let mut result = |i: usize| -> Result<()> {
+        match (&opened, made[i], first_err[i].take()) {
+            (Err(e), _, _) => Err(anyhow::anyhow!("{e:#}")),
+            (Ok(_), 0, Some(e)) => Err(e.context("no selected bundle could be used")),
+            _ => Ok(()),
+        }
+    };
+    DatasetSections {
+        events: result(0).map(|()| events),
+        hotspots: result(1).map(|()| hot.finish(By::Function, Weight::Instructions, Vec::new())),
+        stacks: result(2).map(|()| stacks.finish(flame_warnings)),
+        coverage: result(3).map(|()| merge),
+    }
 }
 
 /// Render the page of a decode, or of the selected bundles of a dataset (every section
@@ -113,18 +186,35 @@ pub fn render(src: &mut Source, top: usize) -> String {
         Source::Decode(input) => input.warnings.clone(),
         Source::Dataset(_) => Vec::new(),
     };
-    // Everything first (over a dataset each is one pass over the bundles), then the page.
-    let cov = with_blocks(src, &mut warnings, |syms, blocks| {
+    // Everything first, then the page.
+    let summary = |syms: &Symbolizer, blocks: &[Block]| {
         (
             blocks.iter().map(|b| b.insns as u64 * b.count).sum::<u64>(),
             blocks.len(),
             coverage(syms, blocks),
         )
-    });
-    let events = events_of(src, &mut warnings);
-    let hs = hotspots_of(src, By::Function, Weight::Instructions);
+    };
     let mut fw = Vec::new();
-    let flame = stacks_of(src, false, &mut fw);
+    let (cov, events, hs, flame) = match src {
+        Source::Decode(_) => (
+            with_blocks(src, &mut warnings, summary),
+            events_of(src, &mut warnings),
+            hotspots_of(src, By::Function, Weight::Instructions),
+            stacks_of(src, false, &mut fw),
+        ),
+        Source::Dataset(_) => {
+            let s = sections_of_dataset(src, &mut warnings, &mut fw);
+            (
+                s.coverage.map(|m| {
+                    let (syms, blocks) = m.finish();
+                    summary(&syms, &blocks)
+                }),
+                s.events,
+                s.hotspots,
+                s.stacks,
+            )
+        }
+    };
 
     let mut h = String::new();
     let title = src.title();

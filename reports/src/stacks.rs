@@ -1039,36 +1039,70 @@ pub fn stacks_of(
         let st = build(input, &mut f, warnings, false, cycles, |_| {})?;
         return Ok((st, f.names));
     }
-    let mut all = Stacks::new(cycles);
-    // The names of every bundle, interned once ("[gap]" first, as in `Functions`).
-    let mut names: Vec<String> = vec!["[gap]".into()];
-    let mut ids: std::collections::HashMap<String, u32> = [("[gap]".to_string(), 0)].into();
+    let mut sum = StacksSum::new(cycles);
     let mut ws = Vec::new();
-    let mut walk_ws = Vec::new();
-    src.each(&mut ws, |input, _| {
+    src.each(&mut ws, |input, _| sum.add(input))?;
+    for w in ws {
+        crate::source::warn_once(warnings, w);
+    }
+    Ok(sum.finish(warnings))
+}
+
+/// The stacks of bundles, each walked on its own (with its own images) and added up.
+pub struct StacksSum {
+    all: Stacks,
+    /// The names of every bundle, interned once ("[gap]" first, as in `Functions`).
+    names: Vec<String>,
+    ids: std::collections::HashMap<String, u32>,
+    /// The walks' warnings, each said once.
+    warnings: Vec<String>,
+}
+
+impl StacksSum {
+    pub fn new(cycles: bool) -> Self {
+        StacksSum {
+            all: Stacks::new(cycles),
+            names: vec!["[gap]".into()],
+            ids: [("[gap]".to_string(), 0)].into(),
+            warnings: Vec::new(),
+        }
+    }
+
+    pub fn add(&mut self, input: &Input) -> Result<()> {
         let mut f = Functions::new(&input.symbols);
         let mut bw = Vec::new();
-        let st = build(input, &mut f, &mut bw, false, cycles, |_| {})?;
+        let st = build(
+            input,
+            &mut f,
+            &mut bw,
+            false,
+            self.all.counts_cycles(),
+            |_| {},
+        )?;
         let funcs: Vec<u32> = f
             .names
             .iter()
             .map(|n| {
-                *ids.entry(n.clone()).or_insert_with(|| {
-                    names.push(n.clone());
-                    names.len() as u32 - 1
+                *self.ids.entry(n.clone()).or_insert_with(|| {
+                    self.names.push(n.clone());
+                    self.names.len() as u32 - 1
                 })
             })
             .collect();
-        all.merge(&st, &funcs);
+        self.all.merge(&st, &funcs);
         for w in bw {
-            crate::source::warn_once(&mut walk_ws, w);
+            crate::source::warn_once(&mut self.warnings, w);
         }
         Ok(())
-    })?;
-    for w in ws.into_iter().chain(walk_ws) {
-        crate::source::warn_once(warnings, w);
     }
-    Ok((all, names))
+
+    /// The stacks and their function names; the walks' warnings go to `warnings`.
+    pub fn finish(self, warnings: &mut Vec<String>) -> (Stacks, Vec<String>) {
+        for w in self.warnings {
+            crate::source::warn_once(warnings, w);
+        }
+        (self.all, self.names)
+    }
 }
 
 /// Write folded stacks (`--folded`) and the flame graph SVG.
