@@ -350,6 +350,90 @@ fn flame_graph_total_equals_the_instruction_count() {
     }
 }
 
+/// Rewrite `dir`'s Parquet `table` in row groups of `rows` rows (same rows, same schema).
+fn regroup(dir: &Path, table: &str, rows: usize) {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let path = dir.join(format!("{table}.parquet"));
+    let b = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap()).unwrap();
+    // The tracemill metadata (bundle, images) stays with the file.
+    let kv: Vec<_> = b
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .into_iter()
+        .flatten()
+        .filter(|k| k.key != "ARROW:schema")
+        .cloned()
+        .collect();
+    let r = b.build().unwrap();
+    let schema = arrow::record_batch::RecordBatchReader::schema(&r);
+    let batches: Vec<_> = r.map(Result::unwrap).collect();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(rows))
+        .set_key_value_metadata(Some(kv))
+        .build();
+    let tmp = dir.join(format!("{table}.regrouped"));
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(&tmp).unwrap(),
+        schema,
+        Some(props),
+    )
+    .unwrap();
+    for b in &batches {
+        w.write(b).unwrap();
+    }
+    w.close().unwrap();
+    std::fs::rename(tmp, path).unwrap();
+}
+
+#[test]
+fn stacks_are_the_same_whatever_the_row_groups() {
+    // Row groups are read side by side and walked in order, with the events between
+    // their rows: in groups of 997 rows (several per reader) the folded stacks, the flame
+    // graph and the timeline are the same as from one row group.
+    for sample in ["recursion", "kernel-processes"] {
+        let (tmp, out) = decoded(sample);
+        let report = |dir: &Path, name: &str| {
+            let (svg, folded, tl) = (
+                tmp.path().join(format!("{name}.svg")),
+                tmp.path().join(format!("{name}.folded")),
+                tmp.path().join(format!("{name}.json")),
+            );
+            ok(&[
+                "report",
+                "flamegraph",
+                s(dir),
+                "--out",
+                s(&svg),
+                "--folded",
+                s(&folded),
+            ]);
+            ok(&["report", "timeline", s(dir), "--out", s(&tl)]);
+            [svg, folded, tl].map(|p| std::fs::read(p).unwrap())
+        };
+        let one = report(&out, "one");
+        let n = read_branches(&out.join("branches.parquet")).insns.len();
+        assert!(n > 5 * 997, "{sample}: {n} rows make several row groups");
+        regroup(&out, "branches", 997);
+        regroup(&out, "events", 13);
+        let groups = parquet::file::reader::FileReader::metadata(
+            &parquet::file::serialized_reader::SerializedFileReader::new(
+                std::fs::File::open(out.join("branches.parquet")).unwrap(),
+            )
+            .unwrap(),
+        )
+        .num_row_groups();
+        assert_eq!(groups, n.div_ceil(997), "{sample}");
+        let many = report(&out, "many");
+        for (what, (a, b)) in ["svg", "folded", "timeline"]
+            .iter()
+            .zip(one.iter().zip(&many))
+        {
+            assert!(a == b, "{sample}: {what} differs with {groups} row groups");
+        }
+    }
+}
+
 /// A drcov file as the published format describes it (DynamoRIO drcov, log version 2).
 struct Drcov {
     modules: Vec<(u64, u64, u64, String)>,

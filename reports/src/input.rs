@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context as _, Result};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
 use parquet::arrow::ProjectionMask;
 use tracemill_datasets::bundle::{ImageKind, Manifest};
 use tracemill_schemas::{meta, SCHEMA_VERSION};
@@ -131,10 +133,44 @@ impl Table {
     }
 
     /// Batches of the named columns only, in file order.
-    pub fn batches(
+    /// A Parquet table's footer, read once for the readers of its row groups
+    /// ([`Table::row_group_batches`]); `None` for Arrow IPC.
+    pub fn parquet_footer(&self) -> Result<Option<ArrowReaderMetadata>> {
+        if self.ipc {
+            return Ok(None);
+        }
+        let f = File::open(&self.path)
+            .with_context(|| format!("{}: cannot open", self.path.display()))?;
+        let m = ArrowReaderMetadata::load(&f, ArrowReaderOptions::new())
+            .with_context(|| format!("{}: not a Parquet file", self.path.display()))?;
+        Ok(Some(m))
+    }
+
+    /// Batches of the named columns of row group `group` only: readers of different row
+    /// groups work side by side.
+    pub fn row_group_batches(
         &self,
+        footer: &ArrowReaderMetadata,
         cols: &[&str],
-    ) -> Result<Box<dyn Iterator<Item = Result<RecordBatch>> + Send>> {
+        group: usize,
+    ) -> Result<Batches> {
+        self.require(cols)?;
+        let path = self.path.clone();
+        let f = File::open(&self.path)
+            .with_context(|| format!("{}: cannot open", self.path.display()))?;
+        let b = ParquetRecordBatchReaderBuilder::new_with_metadata(f, footer.clone());
+        let mask = ProjectionMask::columns(b.parquet_schema(), cols.iter().copied());
+        let r = b
+            .with_projection(mask)
+            .with_row_groups(vec![group])
+            .with_batch_size(64 * 1024)
+            .build()?;
+        Ok(Box::new(r.map(move |b| {
+            b.with_context(|| format!("{}: cannot read", path.display()))
+        })))
+    }
+
+    pub fn batches(&self, cols: &[&str]) -> Result<Batches> {
         self.require(cols)?;
         let path = self.path.clone();
         let f = File::open(&self.path)
@@ -158,6 +194,9 @@ impl Table {
         }
     }
 }
+
+/// Record batches of a table, in file order.
+pub type Batches = Box<dyn Iterator<Item = Result<RecordBatch>> + Send>;
 
 /// The tables of one decode and the symbols of its code.
 pub struct Input {

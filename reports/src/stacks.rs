@@ -33,7 +33,7 @@ use arrow::array::{Array, PrimitiveArray};
 use arrow::datatypes::{UInt32Type, UInt64Type};
 use tracemill_schemas::{BranchKind, EventKind};
 
-use crate::input::Input;
+use crate::input::{Batches, Input};
 use crate::source::Source;
 use crate::symbols::Symbolizer;
 use crate::util::{col, insn_len, kind_codes, AddrMap, Chunked};
@@ -592,20 +592,15 @@ struct Ev {
     ip: Option<u64>,
 }
 
-type Batches = Box<dyn Iterator<Item = Result<arrow::array::RecordBatch>> + Send>;
-
-/// The events that matter to stacks, read along with the branches in `seq` order, so that
-/// memory holds one batch of them (a 1 GiB trace has 84 M enable and disable events: read
-/// whole, 2.7 GB).
-struct Events {
+/// Reads the events that matter to stacks, a batch at a time, on a thread of its own: so
+/// memory holds a few batches of them (a 1 GiB trace has 84 M enable and disable events:
+/// read whole, 2.7 GB).
+struct EventReader {
     batches: Option<Batches>,
-    batch: std::vec::IntoIter<Ev>,
-    next: Option<Ev>,
-    last_seq: u64,
     warnings: Vec<String>,
 }
 
-impl Events {
+impl EventReader {
     fn open(input: &Input) -> Self {
         let mut warnings = Vec::new();
         let batches = match input.table("events") {
@@ -623,64 +618,75 @@ impl Events {
                 }
             },
         };
-        Events {
-            batches,
-            batch: Vec::new().into_iter(),
-            next: None,
-            last_seq: 0,
-            warnings,
-        }
+        EventReader { batches, warnings }
     }
 
+    /// The next batch's events that matter, in table order; `None` at the end (or at an
+    /// unreadable batch, with a warning).
+    fn next_batch(&mut self) -> Option<Vec<Ev>> {
+        let b = match self.batches.as_mut()?.next() {
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                self.warnings
+                    .push(format!("{e:#}: later gaps are not seen by the stacks"));
+                self.batches = None;
+                return None;
+            }
+            None => {
+                self.batches = None;
+                return None;
+            }
+        };
+        let (Ok(seq), Ok(ip), Ok(kinds)) = (
+            col::<UInt64Type>(&b, "seq"),
+            col::<UInt64Type>(&b, "ip"),
+            kind_codes(&b, "kind", EventKind::from_name, |k| k as u8),
+        ) else {
+            self.warnings
+                .push("events table unreadable: gaps are not seen by the stacks".into());
+            self.batches = None;
+            return None;
+        };
+        let mut out = Vec::new();
+        for (i, &k) in kinds.iter().enumerate() {
+            let Some(kind) = EventKind::from_code(k) else {
+                continue;
+            };
+            if matches!(
+                kind,
+                EventKind::Error
+                    | EventKind::Overflow
+                    | EventKind::Resync
+                    | EventKind::Enable
+                    | EventKind::Disable
+            ) {
+                out.push(Ev {
+                    seq: seq.value(i),
+                    kind,
+                    ip: (!ip.is_null(i)).then(|| ip.value(i)),
+                });
+            }
+        }
+        Some(out)
+    }
+}
+
+/// The events as the walk takes them: those before a row, from the reader's batches.
+struct Events {
+    batches: std::sync::mpsc::Receiver<Vec<Ev>>,
+    batch: std::vec::IntoIter<Ev>,
+    next: Option<Ev>,
+    last_seq: u64,
+    out_of_order: Option<String>,
+}
+
+impl Events {
     fn pull(&mut self) -> Option<Ev> {
         loop {
             if let Some(e) = self.batch.next() {
                 return Some(e);
             }
-            let b = match self.batches.as_mut()?.next() {
-                Some(Ok(b)) => b,
-                Some(Err(e)) => {
-                    self.warnings
-                        .push(format!("{e:#}: later gaps are not seen by the stacks"));
-                    self.batches = None;
-                    return None;
-                }
-                None => {
-                    self.batches = None;
-                    return None;
-                }
-            };
-            let (Ok(seq), Ok(ip), Ok(kinds)) = (
-                col::<UInt64Type>(&b, "seq"),
-                col::<UInt64Type>(&b, "ip"),
-                kind_codes(&b, "kind", EventKind::from_name, |k| k as u8),
-            ) else {
-                self.warnings
-                    .push("events table unreadable: gaps are not seen by the stacks".into());
-                self.batches = None;
-                return None;
-            };
-            let mut out = Vec::new();
-            for (i, &k) in kinds.iter().enumerate() {
-                let Some(kind) = EventKind::from_code(k) else {
-                    continue;
-                };
-                if matches!(
-                    kind,
-                    EventKind::Error
-                        | EventKind::Overflow
-                        | EventKind::Resync
-                        | EventKind::Enable
-                        | EventKind::Disable
-                ) {
-                    out.push(Ev {
-                        seq: seq.value(i),
-                        kind,
-                        ip: (!ip.is_null(i)).then(|| ip.value(i)),
-                    });
-                }
-            }
-            self.batch = out.into_iter();
+            self.batch = self.batches.recv().ok()?.into_iter();
         }
     }
 
@@ -694,8 +700,8 @@ impl Events {
             }
             match self.next {
                 Some(e) if e.seq < end => {
-                    if e.seq < self.last_seq && self.warnings.iter().all(|w| !w.contains("order")) {
-                        self.warnings.push(format!(
+                    if e.seq < self.last_seq && self.out_of_order.is_none() {
+                        self.out_of_order = Some(format!(
                             "events table not in seq order (seq {} after {}): such events are applied late",
                             e.seq, self.last_seq
                         ));
@@ -802,13 +808,13 @@ impl<F: FnMut(Span)> Walker<'_, '_, F> {
 
     /// Walk one batch of rows; `seq` is the first one's, `prev_cyc` the last `cycles`
     /// value seen.
-    fn batch(&mut self, rows: &Rows, seq: &mut u64, prev_cyc: &mut Option<u64>) {
+    fn batch(&mut self, rows: &Rows, events: &[Ev], seq: &mut u64, prev_cyc: &mut Option<u64>) {
         // Validity looked up once per batch, not through `Array::is_null` per row.
         let valid =
             |a: &PrimitiveArray<UInt64Type>, i: usize| a.nulls().map_or(true, |n| n.is_valid(i));
         let tvalues = rows.target.values();
         let tnull = rows.target.null_count() > 0;
-        let mut evs = rows.events.iter().copied().peekable();
+        let mut evs = events.iter().copied().peekable();
         for i in 0..rows.ip.len() {
             while let Some(e) = evs.next_if(|e| e.seq <= *seq) {
                 self.event(e);
@@ -925,8 +931,6 @@ struct Rows {
     kinds: Vec<u8>,
     cycles: Option<PrimitiveArray<UInt64Type>>,
     tsc: Option<PrimitiveArray<UInt64Type>>,
-    /// The events before the batch's last row, in order.
-    events: Vec<Ev>,
 }
 
 impl Rows {
@@ -946,7 +950,6 @@ impl Rows {
             kinds: kind_codes(b, "kind", BranchKind::from_name, |k| k as u8)?,
             cycles: opt(cycles, "cycles")?,
             tsc: opt(tsc, "tsc")?,
-            events: Vec::new(),
         })
     }
 }
@@ -967,7 +970,6 @@ pub fn build<'s>(
     on_span: impl FnMut(Span),
 ) -> Result<Stacks> {
     let t = input.table("branches")?;
-    let mut events = Events::open(input);
     let mut w = Walker {
         f,
         st: Stacks::new(cycles),
@@ -985,38 +987,92 @@ pub fn build<'s>(
     if has_tsc {
         cols.push("tsc");
     }
-    let batches = t.batches(&cols)?;
-    let walked = std::thread::scope(|scope| -> Result<()> {
-        // Two batches ahead: enough to keep both threads busy, and memory stays small.
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Rows>>(2);
-        let events = &mut events;
-        scope.spawn(move || {
-            let mut end = 0u64;
-            for b in batches {
-                let rows = b.and_then(|b| {
-                    let mut rows = Rows::of(&b, has_cycles, has_tsc)?;
-                    end += b.num_rows() as u64;
-                    // Events at a row are applied before it: those up to the last row.
-                    events.until(end, &mut rows.events);
-                    Ok(rows)
-                });
-                let failed = rows.is_err();
-                // A closed channel: the walk stopped, and so does reading.
-                if tx.send(rows).is_err() || failed {
-                    return;
+    t.require(&cols)?;
+    // Parquet row groups are read side by side, each by the reader `group % readers`,
+    // and walked in order; Arrow IPC is one run of batches.
+    let footer = t.parquet_footer()?;
+    let groups = footer.as_ref().map_or(1, |m| m.metadata().num_row_groups());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // At least two with two row groups or more, so that the same code runs everywhere.
+    let readers = groups.clamp(1, cores.clamp(2, 8));
+    let mut reader = EventReader::open(input);
+    std::thread::scope(|scope| -> Result<()> {
+        let (etx, erx) = std::sync::mpsc::sync_channel::<Vec<Ev>>(4);
+        let events_read = scope.spawn(move || {
+            while let Some(b) = reader.next_batch() {
+                // A closed channel: the walk stopped.
+                if etx.send(b).is_err() {
+                    break;
                 }
             }
+            reader.warnings
         });
-        let mut seq = 0u64;
-        let mut prev_cyc: Option<u64> = None;
-        for rows in rx {
-            let rows = rows?;
-            w.batch(&rows, &mut seq, &mut prev_cyc);
+        let mut rxs = Vec::new();
+        for r in 0..readers {
+            // A message is a batch, or the end of a row group (`None`); two ahead each.
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Option<Rows>>>(2);
+            rxs.push(rx);
+            let (footer, cols, t) = (footer.as_ref(), &cols, &t);
+            scope.spawn(move || {
+                for g in (r..groups).step_by(readers) {
+                    let batches = match footer {
+                        Some(m) => t.row_group_batches(m, cols, g),
+                        None => t.batches(cols),
+                    };
+                    let sent = batches.and_then(|it| {
+                        for b in it {
+                            let rows = Rows::of(&b?, has_cycles, has_tsc)?;
+                            tx.send(Ok(Some(rows)))
+                                .map_err(|_| anyhow::anyhow!("walk stopped"))?;
+                        }
+                        tx.send(Ok(None))
+                            .map_err(|_| anyhow::anyhow!("walk stopped"))
+                    });
+                    if let Err(e) = sent {
+                        // The walk reports the error (or has stopped already).
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                }
+            });
         }
+        let mut events = Events {
+            batches: erx,
+            batch: Vec::new().into_iter(),
+            next: None,
+            last_seq: 0,
+            out_of_order: None,
+        };
+        let (mut seq, mut prev_cyc, mut evs) = (0u64, None, Vec::new());
+        for g in 0..groups {
+            loop {
+                let rows = match rxs[g % readers].recv() {
+                    Ok(Ok(Some(rows))) => rows,
+                    Ok(Ok(None)) => break,
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => anyhow::bail!("a reader of {} stopped", t.path.display()),
+                };
+                evs.clear();
+                // Events at a row are applied before it: those up to the batch's last.
+                events.until(seq + rows.ip.len() as u64, &mut evs);
+                w.batch(&rows, &evs, &mut seq, &mut prev_cyc);
+            }
+        }
+        // Readers still sending stop at their next send (on an error return too, when
+        // the receivers go with this closure's locals).
+        drop(rxs);
+        // Events after the last row are never taken: the reader stops at its next send.
+        let Events {
+            batches,
+            out_of_order,
+            ..
+        } = events;
+        drop(batches);
+        let read = events_read.join();
+        warnings.extend(read.unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        warnings.extend(out_of_order);
         Ok(())
-    });
-    warnings.append(&mut events.warnings);
-    walked?;
+    })?;
     w.pop_to(0);
     if w.st.max_depth_hit > 0 {
         warnings.push(format!(
