@@ -12,8 +12,9 @@
 # The second form takes a bundle instead of a size (e.g. one made by repeat-bundle.sh: a
 # real program, whose calls and returns pair up, unlike the synthetic walk's).
 #
-# Both reports run on one thread (the Parquet reader and the stack walk are sequential),
-# so rows/s is also rows/s per core; CPU seconds above wall seconds would mean otherwise.
+# Hotspots run on one thread. The flame graph walks the stacks on one thread while reader
+# threads decode the next row groups: compare "rows per CPU s" for work per core, and
+# rows/s (wall) for what a user waits.
 set -euo pipefail
 bin=$(realpath "$1") work=$2 size=${3:-200M} runs=${4:-3}
 root=$(cd "$(dirname "$0")/../.." && pwd)

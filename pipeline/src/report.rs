@@ -274,10 +274,11 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
             )?;
             warn(&s.warnings);
             eprintln!(
-                "{} {} in {} stacks ({} gaps, {} mismatched returns, {} longjmps, {} interrupt or signal entries)",
+                "{} {} in {} stacks{} ({} gaps, {} mismatched returns, {} longjmps, {} interrupt or signal entries)",
                 s.total,
                 if s.cycles { "cycles" } else { "instructions" },
                 s.stacks,
+                s.drawn.map_or(String::new(), |d| format!(", {d} drawn")),
                 s.gaps,
                 s.mismatched_returns,
                 s.longjmps,

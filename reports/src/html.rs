@@ -425,8 +425,9 @@ pub fn render(src: &mut Source, top: usize) -> String {
                 Ok(()) if !svg.is_empty() => {
                     let _ = writeln!(
                         h,
-                        "<p>{} instructions in {} stacks ({} gaps, {} mismatched returns, {} longjmps, {} interrupt or signal entries).</p>\n<img class=\"flame\" alt=\"flame graph\" src=\"data:image/svg+xml;base64,{}\">",
+                        "<p>{} instructions in {} stacks, {} drawn ({} gaps, {} mismatched returns, {} longjmps, {} interrupt or signal entries).</p>\n<img class=\"flame\" alt=\"flame graph\" src=\"data:image/svg+xml;base64,{}\">",
                         st.total(false),
+                        st.distinct(false),
                         lines.len(),
                         st.gaps,
                         st.mismatched_returns,

@@ -332,6 +332,16 @@ impl Stacks {
         self.has_cycles |= other.has_cycles;
     }
 
+    /// Distinct stacks with a weight of their own.
+    pub fn distinct(&self, cycles: bool) -> usize {
+        let w = if cycles {
+            &self.cycles
+        } else {
+            &self.instructions
+        };
+        w.iter().skip(1).filter(|&&v| v > 0).count()
+    }
+
     /// Total weight (instructions or cycles) of every node.
     pub fn total(&self, cycles: bool) -> u64 {
         if cycles {
@@ -1176,31 +1186,30 @@ pub fn flamegraph(
     } else {
         cycles
     };
-    let mut stacks = 0;
     if let Some(p) = folded {
         let mut w = std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?,
         );
-        stacks = st
-            .write_folded(&names, use_cycles, &mut w)
-            .and_then(|n| w.flush().map(|()| n))
+        st.write_folded(&names, use_cycles, &mut w)
+            .and_then(|_| w.flush())
             .with_context(|| format!("{}: cannot write", p.display()))?;
     }
     let total = st.total(use_cycles);
-    let lines = st.folded(&names, use_cycles, svg_min_weight(total));
-    if folded.is_none() {
-        stacks = lines.len();
-    }
+    let mut drawn = None;
     if let Some(p) = svg {
+        let lines = st.folded(&names, use_cycles, svg_min_weight(total));
+        drawn = Some(lines.len());
         let out =
             std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?;
         let title = format!("tracemill: {}", src.title());
         write_svg(&lines, &title, use_cycles, std::io::BufWriter::new(out))
             .with_context(|| format!("{}: cannot write the flame graph", p.display()))?;
     }
+    let stacks = st.distinct(use_cycles);
     Ok(FlameSummary {
         total,
         stacks,
+        drawn,
         cycles: use_cycles,
         gaps: st.gaps,
         mismatched_returns: st.mismatched_returns,
@@ -1249,7 +1258,10 @@ pub fn write_svg(lines: &FoldedLines, title: &str, cycles: bool, out: impl Write
 #[derive(Clone, Debug, Default)]
 pub struct FlameSummary {
     pub total: u64,
+    /// Distinct stacks with weight (the lines of `--folded`).
     pub stacks: usize,
+    /// The lines the SVG was drawn from, when one was made.
+    pub drawn: Option<usize>,
     pub cycles: bool,
     pub gaps: u64,
     pub mismatched_returns: u64,
