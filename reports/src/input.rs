@@ -132,7 +132,6 @@ impl Table {
         }
     }
 
-    /// Batches of the named columns only, in file order.
     /// A Parquet table's footer, read once for the readers of its row groups
     /// ([`Table::row_group_batches`]); `None` for Arrow IPC.
     pub fn parquet_footer(&self) -> Result<Option<ArrowReaderMetadata>> {
@@ -170,6 +169,7 @@ impl Table {
         })))
     }
 
+    /// Batches of the named columns only, in file order.
     pub fn batches(&self, cols: &[&str]) -> Result<Batches> {
         self.require(cols)?;
         let path = self.path.clone();

@@ -187,6 +187,8 @@ pub struct Stacks {
     /// Per node, cycles: empty unless the stacks were built to weigh by cycles.
     pub cycles: Chunked<u64>,
     pub max_depth_hit: u64,
+    /// Calls counted in their caller because the trie had no node id left.
+    pub full: u64,
     pub gaps: u64,
     pub mismatched_returns: u64,
     pub longjmps: u64,
@@ -203,6 +205,7 @@ impl Stacks {
             instructions: Chunked::new(),
             cycles: Chunked::new(),
             max_depth_hit: 0,
+            full: 0,
             gaps: 0,
             mismatched_returns: 0,
             longjmps: 0,
@@ -251,13 +254,21 @@ impl Stacks {
     fn child_slow(&mut self, parent: u32, func: u32) -> u32 {
         let p = parent as usize;
         let first = self.nodes[p].first;
+        // Node ids are `u32` and `BIG` is not one: past 4 G nodes (about 100 GB) a new
+        // callee is counted in its caller, as past the depth limit.
+        let full = self.nodes.len() >= BIG as usize;
         if first == BIG {
-            let n = self.nodes.len() as u32;
-            let c = *self.big.entry(big_key(parent, func)).or_insert(n);
-            if c == n {
-                self.push_node(parent, func, 0);
+            let key = big_key(parent, func);
+            if let Some(&c) = self.big.get(&key) {
+                return c;
             }
-            return c;
+            if full {
+                self.full += 1;
+                return parent;
+            }
+            let n = self.push_node(parent, func, 0);
+            self.big.insert(key, n);
+            return n;
         }
         let (mut prev, mut c, mut len) = (0u32, first, 0u32);
         while c != 0 {
@@ -273,6 +284,10 @@ impl Stacks {
                 return c;
             }
             (prev, c, len) = (c, node.next, len + 1);
+        }
+        if full {
+            self.full += 1;
+            return parent;
         }
         let n = self.push_node(parent, func, first);
         if len < FANOUT {
@@ -324,6 +339,7 @@ impl Stacks {
             self.cycles[0] += other.cycles[0];
         }
         self.max_depth_hit += other.max_depth_hit;
+        self.full += other.full;
         self.gaps += other.gaps;
         self.mismatched_returns += other.mismatched_returns;
         self.longjmps += other.longjmps;
@@ -480,7 +496,7 @@ impl Stacks {
         // length of `p`'s path.
         let mut runs: Vec<Run> = Vec::new();
         let mut tie = false;
-        let mut push_runs = |p: u32, cut: usize, todo: &mut Vec<(Run, usize)>| {
+        let mut push_runs = |p: u32, cut: usize, todo: &mut Vec<(Run, usize, bool)>| {
             runs.clear();
             for &c in &kids[first[p as usize] as usize..first[p as usize + 1] as usize] {
                 if own[c as usize] > 0 {
@@ -498,19 +514,20 @@ impl Stacks {
             // Two callees of one name (names that differ only in a `;` or a space, both
             // written `_`): their lines interleave, which runs cannot say.
             tie |= runs.windows(2).any(|w| before(&w[0], &w[1]).is_eq());
-            todo.extend(runs.iter().rev().map(|&r| (r, cut)));
+            todo.extend(runs.iter().rev().map(|&r| (r, cut, p != 0)));
         };
         let mut out = FoldedLines::default();
         // `path` holds the frames of the node whose runs are being made.
         let mut path = String::new();
-        let mut todo: Vec<(Run, usize)> = Vec::new();
+        // (run, length of its caller's path, whether it has a caller).
+        let mut todo: Vec<(Run, usize, bool)> = Vec::new();
         push_runs(0, 0, &mut todo);
-        while let Some((run, cut)) = todo.pop() {
+        while let Some((run, cut, nested)) = todo.pop() {
             path.truncate(cut);
             match run {
                 Run::Small => out.push(SMALL, own[0]),
                 Run::Own(c) | Run::Callees(c) => {
-                    if cut > 0 {
+                    if nested {
                         path.push(';');
                     }
                     path.push_str(name(c));
@@ -552,9 +569,11 @@ impl FoldedLines {
         let need = path.len() + 21;
         match self.text.last() {
             Some(t) if t.capacity() - t.len() >= need => {}
-            _ => self
-                .text
-                .push(String::with_capacity(Self::BUFFER.max(need))),
+            // From 1 MiB, doubling up to 64 MiB: a small graph takes little.
+            last => {
+                let size = last.map_or(1 << 20, |t| (2 * t.capacity()).min(Self::BUFFER));
+                self.text.push(String::with_capacity(size.max(need)))
+            }
         }
         let b = self.text.len() - 1;
         let t = &mut self.text[b];
@@ -701,8 +720,8 @@ impl Events {
     }
 
     /// Move the events before row `end` to `out`. The decoder writes events in `seq`
-    /// order; one out of order (a table written by something else) is applied at the
-    /// next row, with a warning.
+    /// order; in a table written otherwise, an event behind a later one is applied with
+    /// or after that one, and a warning says so.
     fn until(&mut self, end: u64, out: &mut Vec<Ev>) {
         loop {
             if self.next.is_none() {
@@ -969,8 +988,8 @@ impl Rows {
 /// still open at the end end at the last row. `cycles` reads the `cycles` column (the
 /// weight of a flame graph by cycles); without it the stacks' cycles stay 0.
 ///
-/// A second thread reads and decodes the Parquet batches (and the events between their
-/// rows) ahead of the walk: reading took about as long as walking.
+/// Reader threads decode the Parquet row groups ahead of the walk (reading took about as
+/// long as walking), and another reads the events; the walk takes both in order.
 pub fn build<'s>(
     input: &Input,
     f: &mut Functions<'s>,
@@ -1062,6 +1081,10 @@ pub fn build<'s>(
                     Ok(Err(e)) => return Err(e),
                     Err(_) => anyhow::bail!("a reader of {} stopped", t.path.display()),
                 };
+                // No row to apply events before: they wait for the next batch.
+                if rows.ip.is_empty() {
+                    continue;
+                }
                 evs.clear();
                 // Events at a row are applied before it: those up to the batch's last.
                 events.until(seq + rows.ip.len() as u64, &mut evs);
@@ -1084,6 +1107,12 @@ pub fn build<'s>(
         Ok(())
     })?;
     w.pop_to(0);
+    if w.st.full > 0 {
+        warnings.push(format!(
+            "{} calls past 4 G distinct stacks: counted in their caller",
+            w.st.full
+        ));
+    }
     if w.st.max_depth_hit > 0 {
         warnings.push(format!(
             "{} calls past the depth limit {MAX_DEPTH}: counted in the deepest frame",
