@@ -552,9 +552,9 @@ impl Stacks {
     }
 }
 
-/// Folded lines (`outer;...;inner weight`), in buffers of 64 MiB that are never moved: the
-/// lines of the 1 GiB synthetic trace's flame graph take 700 MB, which a `String` copied
-/// at every doubling.
+/// Folded lines (`outer;...;inner weight`), in buffers of up to 64 MiB that are never
+/// moved: the lines of the 1 GiB synthetic trace's flame graph take 700 MB, which one
+/// `String` copied at every doubling.
 #[derive(Debug, Default)]
 pub struct FoldedLines {
     text: Vec<String>,
