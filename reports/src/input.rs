@@ -154,16 +154,21 @@ impl Table {
         group: usize,
     ) -> Result<Batches> {
         self.require(cols)?;
-        let path = self.path.clone();
         let f = File::open(&self.path)
             .with_context(|| format!("{}: cannot open", self.path.display()))?;
         let b = ParquetRecordBatchReaderBuilder::new_with_metadata(f, footer.clone());
+        self.parquet_batches(b.with_row_groups(vec![group]), cols)
+    }
+
+    /// The builder's batches of the named columns, 64 Ki rows each.
+    fn parquet_batches(
+        &self,
+        b: ParquetRecordBatchReaderBuilder<File>,
+        cols: &[&str],
+    ) -> Result<Batches> {
+        let path = self.path.clone();
         let mask = ProjectionMask::columns(b.parquet_schema(), cols.iter().copied());
-        let r = b
-            .with_projection(mask)
-            .with_row_groups(vec![group])
-            .with_batch_size(64 * 1024)
-            .build()?;
+        let r = b.with_projection(mask).with_batch_size(64 * 1024).build()?;
         Ok(Box::new(r.map(move |b| {
             b.with_context(|| format!("{}: cannot read", path.display()))
         })))
@@ -185,12 +190,7 @@ impl Table {
                 b.with_context(|| format!("{}: cannot read", path.display()))
             })))
         } else {
-            let b = ParquetRecordBatchReaderBuilder::try_new(f)?;
-            let mask = ProjectionMask::columns(b.parquet_schema(), cols.iter().copied());
-            let r = b.with_projection(mask).with_batch_size(64 * 1024).build()?;
-            Ok(Box::new(r.map(move |b| {
-                b.with_context(|| format!("{}: cannot read", path.display()))
-            })))
+            self.parquet_batches(ParquetRecordBatchReaderBuilder::try_new(f)?, cols)
         }
     }
 }

@@ -348,23 +348,24 @@ impl Stacks {
         self.has_cycles |= other.has_cycles;
     }
 
-    /// Distinct stacks with a weight of their own.
-    pub fn distinct(&self, cycles: bool) -> usize {
-        let w = if cycles {
+    /// Per node, its own stack's instructions or cycles.
+    fn weights(&self, cycles: bool) -> &Chunked<u64> {
+        if cycles {
             &self.cycles
         } else {
             &self.instructions
-        };
+        }
+    }
+
+    /// Distinct stacks with a weight of their own.
+    pub fn distinct(&self, cycles: bool) -> usize {
+        let w = self.weights(cycles);
         w.iter().skip(1).filter(|&&v| v > 0).count()
     }
 
     /// Total weight (instructions or cycles) of every node.
     pub fn total(&self, cycles: bool) -> u64 {
-        if cycles {
-            self.cycles.iter().sum()
-        } else {
-            self.instructions.iter().sum()
-        }
+        self.weights(cycles).iter().sum()
     }
 
     /// The folded path of node `n`: its frames' names, outermost first, joined by `;`.
@@ -394,11 +395,7 @@ impl Stacks {
         cycles: bool,
         mut out: impl Write,
     ) -> std::io::Result<usize> {
-        let w = if cycles {
-            &self.cycles
-        } else {
-            &self.instructions
-        };
+        let w = self.weights(cycles);
         let names = folded_names(names);
         let (mut line, mut parts) = (String::new(), Vec::new());
         let mut n = 0;
@@ -425,11 +422,7 @@ impl Stacks {
     /// in sorted order. A callee's two runs are not always together: `f.cold;...` sorts
     /// between `f 10` and `f;g 5`, because `.` sorts before `;`.
     pub fn folded(&self, names: &[String], cycles: bool, min: u64) -> FoldedLines {
-        let w = if cycles {
-            &self.cycles
-        } else {
-            &self.instructions
-        };
+        let w = self.weights(cycles);
         let n = self.len();
         // Nodes are created after their parent: a reverse pass sums subtrees.
         let mut sub: Vec<u64> = Vec::with_capacity(n);

@@ -135,9 +135,9 @@ pub fn html_escape(s: &str) -> String {
 }
 
 /// A growable array kept in chunks of 65,536 elements: growing never moves what is there.
-/// A `Vec` of hundreds of millions of trie nodes was copied at every doubling (jemalloc's
+/// A `Vec` of tens of millions of trie nodes was copied at every doubling (jemalloc's
 /// large `realloc` copies), and the kernel zeroed every new copy's pages: a third of a
-/// flame graph's time on the 1 GiB synthetic trace was the system's.
+/// flame graph's CPU time on the 1 GiB synthetic trace was the system's.
 pub struct Chunked<T> {
     chunks: Vec<Box<[T]>>,
     len: usize,
