@@ -24,6 +24,7 @@ pub mod dataset;
 pub mod hotspots;
 pub mod html;
 pub mod input;
+pub mod parquet_keys;
 pub mod source;
 pub mod stacks;
 pub mod symbols;

@@ -1,0 +1,635 @@
+//! Parquet column chunks read as dictionary keys, not as values.
+//!
+//! The flame graph names the function of every row's `ip` (and of a call's or jump's
+//! `target`). Read through arrow-rs, each row's dictionary key is looked up in the column
+//! chunk's dictionary to give a `u64` (and `target`'s nulls padded), and then the walk
+//! looks that address up again in a cache of functions: on the 1 GiB synthetic trace the
+//! first was a fifth of the report's CPU time and the second missed the cache on most
+//! rows. arrow-rs returns dictionaries only for string columns (apache/arrow-rs#8250), so
+//! this module decodes the pages itself: each row is a key into the chunk's values, and
+//! the walk names each distinct value once per row group.
+//!
+//! What is read: flat columns (no repetition), required or optional, of INT32, INT64 or
+//! BYTE_ARRAY, in version 1 or 2 data pages whose values are dictionary keys
+//! (`RLE_DICTIONARY`, `PLAIN_DICTIONARY`) or `PLAIN` values (a writer falls back to these
+//! when the dictionary grows too big; they are appended to the values, one key each).
+//! Anything else is an error, and the caller reads that row group through arrow-rs
+//! instead, which also gives the error of a damaged file its usual words.
+
+use std::fs::File;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, ensure, Result};
+use parquet::basic::{Encoding, Type as PhysicalType};
+use parquet::column::page::{Page, PageReader};
+use parquet::file::metadata::ColumnChunkMetaData;
+use parquet::file::serialized_reader::SerializedPageReader;
+
+/// The key of a null.
+pub const NULL_KEY: u32 = u32::MAX;
+
+/// One column chunk: per row a key into `values`, or [`NULL_KEY`].
+#[derive(Debug, Default, PartialEq)]
+pub struct Keyed<T> {
+    pub values: Vec<T>,
+    pub keys: Vec<u32>,
+}
+
+/// A Parquet physical type read from PLAIN encoding.
+pub trait Plain: Sized {
+    const TYPE: PhysicalType;
+    /// Append `n` values from the start of `buf`.
+    fn read(buf: &[u8], n: usize, out: &mut Vec<Self>) -> Result<()>;
+}
+
+fn plain_fixed<const W: usize, T>(
+    buf: &[u8],
+    n: usize,
+    out: &mut Vec<T>,
+    from: impl Fn([u8; W]) -> T,
+) -> Result<()> {
+    let bytes = n
+        .checked_mul(W)
+        .filter(|&b| b <= buf.len())
+        .ok_or_else(|| anyhow!("{n} PLAIN values of {W} bytes past the page's end"))?;
+    out.extend(
+        buf[..bytes]
+            .chunks_exact(W)
+            .map(|c| from(c.try_into().expect("W bytes"))),
+    );
+    Ok(())
+}
+
+/// INT64, as the `u64` bits the tables store.
+impl Plain for u64 {
+    const TYPE: PhysicalType = PhysicalType::INT64;
+    fn read(buf: &[u8], n: usize, out: &mut Vec<Self>) -> Result<()> {
+        plain_fixed(buf, n, out, u64::from_le_bytes)
+    }
+}
+
+/// INT32, as the `u32` bits the tables store.
+impl Plain for u32 {
+    const TYPE: PhysicalType = PhysicalType::INT32;
+    fn read(buf: &[u8], n: usize, out: &mut Vec<Self>) -> Result<()> {
+        plain_fixed(buf, n, out, u32::from_le_bytes)
+    }
+}
+
+/// BYTE_ARRAY: a 4-byte length, then the bytes, per value.
+impl Plain for Vec<u8> {
+    const TYPE: PhysicalType = PhysicalType::BYTE_ARRAY;
+    fn read(mut buf: &[u8], n: usize, out: &mut Vec<Self>) -> Result<()> {
+        for _ in 0..n {
+            let len = buf
+                .first_chunk::<4>()
+                .map(|l| u32::from_le_bytes(*l) as usize)
+                .filter(|&l| l <= buf.len() - 4)
+                .ok_or_else(|| anyhow!("a PLAIN byte array past the page's end"))?;
+            out.push(buf[4..4 + len].to_vec());
+            buf = &buf[4 + len..];
+        }
+        Ok(())
+    }
+}
+
+/// Read one column chunk of a row group of `rows` rows.
+pub fn read_chunk<T: Plain>(
+    file: &Arc<File>,
+    chunk: &ColumnChunkMetaData,
+    rows: usize,
+) -> Result<Keyed<T>> {
+    let descr = chunk.column_descr();
+    ensure!(
+        descr.physical_type() == T::TYPE,
+        "{}: {} values, not {}",
+        descr.name(),
+        descr.physical_type(),
+        T::TYPE
+    );
+    ensure!(
+        descr.max_rep_level() == 0 && descr.max_def_level() <= 1,
+        "{}: not a flat column",
+        descr.name()
+    );
+    let nullable = descr.max_def_level() == 1;
+    let mut pages = SerializedPageReader::new(file.clone(), chunk, rows, None)?;
+    let mut out = Keyed {
+        values: Vec::new(),
+        keys: Vec::with_capacity(rows),
+    };
+    // Keys below this are the dictionary's (PLAIN values go after it).
+    let mut dictionary: Option<usize> = None;
+    let mut scratch = Scratch::default();
+    while let Some(page) = pages.get_next_page()? {
+        match page {
+            Page::DictionaryPage {
+                buf,
+                num_values,
+                encoding,
+                ..
+            } => {
+                ensure!(
+                    matches!(encoding, Encoding::PLAIN | Encoding::PLAIN_DICTIONARY),
+                    "dictionary page in {encoding}"
+                );
+                ensure!(
+                    dictionary.is_none() && out.keys.is_empty(),
+                    "a dictionary page after the first page"
+                );
+                T::read(&buf, num_values as usize, &mut out.values)?;
+                dictionary = Some(out.values.len());
+            }
+            Page::DataPage {
+                buf,
+                num_values,
+                encoding,
+                def_level_encoding,
+                ..
+            } => {
+                let n = num_values as usize;
+                let mut at = 0;
+                if nullable {
+                    ensure!(
+                        def_level_encoding == Encoding::RLE,
+                        "definition levels in {def_level_encoding}"
+                    );
+                    let len = buf
+                        .first_chunk::<4>()
+                        .map(|l| u32::from_le_bytes(*l) as usize)
+                        .filter(|&l| l <= buf.len() - 4)
+                        .ok_or_else(|| anyhow!("definition levels past the page's end"))?;
+                    scratch.levels(&buf[4..4 + len], n)?;
+                    at = 4 + len;
+                }
+                scratch.page(&buf[at..], encoding, n, nullable, dictionary, &mut out)?;
+            }
+            Page::DataPageV2 {
+                buf,
+                num_values,
+                encoding,
+                def_levels_byte_len,
+                rep_levels_byte_len,
+                ..
+            } => {
+                let n = num_values as usize;
+                let (rep, def) = (rep_levels_byte_len as usize, def_levels_byte_len as usize);
+                ensure!(rep == 0, "repetition levels in a flat column");
+                ensure!(def <= buf.len(), "definition levels past the page's end");
+                if nullable {
+                    scratch.levels(&buf[..def], n)?;
+                }
+                scratch.page(&buf[def..], encoding, n, nullable, dictionary, &mut out)?;
+            }
+        }
+        ensure!(
+            out.keys.len() <= rows,
+            "more values than the row group's rows"
+        );
+    }
+    ensure!(
+        out.keys.len() == rows,
+        "{} values for {rows} rows",
+        out.keys.len()
+    );
+    Ok(out)
+}
+
+/// Buffers reused from page to page.
+#[derive(Default)]
+struct Scratch {
+    /// The page's definition levels (0: null, 1: a value).
+    levels: Vec<u32>,
+    /// The page's keys of its values (not of its nulls).
+    keys: Vec<u32>,
+}
+
+impl Scratch {
+    fn levels(&mut self, buf: &[u8], n: usize) -> Result<()> {
+        self.levels.clear();
+        decode_hybrid(buf, 1, n, &mut self.levels)
+    }
+
+    /// Append one data page's `n` rows (`values`: the bytes after the levels).
+    fn page<T: Plain>(
+        &mut self,
+        values: &[u8],
+        encoding: Encoding,
+        n: usize,
+        nullable: bool,
+        dictionary: Option<usize>,
+        out: &mut Keyed<T>,
+    ) -> Result<()> {
+        let present = if nullable {
+            self.levels.iter().filter(|&&l| l != 0).count()
+        } else {
+            n
+        };
+        self.keys.clear();
+        match encoding {
+            Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY => {
+                let len =
+                    dictionary.ok_or_else(|| anyhow!("dictionary keys without a dictionary"))?;
+                let (&width, packed) = values
+                    .split_first()
+                    .ok_or_else(|| anyhow!("a page of keys without their bit width"))?;
+                ensure!(width <= 32, "keys of {width} bits");
+                decode_hybrid(packed, width, present, &mut self.keys)?;
+                // One check for the page, so the walk indexes without a doubt.
+                let max = self.keys.iter().copied().max().unwrap_or(0);
+                ensure!(
+                    present == 0 || (max as usize) < len,
+                    "key {max} past a dictionary of {len}"
+                );
+            }
+            Encoding::PLAIN => {
+                let base = out.values.len();
+                T::read(values, present, &mut out.values)?;
+                ensure!(out.values.len() < NULL_KEY as usize, "too many values");
+                self.keys.extend(base as u32..out.values.len() as u32);
+            }
+            e => bail!("values in {e}"),
+        }
+        if nullable {
+            let mut keys = self.keys.iter();
+            out.keys.extend(self.levels.iter().map(|&l| {
+                if l == 0 {
+                    NULL_KEY
+                } else {
+                    *keys.next().expect("a key per level 1")
+                }
+            }));
+        } else {
+            out.keys.extend_from_slice(&self.keys);
+        }
+        Ok(())
+    }
+}
+
+/// Append `n` values of `width` bits from Parquet's RLE / bit-packed hybrid encoding
+/// (runs, each a ULEB128 header: `count << 1` then one value of `ceil(width / 8)` bytes,
+/// or `groups << 1 | 1` then `groups` groups of 8 values packed from the low bits up). A
+/// last bit-packed run may hold more values than asked for: those are padding.
+pub fn decode_hybrid(mut buf: &[u8], width: u8, n: usize, out: &mut Vec<u32>) -> Result<()> {
+    ensure!(width <= 32, "values of {width} bits");
+    let end = out.len() + n;
+    out.reserve(n);
+    while out.len() < end {
+        let (header, used) = uleb128(buf)?;
+        buf = &buf[used..];
+        let want = end - out.len();
+        if header & 1 == 1 {
+            let groups = (header >> 1) as usize;
+            let bytes = groups
+                .checked_mul(width as usize)
+                .filter(|&b| b <= buf.len())
+                .ok_or_else(|| anyhow!("a bit-packed run past the page's end"))?;
+            let count = (groups * 8).min(want);
+            unpack(&buf[..bytes], width, count, out);
+            buf = &buf[bytes..];
+        } else {
+            let count = (header >> 1) as usize;
+            ensure!(count > 0, "an empty run");
+            let bytes = (width as usize).div_ceil(8);
+            let v = buf
+                .get(..bytes)
+                .ok_or_else(|| anyhow!("a run's value past the page's end"))?;
+            let mut value = [0u8; 4];
+            value[..bytes].copy_from_slice(v);
+            let value = u32::from_le_bytes(value);
+            ensure!(
+                width == 32 || value >> width == 0,
+                "a run's value wider than {width} bits"
+            );
+            out.extend(std::iter::repeat_n(value, count.min(want)));
+            buf = &buf[bytes..];
+        }
+    }
+    Ok(())
+}
+
+fn uleb128(buf: &[u8]) -> Result<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, &b) in buf.iter().enumerate().take(10) {
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok((v, i + 1));
+        }
+    }
+    bail!("a run header past the page's end")
+}
+
+/// Append the first `count` values of `width` bits packed in `packed`, low bits first.
+fn unpack(packed: &[u8], width: u8, count: usize, out: &mut Vec<u32>) {
+    if width == 0 {
+        out.extend(std::iter::repeat_n(0, count));
+        return;
+    }
+    let w = width as usize;
+    let mask = if width == 32 {
+        u32::MAX as u64
+    } else {
+        (1u64 << width) - 1
+    };
+    // Each value is read as 8 bytes from the byte it starts in: with at most 32 bits it
+    // never reaches past them. Values whose 8 bytes would pass the end of the run are
+    // read from a copy padded with zeros.
+    let fast = packed.len().saturating_sub(7).saturating_mul(8) / w;
+    let fast = fast.min(count);
+    out.extend((0..fast).map(|i| {
+        let bit = i * w;
+        let word = u64::from_le_bytes(packed[bit / 8..bit / 8 + 8].try_into().expect("8"));
+        ((word >> (bit % 8)) & mask) as u32
+    }));
+    if fast < count {
+        let from = fast * w / 8;
+        let mut tail = packed[from..].to_vec();
+        tail.resize(tail.len() + 8, 0);
+        out.extend((fast..count).map(|i| {
+            let bit = i * w - from * 8;
+            let word = u64::from_le_bytes(tail[bit / 8..bit / 8 + 8].try_into().expect("8"));
+            ((word >> (bit % 8)) & mask) as u32
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pack `values` as one bit-packed run (padded to a group of 8).
+    fn packed_run(values: &[u32], width: u8) -> Vec<u8> {
+        let groups = values.len().div_ceil(8);
+        let mut out = vec![];
+        let mut header = ((groups as u64) << 1) | 1;
+        loop {
+            let b = (header & 0x7f) as u8;
+            header >>= 7;
+            if header == 0 {
+                out.push(b);
+                break;
+            }
+            out.push(b | 0x80);
+        }
+        let mut bits = vec![0u8; groups * width as usize];
+        for (i, &v) in values.iter().enumerate() {
+            for b in 0..width as usize {
+                if v >> b & 1 == 1 {
+                    let at = i * width as usize + b;
+                    bits[at / 8] |= 1 << (at % 8);
+                }
+            }
+        }
+        out.extend(bits);
+        out
+    }
+
+    #[test]
+    fn bit_packed_runs_of_every_width_read_back() {
+        for width in 0..=32u8 {
+            let mask = if width == 32 {
+                u32::MAX
+            } else {
+                (1u32 << width) - 1
+            };
+            let values: Vec<u32> = (0..77u32)
+                .map(|i| i.wrapping_mul(0x9e37_79b9) & mask)
+                .collect();
+            let mut out = vec![];
+            decode_hybrid(&packed_run(&values, width), width, values.len(), &mut out).unwrap();
+            assert_eq!(out, values, "width {width}");
+        }
+    }
+
+    #[test]
+    fn rle_runs_and_bit_packed_runs_mix() {
+        // 300 times 5 (a header of two bytes), then 3 packed values, width 3.
+        let mut buf = vec![0xd8, 0x04, 5];
+        buf.extend(packed_run(&[1, 7, 2], 3));
+        let mut out = vec![];
+        decode_hybrid(&buf, 3, 303, &mut out).unwrap();
+        assert_eq!(out.len(), 303);
+        assert!(out[..300].iter().all(|&v| v == 5));
+        assert_eq!(out[300..], [1, 7, 2]);
+    }
+
+    #[test]
+    fn damaged_runs_are_errors_not_panics() {
+        let mut out = vec![];
+        // A packed run of 2 groups of 4 bits needs 8 bytes.
+        assert!(decode_hybrid(&[0x05, 1, 2, 3], 4, 16, &mut out).is_err());
+        // Runs end before the values asked for.
+        assert!(decode_hybrid(&[0x04, 1], 4, 3, &mut out).is_err());
+        // A header that never ends.
+        assert!(decode_hybrid(&[0xff; 12], 4, 3, &mut out).is_err());
+        // A run's value wider than the width.
+        assert!(decode_hybrid(&[0x04, 0x1f], 4, 2, &mut out).is_err());
+        assert!(decode_hybrid(&[0x00], 4, 2, &mut out).is_err());
+        assert!(decode_hybrid(&[], 33, 1, &mut out).is_err());
+    }
+}
+
+#[cfg(test)]
+mod against_arrow {
+    //! Files written by arrow-rs in every layout a writer may choose read back to the
+    //! values arrow-rs reads.
+
+    use std::sync::Arc;
+
+    use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array, UInt64Array};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::Compression;
+    use parquet::file::properties::{WriterProperties, WriterVersion};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+
+    use super::*;
+
+    fn columns(rows: usize) -> RecordBatch {
+        // 1,500 distinct addresses, each twice in a row; nulls now and then.
+        let ip: UInt64Array = (0..rows as u64)
+            .map(|i| 0xffff_8000_0000_0000 + (i / 2 * 7919 % 1500) * 13)
+            .collect();
+        let target: UInt64Array = (0..rows as u64)
+            .map(|i| (i % 11 != 3).then_some(0x40_0000 + i * 104_729 % 900))
+            .collect();
+        let insns: UInt32Array = (0..rows as u32).map(|i| i % 37 + 1).collect();
+        let kind: StringArray = (0..rows)
+            .map(|i| Some(["cond", "call", "ret", "jmp"][i * 31 % 4]))
+            .collect();
+        let schema = Schema::new(vec![
+            Field::new("ip", DataType::UInt64, false),
+            Field::new("target", DataType::UInt64, true),
+            Field::new("insns", DataType::UInt32, false),
+            Field::new("kind", DataType::Utf8, false),
+        ]);
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(ip),
+            Arc::new(target),
+            Arc::new(insns),
+            Arc::new(kind),
+        ];
+        RecordBatch::try_new(Arc::new(schema), cols).unwrap()
+    }
+
+    fn resolve<T: Clone>(k: &Keyed<T>) -> Vec<Option<T>> {
+        k.keys
+            .iter()
+            .map(|&key| (key != NULL_KEY).then(|| k.values[key as usize].clone()))
+            .collect()
+    }
+
+    /// Returns the number of `ip` values read (the dictionaries' and the PLAIN ones).
+    fn check(name: &str, props: WriterProperties) -> usize {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.parquet");
+        let batch = columns(50_000);
+        let mut w = ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), Some(props))
+            .unwrap();
+        for part in 0..5 {
+            w.write(&batch.slice(part * 10_000, 10_000)).unwrap();
+        }
+        w.close().unwrap();
+        let expected: Vec<RecordBatch> =
+            ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+                .unwrap()
+                .with_batch_size(1 << 20)
+                .build()
+                .unwrap()
+                .map(|b| b.unwrap())
+                .collect();
+        let expected = arrow::compute::concat_batches(&batch.schema(), &expected).unwrap();
+        let meta = SerializedFileReader::new(File::open(&path).unwrap())
+            .unwrap()
+            .metadata()
+            .clone();
+        let file = Arc::new(File::open(&path).unwrap());
+        let (mut ip, mut target, mut insns, mut kind) = (vec![], vec![], vec![], vec![]);
+        let mut ip_values = 0;
+        for g in meta.row_groups() {
+            let rows = g.num_rows() as usize;
+            let keyed = read_chunk::<u64>(&file, g.column(0), rows).unwrap();
+            ip_values += keyed.values.len();
+            ip.extend(resolve(&keyed));
+            target.extend(resolve(
+                &read_chunk::<u64>(&file, g.column(1), rows).unwrap(),
+            ));
+            insns.extend(resolve(
+                &read_chunk::<u32>(&file, g.column(2), rows).unwrap(),
+            ));
+            kind.extend(resolve(
+                &read_chunk::<Vec<u8>>(&file, g.column(3), rows).unwrap(),
+            ));
+            // A column of another type is refused, not misread.
+            assert!(read_chunk::<u32>(&file, g.column(0), rows).is_err());
+        }
+        let col = |i: usize| expected.column(i);
+        let ip_want: Vec<Option<u64>> = col(0)
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .unwrap()
+            .iter()
+            .collect();
+        let target_want: Vec<Option<u64>> = col(1)
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .unwrap()
+            .iter()
+            .collect();
+        let insns_want: Vec<Option<u32>> = col(2)
+            .as_any()
+            .downcast_ref::<UInt32Array>()
+            .unwrap()
+            .iter()
+            .collect();
+        let kind_want: Vec<Option<Vec<u8>>> = col(3)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap()
+            .iter()
+            .map(|s| s.map(|s| s.as_bytes().to_vec()))
+            .collect();
+        assert_eq!(ip, ip_want, "{name}: ip");
+        assert_eq!(target, target_want, "{name}: target");
+        assert!(target.iter().any(Option::is_none), "{name}: nulls");
+        assert_eq!(insns, insns_want, "{name}: insns");
+        assert_eq!(kind, kind_want, "{name}: kind");
+        ip_values
+    }
+
+    fn props() -> parquet::file::properties::WriterPropertiesBuilder {
+        WriterProperties::builder()
+            .set_compression(Compression::ZSTD(Default::default()))
+            .set_max_row_group_row_count(Some(20_000))
+    }
+
+    #[test]
+    fn dictionary_pages_as_the_decode_writes_them() {
+        // 1,500 distinct addresses in each of 3 row groups.
+        assert!(check("dictionary", props().build()) <= 4_500);
+    }
+
+    #[test]
+    fn small_pages_and_version_2_pages() {
+        check(
+            "small pages",
+            props()
+                .set_data_page_row_count_limit(333)
+                .set_write_batch_size(100)
+                .build(),
+        );
+        check(
+            "v2",
+            props()
+                .set_writer_version(WriterVersion::PARQUET_2_0)
+                .set_data_page_row_count_limit(1000)
+                .set_write_batch_size(100)
+                .build(),
+        );
+    }
+
+    #[test]
+    fn plain_values_after_a_full_dictionary_and_without_one() {
+        // A dictionary page of 8 KiB holds 1,024 addresses: the writer falls back to PLAIN
+        // within each row group, after four pages of keys.
+        let read = check(
+            "dictionary overflow",
+            props()
+                .set_dictionary_page_size_limit(8192)
+                .set_data_page_row_count_limit(500)
+                .set_write_batch_size(100)
+                .build(),
+        );
+        assert!(read > 4_500 && read < 50_000, "{read}");
+        assert_eq!(
+            check("plain", props().set_dictionary_enabled(false).build()),
+            50_000
+        );
+    }
+
+    #[test]
+    fn other_encodings_are_refused() {
+        // Version 2 files without a dictionary keep integers in DELTA_BINARY_PACKED: the
+        // walk reads such row groups through arrow-rs.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.parquet");
+        let batch = columns(5_000);
+        let props = props()
+            .set_dictionary_enabled(false)
+            .set_writer_version(WriterVersion::PARQUET_2_0)
+            .build();
+        let mut w = ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), Some(props))
+            .unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let meta = SerializedFileReader::new(File::open(&path).unwrap())
+            .unwrap()
+            .metadata()
+            .clone();
+        let g = meta.row_group(0);
+        let file = Arc::new(File::open(&path).unwrap());
+        let e = read_chunk::<u64>(&file, g.column(0), 5_000).unwrap_err();
+        assert!(e.to_string().contains("DELTA_BINARY_PACKED"), "{e}");
+    }
+}
