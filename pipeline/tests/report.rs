@@ -434,6 +434,55 @@ fn stacks_are_the_same_whatever_the_row_groups() {
     }
 }
 
+#[test]
+fn stacks_read_as_dictionary_keys_are_those_read_as_values() {
+    // By instructions the walk reads `branches` as dictionary keys (its own page decoder);
+    // by cycles, as values through arrow-rs. Both give every stack the same instructions,
+    // in one row group per reader or in groups of 997 rows.
+    use tracemill_reports::stacks::{build, Functions};
+    for sample in [
+        "recursion",
+        "kernel-processes",
+        "busybox-gzip-ring",
+        "synthetic",
+    ] {
+        let (_tmp, out) = decoded(sample);
+        for regrouped in [false, true] {
+            if regrouped {
+                regroup(&out, "branches", 997);
+            }
+            let input = tracemill_reports::Input::open(&out, None).unwrap();
+            let walk = |cycles: bool| {
+                let (mut f, mut warnings) = (Functions::new(&input.symbols), vec![]);
+                let st = build(&input, &mut f, &mut warnings, false, cycles, |_| {}).unwrap();
+                let lines: Vec<String> = st
+                    .folded(&f.names, false, 0)
+                    .iter()
+                    .map(str::to_string)
+                    .collect();
+                (st, lines)
+            };
+            let ((keys, by_keys), (values, by_values)) = (walk(false), walk(true));
+            let what = format!("{sample}, regrouped: {regrouped}");
+            assert!(keys.rows > 1000, "{what}: {} rows", keys.rows);
+            assert_eq!(keys.rows_by_keys, keys.rows, "{what}: all rows by keys");
+            assert_eq!(values.rows_by_keys, 0, "{what}: by values");
+            assert_eq!(keys.rows, values.rows, "{what}");
+            assert_eq!(
+                (keys.mismatched_returns, keys.longjmps, keys.async_entries),
+                (
+                    values.mismatched_returns,
+                    values.longjmps,
+                    values.async_entries
+                ),
+                "{what}"
+            );
+            assert!(by_keys.len() > 3, "{what}: {} stacks", by_keys.len());
+            assert_eq!(by_keys, by_values, "{what}");
+        }
+    }
+}
+
 /// A drcov file as the published format describes it (DynamoRIO drcov, log version 2).
 struct Drcov {
     modules: Vec<(u64, u64, u64, String)>,

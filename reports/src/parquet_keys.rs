@@ -225,7 +225,15 @@ impl Scratch {
         } else {
             n
         };
-        self.keys.clear();
+        // Without nulls the keys go straight to the chunk's; with them, through `keys`.
+        let nulls = present < n;
+        let keys = if nulls {
+            self.keys.clear();
+            &mut self.keys
+        } else {
+            &mut out.keys
+        };
+        let start = keys.len();
         match encoding {
             Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY => {
                 let len =
@@ -234,9 +242,9 @@ impl Scratch {
                     .split_first()
                     .ok_or_else(|| anyhow!("a page of keys without their bit width"))?;
                 ensure!(width <= 32, "keys of {width} bits");
-                decode_hybrid(packed, width, present, &mut self.keys)?;
+                decode_hybrid(packed, width, present, keys)?;
                 // One check for the page, so the walk indexes without a doubt.
-                let max = self.keys.iter().copied().max().unwrap_or(0);
+                let max = keys[start..].iter().copied().max().unwrap_or(0);
                 ensure!(
                     present == 0 || (max as usize) < len,
                     "key {max} past a dictionary of {len}"
@@ -246,11 +254,11 @@ impl Scratch {
                 let base = out.values.len();
                 T::read(values, present, &mut out.values)?;
                 ensure!(out.values.len() < NULL_KEY as usize, "too many values");
-                self.keys.extend(base as u32..out.values.len() as u32);
+                keys.extend(base as u32..out.values.len() as u32);
             }
             e => bail!("values in {e}"),
         }
-        if nullable {
+        if nulls {
             let mut keys = self.keys.iter();
             out.keys.extend(self.levels.iter().map(|&l| {
                 if l == 0 {
@@ -259,8 +267,6 @@ impl Scratch {
                     *keys.next().expect("a key per level 1")
                 }
             }));
-        } else {
-            out.keys.extend_from_slice(&self.keys);
         }
         Ok(())
     }
@@ -285,7 +291,15 @@ pub fn decode_hybrid(mut buf: &[u8], width: u8, n: usize, out: &mut Vec<u32>) ->
                 .filter(|&b| b <= buf.len())
                 .ok_or_else(|| anyhow!("a bit-packed run past the page's end"))?;
             let count = (groups * 8).min(want);
-            unpack(&buf[..bytes], width, count, out);
+            // Blocks of 32 values at a time, while 8 bytes past each block are there
+            // to read (the page's next runs are); the rest one by one.
+            let w = width as usize;
+            let blocks = (count / 32).min(buf.len().saturating_sub(8) / (4 * w).max(1));
+            let start = out.len();
+            out.resize(start + blocks * 32, 0);
+            unpack_blocks(buf, width, &mut out[start..]);
+            let from = blocks * 4 * w;
+            unpack(&buf[from..bytes], width, count - blocks * 32, out);
             buf = &buf[bytes..];
         } else {
             let count = (header >> 1) as usize;
@@ -317,6 +331,51 @@ fn uleb128(buf: &[u8]) -> Result<(u64, usize)> {
         }
     }
     bail!("a run header past the page's end")
+}
+
+/// Fill `out` (a multiple of 32 values) with values of `width` bits packed in `packed`,
+/// which has 8 bytes more than they take.
+fn unpack_blocks(packed: &[u8], width: u8, out: &mut [u32]) {
+    macro_rules! widths {
+        ($($w:literal)*) => {
+            match width {
+                $($w => {
+                    for (i, block) in out.chunks_exact_mut(32).enumerate() {
+                        unpack32::<$w>(&packed[i * 4 * $w..], block);
+                    }
+                })*
+                _ => unreachable!("widths are checked"),
+            }
+        };
+    }
+    if width == 0 {
+        out.fill(0);
+        return;
+    }
+    widths!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32)
+}
+
+/// 32 values of `W` bits. Each is read as the 8 bytes from the one it starts in, so
+/// `src` has 8 bytes past the block's `4 * W`. The 32 reads are written out one by one:
+/// with `W` a constant they become loads at fixed offsets (the compiler left the loop
+/// rolled, at 0.9 ns a value).
+#[inline(always)]
+fn unpack32<const W: usize>(src: &[u8], out: &mut [u32]) {
+    let src = &src[..4 * W + 8];
+    let out: &mut [u32; 32] = (&mut out[..32]).try_into().expect("32 values");
+    let mask = if W == 32 {
+        u32::MAX as u64
+    } else {
+        (1u64 << W) - 1
+    };
+    macro_rules! value {
+        ($($i:literal)*) => {$(
+            let bit = $i * W;
+            let word = u64::from_le_bytes(src[bit / 8..bit / 8 + 8].try_into().expect("8 bytes"));
+            out[$i] = ((word >> (bit % 8)) & mask) as u32;
+        )*};
+    }
+    value!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
 }
 
 /// Append the first `count` values of `width` bits packed in `packed`, low bits first.
@@ -386,18 +445,30 @@ mod tests {
 
     #[test]
     fn bit_packed_runs_of_every_width_read_back() {
+        // Blocks of 32 and single values, with and without bytes after the run (which
+        // blocks read past their values, never into them).
         for width in 0..=32u8 {
             let mask = if width == 32 {
                 u32::MAX
             } else {
                 (1u32 << width) - 1
             };
-            let values: Vec<u32> = (0..77u32)
-                .map(|i| i.wrapping_mul(0x9e37_79b9) & mask)
-                .collect();
-            let mut out = vec![];
-            decode_hybrid(&packed_run(&values, width), width, values.len(), &mut out).unwrap();
-            assert_eq!(out, values, "width {width}");
+            for len in [1u32, 8, 31, 32, 33, 77, 256, 301] {
+                let values: Vec<u32> = (0..len)
+                    .map(|i| i.wrapping_mul(0x9e37_79b9) & mask)
+                    .collect();
+                for after in [0, 3, 40] {
+                    let mut buf = packed_run(&values, width);
+                    buf.extend(std::iter::repeat_n(0xa5, after));
+                    let mut out = vec![7];
+                    decode_hybrid(&buf, width, values.len(), &mut out).unwrap();
+                    assert_eq!(
+                        out[1..],
+                        values,
+                        "width {width}, {len} values, {after} after"
+                    );
+                }
+            }
         }
     }
 

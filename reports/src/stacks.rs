@@ -26,7 +26,9 @@
 //!   the deepest one.
 
 use std::fmt::Write as _;
+use std::fs::File;
 use std::io::Write;
+use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use arrow::array::{Array, PrimitiveArray};
@@ -34,6 +36,7 @@ use arrow::datatypes::{UInt32Type, UInt64Type};
 use tracemill_schemas::{BranchKind, EventKind};
 
 use crate::input::{Batches, Input};
+use crate::parquet_keys::{self, Keyed, NULL_KEY};
 use crate::source::Source;
 use crate::symbols::Symbolizer;
 use crate::util::{col, insn_len, kind_codes, AddrMap, Chunked};
@@ -194,6 +197,8 @@ pub struct Stacks {
     pub longjmps: u64,
     pub async_entries: u64,
     pub rows: u64,
+    /// Rows read as dictionary keys ([`parquet_keys`]); the others through arrow-rs.
+    pub rows_by_keys: u64,
     pub has_cycles: bool,
 }
 
@@ -211,6 +216,7 @@ impl Stacks {
             longjmps: 0,
             async_entries: 0,
             rows: 0,
+            rows_by_keys: 0,
             has_cycles: false,
         };
         st.nodes.push(Node {
@@ -345,6 +351,7 @@ impl Stacks {
         self.longjmps += other.longjmps;
         self.async_entries += other.async_entries;
         self.rows += other.rows;
+        self.rows_by_keys += other.rows_by_keys;
         self.has_cycles |= other.has_cycles;
     }
 
@@ -750,9 +757,37 @@ struct Walker<'a, 's, F: FnMut(Span)> {
     last_disable: u64,
     on_span: F,
     tsc: Option<u64>,
+    /// Weights not yet added to their node: most rows (conditional branches, jumps) leave
+    /// the stack as it was, and an add per row to a trie of tens of millions of nodes was
+    /// a cache miss per row.
+    pending: Pending,
+    /// Per value of a keyed row group's dictionaries: its function, and for `ip` the
+    /// return address of a call there (`u64::MAX`: not asked yet). Kept to reuse the
+    /// allocations.
+    ip_at: Vec<(u32, bool)>,
+    ip_ret: Vec<u64>,
+    target_at: Vec<FunctionAt>,
 }
 
-impl<F: FnMut(Span)> Walker<'_, '_, F> {
+/// Instructions and cycles of consecutive rows at one node.
+#[derive(Default)]
+struct Pending {
+    node: u32,
+    instructions: u64,
+    cycles: u64,
+}
+
+impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
+    /// Add the pending weights to their node.
+    fn flush(&mut self) {
+        let p = std::mem::take(&mut self.pending);
+        self.st.instructions[p.node as usize] += p.instructions;
+        // Not 0 only when the stacks count cycles.
+        if p.cycles != 0 {
+            self.st.cycles[p.node as usize] += p.cycles;
+        }
+    }
+
     fn pop_to(&mut self, len: usize) {
         while self.stack.len() > len {
             let fr = self.stack.pop().expect("non-empty");
@@ -862,29 +897,83 @@ impl<F: FnMut(Span)> Walker<'_, '_, F> {
             } else {
                 Some(tvalues[i])
             };
-            self.row(rows.ip[i], tg, rows.kinds[i], rows.insns[i], dcyc);
+            let ip = rows.ip[i];
+            let (func, known, _) = self.f.at(ip);
+            let branch = ValueBranch { ip, target: tg };
+            self.row((func, known), rows.kinds[i], rows.insns[i], dcyc, branch);
             *seq += 1;
         }
     }
 
-    #[inline]
-    fn row(&mut self, ip: u64, target: Option<u64>, kind: u8, insns: u32, dcyc: u64) {
+    /// Walk one row group read as dictionary keys: each distinct `ip` and `target` is
+    /// named once, and a row finds its functions by its keys.
+    fn keyed_batch(&mut self, rows: &KeyedRows, events: &[Ev], seq: &mut u64) {
+        let (mut ip_at, mut ip_ret, mut target_at) = (
+            std::mem::take(&mut self.ip_at),
+            std::mem::take(&mut self.ip_ret),
+            std::mem::take(&mut self.target_at),
+        );
+        ip_at.clear();
+        ip_at.extend(rows.ip.values.iter().map(|&a| {
+            let (func, known, _) = self.f.at(a);
+            (func, known)
+        }));
+        ip_ret.clear();
+        ip_ret.resize(rows.ip.values.len(), u64::MAX);
+        // Named when the row group comes: naming when a row first asks (most targets are
+        // those of conditional branches, never asked) took longer.
+        target_at.clear();
+        target_at.extend(rows.target.values.iter().map(|&a| self.f.at(a)));
+        let mut evs = events.iter().copied().peekable();
+        for i in 0..rows.len() {
+            while let Some(e) = evs.next_if(|e| e.seq <= *seq) {
+                self.event(e);
+            }
+            let k = rows.ip.keys[i] as usize;
+            let branch = KeyedBranch {
+                rows,
+                ip_key: k,
+                target_key: rows.target.keys[i],
+                target_at: &target_at,
+                ip_ret: &mut ip_ret,
+            };
+            self.row(ip_at[k], rows.kinds[i], rows.insns[i], 0, branch);
+            *seq += 1;
+        }
+        self.st.rows_by_keys += rows.len() as u64;
+        (self.ip_at, self.ip_ret, self.target_at) = (ip_at, ip_ret, target_at);
+    }
+
+    /// One row: its `ip`'s function (id, known symbol), kind, instructions and cycles;
+    /// `branch` says the rest when the kind of branch needs it.
+    #[inline(always)]
+    fn row(
+        &mut self,
+        (func, known): (u32, bool),
+        kind: u8,
+        insns: u32,
+        dcyc: u64,
+        mut branch: impl Branch<'s>,
+    ) {
         self.st.rows += 1;
         // Sync the leaf with the row's ip.
-        let (func, known, _) = self.f.at(ip);
         match self.stack.last() {
             None => self.push(func, 0, false),
             Some(top) if known && top.func != func => self.replace_top(func),
             _ => {}
         }
         // Without a frame (cannot happen: MAX_DEPTH > 0) the root takes the weight.
-        let n = self.stack.last().map_or(0, |top| top.node as usize);
-        self.st.instructions[n] += insns as u64;
-        // Not 0 only when the stacks count cycles.
-        if dcyc != 0 {
-            self.st.cycles[n] += dcyc;
+        let n = self.stack.last().map_or(0, |top| top.node);
+        if n != self.pending.node {
+            self.flush();
+            self.pending.node = n;
         }
-        let Some(target) = target else { return };
+        self.pending.instructions += insns as u64;
+        self.pending.cycles += dcyc;
+        // A branch whose target is not traced changes no stack.
+        if !branch.has_target() {
+            return;
+        }
         const CALL: u8 = BranchKind::Call as u8;
         const CALL_IND: u8 = BranchKind::CallInd as u8;
         const RET: u8 = BranchKind::Ret as u8;
@@ -894,15 +983,16 @@ impl<F: FnMut(Span)> Walker<'_, '_, F> {
         const SYSCALL: u8 = BranchKind::Syscall as u8;
         match kind {
             CALL | CALL_IND => {
-                let ret = self.f.return_address(ip);
-                let (tf, _, _) = self.f.at(target);
+                let ret = branch.return_address(self.f);
+                let (tf, _, _) = branch.target_at(self.f);
                 self.push(tf, ret, false);
             }
-            RET => match self
-                .stack
-                .iter()
-                .rposition(|f| f.ret == target && f.ret != 0)
-            {
+            RET => match {
+                let target = branch.target();
+                self.stack
+                    .iter()
+                    .rposition(|f| f.ret == target && f.ret != 0)
+            } {
                 Some(k) => self.pop_to(k),
                 None => {
                     self.st.mismatched_returns += 1;
@@ -910,7 +1000,7 @@ impl<F: FnMut(Span)> Walker<'_, '_, F> {
                 }
             },
             JMP | JMP_IND => {
-                let (tf, known, entry) = self.f.at(target);
+                let (tf, known, entry) = branch.target_at(self.f);
                 let top = self.stack.last().map(|f| f.func);
                 if !known || top == Some(tf) {
                     return;
@@ -925,6 +1015,7 @@ impl<F: FnMut(Span)> Walker<'_, '_, F> {
                 }
             }
             FAR | SYSCALL => {
+                let (ip, target) = (branch.ip(), branch.target());
                 if resumes(ip, target) {
                     return;
                 }
@@ -936,12 +1027,150 @@ impl<F: FnMut(Span)> Walker<'_, '_, F> {
                     self.pop_to(k);
                     return;
                 }
-                let (tf, _, _) = self.f.at(target);
+                let (tf, _, _) = branch.target_at(self.f);
                 self.st.async_entries += 1;
                 self.push(tf, ip, true);
             }
             _ => {}
         }
+    }
+}
+
+/// What a row's branch says beyond its `ip`'s function and its kind, asked only by the
+/// kinds of branch that need it: most rows (conditional branches) need none of it, and
+/// loading a row group's addresses for every row was a sixth of the walk.
+trait Branch<'s> {
+    /// Is the target known (not null)? When not, nothing else is asked.
+    fn has_target(&self) -> bool;
+    fn ip(&self) -> u64;
+    fn target(&self) -> u64;
+    fn target_at(&mut self, f: &mut Functions<'s>) -> FunctionAt;
+    /// The address after the call instruction at `ip` (0 when unknown).
+    fn return_address(&mut self, f: &mut Functions<'s>) -> u64;
+}
+
+/// A row read through arrow-rs: its values at hand, functions looked up by address.
+struct ValueBranch {
+    ip: u64,
+    target: Option<u64>,
+}
+
+impl<'s> Branch<'s> for ValueBranch {
+    fn has_target(&self) -> bool {
+        self.target.is_some()
+    }
+    fn ip(&self) -> u64 {
+        self.ip
+    }
+    fn target(&self) -> u64 {
+        self.target.unwrap_or(0)
+    }
+    fn target_at(&mut self, f: &mut Functions<'s>) -> FunctionAt {
+        f.at(self.target())
+    }
+    fn return_address(&mut self, f: &mut Functions<'s>) -> u64 {
+        f.return_address(self.ip)
+    }
+}
+
+/// A row read as dictionary keys: everything by key from the walk's per-value tables.
+struct KeyedBranch<'a> {
+    rows: &'a KeyedRows,
+    ip_key: usize,
+    target_key: u32,
+    /// Per `target` value, its function.
+    target_at: &'a [FunctionAt],
+    /// Per `ip` value, the return address of a call there (`u64::MAX`: not asked yet).
+    ip_ret: &'a mut [u64],
+}
+
+impl<'s> Branch<'s> for KeyedBranch<'_> {
+    fn has_target(&self) -> bool {
+        self.target_key != NULL_KEY
+    }
+    fn ip(&self) -> u64 {
+        self.rows.ip.values[self.ip_key]
+    }
+    fn target(&self) -> u64 {
+        self.rows.target.values[self.target_key as usize]
+    }
+    fn target_at(&mut self, _: &mut Functions<'s>) -> FunctionAt {
+        self.target_at[self.target_key as usize]
+    }
+    fn return_address(&mut self, f: &mut Functions<'s>) -> u64 {
+        let ret = &mut self.ip_ret[self.ip_key];
+        if *ret == u64::MAX {
+            *ret = f.return_address(self.rows.ip.values[self.ip_key]);
+        }
+        *ret
+    }
+}
+
+/// What a reader thread sends the walk.
+enum Batch {
+    Arrow(Rows),
+    Keyed(KeyedRows),
+}
+
+/// One row group of `branches` as dictionary keys: the flame graph by instructions.
+struct KeyedRows {
+    ip: Keyed<u64>,
+    target: Keyed<u64>,
+    kinds: Vec<u8>,
+    insns: Vec<u32>,
+}
+
+impl KeyedRows {
+    /// Row groups up to this many rows are read whole (9 bytes a row, plus the
+    /// dictionaries); larger ones in batches through arrow-rs. The decode writes 1,048,576
+    /// at most, as arrow-rs does by default; DuckDB 122,880.
+    const MAX_ROWS: usize = 1 << 21;
+
+    fn read(file: &Arc<File>, group: &parquet::file::metadata::RowGroupMetaData) -> Result<Self> {
+        let rows = group.num_rows() as usize;
+        anyhow::ensure!(rows <= Self::MAX_ROWS, "{rows} rows in a row group");
+        let chunk = |name: &str| {
+            group
+                .columns()
+                .iter()
+                .find(|c| c.column_descr().path().string() == name)
+                .ok_or_else(|| anyhow::anyhow!("no column {name}"))
+        };
+        let ip = parquet_keys::read_chunk::<u64>(file, chunk("ip")?, rows)?;
+        anyhow::ensure!(!ip.keys.contains(&NULL_KEY), "an ip is null");
+        let target = parquet_keys::read_chunk::<u64>(file, chunk("target")?, rows)?;
+        let insns = parquet_keys::read_chunk::<u32>(file, chunk("insns")?, rows)?;
+        let kinds = parquet_keys::read_chunk::<Vec<u8>>(file, chunk("kind")?, rows)?;
+        // As `kind_codes`: u8::MAX for a null or unknown name.
+        let codes: Vec<u8> = kinds
+            .values
+            .iter()
+            .map(|v| {
+                std::str::from_utf8(v)
+                    .ok()
+                    .and_then(BranchKind::from_name)
+                    .map_or(u8::MAX, |k| k as u8)
+            })
+            .collect();
+        let gather = |keys: &[u32], values: &[u32]| -> Vec<u32> {
+            keys.iter()
+                .map(|&k| values.get(k as usize).copied().unwrap_or(0))
+                .collect()
+        };
+        Ok(KeyedRows {
+            kinds: kinds
+                .keys
+                .iter()
+                .map(|&k| codes.get(k as usize).copied().unwrap_or(u8::MAX))
+                .collect(),
+            insns: gather(&insns.keys, &insns.values),
+            ip,
+            target,
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.ip.keys.len()
     }
 }
 
@@ -999,6 +1228,10 @@ pub fn build<'s>(
         last_disable: 0,
         on_span,
         tsc: None,
+        pending: Pending::default(),
+        ip_at: Vec::new(),
+        ip_ret: Vec::new(),
+        target_at: Vec::new(),
     };
     let has_cycles = cycles && t.schema.field_with_name("cycles").is_ok();
     let has_tsc = times && t.schema.field_with_name("tsc").is_ok();
@@ -1017,6 +1250,9 @@ pub fn build<'s>(
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     // At least two with two row groups or more, so that the same code runs everywhere.
     let readers = groups.clamp(1, cores.clamp(2, 8));
+    // Without cycles and times, row groups are read as dictionary keys (where they can
+    // be: others go through arrow-rs).
+    let by_keys = footer.as_ref().filter(|_| !has_cycles && !has_tsc);
     let mut reader = EventReader::open(input);
     std::thread::scope(|scope| -> Result<()> {
         let (etx, erx) = std::sync::mpsc::sync_channel::<Vec<Ev>>(4);
@@ -1032,11 +1268,22 @@ pub fn build<'s>(
         let mut rxs = Vec::new();
         for r in 0..readers {
             // A message is a batch, or the end of a row group (`None`); two ahead each.
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Option<Rows>>>(2);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Option<Batch>>>(2);
             rxs.push(rx);
             let (footer, cols, t) = (footer.as_ref(), &cols, &t);
             scope.spawn(move || {
+                let file = by_keys.and_then(|_| File::open(&t.path).ok().map(Arc::new));
                 for g in (r..groups).step_by(readers) {
+                    let keyed = by_keys.zip(file.as_ref()).and_then(|(m, file)| {
+                        KeyedRows::read(file, m.metadata().row_group(g)).ok()
+                    });
+                    if let Some(rows) = keyed {
+                        let sent = tx.send(Ok(Some(Batch::Keyed(rows))));
+                        if sent.and_then(|_| tx.send(Ok(None))).is_err() {
+                            return;
+                        }
+                        continue;
+                    }
                     let batches = match footer {
                         Some(m) => t.row_group_batches(m, cols, g),
                         None => t.batches(cols),
@@ -1044,7 +1291,7 @@ pub fn build<'s>(
                     let sent = batches.and_then(|it| {
                         for b in it {
                             let rows = Rows::of(&b?, has_cycles, has_tsc)?;
-                            tx.send(Ok(Some(rows)))
+                            tx.send(Ok(Some(Batch::Arrow(rows))))
                                 .map_err(|_| anyhow::anyhow!("walk stopped"))?;
                         }
                         tx.send(Ok(None))
@@ -1074,14 +1321,21 @@ pub fn build<'s>(
                     Ok(Err(e)) => return Err(e),
                     Err(_) => anyhow::bail!("a reader of {} stopped", t.path.display()),
                 };
+                let len = match &rows {
+                    Batch::Arrow(rows) => rows.ip.len(),
+                    Batch::Keyed(rows) => rows.len(),
+                };
                 // No row to apply events before: they wait for the next batch.
-                if rows.ip.is_empty() {
+                if len == 0 {
                     continue;
                 }
                 evs.clear();
                 // Events at a row are applied before it: those up to the batch's last.
-                events.until(seq + rows.ip.len() as u64, &mut evs);
-                w.batch(&rows, &evs, &mut seq, &mut prev_cyc);
+                events.until(seq + len as u64, &mut evs);
+                match &rows {
+                    Batch::Arrow(rows) => w.batch(rows, &evs, &mut seq, &mut prev_cyc),
+                    Batch::Keyed(rows) => w.keyed_batch(rows, &evs, &mut seq),
+                }
             }
         }
         // Readers still sending stop at their next send (on an error return too, when
@@ -1100,6 +1354,7 @@ pub fn build<'s>(
         Ok(())
     })?;
     w.pop_to(0);
+    w.flush();
     if w.st.full > 0 {
         warnings.push(format!(
             "{} calls past 4 G distinct stacks: counted in their caller",
