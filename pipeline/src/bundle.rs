@@ -57,7 +57,7 @@ impl Bytes {
 /// Map a file read-only.
 ///
 /// The decoder reads traces and images in place, never copying them; mapping is the one
-/// `unsafe` operation in tracemill.
+/// `unsafe` operation in tracemill (with the reports mapping the `branches` table they walk).
 #[allow(unsafe_code)]
 pub fn map_file(path: &Path) -> Result<Bytes> {
     let f = match File::open(path) {

@@ -414,7 +414,7 @@ pub fn render(src: &mut Source, top: usize) -> String {
     h.push_str("<h2 id=\"flamegraph\">Flame graph (instructions)</h2>\n");
     warnings.extend(fw);
     match flame {
-        Ok((st, names)) => {
+        Ok((mut st, names)) => {
             let lines = st.folded(
                 &names,
                 false,

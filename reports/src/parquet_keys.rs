@@ -16,13 +16,13 @@
 //! Anything else is an error, and the caller reads that row group through arrow-rs
 //! instead, which also gives the error of a damaged file its usual words.
 
-use std::fs::File;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, ensure, Result};
 use parquet::basic::{Encoding, Type as PhysicalType};
 use parquet::column::page::{Page, PageReader};
 use parquet::file::metadata::ColumnChunkMetaData;
+use parquet::file::reader::ChunkReader;
 use parquet::file::serialized_reader::SerializedPageReader;
 
 /// The key of a null.
@@ -93,9 +93,10 @@ impl Plain for Vec<u8> {
     }
 }
 
-/// Read one column chunk of a row group of `rows` rows.
-pub fn read_chunk<T: Plain>(
-    file: &Arc<File>,
+/// Read one column chunk of a row group of `rows` rows from `file` (a `File`, or the
+/// `Bytes` of a memory map: the walk maps its table, which saves copying every page).
+pub fn read_chunk<T: Plain, R: ChunkReader + 'static>(
+    file: &Arc<R>,
     chunk: &ColumnChunkMetaData,
     rows: usize,
 ) -> Result<Keyed<T>> {
@@ -259,12 +260,17 @@ impl Scratch {
             e => bail!("values in {e}"),
         }
         if nulls {
-            let mut keys = self.keys.iter();
+            // Without a branch per row (nulls come at random: syscalls out of user-only
+            // tracing): `keys` has one more at the end, for the nulls after the last key.
+            self.keys.push(NULL_KEY);
+            let mut j = 0;
             out.keys.extend(self.levels.iter().map(|&l| {
-                if l == 0 {
-                    NULL_KEY
+                let k = self.keys[j];
+                j += (l != 0) as usize;
+                if l != 0 {
+                    k
                 } else {
-                    *keys.next().expect("a key per level 1")
+                    NULL_KEY
                 }
             }));
         }
@@ -505,6 +511,7 @@ mod against_arrow {
     //! Files written by arrow-rs in every layout a writer may choose read back to the
     //! values arrow-rs reads.
 
+    use std::fs::File;
     use std::sync::Arc;
 
     use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array, UInt64Array};
@@ -575,25 +582,26 @@ mod against_arrow {
             .unwrap()
             .metadata()
             .clone();
-        let file = Arc::new(File::open(&path).unwrap());
+        // As the walk reads them: from the file's bytes.
+        let file = Arc::new(bytes::Bytes::from(std::fs::read(&path).unwrap()));
         let (mut ip, mut target, mut insns, mut kind) = (vec![], vec![], vec![], vec![]);
         let mut ip_values = 0;
         for g in meta.row_groups() {
             let rows = g.num_rows() as usize;
-            let keyed = read_chunk::<u64>(&file, g.column(0), rows).unwrap();
+            let keyed = read_chunk::<u64, _>(&file, g.column(0), rows).unwrap();
             ip_values += keyed.values.len();
             ip.extend(resolve(&keyed));
             target.extend(resolve(
-                &read_chunk::<u64>(&file, g.column(1), rows).unwrap(),
+                &read_chunk::<u64, _>(&file, g.column(1), rows).unwrap(),
             ));
             insns.extend(resolve(
-                &read_chunk::<u32>(&file, g.column(2), rows).unwrap(),
+                &read_chunk::<u32, _>(&file, g.column(2), rows).unwrap(),
             ));
             kind.extend(resolve(
-                &read_chunk::<Vec<u8>>(&file, g.column(3), rows).unwrap(),
+                &read_chunk::<Vec<u8>, _>(&file, g.column(3), rows).unwrap(),
             ));
             // A column of another type is refused, not misread.
-            assert!(read_chunk::<u32>(&file, g.column(0), rows).is_err());
+            assert!(read_chunk::<u32, _>(&file, g.column(0), rows).is_err());
         }
         let col = |i: usize| expected.column(i);
         let ip_want: Vec<Option<u64>> = col(0)
@@ -700,7 +708,7 @@ mod against_arrow {
             .clone();
         let g = meta.row_group(0);
         let file = Arc::new(File::open(&path).unwrap());
-        let e = read_chunk::<u64>(&file, g.column(0), 5_000).unwrap_err();
+        let e = read_chunk::<u64, _>(&file, g.column(0), 5_000).unwrap_err();
         assert!(e.to_string().contains("DELTA_BINARY_PACKED"), "{e}");
     }
 }
