@@ -321,7 +321,7 @@ pub fn decode_hybrid(mut buf: &[u8], width: u8, n: usize, out: &mut Vec<u32>) ->
                 width == 32 || value >> width == 0,
                 "a run's value wider than {width} bits"
             );
-            out.extend(std::iter::repeat_n(value, count.min(want)));
+            out.resize(out.len() + count.min(want), value);
             buf = &buf[bytes..];
         }
     }
@@ -387,7 +387,7 @@ fn unpack32<const W: usize>(src: &[u8], out: &mut [u32]) {
 /// Append the first `count` values of `width` bits packed in `packed`, low bits first.
 fn unpack(packed: &[u8], width: u8, count: usize, out: &mut Vec<u32>) {
     if width == 0 {
-        out.extend(std::iter::repeat_n(0, count));
+        out.resize(out.len() + count, 0);
         return;
     }
     let w = width as usize;
@@ -465,7 +465,7 @@ mod tests {
                     .collect();
                 for after in [0, 3, 40] {
                     let mut buf = packed_run(&values, width);
-                    buf.extend(std::iter::repeat_n(0xa5, after));
+                    buf.resize(buf.len() + after, 0xa5);
                     let mut out = vec![7];
                     decode_hybrid(&buf, width, values.len(), &mut out).unwrap();
                     assert_eq!(

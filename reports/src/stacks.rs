@@ -1012,18 +1012,20 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
                 let (tf, _, _) = branch.target_at(self.f);
                 self.push(tf, ret, false);
             }
-            RET => match {
+            RET => {
                 let target = branch.target();
-                self.stack
+                match self
+                    .stack
                     .iter()
                     .rposition(|f| f.ret == target && f.ret != 0)
-            } {
-                Some(k) => self.pop_to(k),
-                None => {
-                    self.st.mismatched_returns += 1;
-                    self.pop_to(self.stack.len().saturating_sub(1));
+                {
+                    Some(k) => self.pop_to(k),
+                    None => {
+                        self.st.mismatched_returns += 1;
+                        self.pop_to(self.stack.len().saturating_sub(1));
+                    }
                 }
-            },
+            }
             JMP | JMP_IND => {
                 let (tf, known, entry) = branch.target_at(self.f);
                 let top = self.stack.last().map(|f| f.func);
@@ -1133,7 +1135,7 @@ impl<'s> Branch<'s> for KeyedBranch<'_> {
 
 /// What a reader thread sends the walk.
 enum Batch {
-    Arrow(Rows),
+    Arrow(Box<Rows>),
     Keyed(KeyedRows),
 }
 
@@ -1316,8 +1318,10 @@ pub fn build<'s>(
                         KeyedRows::read(file, m.metadata().row_group(g)).ok()
                     });
                     if let Some(rows) = keyed {
-                        let sent = tx.send(Ok(Some(Batch::Keyed(rows))));
-                        if sent.and_then(|_| tx.send(Ok(None))).is_err() {
+                        // A closed channel: the walk stopped.
+                        if tx.send(Ok(Some(Batch::Keyed(rows)))).is_err()
+                            || tx.send(Ok(None)).is_err()
+                        {
                             return;
                         }
                         continue;
@@ -1329,7 +1333,7 @@ pub fn build<'s>(
                     let sent = batches.and_then(|it| {
                         for b in it {
                             let rows = Rows::of(&b?, has_cycles, has_tsc)?;
-                            tx.send(Ok(Some(Batch::Arrow(rows))))
+                            tx.send(Ok(Some(Batch::Arrow(Box::new(rows)))))
                                 .map_err(|_| anyhow::anyhow!("walk stopped"))?;
                         }
                         tx.send(Ok(None))
