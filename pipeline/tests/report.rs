@@ -454,7 +454,7 @@ fn stacks_read_as_dictionary_keys_are_those_read_as_values() {
             let input = tracemill_reports::Input::open(&out, None).unwrap();
             let walk = |cycles: bool| {
                 let (mut f, mut warnings) = (Functions::new(&input.symbols), vec![]);
-                let st = build(&input, &mut f, &mut warnings, false, cycles, |_| {}).unwrap();
+                let mut st = build(&input, &mut f, &mut warnings, false, cycles, |_| {}).unwrap();
                 let lines: Vec<String> = st
                     .folded(&f.names, false, 0)
                     .iter()
