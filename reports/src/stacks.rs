@@ -30,8 +30,6 @@ use std::fs::File;
 use std::io::Write;
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use anyhow::{Context as _, Result};
 use arrow::array::{Array, PrimitiveArray};
 use arrow::datatypes::{UInt32Type, UInt64Type};
@@ -1153,7 +1151,7 @@ impl KeyedRows {
     /// at most, as arrow-rs does by default; DuckDB 122,880.
     const MAX_ROWS: usize = 1 << 21;
 
-    fn read(file: &Arc<Bytes>, group: &parquet::file::metadata::RowGroupMetaData) -> Result<Self> {
+    fn read(file: &File, group: &parquet::file::metadata::RowGroupMetaData) -> Result<Self> {
         let rows = group.num_rows() as usize;
         anyhow::ensure!(rows <= Self::MAX_ROWS, "{rows} rows in a row group");
         let chunk = |name: &str| {
@@ -1163,6 +1161,13 @@ impl KeyedRows {
                 .find(|c| c.column_descr().path().string() == name)
                 .ok_or_else(|| anyhow::anyhow!("no column {name}"))
         };
+        // One map of the four columns' chunks (and any between them), for this row group.
+        let mut range = u64::MAX..0;
+        for name in ["ip", "target", "insns", "kind"] {
+            let (at, len) = chunk(name)?.byte_range();
+            range = range.start.min(at)..range.end.max(at.saturating_add(len));
+        }
+        let file = &Arc::new(parquet_keys::MappedRange::map(file, range)?);
         let ip = parquet_keys::read_chunk::<u64, _>(file, chunk("ip")?, rows)?;
         anyhow::ensure!(!ip.keys.contains(&NULL_KEY), "an ip is null");
         let target = parquet_keys::read_chunk::<u64, _>(file, chunk("target")?, rows)?;
@@ -1199,19 +1204,6 @@ impl KeyedRows {
     fn len(&self) -> usize {
         self.ip.keys.len()
     }
-}
-
-/// A table file's bytes, mapped: pages are read where they are, where reading them from
-/// the file copied each (the kernel's copy was a seventh of a reader's time). With the
-/// decode's map of its inputs, the `unsafe` operations of tracemill.
-#[allow(unsafe_code)]
-fn map(path: &std::path::Path) -> Result<Bytes> {
-    let f = File::open(path)?;
-    // SAFETY: the map is read-only and private to this process. If another process
-    // truncates or rewrites the table while the report reads it, reads may see the new
-    // bytes or fault (SIGBUS); tables are written once, to a temporary name then renamed.
-    let m = unsafe { memmap2::Mmap::map(&f) }?;
-    Ok(Bytes::from_owner(m))
 }
 
 /// One batch of `branches` rows as the walk reads them, made by the reader thread.
@@ -1312,7 +1304,7 @@ pub fn build<'s>(
             rxs.push(rx);
             let (footer, cols, t) = (footer.as_ref(), &cols, &t);
             scope.spawn(move || {
-                let file = by_keys.and_then(|_| map(&t.path).ok().map(Arc::new));
+                let file = by_keys.and_then(|_| File::open(&t.path).ok());
                 for g in (r..groups).step_by(readers) {
                     let keyed = by_keys.zip(file.as_ref()).and_then(|(m, file)| {
                         KeyedRows::read(file, m.metadata().row_group(g)).ok()
