@@ -1162,12 +1162,12 @@ impl KeyedRows {
                 .ok_or_else(|| anyhow::anyhow!("no column {name}"))
         };
         // One map of the four columns' chunks (and any between them), for this row group.
-        let mut range = u64::MAX..0;
+        let (mut start, mut end) = (u64::MAX, 0);
         for name in ["ip", "target", "insns", "kind"] {
             let (at, len) = chunk(name)?.byte_range();
-            range = range.start.min(at)..range.end.max(at.saturating_add(len));
+            (start, end) = (start.min(at), end.max(at.saturating_add(len)));
         }
-        let file = &Arc::new(parquet_keys::MappedRange::map(file, range)?);
+        let file = &Arc::new(parquet_keys::MappedRange::map(file, start..end)?);
         let ip = parquet_keys::read_chunk::<u64, _>(file, chunk("ip")?, rows)?;
         anyhow::ensure!(!ip.keys.contains(&NULL_KEY), "an ip is null");
         let target = parquet_keys::read_chunk::<u64, _>(file, chunk("target")?, rows)?;
