@@ -7,6 +7,8 @@
 //!   (DWARF, through addr2line), one [`symbols::ImageSymbols`] per image;
 //! - [`input`]: the output directory, its tables read in projected batches, and the bundle
 //!   found through the tables' metadata (or given);
+//! - [`parquet_keys`]: Parquet column chunks read as dictionary keys, so that the stack
+//!   walk names each distinct address once per row group;
 //! - [`dataset`], [`source`]: an ingested dataset's catalog, the `--where` filter, and
 //!   the reports over the selected bundles (each with its own images, results added up);
 //! - [`hotspots`]: instructions, cycles, branches and calls by function, line or block;

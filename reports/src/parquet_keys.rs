@@ -110,6 +110,14 @@ impl MappedRange {
     pub fn map(file: &File, range: Range<u64>) -> Result<Self> {
         let len = usize::try_from(range.end.saturating_sub(range.start))?;
         ensure!(len > 0, "nothing to map");
+        // Pages past the file's end would be mapped too, and reading them is a fault
+        // (SIGBUS), not an error: a damaged footer can point there.
+        let size = file.metadata()?.len();
+        ensure!(
+            range.end <= size,
+            "bytes to {} of a file of {size}",
+            range.end
+        );
         // SAFETY: the map is read-only and private to this process. If another process
         // truncates or rewrites the table while a report reads it, reads may see the new
         // bytes or fault (SIGBUS); tables are written once, to a temporary name, then
@@ -218,7 +226,7 @@ pub fn read_chunk<T: Plain, R: ChunkReader + 'static>(
                 def_level_encoding,
                 ..
             } => {
-                let n = num_values as usize;
+                let n = page_rows(num_values, rows - out.keys.len())?;
                 let mut at = 0;
                 if nullable {
                     ensure!(
@@ -243,7 +251,7 @@ pub fn read_chunk<T: Plain, R: ChunkReader + 'static>(
                 rep_levels_byte_len,
                 ..
             } => {
-                let n = num_values as usize;
+                let n = page_rows(num_values, rows - out.keys.len())?;
                 let (rep, def) = (rep_levels_byte_len as usize, def_levels_byte_len as usize);
                 ensure!(rep == 0, "repetition levels in a flat column");
                 ensure!(def <= buf.len(), "definition levels past the page's end");
@@ -264,6 +272,17 @@ pub fn read_chunk<T: Plain, R: ChunkReader + 'static>(
         out.keys.len()
     );
     Ok(out)
+}
+
+/// A data page's rows, checked before anything is decoded: a damaged header could
+/// otherwise have billions of keys written out of a few bytes of runs.
+fn page_rows(num_values: u32, left: usize) -> Result<usize> {
+    let n = num_values as usize;
+    ensure!(
+        n <= left,
+        "a page of {n} values, {left} rows left in the row group"
+    );
+    Ok(n)
 }
 
 /// Buffers reused from page to page.
@@ -366,7 +385,7 @@ pub fn decode_hybrid(mut buf: &[u8], width: u8, n: usize, out: &mut Vec<u32>) ->
                 .checked_mul(width as usize)
                 .filter(|&b| b <= buf.len())
                 .ok_or_else(|| anyhow!("a bit-packed run past the page's end"))?;
-            let count = (groups * 8).min(want);
+            let count = groups.saturating_mul(8).min(want);
             // Blocks of 32 values at a time, while 8 bytes past each block are there
             // to read (the page's next runs are); the rest one by one.
             let w = width as usize;
@@ -569,6 +588,12 @@ mod tests {
         assert!(decode_hybrid(&[0x04, 1], 4, 3, &mut out).is_err());
         // A header that never ends.
         assert!(decode_hybrid(&[0xff; 12], 4, 3, &mut out).is_err());
+        // A run of billions of groups of 0 bits (no bytes to check them against).
+        let mut buf = vec![0xff; 8];
+        buf.push(0x7f);
+        let mut zeros = vec![];
+        decode_hybrid(&buf, 0, 5, &mut zeros).unwrap();
+        assert_eq!(zeros, [0; 5]);
         // A run's value wider than the width.
         assert!(decode_hybrid(&[0x04, 0x1f], 4, 2, &mut out).is_err());
         assert!(decode_hybrid(&[0x00], 4, 2, &mut out).is_err());
@@ -662,8 +687,11 @@ mod against_arrow {
                 (s.min(at), e.max(at + len))
             });
             let file = Arc::new(MappedRange::map(&File::open(&path).unwrap(), start..end).unwrap());
-            // Outside the range is an error, not a panic.
+            // Outside the range is an error, not a panic; so is a range past the file's
+            // end (whose pages would fault).
             assert!(file.get_bytes(end, 1).is_err() && file.get_bytes(start - 1, 1).is_err());
+            let size = std::fs::metadata(&path).unwrap().len();
+            assert!(MappedRange::map(&File::open(&path).unwrap(), start..size + 1).is_err());
             let keyed = read_chunk::<u64, _>(&file, g.column(0), rows).unwrap();
             ip_values += keyed.values.len();
             ip.extend(resolve(&keyed));
