@@ -609,8 +609,8 @@ mod against_arrow {
     use std::fs::File;
     use std::sync::Arc;
 
-    use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array, UInt64Array};
-    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array, UInt64Array};
+    use arrow::datatypes::{DataType, Field, Schema, UInt32Type, UInt64Type};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use parquet::arrow::ArrowWriter;
     use parquet::basic::Compression;
@@ -708,29 +708,10 @@ mod against_arrow {
             assert!(read_chunk::<u32, _>(&file, g.column(0), rows).is_err());
         }
         let col = |i: usize| expected.column(i);
-        let ip_want: Vec<Option<u64>> = col(0)
-            .as_any()
-            .downcast_ref::<UInt64Array>()
-            .unwrap()
-            .iter()
-            .collect();
-        let target_want: Vec<Option<u64>> = col(1)
-            .as_any()
-            .downcast_ref::<UInt64Array>()
-            .unwrap()
-            .iter()
-            .collect();
-        let insns_want: Vec<Option<u32>> = col(2)
-            .as_any()
-            .downcast_ref::<UInt32Array>()
-            .unwrap()
-            .iter()
-            .collect();
-        let kind_want: Vec<Option<Vec<u8>>> = col(3)
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .unwrap()
-            .iter()
+        let ip_want: Vec<_> = col(0).as_primitive::<UInt64Type>().iter().collect();
+        let target_want: Vec<_> = col(1).as_primitive::<UInt64Type>().iter().collect();
+        let insns_want: Vec<_> = col(2).as_primitive::<UInt32Type>().iter().collect();
+        let kind_want: Vec<_> = (col(3).as_string::<i32>().iter())
             .map(|s| s.map(|s| s.as_bytes().to_vec()))
             .collect();
         assert_eq!(ip, ip_want, "{name}: ip");
