@@ -58,7 +58,8 @@ pub struct Functions<'s> {
     /// hash map probe was a quarter of the walk. Its 262,144 places (4 MiB) hold the
     /// branch addresses of a large program's hot code: with 4,096, the synthetic trace's
     /// 33,000 branch addresses missed it in 7% of the flame graph's time; with 65,536,
-    /// the 60,000 distinct addresses of each of its row groups in 3.7%.
+    /// naming the 34,000 dictionary values (`ip` and `target`) of each of its row groups
+    /// missed it in 3.7% (time in the map behind it).
     front: Box<[(u64, FunctionAt)]>,
     call_len: AddrMap<u64, u8>,
 }
