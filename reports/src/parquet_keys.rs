@@ -4,8 +4,8 @@
 //! `target`). Read through arrow-rs, each row's dictionary key is looked up in the column
 //! chunk's dictionary to give a `u64` (and `target`'s nulls padded), and then the walk
 //! looks that address up again in a cache of functions: on the 1 GiB synthetic trace the
-//! first was nearly a fifth of the report's CPU time and the second missed the cache on most
-//! rows. arrow-rs returns dictionaries only for string columns (apache/arrow-rs#8250), so
+//! first was nearly a fifth of the report's CPU time and the second, in a 1 MiB table,
+//! missed the processor's caches on most rows. arrow-rs returns dictionaries only for string columns (apache/arrow-rs#8250), so
 //! this module decodes the pages itself: each row is a key into the chunk's values, and
 //! the walk names each distinct value once per row group.
 //!
