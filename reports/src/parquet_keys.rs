@@ -31,7 +31,7 @@ use parquet::file::serialized_reader::SerializedPageReader;
 pub const NULL_KEY: u32 = u32::MAX;
 
 /// One column chunk: per row a key into `values`, or [`NULL_KEY`].
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default)]
 pub struct Keyed<T> {
     pub values: Vec<T>,
     pub keys: Vec<u32>,
@@ -83,16 +83,22 @@ impl Plain for Vec<u8> {
     const TYPE: PhysicalType = PhysicalType::BYTE_ARRAY;
     fn read(mut buf: &[u8], n: usize, out: &mut Vec<Self>) -> Result<()> {
         for _ in 0..n {
-            let len = buf
-                .first_chunk::<4>()
-                .map(|l| u32::from_le_bytes(*l) as usize)
-                .filter(|&l| l <= buf.len() - 4)
-                .ok_or_else(|| anyhow!("a PLAIN byte array past the page's end"))?;
-            out.push(buf[4..4 + len].to_vec());
-            buf = &buf[4 + len..];
+            let (value, rest) = length_prefixed(buf, "a PLAIN byte array")?;
+            out.push(value.to_vec());
+            buf = rest;
         }
         Ok(())
     }
+}
+
+/// The bytes after a 4-byte little-endian length, and the rest.
+fn length_prefixed<'b>(buf: &'b [u8], what: &str) -> Result<(&'b [u8], &'b [u8])> {
+    let len = buf
+        .first_chunk::<4>()
+        .map(|l| u32::from_le_bytes(*l) as usize)
+        .filter(|&l| l <= buf.len() - 4)
+        .ok_or_else(|| anyhow!("{what} past the page's end"))?;
+    Ok(buf[4..].split_at(len))
 }
 
 /// A range of a file's bytes, mapped, read at the file's offsets: the walk maps the
@@ -227,21 +233,17 @@ pub fn read_chunk<T: Plain, R: ChunkReader + 'static>(
                 ..
             } => {
                 let n = page_rows(num_values, rows - out.keys.len())?;
-                let mut at = 0;
+                let mut values = &buf[..];
                 if nullable {
                     ensure!(
                         def_level_encoding == Encoding::RLE,
                         "definition levels in {def_level_encoding}"
                     );
-                    let len = buf
-                        .first_chunk::<4>()
-                        .map(|l| u32::from_le_bytes(*l) as usize)
-                        .filter(|&l| l <= buf.len() - 4)
-                        .ok_or_else(|| anyhow!("definition levels past the page's end"))?;
-                    scratch.levels(&buf[4..4 + len], n)?;
-                    at = 4 + len;
+                    let (levels, rest) = length_prefixed(&buf, "definition levels")?;
+                    scratch.levels(levels, n)?;
+                    values = rest;
                 }
-                scratch.page(&buf[at..], encoding, n, nullable, dictionary, &mut out)?;
+                scratch.page(values, encoding, n, nullable, dictionary, &mut out)?;
             }
             Page::DataPageV2 {
                 buf,
@@ -261,10 +263,6 @@ pub fn read_chunk<T: Plain, R: ChunkReader + 'static>(
                 scratch.page(&buf[def..], encoding, n, nullable, dictionary, &mut out)?;
             }
         }
-        ensure!(
-            out.keys.len() <= rows,
-            "more values than the row group's rows"
-        );
     }
     ensure!(
         out.keys.len() == rows,
@@ -331,7 +329,6 @@ impl Scratch {
                 let (&width, packed) = values
                     .split_first()
                     .ok_or_else(|| anyhow!("a page of keys without their bit width"))?;
-                ensure!(width <= 32, "keys of {width} bits");
                 decode_hybrid(packed, width, present, keys)?;
                 // One check for the page, so the walk indexes without a doubt. The keys'
                 // OR bounds them all and is one instruction per four keys (an unsigned
@@ -374,7 +371,7 @@ impl Scratch {
 /// (runs, each a ULEB128 header: `count << 1` then one value of `ceil(width / 8)` bytes,
 /// or `groups << 1 | 1` then `groups` groups of 8 values packed from the low bits up). A
 /// last bit-packed run may hold more values than asked for: those are padding.
-pub fn decode_hybrid(mut buf: &[u8], width: u8, n: usize, out: &mut Vec<u32>) -> Result<()> {
+fn decode_hybrid(mut buf: &[u8], width: u8, n: usize, out: &mut Vec<u32>) -> Result<()> {
     ensure!(width <= 32, "values of {width} bits");
     let end = out.len() + n;
     out.reserve(n);

@@ -1186,18 +1186,15 @@ impl KeyedRows {
                     .map_or(u8::MAX, |k| k as u8)
             })
             .collect();
-        let gather = |keys: &[u32], values: &[u32]| -> Vec<u32> {
+        // A null key (the only one past the values) gives `none`.
+        fn gather<T: Copy>(keys: &[u32], values: &[T], none: T) -> Vec<T> {
             keys.iter()
-                .map(|&k| values.get(k as usize).copied().unwrap_or(0))
+                .map(|&k| values.get(k as usize).copied().unwrap_or(none))
                 .collect()
-        };
+        }
         Ok(KeyedRows {
-            kinds: kinds
-                .keys
-                .iter()
-                .map(|&k| codes.get(k as usize).copied().unwrap_or(u8::MAX))
-                .collect(),
-            insns: gather(&insns.keys, &insns.values),
+            kinds: gather(&kinds.keys, &codes, u8::MAX),
+            insns: gather(&insns.keys, &insns.values, 0),
             ip,
             target,
         })
