@@ -52,7 +52,7 @@ pub struct Functions<'s> {
     syms: &'s Symbolizer,
     pub names: Vec<String>,
     ids: std::collections::HashMap<String, u32>,
-    cache: AddrMap<u64, FunctionAt>,
+    cache: AddrMap<u64, Named>,
     /// A direct-mapped copy of `cache` in front of it: every row asks (or every value of
     /// a row group's dictionaries), mostly for the same few thousand addresses, and a
     /// hash map probe was a quarter of the walk. Its 262,144 places (4 MiB) hold the
@@ -60,19 +60,32 @@ pub struct Functions<'s> {
     /// 33,000 branch addresses missed it in 7% of the flame graph's time; with 65,536,
     /// naming the 34,000 dictionary values (`ip` and `target`) of each of its row groups
     /// missed it in 3.7% (time in the map behind it).
-    front: Box<[(u64, FunctionAt)]>,
-    call_len: AddrMap<u64, u8>,
+    front: Box<[(u64, Named)]>,
+}
+
+/// What [`Functions`] keeps of an address: its function, and the length of the
+/// instruction there (0: unknown), which makes a call's return address. The length is
+/// kept beside the function, not in a map of its own: one probe of that map per call
+/// site and row group missed the processor's caches (after the trie's walk), 80 ns each
+/// and 2% of the flame graph's time on the synthetic trace.
+#[derive(Clone, Copy, Debug)]
+struct Named {
+    at: FunctionAt,
+    len: u8,
 }
 
 impl<'s> Functions<'s> {
     pub fn new(syms: &'s Symbolizer) -> Self {
+        let none = Named {
+            at: (0, false, false),
+            len: 0,
+        };
         let mut f = Functions {
             syms,
             names: Vec::new(),
             ids: Default::default(),
             cache: AddrMap::default(),
-            front: vec![(u64::MAX, (0, false, false)); Self::FRONT].into_boxed_slice(),
-            call_len: AddrMap::default(),
+            front: vec![(u64::MAX, none); Self::FRONT].into_boxed_slice(),
         };
         f.intern("[gap]");
         f
@@ -92,7 +105,12 @@ impl<'s> Functions<'s> {
 
     /// (id, known symbol, is the function's entry) of the code at `addr`.
     #[inline]
-    pub fn at(&mut self, addr: u64) -> (u32, bool, bool) {
+    pub fn at(&mut self, addr: u64) -> FunctionAt {
+        self.named(addr).at
+    }
+
+    #[inline]
+    fn named(&mut self, addr: u64) -> Named {
         let slot = ((addr ^ (addr >> 16)) as usize) & (Self::FRONT - 1);
         let (k, v) = self.front[slot];
         if k == addr {
@@ -103,12 +121,13 @@ impl<'s> Functions<'s> {
         v
     }
 
-    fn at_slow(&mut self, addr: u64) -> (u32, bool, bool) {
+    fn at_slow(&mut self, addr: u64) -> Named {
         if let Some(&v) = self.cache.get(&addr) {
             return v;
         }
         let syms = self.syms;
-        let v = match syms.image_of(addr, None) {
+        let image = syms.image_of(addr, None);
+        let at = match image {
             Some(im) => match im.function_index(addr) {
                 Some(i) => {
                     let f = &im.functions()[i];
@@ -118,18 +137,20 @@ impl<'s> Functions<'s> {
             },
             None => (self.intern(&format!("{addr:#x}")), false, false),
         };
+        let len = image
+            .and_then(|im| im.code_at(addr))
+            .map_or(0, |c| insn_len(c, addr) as u8);
+        let v = Named { at, len };
         self.cache.insert(addr, v);
         v
     }
 
     /// Address after the call instruction at `ip` (0 when its bytes are unknown).
     fn return_address(&mut self, ip: u64) -> u64 {
-        let len = *self.call_len.entry(ip).or_insert_with(|| {
-            self.syms
-                .image_of(ip, None)
-                .and_then(|im| im.code_at(ip))
-                .map_or(0, |c| insn_len(c, ip) as u8)
-        });
+        Self::after(ip, self.named(ip).len)
+    }
+
+    fn after(ip: u64, len: u8) -> u64 {
         if len == 0 {
             0
         } else {
@@ -774,10 +795,50 @@ fn resumes(at: u64, target: u64) -> bool {
     at != 0 && target >= at && target - at <= 15
 }
 
+/// How many frames of the stack return to each bucket of addresses: a `ret` whose
+/// target's bucket is empty matches no frame, without a look through the stack. The
+/// synthetic trace's random walk makes millions of such returns with 256 frames on the
+/// stack, and looking through them all was a tenth of the walk.
+struct ReturnFilter {
+    counts: Box<[u16]>,
+}
+
+impl ReturnFilter {
+    /// 4,096 buckets (8 KiB): a stack of [`MAX_DEPTH`] frames fills about 6% of them.
+    const BUCKETS: usize = 1 << 12;
+
+    fn new() -> Self {
+        ReturnFilter {
+            counts: vec![0; Self::BUCKETS].into_boxed_slice(),
+        }
+    }
+
+    #[inline]
+    fn bucket(ret: u64) -> usize {
+        ((ret ^ (ret >> 12) ^ (ret >> 24)) as usize) & (Self::BUCKETS - 1)
+    }
+
+    fn add(&mut self, ret: u64) {
+        self.counts[Self::bucket(ret)] += 1;
+    }
+
+    fn remove(&mut self, ret: u64) {
+        self.counts[Self::bucket(ret)] -= 1;
+    }
+
+    /// Could a frame return to `ret`? `false` is sure; `true` asks for a look.
+    #[inline]
+    fn may_hold(&self, ret: u64) -> bool {
+        self.counts[Self::bucket(ret)] != 0
+    }
+}
+
 struct Walker<'a, 's, F: FnMut(Span)> {
     f: &'a mut Functions<'s>,
     st: Stacks,
     stack: Vec<Frame>,
+    /// The `ret` of every frame of `stack`.
+    rets: ReturnFilter,
     last_disable: u64,
     on_span: F,
     tsc: Option<u64>,
@@ -786,8 +847,7 @@ struct Walker<'a, 's, F: FnMut(Span)> {
     /// a cache miss per row.
     pending: Pending,
     /// Per value of a keyed row group's dictionaries: its function, and for `ip` the
-    /// return address of a call there (`u64::MAX`: not asked yet). Kept to reuse the
-    /// allocations.
+    /// return address of a call there (0: unknown). Kept to reuse the allocations.
     ip_at: Vec<(u32, bool)>,
     ip_ret: Vec<u64>,
     target_at: Vec<FunctionAt>,
@@ -815,6 +875,7 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
     fn pop_to(&mut self, len: usize) {
         while self.stack.len() > len {
             let fr = self.stack.pop().expect("non-empty");
+            self.rets.remove(fr.ret);
             if let (Some(b), Some(e)) = (fr.begin, self.tsc) {
                 (self.on_span)(Span {
                     func: fr.func,
@@ -833,6 +894,7 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
         }
         let parent = self.stack.last().map_or(0, |f| f.node);
         let node = self.st.child(parent, func);
+        self.rets.add(ret);
         self.stack.push(Frame {
             node,
             func,
@@ -938,32 +1000,44 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
             std::mem::take(&mut self.target_at),
         );
         ip_at.clear();
-        ip_at.extend(rows.ip.values.iter().map(|&a| {
-            let (func, known, _) = self.f.at(a);
-            (func, known)
-        }));
         ip_ret.clear();
-        ip_ret.resize(rows.ip.values.len(), u64::MAX);
+        for &a in &rows.ip.values {
+            let Named {
+                at: (func, known, _),
+                len,
+            } = self.f.named(a);
+            ip_at.push((func, known));
+            ip_ret.push(Functions::after(a, len));
+        }
         // Named when the row group comes: naming when a row first asks (most targets are
         // those of conditional branches, never asked) took longer.
         target_at.clear();
         target_at.extend(rows.target.values.iter().map(|&a| self.f.at(a)));
         let mut evs = events.iter().copied().peekable();
-        for i in 0..rows.len() {
-            while let Some(e) = evs.next_if(|e| e.seq <= *seq) {
+        let (first, n) = (*seq, rows.len());
+        let mut i = 0;
+        while i < n {
+            while let Some(e) = evs.next_if(|e| e.seq <= first + i as u64) {
                 self.event(e);
             }
-            let k = rows.ip.keys[i] as usize;
-            let branch = KeyedBranch {
-                rows,
-                ip_key: k,
-                target_key: rows.target.keys[i],
-                target_at: &target_at,
-                ip_ret: &mut ip_ret,
-            };
-            self.row(ip_at[k], rows.kinds[i], rows.insns[i], 0, branch);
-            *seq += 1;
+            // The rows before the next event's, without a look at the events per row.
+            let stop = evs
+                .peek()
+                .map_or(n, |e| (e.seq - first).min(n as u64) as usize);
+            for i in i..stop {
+                let k = rows.ip.keys[i] as usize;
+                let branch = KeyedBranch {
+                    rows,
+                    ip_key: k,
+                    target_key: rows.target.keys[i],
+                    target_at: &target_at,
+                    ip_ret: &ip_ret,
+                };
+                self.row(ip_at[k], rows.kinds[i], rows.insns[i], 0, branch);
+            }
+            i = stop;
         }
+        *seq = first + n as u64;
         self.st.rows_by_keys += rows.len() as u64;
         (self.ip_at, self.ip_ret, self.target_at) = (ip_at, ip_ret, target_at);
     }
@@ -1013,11 +1087,12 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
             }
             RET => {
                 let target = branch.target();
-                match self
-                    .stack
-                    .iter()
-                    .rposition(|f| f.ret == target && f.ret != 0)
-                {
+                let found = if target != 0 && self.rets.may_hold(target) {
+                    self.stack.iter().rposition(|f| f.ret == target)
+                } else {
+                    None
+                };
+                match found {
                     Some(k) => self.pop_to(k),
                     None => {
                         self.st.mismatched_returns += 1;
@@ -1106,8 +1181,8 @@ struct KeyedBranch<'a> {
     target_key: u32,
     /// Per `target` value, its function.
     target_at: &'a [FunctionAt],
-    /// Per `ip` value, the return address of a call there (`u64::MAX`: not asked yet).
-    ip_ret: &'a mut [u64],
+    /// Per `ip` value, the return address of a call there (0: unknown).
+    ip_ret: &'a [u64],
 }
 
 impl<'s> Branch<'s> for KeyedBranch<'_> {
@@ -1123,12 +1198,8 @@ impl<'s> Branch<'s> for KeyedBranch<'_> {
     fn target_at(&mut self, _: &mut Functions<'s>) -> FunctionAt {
         self.target_at[self.target_key as usize]
     }
-    fn return_address(&mut self, f: &mut Functions<'s>) -> u64 {
-        let ret = &mut self.ip_ret[self.ip_key];
-        if *ret == u64::MAX {
-            *ret = f.return_address(self.rows.ip.values[self.ip_key]);
-        }
-        *ret
+    fn return_address(&mut self, _: &mut Functions<'s>) -> u64 {
+        self.ip_ret[self.ip_key]
     }
 }
 
@@ -1139,11 +1210,20 @@ enum Batch {
 }
 
 /// One row group of `branches` as dictionary keys: the flame graph by instructions.
+#[derive(Default)]
 struct KeyedRows {
     ip: Keyed<u64>,
     target: Keyed<u64>,
     kinds: Vec<u8>,
     insns: Vec<u32>,
+}
+
+/// A reader thread's buffers for [`KeyedRows::read`], kept from row group to row group.
+#[derive(Default)]
+struct KeyedScratch {
+    insns: Keyed<u32>,
+    kinds: Keyed<Vec<u8>>,
+    pages: parquet_keys::Scratch,
 }
 
 impl KeyedRows {
@@ -1153,7 +1233,14 @@ impl KeyedRows {
     /// 1,048,576 by default, DuckDB 122,880.
     const MAX_ROWS: usize = 1 << 21;
 
-    fn read(file: &File, group: &parquet::file::metadata::RowGroupMetaData) -> Result<Self> {
+    /// Read one row group into these rows' buffers (those of rows the walk is done with:
+    /// new ones each time were 600 MB of pages a second for the kernel to map and clear).
+    fn read(
+        &mut self,
+        file: &File,
+        group: &parquet::file::metadata::RowGroupMetaData,
+        scratch: &mut KeyedScratch,
+    ) -> Result<()> {
         let rows = group.num_rows() as usize;
         anyhow::ensure!(rows <= Self::MAX_ROWS, "{rows} rows in a row group");
         let chunk = |name: &str| {
@@ -1170,11 +1257,13 @@ impl KeyedRows {
             (start, end) = (start.min(at), end.max(at.saturating_add(len)));
         }
         let file = &Arc::new(parquet_keys::MappedRange::map(file, start..end)?);
-        let ip = parquet_keys::read_chunk::<u64, _>(file, chunk("ip")?, rows)?;
-        anyhow::ensure!(!ip.keys.contains(&NULL_KEY), "an ip is null");
-        let target = parquet_keys::read_chunk::<u64, _>(file, chunk("target")?, rows)?;
-        let insns = parquet_keys::read_chunk::<u32, _>(file, chunk("insns")?, rows)?;
-        let kinds = parquet_keys::read_chunk::<Vec<u8>, _>(file, chunk("kind")?, rows)?;
+        let pages = &mut scratch.pages;
+        parquet_keys::read_chunk_into(file, chunk("ip")?, rows, &mut self.ip, pages)?;
+        anyhow::ensure!(!self.ip.keys.contains(&NULL_KEY), "an ip is null");
+        parquet_keys::read_chunk_into(file, chunk("target")?, rows, &mut self.target, pages)?;
+        let (insns, kinds) = (&mut scratch.insns, &mut scratch.kinds);
+        parquet_keys::read_chunk_into(file, chunk("insns")?, rows, insns, pages)?;
+        parquet_keys::read_chunk_into(file, chunk("kind")?, rows, kinds, pages)?;
         // As `kind_codes`: u8::MAX for a null or unknown name.
         let codes: Vec<u8> = kinds
             .values
@@ -1187,17 +1276,16 @@ impl KeyedRows {
             })
             .collect();
         // A null key (the only one past the values) gives `none`.
-        fn gather<T: Copy>(keys: &[u32], values: &[T], none: T) -> Vec<T> {
-            keys.iter()
-                .map(|&k| values.get(k as usize).copied().unwrap_or(none))
-                .collect()
+        fn gather<T: Copy>(keys: &[u32], values: &[T], none: T, out: &mut Vec<T>) {
+            out.clear();
+            out.extend(
+                keys.iter()
+                    .map(|&k| values.get(k as usize).copied().unwrap_or(none)),
+            );
         }
-        Ok(KeyedRows {
-            kinds: gather(&kinds.keys, &codes, u8::MAX),
-            insns: gather(&insns.keys, &insns.values, 0),
-            ip,
-            target,
-        })
+        gather(&kinds.keys, &codes, u8::MAX, &mut self.kinds);
+        gather(&insns.keys, &insns.values, 0, &mut self.insns);
+        Ok(())
     }
 
     fn len(&self) -> usize {
@@ -1256,6 +1344,7 @@ pub fn build<'s>(
         f,
         st: Stacks::new(cycles),
         stack: Vec::with_capacity(256),
+        rets: ReturnFilter::new(),
         last_disable: 0,
         on_span,
         tsc: None,
@@ -1296,17 +1385,23 @@ pub fn build<'s>(
             }
             reader.warnings
         });
-        let mut rxs = Vec::new();
+        let (mut rxs, mut backs) = (Vec::new(), Vec::new());
         for r in 0..readers {
             // A message is a batch, or the end of a row group (`None`); two ahead each.
             let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Option<Batch>>>(2);
             rxs.push(rx);
             let (footer, cols, t) = (footer.as_ref(), &cols, &t);
+            let (back_tx, back_rx) = std::sync::mpsc::sync_channel::<KeyedRows>(2);
+            backs.push(back_tx);
             scope.spawn(move || {
                 let file = by_keys.and_then(|_| File::open(&t.path).ok());
+                let mut scratch = KeyedScratch::default();
                 for g in (r..groups).step_by(readers) {
                     let keyed = by_keys.zip(file.as_ref()).and_then(|(m, file)| {
-                        KeyedRows::read(file, m.metadata().row_group(g)).ok()
+                        // The buffers of rows the walk is done with, or new ones.
+                        let mut rows = back_rx.try_recv().unwrap_or_default();
+                        let group = m.metadata().row_group(g);
+                        rows.read(file, group, &mut scratch).ok().map(|_| rows)
                     });
                     if let Some(rows) = keyed {
                         // A closed channel: the walk stopped.
@@ -1365,9 +1460,14 @@ pub fn build<'s>(
                 evs.clear();
                 // Events at a row are applied before it: those up to the batch's last.
                 events.until(seq + len as u64, &mut evs);
-                match &rows {
-                    Batch::Arrow(rows) => w.batch(rows, &evs, &mut seq, &mut prev_cyc),
-                    Batch::Keyed(rows) => w.keyed_batch(rows, &evs, &mut seq),
+                match rows {
+                    Batch::Arrow(rows) => w.batch(&rows, &evs, &mut seq, &mut prev_cyc),
+                    Batch::Keyed(rows) => {
+                        w.keyed_batch(&rows, &evs, &mut seq);
+                        // Back to its reader for the next row group; when two wait
+                        // there already, dropped.
+                        let _ = backs[g % readers].try_send(rows);
+                    }
                 }
             }
         }
@@ -1583,6 +1683,33 @@ pub struct FlameSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_return_filter_is_sure_of_every_address_no_frame_returns_to() {
+        let mut f = ReturnFilter::new();
+        assert!(!f.may_hold(0x401000));
+        // Two frames returning to one address, and addresses that share a bucket.
+        let same = 0x401000 + (1 << 36);
+        assert_eq!(ReturnFilter::bucket(same), ReturnFilter::bucket(0x401000));
+        for r in [0x401000, 0x401000, same, 0x7fff_1234] {
+            f.add(r);
+        }
+        for r in [0x401000, same, 0x7fff_1234] {
+            assert!(f.may_hold(r));
+        }
+        f.remove(0x401000);
+        assert!(f.may_hold(0x401000));
+        f.remove(same);
+        // `same` is gone, but shares its bucket with a frame still there.
+        assert!(f.may_hold(same));
+        f.remove(0x401000);
+        assert!(!f.may_hold(0x401000) && !f.may_hold(same));
+        assert!(f.may_hold(0x7fff_1234));
+        // A full stack of frames: every one is still found.
+        let rets: Vec<u64> = (0..MAX_DEPTH as u64).map(|i| 0x400000 + i * 37).collect();
+        rets.iter().for_each(|&r| f.add(r));
+        assert!(rets.iter().all(|&r| f.may_hold(r)));
+    }
 
     #[test]
     fn light_stacks_fold_into_their_caller_and_the_total_stays() {
