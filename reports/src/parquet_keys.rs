@@ -249,17 +249,16 @@ pub fn read_chunk_into<T: Plain, R: ChunkReader + 'static>(
                 ..
             } => {
                 let n = page_rows(num_values, rows - out.keys.len())?;
-                let mut values = &buf[..];
+                let (mut levels, mut values) = (None, &buf[..]);
                 if nullable {
                     ensure!(
                         def_level_encoding == Encoding::RLE,
                         "definition levels in {def_level_encoding}"
                     );
-                    let (levels, rest) = length_prefixed(&buf, "definition levels")?;
-                    scratch.levels(levels, n)?;
-                    values = rest;
+                    let (def, rest) = length_prefixed(&buf, "definition levels")?;
+                    (levels, values) = (Some(def), rest);
                 }
-                scratch.page(values, encoding, n, nullable, dictionary, out)?;
+                scratch.page(levels, values, encoding, n, dictionary, out)?;
             }
             Page::DataPageV2 {
                 buf,
@@ -273,10 +272,8 @@ pub fn read_chunk_into<T: Plain, R: ChunkReader + 'static>(
                 let (rep, def) = (rep_levels_byte_len as usize, def_levels_byte_len as usize);
                 ensure!(rep == 0, "repetition levels in a flat column");
                 ensure!(def <= buf.len(), "definition levels past the page's end");
-                if nullable {
-                    scratch.levels(&buf[..def], n)?;
-                }
-                scratch.page(&buf[def..], encoding, n, nullable, dictionary, out)?;
+                let levels = nullable.then(|| &buf[..def]);
+                scratch.page(levels, &buf[def..], encoding, n, dictionary, out)?;
             }
         }
     }
@@ -302,32 +299,43 @@ fn page_rows(num_values: u32, left: usize) -> Result<usize> {
 /// Buffers reused from page to page, and from chunk to chunk.
 #[derive(Debug, Default)]
 pub struct Scratch {
-    /// The page's definition levels (0: null, 1: a value).
-    levels: Vec<u32>,
     /// The page's keys of its values (not of its nulls).
     keys: Vec<u32>,
 }
 
 impl Scratch {
-    fn levels(&mut self, buf: &[u8], n: usize) -> Result<()> {
-        self.levels.clear();
-        decode_hybrid(buf, 1, n, &mut self.levels)
-    }
-
-    /// Append one data page's `n` rows (`values`: the bytes after the levels).
+    /// Append one data page's `n` rows: `levels` are its definition levels (a nullable
+    /// column's), `values` the bytes after them.
     fn page<T: Plain>(
         &mut self,
+        levels: Option<&[u8]>,
         values: &[u8],
         encoding: Encoding,
         n: usize,
-        nullable: bool,
         dictionary: Option<usize>,
         out: &mut Keyed<T>,
     ) -> Result<()> {
-        let present = if nullable {
-            self.levels.iter().filter(|&&l| l != 0).count()
-        } else {
-            n
+        let present = match levels {
+            Some(levels) => {
+                let mut present = 0;
+                let mut runs = LevelRuns {
+                    buf: levels,
+                    left: n,
+                };
+                while let Some(run) = runs.next()? {
+                    present += match run {
+                        LevelRun::Same { count, set } => count * set as usize,
+                        LevelRun::Packed { bits, count } => {
+                            let (whole, last) = (count / 8, count % 8);
+                            let ones: u32 = bits[..whole].iter().map(|b| b.count_ones()).sum();
+                            let tail = bits.get(whole).map_or(0, |&b| b & ((1 << last) - 1));
+                            ones as usize + tail.count_ones() as usize
+                        }
+                    };
+                }
+                present
+            }
+            None => n,
         };
         // Without nulls the keys go straight to the chunk's; with them, through `keys`.
         let nulls = present < n;
@@ -364,19 +372,70 @@ impl Scratch {
             }
             e => bail!("values in {e}"),
         }
-        if nulls {
-            spread_nulls(&self.levels, &mut self.keys, &mut out.keys);
+        if let (true, Some(levels)) = (nulls, levels) {
+            spread_nulls(levels, n, &mut self.keys, &mut out.keys)?;
         }
         Ok(())
     }
 }
 
-/// Append to `out` one key per level: the next of `keys` for a 1, [`NULL_KEY`] for a 0.
+/// A run of a nullable column's definition levels (1 bit each: 0 a null, 1 a value), as
+/// Parquet's hybrid encoding has them: they are read from the runs, never one level a
+/// `u32` (those were a pass of their own, and a stream to read back as large as the keys).
+enum LevelRun<'a> {
+    /// `count` nulls, or `count` values.
+    Same { count: usize, set: bool },
+    /// `count` levels, one bit each from the low bits up of `bits`.
+    Packed { bits: &'a [u8], count: usize },
+}
+
+/// The runs of `left` levels encoded in `buf`.
+struct LevelRuns<'a> {
+    buf: &'a [u8],
+    left: usize,
+}
+
+impl<'a> LevelRuns<'a> {
+    fn next(&mut self) -> Result<Option<LevelRun<'a>>> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        let (header, used) = uleb128(self.buf)?;
+        let buf = &self.buf[used..];
+        let run = if header & 1 == 1 {
+            let groups = usize::try_from(header >> 1)?;
+            ensure!(groups <= buf.len(), "a bit-packed run past the page's end");
+            let count = groups.saturating_mul(8).min(self.left);
+            self.buf = &buf[groups..];
+            LevelRun::Packed {
+                bits: &buf[..count.div_ceil(8)],
+                count,
+            }
+        } else {
+            let count = usize::try_from(header >> 1)?.min(self.left);
+            ensure!(count > 0, "an empty run");
+            let (&v, rest) = buf
+                .split_first()
+                .ok_or_else(|| anyhow!("a run's value past the page's end"))?;
+            ensure!(v <= 1, "a definition level of {v}");
+            self.buf = rest;
+            LevelRun::Same { count, set: v == 1 }
+        };
+        self.left -= match run {
+            LevelRun::Same { count, .. } | LevelRun::Packed { count, .. } => count,
+        };
+        Ok(Some(run))
+    }
+}
+
+/// Append to `out` one key per level of the `n` in `levels`: the next of `keys` for a
+/// value, [`NULL_KEY`] for a null. `keys` has one per value (`Scratch::page` counted them
+/// from the same levels).
 ///
-/// Without a branch per row (nulls come at random: syscalls out of user-only tracing),
-/// and eight rows at a time, each finding its key by its rank among the eight: a running
-/// index made each row wait for the one before (1 ns a row, 3% of the flame graph's time).
-fn spread_nulls(levels: &[u32], keys: &mut Vec<u32>, out: &mut Vec<u32>) {
+/// Without a branch per row (nulls come at random: syscalls out of user-only tracing), a
+/// packed run eight levels at a time, each row finding its key by its rank among the
+/// eight: a running index made each row wait for the one before.
+fn spread_nulls(levels: &[u8], n: usize, keys: &mut Vec<u32>, out: &mut Vec<u32>) -> Result<()> {
     /// Per mask of eight levels, how many of the levels before each are set.
     const RANK: [[u8; 8]; 256] = {
         let mut t = [[0u8; 8]; 256];
@@ -395,29 +454,45 @@ fn spread_nulls(levels: &[u32], keys: &mut Vec<u32>, out: &mut Vec<u32>) {
     // eight more (a null past the last key reads one, and gives NULL_KEY either way).
     let present = keys.len();
     keys.resize(present + 8, NULL_KEY);
-    out.reserve(levels.len());
+    out.reserve(n);
     let mut j = 0;
-    let mut eights = levels.chunks_exact(8);
-    for l in &mut eights {
-        let l: &[u32; 8] = l.try_into().expect("8 levels");
-        let mut mask = 0;
-        for (r, &l) in l.iter().enumerate() {
-            mask |= ((l != 0) as usize) << r;
+    let mut runs = LevelRuns {
+        buf: levels,
+        left: n,
+    };
+    while let Some(run) = runs.next()? {
+        match run {
+            LevelRun::Same { count, set: false } => out.resize(out.len() + count, NULL_KEY),
+            LevelRun::Same { count, set: true } => {
+                let run = keys
+                    .get(j..j + count)
+                    .filter(|_| j + count <= present)
+                    .ok_or_else(|| anyhow!("more values than keys"))?;
+                out.extend_from_slice(run);
+                j += count;
+            }
+            LevelRun::Packed { bits, count } => {
+                for (b, &mask) in bits.iter().enumerate() {
+                    // The last byte's levels past `count` are padding.
+                    let take = (count - b * 8).min(8);
+                    let mask = mask as usize & ((1 << take) - 1);
+                    let rank = &RANK[mask];
+                    let at: &[u32; 8] = keys
+                        .get(j..j + 8)
+                        .and_then(|k| k.try_into().ok())
+                        .ok_or_else(|| anyhow!("more values than keys"))?;
+                    let mut eight = [NULL_KEY; 8];
+                    for (r, (e, &rank)) in eight.iter_mut().zip(rank).enumerate() {
+                        let k = at[rank as usize & 7];
+                        *e = if mask >> r & 1 != 0 { k } else { NULL_KEY };
+                    }
+                    out.extend_from_slice(&eight[..take]);
+                    j += mask.count_ones() as usize;
+                }
+            }
         }
-        let rank = &RANK[mask];
-        let at: &[u32; 8] = keys[j..j + 8].try_into().expect("8 keys");
-        let mut eight = [NULL_KEY; 8];
-        for ((e, &rank), &l) in eight.iter_mut().zip(rank).zip(l) {
-            let k = at[rank as usize & 7];
-            *e = if l != 0 { k } else { NULL_KEY };
-        }
-        out.extend_from_slice(&eight);
-        j += mask.count_ones() as usize;
     }
-    for &l in eights.remainder() {
-        out.push(if l != 0 { keys[j] } else { NULL_KEY });
-        j += (l != 0) as usize;
-    }
+    Ok(())
 }
 
 /// Append `n` values of `width` bits from Parquet's RLE / bit-packed hybrid encoding
@@ -638,10 +713,10 @@ mod tests {
             let mut out = Keyed::<u64>::default();
             let values = [2, 0x08, 2, 0x02, last];
             let r = scratch.page(
+                None,
                 &values,
                 Encoding::RLE_DICTIONARY,
                 5,
-                false,
                 Some(3),
                 &mut out,
             );
@@ -653,6 +728,24 @@ mod tests {
             e.to_string().contains("key 3 past a dictionary of 3"),
             "{e}"
         );
+    }
+
+    /// Levels in the hybrid encoding: eight at a time, a run of eight alike as a repeated
+    /// run every other time, others (and the last few) as a packed group, whose padding
+    /// bits are set (readers must not count them).
+    fn encode_levels(levels: &[u32]) -> Vec<u8> {
+        let mut buf = vec![];
+        for (i, eight) in levels.chunks(8).enumerate() {
+            if eight.len() == 8 && eight.iter().all(|&l| l == eight[0]) && i % 2 == 0 {
+                buf.extend([8 << 1, eight[0] as u8]);
+            } else {
+                let bits = (0..8).fold(0u8, |m, r| {
+                    m | ((eight.get(r).map_or(1, |&l| l) as u8) << r)
+                });
+                buf.extend([1 << 1 | 1, bits]);
+            }
+        }
+        buf
     }
 
     #[test]
@@ -683,12 +776,36 @@ mod tests {
                         }
                     })
                     .collect();
+                // A whole page: its values counted from the levels, its keys decoded.
+                let mut page = vec![14];
+                page.extend(packed_run(&keys, 14));
+                let mut chunk = Keyed::<u64>::default();
+                let levels_buf = encode_levels(&levels);
+                let dictionary = Some(1 << 14);
+                let encoding = Encoding::RLE_DICTIONARY;
+                Scratch::default()
+                    .page(
+                        Some(&levels_buf),
+                        &page,
+                        encoding,
+                        len,
+                        dictionary,
+                        &mut chunk,
+                    )
+                    .unwrap();
+                assert_eq!(chunk.keys, want, "{len} levels, {density} in 8 set, a page");
                 let mut out = vec![5];
-                spread_nulls(&levels, &mut keys, &mut out);
+                spread_nulls(&levels_buf, len, &mut keys, &mut out).unwrap();
                 assert_eq!(out[0], 5);
                 assert_eq!(out[1..], want, "{len} levels, {density} in 8 set");
             }
         }
+        // Levels that say more values than there are keys: an error, not a panic.
+        let levels = encode_levels(&[1; 20]);
+        let mut keys = vec![1, 2, 3];
+        assert!(spread_nulls(&levels, 20, &mut keys, &mut vec![]).is_err());
+        let mut keys = vec![1, 2, 3];
+        assert!(spread_nulls(&[40 << 1, 1], 40, &mut keys, &mut vec![]).is_err());
     }
 
     #[test]
