@@ -28,6 +28,7 @@
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
@@ -35,7 +36,7 @@ use arrow::array::{Array, PrimitiveArray};
 use arrow::datatypes::{UInt32Type, UInt64Type};
 use tracemill_schemas::{BranchKind, EventKind};
 
-use crate::input::{Batches, Input};
+use crate::input::{Input, Table};
 use crate::parquet_keys::{self, Keyed, NULL_KEY};
 use crate::source::Source;
 use crate::symbols::Symbolizer;
@@ -222,6 +223,12 @@ pub struct Stacks {
     pub rows: u64,
     /// Rows read as dictionary keys ([`parquet_keys`]); the others through arrow-rs.
     pub rows_by_keys: u64,
+    /// Events the walk took (those that can change a stack: gaps, enables, disables);
+    /// those the events reader read (the last may come after the last row), and how many
+    /// of them as dictionary keys.
+    pub events: u64,
+    pub events_read: u64,
+    pub events_by_keys: u64,
     pub has_cycles: bool,
 }
 
@@ -240,6 +247,9 @@ impl Stacks {
             async_entries: 0,
             rows: 0,
             rows_by_keys: 0,
+            events: 0,
+            events_read: 0,
+            events_by_keys: 0,
             has_cycles: false,
         };
         st.nodes.push(Node {
@@ -670,14 +680,22 @@ struct Ev {
 /// Reads the events that matter to stacks, a batch at a time, on a thread of its own: so
 /// memory holds a few batches of them (a 1 GiB trace has 84 M enable and disable events:
 /// read whole, 2.7 GB).
-struct EventReader {
-    batches: Option<Batches>,
+struct EventReader<'a> {
+    batches: Option<EventBatches<'a>>,
     warnings: Vec<String>,
+    /// Events read as dictionary keys (that matter to the walk).
+    by_keys: Arc<AtomicU64>,
 }
 
-impl EventReader {
-    fn open(input: &Input) -> Self {
+type EventBatches<'a> = Box<dyn Iterator<Item = Result<Vec<Ev>>> + Send + 'a>;
+
+/// The events table's columns the stacks read.
+const EVENT_COLUMNS: [&str; 3] = ["seq", "kind", "ip"];
+
+impl<'a> EventReader<'a> {
+    fn open(input: &'a Input) -> Self {
         let mut warnings = Vec::new();
+        let by_keys = Arc::new(AtomicU64::new(0));
         let batches = match input.table("events") {
             Err(_) => {
                 warnings.push(
@@ -685,7 +703,7 @@ impl EventReader {
                 );
                 None
             }
-            Ok(t) => match t.batches(&["seq", "kind", "ip"]) {
+            Ok(t) => match Self::batches(t, by_keys.clone()) {
                 Ok(it) => Some(it),
                 Err(e) => {
                     warnings.push(format!("{e:#}: gaps are not seen by the stacks"));
@@ -693,56 +711,148 @@ impl EventReader {
                 }
             },
         };
-        EventReader { batches, warnings }
+        EventReader {
+            batches,
+            warnings,
+            by_keys,
+        }
+    }
+
+    /// A Parquet table's row groups are read as dictionary keys where they can be (as
+    /// `branches`' are: through arrow-rs, the events took a third as long as all of
+    /// `branches`), others through arrow-rs.
+    fn batches(t: &'a Table, by_keys: Arc<AtomicU64>) -> Result<EventBatches<'a>> {
+        t.require(&EVENT_COLUMNS)?;
+        let Some(footer) = t.parquet_footer()? else {
+            return Ok(Box::new(t.batches(&EVENT_COLUMNS)?.map(|b| events_of(&b?))));
+        };
+        let file = File::open(&t.path).ok();
+        let mut scratch = KeyedEvents::default();
+        let groups = footer.metadata().num_row_groups();
+        Ok(Box::new((0..groups).flat_map(
+            move |g| -> EventBatches<'a> {
+                let group = footer.metadata().row_group(g);
+                let keyed = file.as_ref().and_then(|f| scratch.read(f, group).ok());
+                if let Some(batches) = keyed {
+                    let n: usize = batches.iter().map(Vec::len).sum();
+                    by_keys.fetch_add(n as u64, Ordering::Relaxed);
+                    return Box::new(batches.into_iter().map(Ok));
+                }
+                match t.row_group_batches(&footer, &EVENT_COLUMNS, g) {
+                    Ok(it) => Box::new(it.map(|b| events_of(&b?))),
+                    Err(e) => Box::new(std::iter::once(Err(e))),
+                }
+            },
+        )))
     }
 
     /// The next batch's events that matter, in table order; `None` at the end (or at an
     /// unreadable batch, with a warning).
     fn next_batch(&mut self) -> Option<Vec<Ev>> {
-        let b = match self.batches.as_mut()?.next() {
-            Some(Ok(b)) => b,
+        match self.batches.as_mut()?.next() {
+            Some(Ok(b)) => Some(b),
             Some(Err(e)) => {
                 self.warnings
                     .push(format!("{e:#}: later gaps are not seen by the stacks"));
                 self.batches = None;
-                return None;
+                None
             }
             None => {
                 self.batches = None;
-                return None;
-            }
-        };
-        let (Ok(seq), Ok(ip), Ok(kinds)) = (
-            col::<UInt64Type>(&b, "seq"),
-            col::<UInt64Type>(&b, "ip"),
-            kind_codes(&b, "kind", EventKind::from_name, |k| k as u8),
-        ) else {
-            self.warnings
-                .push("events table unreadable: gaps are not seen by the stacks".into());
-            self.batches = None;
-            return None;
-        };
-        let mut out = Vec::new();
-        for (i, &k) in kinds.iter().enumerate() {
-            let Some(kind) = EventKind::from_code(k) else {
-                continue;
-            };
-            if matches!(
-                kind,
-                EventKind::Error
-                    | EventKind::Overflow
-                    | EventKind::Resync
-                    | EventKind::Enable
-                    | EventKind::Disable
-            ) {
-                out.push(Ev {
-                    seq: seq.value(i),
-                    kind,
-                    ip: (!ip.is_null(i)).then(|| ip.value(i)),
-                });
+                None
             }
         }
-        Some(out)
+    }
+}
+
+/// Does the walk look at events of this kind?
+fn matters(kind: EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Error
+            | EventKind::Overflow
+            | EventKind::Resync
+            | EventKind::Enable
+            | EventKind::Disable
+    )
+}
+
+/// The events that matter in a batch read through arrow-rs.
+fn events_of(b: &arrow::array::RecordBatch) -> Result<Vec<Ev>> {
+    let (Ok(seq), Ok(ip), Ok(kinds)) = (
+        col::<UInt64Type>(b, "seq"),
+        col::<UInt64Type>(b, "ip"),
+        kind_codes(b, "kind", EventKind::from_name, |k| k as u8),
+    ) else {
+        anyhow::bail!("events table unreadable");
+    };
+    let mut out = Vec::new();
+    for (i, &k) in kinds.iter().enumerate() {
+        let Some(kind) = EventKind::from_code(k).filter(|&k| matters(k)) else {
+            continue;
+        };
+        out.push(Ev {
+            seq: seq.value(i),
+            kind,
+            ip: (!ip.is_null(i)).then(|| ip.value(i)),
+        });
+    }
+    Ok(out)
+}
+
+/// A reader's buffers for the events of a row group read as dictionary keys.
+#[derive(Default)]
+struct KeyedEvents {
+    seq: Keyed<u64>,
+    kind: Keyed<Vec<u8>>,
+    ip: Keyed<u64>,
+    pages: parquet_keys::Scratch,
+}
+
+impl KeyedEvents {
+    /// Events per batch: a row group's in one would be tens of MB in the channel.
+    const BATCH: usize = 1 << 16;
+
+    /// The events that matter in one row group, in batches.
+    fn read(
+        &mut self,
+        file: &File,
+        group: &parquet::file::metadata::RowGroupMetaData,
+    ) -> Result<Vec<Vec<Ev>>> {
+        let rows = group.num_rows() as usize;
+        let (map, chunks) = parquet_keys::map_chunks(file, group, &EVENT_COLUMNS)?;
+        let pages = &mut self.pages;
+        parquet_keys::read_chunk_into(&map, chunks[0], rows, &mut self.seq, pages)?;
+        parquet_keys::read_chunk_into(&map, chunks[1], rows, &mut self.kind, pages)?;
+        parquet_keys::read_chunk_into(&map, chunks[2], rows, &mut self.ip, pages)?;
+        // Per kind value, the kind when it matters to the walk.
+        let kinds: Vec<Option<EventKind>> = (self.kind.values.iter())
+            .map(|v| {
+                std::str::from_utf8(v)
+                    .ok()
+                    .and_then(EventKind::from_name)
+                    .filter(|&k| matters(k))
+            })
+            .collect();
+        let (seq, ip) = (&self.seq, &self.ip);
+        let mut out = vec![Vec::new()];
+        for (i, &k) in self.kind.keys.iter().enumerate() {
+            // A null kind (NULL_KEY, past the values) is no event.
+            let Some(&Some(kind)) = kinds.get(k as usize) else {
+                continue;
+            };
+            let seq = *seq
+                .values
+                .get(seq.keys[i] as usize)
+                .ok_or_else(|| anyhow::anyhow!("an event's seq is null"))?;
+            let ip = ip.values.get(ip.keys[i] as usize).copied();
+            let batch = out.last_mut().expect("one batch");
+            batch.push(Ev { seq, kind, ip });
+            if batch.len() == Self::BATCH {
+                out.push(Vec::with_capacity(Self::BATCH));
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -924,6 +1034,7 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
     }
 
     fn event(&mut self, e: Ev) {
+        self.st.events += 1;
         match e.kind {
             // A resync without an ip is the note about bytes before the first PSB.
             EventKind::Error | EventKind::Overflow => self.gap(),
@@ -1243,27 +1354,15 @@ impl KeyedRows {
     ) -> Result<()> {
         let rows = group.num_rows() as usize;
         anyhow::ensure!(rows <= Self::MAX_ROWS, "{rows} rows in a row group");
-        let chunk = |name: &str| {
-            group
-                .columns()
-                .iter()
-                .find(|c| c.column_descr().path().string() == name)
-                .ok_or_else(|| anyhow::anyhow!("no column {name}"))
-        };
-        // One map of the four columns' chunks (and any between them), for this row group.
-        let (mut start, mut end) = (u64::MAX, 0);
-        for name in ["ip", "target", "insns", "kind"] {
-            let (at, len) = chunk(name)?.byte_range();
-            (start, end) = (start.min(at), end.max(at.saturating_add(len)));
-        }
-        let file = &Arc::new(parquet_keys::MappedRange::map(file, start..end)?);
+        let (map, chunks) =
+            parquet_keys::map_chunks(file, group, &["ip", "target", "insns", "kind"])?;
         let pages = &mut scratch.pages;
-        parquet_keys::read_chunk_into(file, chunk("ip")?, rows, &mut self.ip, pages)?;
+        parquet_keys::read_chunk_into(&map, chunks[0], rows, &mut self.ip, pages)?;
         anyhow::ensure!(!self.ip.keys.contains(&NULL_KEY), "an ip is null");
-        parquet_keys::read_chunk_into(file, chunk("target")?, rows, &mut self.target, pages)?;
+        parquet_keys::read_chunk_into(&map, chunks[1], rows, &mut self.target, pages)?;
         let (insns, kinds) = (&mut scratch.insns, &mut scratch.kinds);
-        parquet_keys::read_chunk_into(file, chunk("insns")?, rows, insns, pages)?;
-        parquet_keys::read_chunk_into(file, chunk("kind")?, rows, kinds, pages)?;
+        parquet_keys::read_chunk_into(&map, chunks[2], rows, insns, pages)?;
+        parquet_keys::read_chunk_into(&map, chunks[3], rows, kinds, pages)?;
         // As `kind_codes`: u8::MAX for a null or unknown name.
         let codes: Vec<u8> = kinds
             .values
@@ -1377,13 +1476,16 @@ pub fn build<'s>(
     std::thread::scope(|scope| -> Result<()> {
         let (etx, erx) = std::sync::mpsc::sync_channel::<Vec<Ev>>(4);
         let events_read = scope.spawn(move || {
+            let mut read = 0;
             while let Some(b) = reader.next_batch() {
+                read += b.len() as u64;
                 // A closed channel: the walk stopped.
                 if etx.send(b).is_err() {
                     break;
                 }
             }
-            reader.warnings
+            let by_keys = reader.by_keys.load(Ordering::Relaxed);
+            (reader.warnings, read, by_keys)
         });
         let (mut rxs, mut backs) = (Vec::new(), Vec::new());
         for r in 0..readers {
@@ -1482,7 +1584,9 @@ pub fn build<'s>(
         } = events;
         drop(batches);
         let read = events_read.join();
-        warnings.extend(read.unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        let (read, n, by_keys) = read.unwrap_or_else(|p| std::panic::resume_unwind(p));
+        warnings.extend(read);
+        (w.st.events_read, w.st.events_by_keys) = (n, by_keys);
         warnings.extend(out_of_order);
         Ok(())
     })?;
