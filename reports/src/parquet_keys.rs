@@ -11,10 +11,11 @@
 //!
 //! What is read: flat columns (no repetition), required or optional, of INT32, INT64 or
 //! BYTE_ARRAY, in version 1 or 2 data pages whose values are dictionary keys
-//! (`RLE_DICTIONARY`, `PLAIN_DICTIONARY`) or `PLAIN` values (a writer falls back to these
-//! when the dictionary grows too big; they are appended to the values, one key each).
-//! Anything else is an error, and the caller reads that row group through arrow-rs
-//! instead, which also gives the error of a damaged file its usual words.
+//! (`RLE_DICTIONARY`, `PLAIN_DICTIONARY`), `PLAIN` values (a writer falls back to these
+//! when the dictionary grows too big) or `DELTA_BINARY_PACKED` integers (the events'
+//! `seq`); values that are not keys are appended to the values, one key each. Anything
+//! else is an error, and the caller reads that row group through arrow-rs instead, which
+//! also gives the error of a damaged file its usual words.
 
 use std::fs::File;
 use std::ops::Range;
