@@ -441,12 +441,30 @@ fn stacks_are_the_same_whatever_the_row_groups() {
     }
 }
 
+/// The stacks of a decode's tables (by cycles: every row group read through arrow-rs;
+/// by instructions: as dictionary keys), their folded lines by instructions, and the
+/// walk's warnings.
+fn walk_stacks(
+    out: &Path,
+    cycles: bool,
+) -> (tracemill_reports::stacks::Stacks, Vec<String>, Vec<String>) {
+    use tracemill_reports::stacks::{build, Functions};
+    let input = tracemill_reports::Input::open(out, None).unwrap();
+    let (mut f, mut warnings) = (Functions::new(&input.symbols), vec![]);
+    let mut st = build(&input, &mut f, &mut warnings, false, cycles, |_| {}).unwrap();
+    let lines: Vec<String> = st
+        .folded(&f.names, false, 0)
+        .iter()
+        .map(str::to_string)
+        .collect();
+    (st, lines, warnings)
+}
+
 #[test]
 fn stacks_read_as_dictionary_keys_are_those_read_as_values() {
     // By instructions the walk reads `branches` as dictionary keys (its own page decoder);
     // by cycles, as values through arrow-rs. Both give every stack the same instructions,
     // in one row group per reader or in groups of 997 rows.
-    use tracemill_reports::stacks::{build, Functions};
     for sample in [
         "recursion",
         "kernel-processes",
@@ -458,15 +476,8 @@ fn stacks_read_as_dictionary_keys_are_those_read_as_values() {
             if regrouped {
                 regroup(&out, "branches", 997);
             }
-            let input = tracemill_reports::Input::open(&out, None).unwrap();
-            let walk = |cycles: bool| {
-                let (mut f, mut warnings) = (Functions::new(&input.symbols), vec![]);
-                let mut st = build(&input, &mut f, &mut warnings, false, cycles, |_| {}).unwrap();
-                let lines: Vec<String> = st
-                    .folded(&f.names, false, 0)
-                    .iter()
-                    .map(str::to_string)
-                    .collect();
+            let walk = |cycles| {
+                let (st, lines, _) = walk_stacks(&out, cycles);
                 (st, lines)
             };
             let ((keys, by_keys), (values, by_values)) = (walk(false), walk(true));
@@ -497,22 +508,10 @@ fn events_read_as_dictionary_keys_are_those_read_as_values() {
     // without dictionaries, its `kind` column is in DELTA_BYTE_ARRAY, which only arrow-rs
     // reads: the stacks are the same, and so are the gaps and entries the events made.
     use parquet::file::properties::{WriterProperties, WriterVersion};
-    use tracemill_reports::stacks::{build, Functions};
     let mut total = 0;
     for sample in ["kernel-processes", "busybox-gzip-ring", "synthetic"] {
         let (_tmp, out) = decoded(sample);
-        let walk = || {
-            let input = tracemill_reports::Input::open(&out, None).unwrap();
-            let (mut f, mut warnings) = (Functions::new(&input.symbols), vec![]);
-            let mut st = build(&input, &mut f, &mut warnings, false, false, |_| {}).unwrap();
-            let lines: Vec<String> = st
-                .folded(&f.names, false, 0)
-                .iter()
-                .map(str::to_string)
-                .collect();
-            (st, lines, warnings)
-        };
-        let (keys, by_keys, keys_warnings) = walk();
+        let (keys, by_keys, keys_warnings) = walk_stacks(&out, false);
         rewrite(
             &out,
             "events",
@@ -521,7 +520,7 @@ fn events_read_as_dictionary_keys_are_those_read_as_values() {
                 .set_writer_version(WriterVersion::PARQUET_2_0)
                 .set_max_row_group_row_count(Some(1000)),
         );
-        let (values, by_values, values_warnings) = walk();
+        let (values, by_values, values_warnings) = walk_stacks(&out, false);
         assert!(keys.events > 0, "{sample}: no events");
         total += keys.events;
         assert_eq!(
