@@ -1353,12 +1353,6 @@ struct KeyedScratch {
 }
 
 impl KeyedRows {
-    /// Row groups up to this many rows are read whole (13 bytes a row, plus the
-    /// dictionaries); larger ones in batches through arrow-rs. The decode's hold about
-    /// 524,288 rows (up to 769,594 on the 1 GiB synthetic trace); arrow-rs writes up to
-    /// 1,048,576 by default, DuckDB 122,880.
-    const MAX_ROWS: usize = 1 << 21;
-
     /// Read one row group into these rows' buffers (those of rows the walk is done with:
     /// new ones each time, 21 bytes a row, showed in the readers' profile as `realloc`,
     /// `memset` and the kernel clearing pages, about 3% of the flame graph's time).
@@ -1368,8 +1362,9 @@ impl KeyedRows {
         group: &parquet::file::metadata::RowGroupMetaData,
         scratch: &mut KeyedScratch,
     ) -> Result<()> {
+        // Up to `parquet_keys::MAX_ROWS` (checked there), 13 bytes a row, plus the
+        // dictionaries.
         let rows = group.num_rows() as usize;
-        anyhow::ensure!(rows <= Self::MAX_ROWS, "{rows} rows in a row group");
         let (map, chunks) =
             parquet_keys::map_chunks(file, group, &["ip", "target", "insns", "kind"])?;
         let pages = &mut scratch.pages;
