@@ -110,6 +110,22 @@ impl<'s> Functions<'s> {
         self.named(addr).at
     }
 
+    /// Ask the processor to load `addr`'s place in `front`, for a lookup soon: naming a
+    /// row group's dictionaries (59 M lookups on the 1 GiB synthetic trace) missed the
+    /// processor's caches, one lookup after the other. Eight ahead, their share of the
+    /// walk's own time fell from 14% to 6%.
+    #[inline]
+    #[allow(unsafe_code)]
+    fn prefetch(&self, addr: u64) {
+        let slot = ((addr ^ (addr >> 16)) as usize) & (Self::FRONT - 2);
+        // Safety: `slot` is within `front`; a prefetch reads nothing the program sees.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(self.front.as_ptr().add(slot) as *const i8);
+        }
+    }
+
     /// Through `front`, two ways: an address has two places side by side (one cache
     /// line), the one it was last found in first. Direct-mapped, an address that shared
     /// its place with another (about one in five of the synthetic trace's 63,000) went to
@@ -233,9 +249,9 @@ pub struct Stacks {
     pub rows: u64,
     /// Rows read as dictionary keys ([`parquet_keys`]); the others through arrow-rs.
     pub rows_by_keys: u64,
-    /// Events the walk took (those that can change a stack: gaps, enables, disables);
-    /// those the events reader read (the last may come after the last row), and how many
-    /// of them as dictionary keys.
+    /// Events the walk took (gaps, and enables that do not resume where tracing stopped:
+    /// [`Resolver`]); those that matter (gaps, enables, disables) the events reader read
+    /// (the last may come after the last row), and how many of them as dictionary keys.
     pub events: u64,
     pub events_read: u64,
     pub events_by_keys: u64,
@@ -685,6 +701,52 @@ struct Ev {
     seq: u64,
     kind: EventKind,
     ip: Option<u64>,
+    /// For an enable the walk takes: where tracing was last disabled (0: never), set by
+    /// [`Resolver`].
+    disable: u64,
+}
+
+/// What the events reader settles before the walk sees the events: a disable only says
+/// where tracing stopped, and an enable that resumes there (a syscall out of user-only
+/// tracing, and back) changes no stack. The walk takes the other enables, each with
+/// where tracing stopped before it, and the gaps. The 1 GiB synthetic trace has 42 M
+/// disables and as many enables, every one of them resuming: the walk took them one by
+/// one, and its runs of rows stopped at each.
+#[derive(Default)]
+struct Resolver {
+    last_disable: u64,
+    /// The highest `seq` so far, and a warning once an event comes after a later one.
+    last_seq: u64,
+    out_of_order: Option<String>,
+}
+
+impl Resolver {
+    /// Does the walk need `e` (events in table order)? A kept enable gets its `disable`.
+    fn keep(&mut self, e: &mut Ev) -> bool {
+        if e.seq < self.last_seq && self.out_of_order.is_none() {
+            self.out_of_order = Some(format!(
+                "events table not in seq order (seq {} after {}): such events are applied late",
+                e.seq, self.last_seq
+            ));
+        }
+        self.last_seq = self.last_seq.max(e.seq);
+        match e.kind {
+            EventKind::Disable => {
+                self.last_disable = e.ip.unwrap_or(0);
+                false
+            }
+            EventKind::Enable => match e.ip {
+                Some(ip) if !resumes(self.last_disable, ip) => {
+                    e.disable = self.last_disable;
+                    true
+                }
+                _ => false,
+            },
+            // A resync without an ip is the note about bytes before the first PSB.
+            EventKind::Resync => e.ip.is_some(),
+            _ => true,
+        }
+    }
 }
 
 /// Reads the events that matter to stacks, a batch at a time, on a thread of its own: so
@@ -805,6 +867,7 @@ fn events_of(b: &arrow::array::RecordBatch) -> Result<Vec<Ev>> {
             seq: seq.value(i),
             kind,
             ip: (!ip.is_null(i)).then(|| ip.value(i)),
+            disable: 0,
         });
     }
     Ok(out)
@@ -858,7 +921,12 @@ impl KeyedEvents {
                 .ok_or_else(|| anyhow::anyhow!("an event's seq is null"))?;
             let ip = ip.values.get(ip.keys[i] as usize).copied();
             let batch = out.last_mut().expect("one batch");
-            batch.push(Ev { seq, kind, ip });
+            batch.push(Ev {
+                seq,
+                kind,
+                ip,
+                disable: 0,
+            });
             if batch.len() == Self::BATCH {
                 out.push(Vec::with_capacity(Self::BATCH));
             }
@@ -873,8 +941,6 @@ struct Events {
     /// The batch being taken from, and the first event not taken.
     batch: Vec<Ev>,
     at: usize,
-    last_seq: u64,
-    out_of_order: Option<String>,
 }
 
 impl Events {
@@ -893,15 +959,6 @@ impl Events {
             }
             let rest = &self.batch[self.at..];
             let n = rest.iter().take_while(|e| e.seq < end).count();
-            for e in &rest[..n] {
-                if e.seq < self.last_seq && self.out_of_order.is_none() {
-                    self.out_of_order = Some(format!(
-                        "events table not in seq order (seq {} after {}): such events are applied late",
-                        e.seq, self.last_seq
-                    ));
-                }
-                self.last_seq = self.last_seq.max(e.seq);
-            }
             out.extend_from_slice(&rest[..n]);
             self.at += n;
             if self.at < self.batch.len() {
@@ -954,13 +1011,16 @@ impl ReturnFilter {
     }
 }
 
+/// The bit of a packed function id that says its symbol is known. Ids stay below it: 2 G
+/// function names would take more than 64 GB.
+const KNOWN: u32 = 1 << 31;
+
 struct Walker<'a, 's, F: FnMut(Span)> {
     f: &'a mut Functions<'s>,
     st: Stacks,
     stack: Vec<Frame>,
     /// The `ret` of every frame of `stack`.
     rets: ReturnFilter,
-    last_disable: u64,
     on_span: F,
     tsc: Option<u64>,
     /// Weights not yet added to their node: most rows (conditional branches, jumps) leave
@@ -968,8 +1028,10 @@ struct Walker<'a, 's, F: FnMut(Span)> {
     /// a cache miss per row.
     pending: Pending,
     /// Per value of a keyed row group's dictionaries: its function, and for `ip` the
-    /// return address of a call there (0: unknown). Kept to reuse the allocations.
-    ip_at: Vec<(u32, bool)>,
+    /// return address of a call there (0: unknown). Kept to reuse the allocations. An
+    /// `ip`'s function is its id with [`KNOWN`] set for a known symbol: four bytes, not
+    /// eight, so more of the table every row reads stays in the processor's caches.
+    ip_at: Vec<u32>,
     ip_ret: Vec<u64>,
     target_at: Vec<FunctionAt>,
 }
@@ -1047,13 +1109,12 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
     fn event(&mut self, e: Ev) {
         self.st.events += 1;
         match e.kind {
-            // A resync without an ip is the note about bytes before the first PSB.
-            EventKind::Error | EventKind::Overflow => self.gap(),
-            EventKind::Resync if e.ip.is_some() => self.gap(),
-            EventKind::Disable => self.last_disable = e.ip.unwrap_or(0),
+            // Resyncs without an ip, disables and enables that resume where tracing
+            // stopped are not here (`Resolver`).
+            EventKind::Error | EventKind::Overflow | EventKind::Resync => self.gap(),
             EventKind::Enable => {
                 let Some(ip) = e.ip else { return };
-                if self.stack.is_empty() || resumes(self.last_disable, ip) {
+                if self.stack.is_empty() {
                     return;
                 }
                 if let Some(k) = self.stack.iter().rposition(|f| f.far && resumes(f.ret, ip)) {
@@ -1064,7 +1125,7 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
                 let top = self.stack.last().map(|f| f.func);
                 if known && top != Some(func) {
                     self.st.async_entries += 1;
-                    self.push(func, self.last_disable, true);
+                    self.push(func, e.disable, true);
                 }
             }
             _ => {}
@@ -1123,18 +1184,27 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
         );
         ip_at.clear();
         ip_ret.clear();
-        for &a in &rows.ip.values {
+        for (i, &a) in rows.ip.values.iter().enumerate() {
+            if let Some(&next) = rows.ip.values.get(i + 8) {
+                self.f.prefetch(next);
+            }
             let Named {
                 at: (func, known, _),
                 len,
             } = self.f.named(a);
-            ip_at.push((func, known));
+            ip_at.push(if known { func | KNOWN } else { func });
             ip_ret.push(Functions::after(a, len));
         }
         // Named when the row group comes: naming when a row first asks (most targets are
         // those of conditional branches, never asked) took longer.
         target_at.clear();
-        target_at.extend(rows.target.values.iter().map(|&a| self.f.at(a)));
+        let tv = &rows.target.values;
+        target_at.extend(tv.iter().enumerate().map(|(i, &a)| {
+            if let Some(&next) = tv.get(i + 8) {
+                self.f.prefetch(next);
+            }
+            self.f.at(a)
+        }));
         let mut evs = events.iter().copied().peekable();
         let (first, n) = (*seq, rows.len());
         let mut i = 0;
@@ -1160,7 +1230,8 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
                     target_at: &target_at,
                     ip_ret: &ip_ret,
                 };
-                self.row(ip_at[k], kind, insns, 0, branch);
+                let at = ip_at[k];
+                self.row((at & !KNOWN, at & KNOWN != 0), kind, insns, 0, branch);
             }
             i = stop;
         }
@@ -1313,8 +1384,10 @@ struct KeyedBranch<'a> {
 }
 
 impl<'s> Branch<'s> for KeyedBranch<'_> {
+    /// Rows without a target have the kind u8::MAX ([`KeyedRows::read`]), which changes
+    /// nothing: `row` needs not ask.
     fn has_target(&self) -> bool {
-        self.target_key != NULL_KEY
+        true
     }
     fn ip(&self) -> u64 {
         self.rows.ip.values[self.ip_key]
@@ -1341,6 +1414,8 @@ enum Batch {
 struct KeyedRows {
     ip: Keyed<u64>,
     target: Keyed<u64>,
+    /// `BranchKind` codes; u8::MAX for a null or unknown name, and for a row without a
+    /// target.
     kinds: Vec<u8>,
     insns: Vec<u32>,
 }
@@ -1395,6 +1470,14 @@ impl KeyedRows {
             );
         }
         gather(&kinds.keys, &codes, u8::MAX, &mut self.kinds);
+        // A row without a target changes no stack: its kind becomes u8::MAX, so the walk
+        // needs no look at its target key (a load and a branch per row, most of them
+        // conditional branches, which a kind says anyway).
+        for (k, &t) in self.kinds.iter_mut().zip(&self.target.keys) {
+            if t == NULL_KEY {
+                *k = u8::MAX;
+            }
+        }
         gather(&insns.keys, &insns.values, 0, &mut self.insns);
         Ok(())
     }
@@ -1456,7 +1539,6 @@ pub fn build<'s>(
         st: Stacks::new(cycles),
         stack: Vec::with_capacity(256),
         rets: ReturnFilter::new(),
-        last_disable: 0,
         on_span,
         tsc: None,
         pending: Pending::default(),
@@ -1488,16 +1570,17 @@ pub fn build<'s>(
     std::thread::scope(|scope| -> Result<()> {
         let (etx, erx) = std::sync::mpsc::sync_channel::<Vec<Ev>>(4);
         let events_read = scope.spawn(move || {
-            let mut read = 0;
-            while let Some(b) = reader.next_batch() {
+            let (mut read, mut resolver) = (0, Resolver::default());
+            while let Some(mut b) = reader.next_batch() {
                 read += b.len() as u64;
+                b.retain_mut(|e| resolver.keep(e));
                 // A closed channel: the walk stopped.
-                if etx.send(b).is_err() {
+                if !b.is_empty() && etx.send(b).is_err() {
                     break;
                 }
             }
             let by_keys = reader.by_keys.load(Ordering::Relaxed);
-            (reader.warnings, read, by_keys)
+            (reader.warnings, read, by_keys, resolver.out_of_order)
         });
         let (mut rxs, mut backs) = (Vec::new(), Vec::new());
         for r in 0..readers {
@@ -1551,8 +1634,6 @@ pub fn build<'s>(
             batches: erx,
             batch: Vec::new(),
             at: 0,
-            last_seq: 0,
-            out_of_order: None,
         };
         let (mut seq, mut prev_cyc, mut evs) = (0u64, None, Vec::new());
         for g in 0..groups {
@@ -1589,14 +1670,10 @@ pub fn build<'s>(
         // the receivers go with this closure's locals).
         drop(rxs);
         // Events after the last row are never taken: the reader stops at its next send.
-        let Events {
-            batches,
-            out_of_order,
-            ..
-        } = events;
-        drop(batches);
+        drop(events);
         let read = events_read.join();
-        let (read, n, by_keys) = read.unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let (read, n, by_keys, out_of_order) =
+            read.unwrap_or_else(|p| std::panic::resume_unwind(p));
         warnings.extend(read);
         (w.st.events_read, w.st.events_by_keys) = (n, by_keys);
         warnings.extend(out_of_order);
