@@ -1469,15 +1469,18 @@ impl KeyedRows {
                     .map(|&k| values.get(k as usize).copied().unwrap_or(none)),
             );
         }
-        gather(&kinds.keys, &codes, u8::MAX, &mut self.kinds);
         // A row without a target changes no stack: its kind becomes u8::MAX, so the walk
         // needs no look at its target key (a load and a branch per row, most of them
         // conditional branches, which a kind says anyway).
-        for (k, &t) in self.kinds.iter_mut().zip(&self.target.keys) {
-            if t == NULL_KEY {
-                *k = u8::MAX;
-            }
-        }
+        self.kinds.clear();
+        self.kinds
+            .extend(kinds.keys.iter().zip(&self.target.keys).map(|(&k, &t)| {
+                if t == NULL_KEY {
+                    u8::MAX
+                } else {
+                    codes.get(k as usize).copied().unwrap_or(u8::MAX)
+                }
+            }));
         gather(&insns.keys, &insns.values, 0, &mut self.insns);
         Ok(())
     }
