@@ -1881,6 +1881,49 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_events_reader_passes_on_only_gaps_and_enables_that_do_not_resume() {
+        use EventKind::*;
+        let ev = |seq, kind, ip| Ev {
+            seq,
+            kind,
+            ip,
+            disable: 0,
+        };
+        let mut events = vec![
+            // Before any disable: kept, stopped nowhere known.
+            ev(0, Enable, Some(0x900)),
+            ev(1, Disable, Some(0x1000)),
+            // Just after the disabling instruction (a syscall of 2 bytes): dropped.
+            ev(2, Enable, Some(0x1002)),
+            ev(3, Disable, Some(0x2000)),
+            // Elsewhere (a signal handler): kept, with where tracing stopped.
+            ev(4, Enable, Some(0x5000)),
+            ev(5, Enable, None),
+            // The note about bytes before the first PSB: no gap.
+            ev(6, Resync, None),
+            ev(7, Overflow, Some(0x10)),
+            ev(8, Resync, Some(0x20)),
+            ev(6, Error, None),
+        ];
+        let mut r = Resolver::default();
+        events.retain_mut(|e| r.keep(e));
+        let kept: Vec<(u64, EventKind, u64)> =
+            events.iter().map(|e| (e.seq, e.kind, e.disable)).collect();
+        assert_eq!(
+            kept,
+            [
+                (0, Enable, 0),
+                (4, Enable, 0x2000),
+                (7, Overflow, 0),
+                (8, Resync, 0),
+                (6, Error, 0)
+            ]
+        );
+        let warning = r.out_of_order.expect("seq 6 after 8");
+        assert!(warning.contains("seq 6 after 8"), "{warning}");
+    }
+
+    #[test]
     fn the_return_filter_is_sure_of_every_address_no_frame_returns_to() {
         let mut f = ReturnFilter::new();
         assert!(!f.may_hold(0x401000));
