@@ -110,6 +110,12 @@ impl<'s> Functions<'s> {
         self.named(addr).at
     }
 
+    /// The first of `addr`'s two places in `front` (an even index).
+    #[inline]
+    fn slot(addr: u64) -> usize {
+        ((addr ^ (addr >> 16)) as usize) & (Self::FRONT - 2)
+    }
+
     /// Ask the processor to load `addr`'s place in `front`, for a lookup soon: naming a
     /// row group's dictionaries (59 M lookups on the 1 GiB synthetic trace) missed the
     /// processor's caches, one lookup after the other. Eight ahead, their share of the
@@ -117,7 +123,7 @@ impl<'s> Functions<'s> {
     #[inline]
     #[allow(unsafe_code)]
     fn prefetch(&self, addr: u64) {
-        let slot = ((addr ^ (addr >> 16)) as usize) & (Self::FRONT - 2);
+        let slot = Self::slot(addr);
         // Safety: `slot` is within `front`; a prefetch reads nothing the program sees.
         #[cfg(target_arch = "x86_64")]
         unsafe {
@@ -132,7 +138,7 @@ impl<'s> Functions<'s> {
     /// the map behind whenever the other had been named since: 2% of its flame graph.
     #[inline]
     fn named(&mut self, addr: u64) -> Named {
-        let slot = ((addr ^ (addr >> 16)) as usize) & (Self::FRONT - 2);
+        let slot = Self::slot(addr);
         let (k, v) = self.front[slot];
         if k == addr {
             return v;
