@@ -17,13 +17,6 @@ use std::fs::File;
 use std::time::Instant;
 use tracemill_reports::parquet_keys::{self, Keyed, Scratch};
 
-fn keyed<T>() -> Keyed<T> {
-    Keyed {
-        values: Vec::new(),
-        keys: Vec::new(),
-    }
-}
-
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let path = args
@@ -37,8 +30,8 @@ fn main() -> Result<()> {
     let reader = parquet::file::serialized_reader::SerializedFileReader::new(file.try_clone()?)?;
     let meta = reader.metadata();
     let rows = meta.file_metadata().num_rows() as f64;
-    let (mut ip, mut target) = (keyed::<u64>(), keyed::<u64>());
-    let (mut insns, mut kind) = (keyed::<u32>(), keyed::<Vec<u8>>());
+    let (mut ip, mut target) = (Keyed::<u64>::default(), Keyed::<u64>::default());
+    let (mut insns, mut kind) = (Keyed::<u32>::default(), Keyed::<Vec<u8>>::default());
     let mut scratch = Scratch::default();
     let mut times = Vec::new();
     for run in 0..runs {
