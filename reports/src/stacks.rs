@@ -1225,10 +1225,13 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
             // Slices zipped: no bounds check per row and column.
             let run = (rows.ip.keys[i..stop].iter())
                 .zip(&rows.target.keys[i..stop])
-                .zip(&rows.kinds[i..stop])
-                .zip(&rows.insns[i..stop]);
+                .zip(&rows.kind.keys[i..stop])
+                .zip(&rows.insns.keys[i..stop]);
             for (((&k, &target_key), &kind), &insns) in run {
                 let k = k as usize;
+                // A null key (the only one past the values) gives u8::MAX, or 0.
+                let kind = rows.codes.get(kind as usize).copied().unwrap_or(u8::MAX);
+                let insns = rows.insns.values.get(insns as usize).copied().unwrap_or(0);
                 let branch = KeyedBranch {
                     rows,
                     ip_key: k,
@@ -1390,10 +1393,8 @@ struct KeyedBranch<'a> {
 }
 
 impl<'s> Branch<'s> for KeyedBranch<'_> {
-    /// Rows without a target have the kind u8::MAX ([`KeyedRows::read`]), which changes
-    /// nothing: `row` needs not ask.
     fn has_target(&self) -> bool {
-        true
+        self.target_key != NULL_KEY
     }
     fn ip(&self) -> u64 {
         self.rows.ip.values[self.ip_key]
@@ -1416,22 +1417,19 @@ enum Batch {
 }
 
 /// One row group of `branches` as dictionary keys: the flame graph by instructions.
+///
+/// `kind` and `insns` stay keys too: the walk finds a row's kind and instructions in
+/// small tables of the row group's values. A pass of the readers over every row that
+/// made them values took 5% of the flame graph's time, and the walk's lookups, in tables
+/// that stay in the processor's first cache, are hidden behind its other work.
 #[derive(Default)]
 struct KeyedRows {
     ip: Keyed<u64>,
     target: Keyed<u64>,
-    /// `BranchKind` codes; u8::MAX for a null or unknown name, and for a row without a
-    /// target.
-    kinds: Vec<u8>,
-    insns: Vec<u32>,
-}
-
-/// A reader thread's buffers for [`KeyedRows::read`], kept from row group to row group.
-#[derive(Default)]
-struct KeyedScratch {
+    kind: Keyed<Vec<u8>>,
+    /// Per `kind` value, its `BranchKind` code; u8::MAX for an unknown name.
+    codes: Vec<u8>,
     insns: Keyed<u32>,
-    kinds: Keyed<Vec<u8>>,
-    pages: parquet_keys::Scratch,
 }
 
 impl KeyedRows {
@@ -1442,52 +1440,26 @@ impl KeyedRows {
         &mut self,
         file: &File,
         group: &parquet::file::metadata::RowGroupMetaData,
-        scratch: &mut KeyedScratch,
+        pages: &mut parquet_keys::Scratch,
     ) -> Result<()> {
         // Up to `parquet_keys::MAX_ROWS` (checked there), 13 bytes a row, plus the
         // dictionaries.
         let rows = group.num_rows() as usize;
         let (map, chunks) =
             parquet_keys::map_chunks(file, group, &["ip", "target", "insns", "kind"])?;
-        let pages = &mut scratch.pages;
         parquet_keys::read_chunk_into(&map, chunks[0], rows, &mut self.ip, pages)?;
         anyhow::ensure!(!self.ip.keys.contains(&NULL_KEY), "an ip is null");
         parquet_keys::read_chunk_into(&map, chunks[1], rows, &mut self.target, pages)?;
-        let (insns, kinds) = (&mut scratch.insns, &mut scratch.kinds);
-        parquet_keys::read_chunk_into(&map, chunks[2], rows, insns, pages)?;
-        parquet_keys::read_chunk_into(&map, chunks[3], rows, kinds, pages)?;
-        // As `kind_codes`: u8::MAX for a null or unknown name.
-        let codes: Vec<u8> = kinds
-            .values
-            .iter()
-            .map(|v| {
-                std::str::from_utf8(v)
-                    .ok()
-                    .and_then(BranchKind::from_name)
-                    .map_or(u8::MAX, |k| k as u8)
-            })
-            .collect();
-        // A null key (the only one past the values) gives `none`.
-        fn gather<T: Copy>(keys: &[u32], values: &[T], none: T, out: &mut Vec<T>) {
-            out.clear();
-            out.extend(
-                keys.iter()
-                    .map(|&k| values.get(k as usize).copied().unwrap_or(none)),
-            );
-        }
-        // A row without a target changes no stack: its kind becomes u8::MAX, so the walk
-        // needs no look at its target key (a load and a branch per row, most of them
-        // conditional branches, which a kind says anyway).
-        self.kinds.clear();
-        self.kinds
-            .extend(kinds.keys.iter().zip(&self.target.keys).map(|(&k, &t)| {
-                if t == NULL_KEY {
-                    u8::MAX
-                } else {
-                    codes.get(k as usize).copied().unwrap_or(u8::MAX)
-                }
-            }));
-        gather(&insns.keys, &insns.values, 0, &mut self.insns);
+        parquet_keys::read_chunk_into(&map, chunks[2], rows, &mut self.insns, pages)?;
+        parquet_keys::read_chunk_into(&map, chunks[3], rows, &mut self.kind, pages)?;
+        // As `kind_codes`: u8::MAX for an unknown name (and, in the walk, a null).
+        self.codes.clear();
+        self.codes.extend(self.kind.values.iter().map(|v| {
+            std::str::from_utf8(v)
+                .ok()
+                .and_then(BranchKind::from_name)
+                .map_or(u8::MAX, |k| k as u8)
+        }));
         Ok(())
     }
 
@@ -1601,13 +1573,13 @@ pub fn build<'s>(
             backs.push(back_tx);
             scope.spawn(move || {
                 let file = by_keys.and_then(|_| File::open(&t.path).ok());
-                let mut scratch = KeyedScratch::default();
+                let mut pages = parquet_keys::Scratch::default();
                 for g in (r..groups).step_by(readers) {
                     let keyed = by_keys.zip(file.as_ref()).and_then(|(m, file)| {
                         // The buffers of rows the walk is done with, or new ones.
                         let mut rows = back_rx.try_recv().unwrap_or_default();
                         let group = m.metadata().row_group(g);
-                        rows.read(file, group, &mut scratch).ok().map(|_| rows)
+                        rows.read(file, group, &mut pages).ok().map(|_| rows)
                     });
                     if let Some(rows) = keyed {
                         // A closed channel: the walk stopped.
