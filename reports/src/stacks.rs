@@ -1054,6 +1054,11 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
     /// Add the pending weights to their node.
     fn flush(&mut self) {
         let p = std::mem::take(&mut self.pending);
+        self.add(p);
+    }
+
+    #[inline(always)]
+    fn add(&mut self, p: Pending) {
         self.st.instructions[p.node as usize] += p.instructions;
         // Not 0 only when the stacks count cycles.
         if p.cycles != 0 {
@@ -1147,6 +1152,8 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
         let tvalues = rows.target.values();
         let tnull = rows.target.null_count() > 0;
         let mut evs = events.iter().copied().peekable();
+        let mut pending = std::mem::take(&mut self.pending);
+        self.st.rows += rows.ip.len() as u64;
         for i in 0..rows.ip.len() {
             while let Some(e) = evs.next_if(|e| e.seq <= *seq) {
                 self.event(e);
@@ -1175,9 +1182,11 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
             let ip = rows.ip[i];
             let (func, known, _) = self.f.at(ip);
             let branch = ValueBranch { ip, target: tg };
-            self.row((func, known), rows.kinds[i], rows.insns[i], dcyc, branch);
+            let (kind, insns) = (rows.kinds[i], rows.insns[i]);
+            self.row(&mut pending, (func, known), kind, insns, dcyc, branch);
             *seq += 1;
         }
+        self.pending = pending;
     }
 
     /// Walk one row group read as dictionary keys: each distinct `ip` and `target` is
@@ -1213,6 +1222,9 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
         }));
         let mut evs = events.iter().copied().peekable();
         let (first, n) = (*seq, rows.len());
+        // A local, so the compiler keeps it in registers: in `self`, its add per row was a
+        // load and a store, each row's waiting for the last's.
+        let mut pending = std::mem::take(&mut self.pending);
         let mut i = 0;
         while i < n {
             while let Some(e) = evs.next_if(|e| e.seq <= first + i as u64) {
@@ -1240,27 +1252,31 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
                     ip_ret: &ip_ret,
                 };
                 let at = ip_at[k];
-                self.row((at & !KNOWN, at & KNOWN != 0), kind, insns, 0, branch);
+                let func = (at & !KNOWN, at & KNOWN != 0);
+                self.row(&mut pending, func, kind, insns, 0, branch);
             }
             i = stop;
         }
+        self.pending = pending;
         *seq = first + n as u64;
-        self.st.rows_by_keys += rows.len() as u64;
+        self.st.rows += n as u64;
+        self.st.rows_by_keys += n as u64;
         (self.ip_at, self.ip_ret, self.target_at) = (ip_at, ip_ret, target_at);
     }
 
     /// One row: its `ip`'s function (id, known symbol), kind, instructions and cycles;
-    /// `branch` says the rest when the kind of branch needs it.
+    /// `branch` says the rest when the kind of branch needs it. `pending` is the batch's
+    /// copy of `self.pending`.
     #[inline(always)]
     fn row(
         &mut self,
+        pending: &mut Pending,
         (func, known): (u32, bool),
         kind: u8,
         insns: u32,
         dcyc: u64,
         mut branch: impl Branch<'s>,
     ) {
-        self.st.rows += 1;
         // Sync the leaf with the row's ip.
         match self.stack.last() {
             None => self.push(func, 0, false),
@@ -1269,12 +1285,12 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
         }
         // Without a frame (cannot happen: MAX_DEPTH > 0) the root takes the weight.
         let n = self.stack.last().map_or(0, |top| top.node);
-        if n != self.pending.node {
-            self.flush();
-            self.pending.node = n;
+        if n != pending.node {
+            self.add(std::mem::take(pending));
+            pending.node = n;
         }
-        self.pending.instructions += insns as u64;
-        self.pending.cycles += dcyc;
+        pending.instructions += insns as u64;
+        pending.cycles += dcyc;
         // A branch whose target is not traced changes no stack.
         if !branch.has_target() {
             return;
