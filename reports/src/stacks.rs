@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, Result};
 use arrow::array::{Array, PrimitiveArray};
@@ -718,8 +718,13 @@ struct Ev {
 /// where tracing stopped before it, and the gaps. The 1 GiB synthetic trace has 42 M
 /// disables and as many enables, every one of them resuming: the walk took them one by
 /// one, and its runs of rows stopped at each.
-#[derive(Default)]
+///
+/// The events reader settles each batch as it reads it: made whole, then dropped, the
+/// 84 M events were 2.7 GB written for nothing.
+#[derive(Clone, Default)]
 struct Resolver {
+    /// Events seen (those that matter to the walk, kept or not).
+    seen: u64,
     last_disable: u64,
     /// The highest `seq` so far, and a warning once an event comes after a later one.
     last_seq: u64,
@@ -729,6 +734,7 @@ struct Resolver {
 impl Resolver {
     /// Does the walk need `e` (events in table order)? A kept enable gets its `disable`.
     fn keep(&mut self, e: &mut Ev) -> bool {
+        self.seen += 1;
         if e.seq < self.last_seq && self.out_of_order.is_none() {
             self.out_of_order = Some(format!(
                 "events table not in seq order (seq {} after {}): such events are applied late",
@@ -763,6 +769,8 @@ struct EventReader<'a> {
     warnings: Vec<String>,
     /// Events read as dictionary keys (that matter to the walk).
     by_keys: Arc<AtomicU64>,
+    /// Shared with the batches, whichever way each row group is read.
+    resolver: Arc<Mutex<Resolver>>,
 }
 
 type EventBatches<'a> = Box<dyn Iterator<Item = Result<Vec<Ev>>> + Send + 'a>;
@@ -774,6 +782,7 @@ impl<'a> EventReader<'a> {
     fn open(input: &'a Input) -> Self {
         let mut warnings = Vec::new();
         let by_keys = Arc::new(AtomicU64::new(0));
+        let resolver = Arc::new(Mutex::new(Resolver::default()));
         let batches = match input.table("events") {
             Err(_) => {
                 warnings.push(
@@ -781,7 +790,7 @@ impl<'a> EventReader<'a> {
                 );
                 None
             }
-            Ok(t) => match Self::batches(t, by_keys.clone()) {
+            Ok(t) => match Self::batches(t, by_keys.clone(), resolver.clone()) {
                 Ok(it) => Some(it),
                 Err(e) => {
                     warnings.push(format!("{e:#}: gaps are not seen by the stacks"));
@@ -793,16 +802,33 @@ impl<'a> EventReader<'a> {
             batches,
             warnings,
             by_keys,
+            resolver,
         }
+    }
+
+    /// The resolver's state once the batches are read.
+    fn resolver(&self) -> Resolver {
+        lock(&self.resolver).clone()
     }
 
     /// A Parquet table's row groups are read as dictionary keys where they can be (as
     /// `branches`' are: through arrow-rs, the 1 GiB synthetic trace's events took 1.45 s,
     /// a fifth of a `branches` reader's time), others through arrow-rs.
-    fn batches(t: &'a Table, by_keys: Arc<AtomicU64>) -> Result<EventBatches<'a>> {
+    fn batches(
+        t: &'a Table,
+        by_keys: Arc<AtomicU64>,
+        resolver: Arc<Mutex<Resolver>>,
+    ) -> Result<EventBatches<'a>> {
         t.require(&EVENT_COLUMNS)?;
+        let shared = resolver.clone();
+        let settled = move |b: Result<arrow::array::RecordBatch>| {
+            let mut events = events_of(&b?)?;
+            let mut r = lock(&shared);
+            events.retain_mut(|e| r.keep(e));
+            Ok(events)
+        };
         let Some(footer) = t.parquet_footer()? else {
-            return Ok(Box::new(t.batches(&EVENT_COLUMNS)?.map(|b| events_of(&b?))));
+            return Ok(Box::new(t.batches(&EVENT_COLUMNS)?.map(settled)));
         };
         let file = File::open(&t.path).ok();
         let mut scratch = KeyedEvents::default();
@@ -810,14 +836,13 @@ impl<'a> EventReader<'a> {
         Ok(Box::new((0..groups).flat_map(
             move |g| -> EventBatches<'a> {
                 let group = footer.metadata().row_group(g);
-                let keyed = file.as_ref().and_then(|f| scratch.read(f, group).ok());
-                if let Some(batches) = keyed {
-                    let n: usize = batches.iter().map(Vec::len).sum();
-                    by_keys.fetch_add(n as u64, Ordering::Relaxed);
+                let keyed = (file.as_ref()).and_then(|f| scratch.read(f, group, &resolver).ok());
+                if let Some((batches, n)) = keyed {
+                    by_keys.fetch_add(n, Ordering::Relaxed);
                     return Box::new(batches.into_iter().map(Ok));
                 }
                 match t.row_group_batches(&footer, &EVENT_COLUMNS, g) {
-                    Ok(it) => Box::new(it.map(|b| events_of(&b?))),
+                    Ok(it) => Box::new(it.map(settled.clone())),
                     Err(e) => Box::new(std::iter::once(Err(e))),
                 }
             },
@@ -841,6 +866,12 @@ impl<'a> EventReader<'a> {
             }
         }
     }
+}
+
+/// `m`'s value, also after a thread panicked holding it (the value is then as the panic
+/// left it: the events reader's state, which a panic would be a bug in anyway).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Does the walk look at events of this kind?
@@ -893,12 +924,15 @@ impl KeyedEvents {
     /// the 1 GiB synthetic trace) in the channel, four messages deep.
     const BATCH: usize = 1 << 16;
 
-    /// The events that matter in one row group, in batches.
+    /// The events the walk takes in one row group ([`Resolver`]), in batches, and how
+    /// many mattered. `resolver` moves on only when the whole row group was read: one
+    /// that cannot be is read again through arrow-rs.
     fn read(
         &mut self,
         file: &File,
         group: &parquet::file::metadata::RowGroupMetaData,
-    ) -> Result<Vec<Vec<Ev>>> {
+        resolver: &Mutex<Resolver>,
+    ) -> Result<(Vec<Vec<Ev>>, u64)> {
         let rows = group.num_rows() as usize;
         let (map, chunks) = parquet_keys::map_chunks(file, group, &EVENT_COLUMNS)?;
         let pages = &mut self.pages;
@@ -915,6 +949,8 @@ impl KeyedEvents {
             })
             .collect();
         let (seq, ip) = (&self.seq, &self.ip);
+        let mut r = lock(resolver).clone();
+        let seen = r.seen;
         let mut out = vec![Vec::new()];
         for (i, &k) in self.kind.keys.iter().enumerate() {
             // A null kind (NULL_KEY, past the values) is no event.
@@ -926,18 +962,24 @@ impl KeyedEvents {
                 .get(seq.keys[i] as usize)
                 .ok_or_else(|| anyhow::anyhow!("an event's seq is null"))?;
             let ip = ip.values.get(ip.keys[i] as usize).copied();
-            let batch = out.last_mut().expect("one batch");
-            batch.push(Ev {
+            let mut e = Ev {
                 seq,
                 kind,
                 ip,
                 disable: 0,
-            });
+            };
+            if !r.keep(&mut e) {
+                continue;
+            }
+            let batch = out.last_mut().expect("one batch");
+            batch.push(e);
             if batch.len() == Self::BATCH {
                 out.push(Vec::with_capacity(Self::BATCH));
             }
         }
-        Ok(out)
+        let n = r.seen - seen;
+        *lock(resolver) = r;
+        Ok((out, n))
     }
 }
 
@@ -1567,17 +1609,15 @@ pub fn build<'s>(
     std::thread::scope(|scope| -> Result<()> {
         let (etx, erx) = std::sync::mpsc::sync_channel::<Vec<Ev>>(4);
         let events_read = scope.spawn(move || {
-            let (mut read, mut resolver) = (0, Resolver::default());
-            while let Some(mut b) = reader.next_batch() {
-                read += b.len() as u64;
-                b.retain_mut(|e| resolver.keep(e));
+            while let Some(b) = reader.next_batch() {
                 // A closed channel: the walk stopped.
                 if !b.is_empty() && etx.send(b).is_err() {
                     break;
                 }
             }
             let by_keys = reader.by_keys.load(Ordering::Relaxed);
-            (reader.warnings, read, by_keys, resolver.out_of_order)
+            let resolver = reader.resolver();
+            (reader.warnings, resolver.seen, by_keys, resolver.out_of_order)
         });
         let (mut rxs, mut backs) = (Vec::new(), Vec::new());
         for r in 0..readers {
