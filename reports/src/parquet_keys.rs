@@ -18,6 +18,7 @@
 //! also gives the error of a damaged file its usual words.
 
 use std::fs::File;
+use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -668,16 +669,22 @@ fn decode_hybrid(mut buf: &[u8], width: u8, n: usize, out: &mut Vec<u32>) -> Res
             // AVX2's); the rest one by one.
             let w = width as usize;
             let blocks = (count / 32).min(buf.len().saturating_sub(16) / (4 * w).max(1));
+            // Unpacked into the reserved capacity, not into zeros written first: filling
+            // the keys with zeros was a pass of its own (`memset`, 3% of a flame graph).
             let start = out.len();
-            out.resize(start + blocks * 32, 0);
-            unpack_blocks(buf, width, &mut out[start..]);
+            unpack_blocks(buf, width, &mut out.spare_capacity_mut()[..blocks * 32]);
+            // Safety: `unpack_blocks` wrote every one of these values.
+            #[allow(unsafe_code)]
+            unsafe {
+                out.set_len(start + blocks * 32)
+            };
             let (mut done, from) = (blocks * 32, blocks * 4 * w);
             // The run's last values, fewer than 32, as a block whose end is thrown away,
             // when the bytes past them are there to read: runs of the decode's writer
             // (arrow-rs) are 504 values long, so 24 of each went one by one.
             if count - done < 32 && buf.len() >= from + 4 * w + 8 {
                 let mut block = [0u32; 32];
-                unpack_blocks(&buf[from..], width, &mut block);
+                unpack_blocks(&buf[from..], width, slots(&mut block));
                 out.extend_from_slice(&block[..count - done]);
                 done = count;
             }
@@ -733,9 +740,19 @@ fn uleb128(buf: &[u8]) -> Result<(u64, usize)> {
     bail!("a run header past the page's end")
 }
 
-/// Fill `out` (a multiple of 32 values) with values of `width` bits packed in `packed`,
-/// which has 8 bytes more than they take.
-fn unpack_blocks(packed: &[u8], width: u8, out: &mut [u32]) {
+/// Values as slots to write: what is written through them is always a value (the
+/// functions that take slots never write `MaybeUninit::uninit()`).
+fn slots(values: &mut [u32]) -> &mut [MaybeUninit<u32>] {
+    // Safety: same layout; every write through the slots is an initialized `u32`.
+    #[allow(unsafe_code)]
+    unsafe {
+        &mut *(values as *mut [u32] as *mut [MaybeUninit<u32>])
+    }
+}
+
+/// Write every one of `out` (a multiple of 32 values) with values of `width` bits packed
+/// in `packed`, which has 8 bytes more than they take.
+fn unpack_blocks(packed: &[u8], width: u8, out: &mut [MaybeUninit<u32>]) {
     macro_rules! widths {
         ($($w:literal)*) => {
             match width {
@@ -749,7 +766,7 @@ fn unpack_blocks(packed: &[u8], width: u8, out: &mut [u32]) {
         };
     }
     if width == 0 {
-        out.fill(0);
+        out.fill(MaybeUninit::new(0));
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -765,6 +782,7 @@ fn unpack_blocks(packed: &[u8], width: u8, out: &mut [u32]) {
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use std::arch::x86_64::*;
+    use std::mem::MaybeUninit;
 
     /// Widths whose every value lies in the four bytes from the one it starts in.
     pub const MAX_WIDTH: u8 = 25;
@@ -816,7 +834,7 @@ mod simd {
     /// processor has AVX2, `width` is 1 to [`MAX_WIDTH`] and `packed` has [`PAST`] bytes
     /// past the blocks; `false` (and nothing done) when not.
     #[allow(unsafe_code)]
-    pub fn unpack_blocks(packed: &[u8], width: u8, out: &mut [u32]) -> bool {
+    pub fn unpack_blocks(packed: &[u8], width: u8, out: &mut [MaybeUninit<u32>]) -> bool {
         if !(1..=MAX_WIDTH).contains(&width)
             || out.len() % 8 != 0
             || packed.len() < out.len() / 8 * width as usize + PAST
@@ -839,7 +857,7 @@ mod simd {
 
     #[target_feature(enable = "avx2")]
     #[allow(unsafe_code)]
-    unsafe fn blocks<const W: usize>(packed: &[u8], out: &mut [u32]) {
+    unsafe fn blocks<const W: usize>(packed: &[u8], out: &mut [MaybeUninit<u32>]) {
         let groups = out.len() / 8;
         // Every load below is within this slice: the last group's second load ends at
         // byte `(groups - 1) * W + W / 2 + 16`.
@@ -864,9 +882,9 @@ mod simd {
 /// with `W` a constant they become loads at fixed offsets (the compiler left the loop
 /// rolled, at 0.9 ns a value).
 #[inline(always)]
-fn unpack32<const W: usize>(src: &[u8], out: &mut [u32]) {
+fn unpack32<const W: usize>(src: &[u8], out: &mut [MaybeUninit<u32>]) {
     let src = &src[..4 * W + 8];
-    let out: &mut [u32; 32] = (&mut out[..32]).try_into().expect("32 values");
+    let out: &mut [MaybeUninit<u32>; 32] = (&mut out[..32]).try_into().expect("32 values");
     let mask = if W == 32 {
         u32::MAX as u64
     } else {
@@ -876,7 +894,7 @@ fn unpack32<const W: usize>(src: &[u8], out: &mut [u32]) {
         ($($i:literal)*) => {$(
             let bit = $i * W;
             let word = u64::from_le_bytes(src[bit / 8..bit / 8 + 8].try_into().expect("8 bytes"));
-            out[$i] = ((word >> (bit % 8)) & mask) as u32;
+            out[$i] = MaybeUninit::new(((word >> (bit % 8)) & mask) as u32);
         )*};
     }
     value!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
@@ -991,18 +1009,18 @@ mod tests {
             let mut packed = packed_run(&values, width)[1..].to_vec();
             packed.resize(packed.len() + simd::PAST, 0xff);
             let mut out = vec![0; 96];
-            assert_eq!(simd::unpack_blocks(&packed, width, &mut out), avx2);
+            assert_eq!(simd::unpack_blocks(&packed, width, slots(&mut out)), avx2);
             if avx2 {
                 assert_eq!(out, values, "width {width}");
             }
             // Without the bytes past the blocks: not unpacked (nor read past the end).
             let short = &packed[..packed.len() - 1];
-            assert!(!simd::unpack_blocks(short, width, &mut out));
+            assert!(!simd::unpack_blocks(short, width, slots(&mut out)));
         }
         assert!(!simd::unpack_blocks(
             &[0; 64],
             simd::MAX_WIDTH + 1,
-            &mut [0; 32]
+            slots(&mut [0; 32])
         ));
     }
 
