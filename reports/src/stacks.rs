@@ -1067,6 +1067,10 @@ struct Walker<'a, 's, F: FnMut(Span)> {
     f: &'a mut Functions<'s>,
     st: Stacks,
     stack: Vec<Frame>,
+    /// Frames of `stack` entered asynchronously (`Frame::far`): without any, nothing can
+    /// resume one, and no look through the stack is needed. The synthetic trace has 3 M
+    /// enables that resume nowhere, each of which looked through 256 frames.
+    far_frames: usize,
     /// The `ret` of every frame of `stack`.
     rets: ReturnFilter,
     on_span: F,
@@ -1111,6 +1115,7 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
     fn pop_to(&mut self, len: usize) {
         while self.stack.len() > len {
             let fr = self.stack.pop().expect("non-empty");
+            self.far_frames -= fr.far as usize;
             self.rets.remove(fr.ret);
             if let (Some(b), Some(e)) = (fr.begin, self.tsc) {
                 (self.on_span)(Span {
@@ -1131,6 +1136,7 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
         let parent = self.stack.last().map_or(0, |f| f.node);
         let node = self.st.child(parent, func);
         self.rets.add(ret);
+        self.far_frames += far as usize;
         self.stack.push(Frame {
             node,
             func,
@@ -1138,6 +1144,14 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
             far,
             begin: self.tsc,
         });
+    }
+
+    /// The innermost frame entered asynchronously that `at` resumes.
+    fn resumed(&self, at: u64) -> Option<usize> {
+        if self.far_frames == 0 {
+            return None;
+        }
+        self.stack.iter().rposition(|f| f.far && resumes(f.ret, at))
     }
 
     /// The top frame now runs `func` (tail call, fall-through).
@@ -1170,7 +1184,7 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
                 if self.stack.is_empty() {
                     return;
                 }
-                if let Some(k) = self.stack.iter().rposition(|f| f.far && resumes(f.ret, ip)) {
+                if let Some(k) = self.resumed(ip) {
                     self.pop_to(k);
                     return;
                 }
@@ -1385,11 +1399,7 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
                 if resumes(ip, target) {
                     return;
                 }
-                if let Some(k) = self
-                    .stack
-                    .iter()
-                    .rposition(|f| f.far && resumes(f.ret, target))
-                {
+                if let Some(k) = self.resumed(target) {
                     self.pop_to(k);
                     return;
                 }
@@ -1577,6 +1587,7 @@ pub fn build<'s>(
         f,
         st: Stacks::new(cycles),
         stack: Vec::with_capacity(256),
+        far_frames: 0,
         rets: ReturnFilter::new(),
         on_span,
         tsc: None,
@@ -1955,6 +1966,50 @@ mod tests {
         );
         let warning = r.out_of_order.expect("seq 6 after 8");
         assert!(warning.contains("seq 6 after 8"), "{warning}");
+    }
+
+    /// One row of the walk, through the values' path.
+    fn step<F: FnMut(Span)>(w: &mut Walker<'_, '_, F>, kind: BranchKind, ip: u64, target: u64) {
+        let mut pending = std::mem::take(&mut w.pending);
+        let (func, known, _) = w.f.at(ip);
+        let branch = ValueBranch {
+            ip,
+            target: Some(target),
+        };
+        w.row(&mut pending, (func, known), kind as u8, 1, 0, branch);
+        w.pending = pending;
+    }
+
+    #[test]
+    fn an_asynchronous_entry_is_left_where_it_resumes_and_nowhere_else() {
+        let syms = Symbolizer::new();
+        let mut f = Functions::new(&syms);
+        let mut w = Walker {
+            f: &mut f,
+            st: Stacks::new(false),
+            stack: Vec::new(),
+            far_frames: 0,
+            rets: ReturnFilter::new(),
+            on_span: |_| {},
+            tsc: None,
+            pending: Pending::default(),
+            ip_at: Vec::new(),
+            ip_ret: Vec::new(),
+            target_at: Vec::new(),
+        };
+        step(&mut w, BranchKind::Cond, 0x1000, 0x1004);
+        // An interrupt at 0x1004 into a handler: a frame entered asynchronously.
+        step(&mut w, BranchKind::Far, 0x1004, 0x8000);
+        assert_eq!((w.stack.len(), w.far_frames, w.st.async_entries), (2, 1, 1));
+        // A far return that resumes nowhere on the stack is another entry...
+        step(&mut w, BranchKind::Far, 0x8010, 0x9000);
+        assert_eq!((w.stack.len(), w.far_frames, w.st.async_entries), (3, 2, 2));
+        // ...and one back to where the first interrupted leaves both.
+        step(&mut w, BranchKind::Far, 0x9010, 0x1004);
+        assert_eq!((w.stack.len(), w.far_frames), (1, 0));
+        // With no such frame left, a far transfer is an entry again.
+        step(&mut w, BranchKind::Far, 0x1008, 0x8000);
+        assert_eq!((w.stack.len(), w.far_frames, w.st.async_entries), (2, 1, 3));
     }
 
     #[test]
