@@ -501,7 +501,10 @@ impl Scratch {
                 decode_hybrid(packed, width, present, keys)?;
                 // One check for the page, so the walk indexes without a doubt.
                 let max = max_key(&keys[start..]);
-                ensure!((max as usize) < len || present == 0, "key {max} past a dictionary of {len}");
+                ensure!(
+                    (max as usize) < len || present == 0,
+                    "key {max} past a dictionary of {len}"
+                );
             }
             Encoding::PLAIN | Encoding::DELTA_BINARY_PACKED => {
                 let base = out.values.len();

@@ -1628,7 +1628,12 @@ pub fn build<'s>(
             }
             let by_keys = reader.by_keys.load(Ordering::Relaxed);
             let resolver = reader.resolver();
-            (reader.warnings, resolver.seen, by_keys, resolver.out_of_order)
+            (
+                reader.warnings,
+                resolver.seen,
+                by_keys,
+                resolver.out_of_order,
+            )
         });
         let (mut rxs, mut backs) = (Vec::new(), Vec::new());
         for r in 0..readers {

@@ -41,6 +41,13 @@ use crate::WriterOptions;
 /// scan, larger ones coarser pruning and fewer units of parallel work.
 pub const DEFAULT_MAX_ROW_GROUP_ROWS: usize = 1 << 19;
 
+/// Default rows per data page, at most (pages also stop at arrow-rs's 1 MiB). arrow-rs's own limit,
+/// 20,000 rows, made a `branches` row group's `ip` column 27 pages of 35 KB, each a zstd
+/// frame whose tables are built again on reading: with pages six times larger, a reader
+/// decompresses the same bytes with a sixth of the frames. Pages still prune `seq`,
+/// `offset` and `tsc` ranges a quarter of a row group at a time.
+pub const DEFAULT_DATA_PAGE_ROWS: usize = 1 << 17;
+
 /// Default ZSTD level: 3 is zstd's own default, several times faster than the high levels
 /// for a few percent of size.
 pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
@@ -89,6 +96,7 @@ pub fn writer_properties(
         .set_dictionary_enabled(true)
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(Some(options.max_row_group_rows.max(1)))
+        .set_data_page_row_count_limit(options.data_page_rows.max(1))
         .set_key_value_metadata(Some(
             key_value
                 .into_iter()

@@ -460,7 +460,8 @@ fn parquet_layout_is_what_readers_need() {
         &WriterOptions::default(),
     )
     .unwrap();
-    let cols = sample_branches(50_000, 9, 0);
+    let rows = 2 * crate::parquet::DEFAULT_DATA_PAGE_ROWS + 10_000;
+    let cols = sample_branches(rows, 9, 0);
     let some_ip = cols.ip[123];
     w.write_branches(cols).unwrap();
     let path = w.finish().unwrap().path;
@@ -509,11 +510,16 @@ fn parquet_layout_is_what_readers_need() {
     assert_eq!(seq_stats.min_bytes_opt(), Some(&0u64.to_le_bytes()[..]));
     assert_eq!(
         seq_stats.max_bytes_opt(),
-        Some(&49_999u64.to_le_bytes()[..])
+        Some(&(rows as u64 - 1).to_le_bytes()[..])
     );
-    // Page index present and multi-page (20k rows per page by default).
+    // Page index present, pages of DEFAULT_DATA_PAGE_ROWS rows (`seq`, column 0, packs
+    // into a few bits a row: only the row limit splits it).
     let pages = md.page_index_for_row_group(0);
-    assert!(pages.offset_index(0).unwrap().page_locations().len() >= 3);
+    let first_rows: Vec<i64> = (pages.offset_index(0).unwrap().page_locations().iter())
+        .map(|l| l.first_row_index)
+        .collect();
+    let page = crate::parquet::DEFAULT_DATA_PAGE_ROWS as i64;
+    assert_eq!(first_rows, [0, page, 2 * page]);
 
     // The bloom filter answers for a present ip and rejects an absent one.
     let props = ReaderProperties::builder()
@@ -820,6 +826,7 @@ fn row_groups_encoded_elsewhere_read_back_as_written_batch_by_batch() {
     let dir = tempfile::tempdir().unwrap();
     let opts = WriterOptions {
         max_row_group_rows: 30_000,
+        data_page_rows: 20_000,
         constant_columns: vec![("bundle".into(), "0123456789abcdef".into())],
         ..WriterOptions::default()
     };

@@ -102,6 +102,8 @@ pub struct WriterOptions {
     pub max_row_group_rows: usize,
     /// Parquet: ZSTD level (1–22; negative levels are zstd's fast modes).
     pub zstd_level: i32,
+    /// Parquet: maximum rows per data page (pages also stop at 1 MiB); 0 is taken as 1.
+    pub data_page_rows: usize,
     /// Columns appended to every row of the table, each a name and one string value
     /// (`tracemill ingest` adds `bundle`). They are dictionary-encoded: a value costs a few
     /// bytes per row group, not per row. A name equal to one of the table's columns is an
@@ -120,6 +122,7 @@ impl Default for WriterOptions {
             format: Format::Parquet,
             max_row_group_rows: parquet::DEFAULT_MAX_ROW_GROUP_ROWS,
             zstd_level: parquet::DEFAULT_ZSTD_LEVEL,
+            data_page_rows: parquet::DEFAULT_DATA_PAGE_ROWS,
             constant_columns: Vec::new(),
             sync_directory: true,
         }
