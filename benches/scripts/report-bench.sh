@@ -13,8 +13,11 @@
 # real program, whose calls and returns pair up, unlike the synthetic walk's).
 #
 # Hotspots run on one thread. The flame graph walks the stacks on one thread while reader
-# threads decode the next row groups: compare "rows per CPU s" for work per core, and
-# rows/s (wall) for what a user waits.
+# threads decode the next row groups: rows/s (wall) is what a user waits. Each report runs
+# again pinned to one CPU (`taskset`), readers and walk together: its rows/s is what one
+# core does. Unpinned, the same work takes more CPU seconds (the threads share caches and
+# memory bandwidth: on the 2-core VM, 22-23 s against 20 s for the 1 GiB synthetic
+# trace's flame graph), so "rows per CPU s" of an unpinned run understates a core.
 set -euo pipefail
 bin=$(realpath "$1") work=$2 size=${3:-200M} runs=${4:-3}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -57,3 +60,7 @@ bench "hotspots" "$bin" report hotspots "$tables" --top 10
 # SVG only: --folded writes every distinct stack, 14.5 GB for the 200M synthetic trace
 # (6.3 M stacks, most 255 frames deep), which would time the disk, not the report.
 bench "flamegraph (svg)" "$bin" report flamegraph "$tables" --out "$work/fg.svg"
+if command -v taskset >/dev/null; then
+  bench "hotspots, one core" taskset -c 0 "$bin" report hotspots "$tables" --top 10
+  bench "flamegraph, one core" taskset -c 0 "$bin" report flamegraph "$tables" --out "$work/fg.svg"
+fi
