@@ -1481,7 +1481,7 @@ impl<'s> Branch<'s> for KeyedBranch<'_> {
 /// What a reader thread sends the walk.
 enum Batch {
     Arrow(Box<Rows>),
-    Keyed(KeyedRows),
+    Keyed(Box<KeyedRows>),
 }
 
 /// One row group of `branches` as dictionary keys: the flame graph by instructions.
@@ -1641,7 +1641,7 @@ pub fn build<'s>(
             let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Option<Batch>>>(2);
             rxs.push(rx);
             let (footer, cols, t) = (footer.as_ref(), &cols, &t);
-            let (back_tx, back_rx) = std::sync::mpsc::sync_channel::<KeyedRows>(2);
+            let (back_tx, back_rx) = std::sync::mpsc::sync_channel::<Box<KeyedRows>>(2);
             backs.push(back_tx);
             scope.spawn(move || {
                 let file = by_keys.and_then(|_| File::open(&t.path).ok());
