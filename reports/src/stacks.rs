@@ -716,8 +716,8 @@ struct Ev {
 /// where tracing stopped, and an enable that resumes there (a syscall out of user-only
 /// tracing, and back) changes no stack. The walk takes the other enables, each with
 /// where tracing stopped before it, and the gaps. The 1 GiB synthetic trace has 42 M
-/// disables and as many enables, every one of them resuming: the walk took them one by
-/// one, and its runs of rows stopped at each.
+/// disables and as many enables, 39 M of which resume: the walk took them one by one,
+/// and its runs of rows stopped at each.
 ///
 /// The events reader settles each batch as it reads it: made whole, then dropped, the
 /// 84 M events were 2.7 GB written for nothing.
