@@ -920,8 +920,9 @@ struct KeyedEvents {
 }
 
 impl KeyedEvents {
-    /// Events per batch: a row group's in one would be 16 MB (523,000 events of 32 bytes on
-    /// the 1 GiB synthetic trace) in the channel, four messages deep.
+    /// Events per batch, at most: a row group's kept events in one could be 16 MB (a
+    /// row group of the 1 GiB synthetic trace's events has 523,000 events of 32 bytes, if
+    /// all were kept) in the channel, four messages deep.
     const BATCH: usize = 1 << 16;
 
     /// The events the walk takes in one row group ([`Resolver`]), in batches, and how
