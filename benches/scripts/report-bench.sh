@@ -16,7 +16,7 @@
 # threads decode the next row groups: rows/s (wall) is what a user waits. Each report runs
 # again pinned to one CPU (`taskset`), readers and walk together: its rows/s is what one
 # core does. Unpinned, the same work takes more CPU seconds (the threads share caches and
-# memory bandwidth: on the 2-core VM, 22-23 s against 20 s for the 1 GiB synthetic
+# memory bandwidth: on the 2-core VM, 21-23 s against 20 s for the 1 GiB synthetic
 # trace's flame graph), so "rows per CPU s" of an unpinned run understates a core.
 set -euo pipefail
 bin=$(realpath "$1") work=$2 size=${3:-200M} runs=${4:-3}
