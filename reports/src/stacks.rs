@@ -1511,8 +1511,8 @@ impl KeyedRows {
         group: &parquet::file::metadata::RowGroupMetaData,
         pages: &mut parquet_keys::Scratch,
     ) -> Result<()> {
-        // Up to `parquet_keys::MAX_ROWS` (checked there), 13 bytes a row, plus the
-        // dictionaries.
+        // Up to `parquet_keys::MAX_ROWS` (checked there), 16 bytes a row (a key of four
+        // bytes per column), plus the dictionaries.
         let rows = group.num_rows() as usize;
         let (map, chunks) =
             parquet_keys::map_chunks(file, group, &["ip", "target", "insns", "kind"])?;
