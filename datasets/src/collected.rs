@@ -357,7 +357,7 @@ pub fn assemble_trace_hub(h: &TraceHub, file: &[u8]) -> Result<Assembled, String
             h.start_offset
         ));
     }
-    if file.len() % HUB_RECORD != 0 {
+    if !file.len().is_multiple_of(HUB_RECORD) {
         return Err(format!(
             "trace-hub capture: {} bytes is not a whole number of {HUB_RECORD}-byte records \
              ({} bytes left over at file offset {:#x})",
@@ -529,7 +529,7 @@ pub fn write_topa(stream: &[u8], plan: &TopaPlan) -> Laid<Topa> {
         plan.first_table
     };
     let flags = |k: usize| {
-        let int = plan.int_every > 0 && k % plan.int_every == 0;
+        let int = plan.int_every > 0 && k.is_multiple_of(plan.int_every);
         let stop = !plan.circular && k + 1 == n;
         (int, stop)
     };

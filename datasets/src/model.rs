@@ -677,7 +677,7 @@ impl<'i> Model<'i> {
     }
 
     fn filter_en(&self, ip: u64) -> bool {
-        self.o.filter.map_or(true, |(b, l)| ip >= b && ip < l)
+        self.o.filter.is_none_or(|(b, l)| ip >= b && ip < l)
     }
 
     fn enable_common(&mut self) {

@@ -84,7 +84,7 @@ fn packets_from(data: &[u8], start: u64, cycle_acc: bool) {
                     // No packet but a PSB may run into a PSB.
                     let next_psb = psbs.iter().copied().find(|&q| q >= p.offset);
                     assert!(
-                        next_psb.map_or(true, |q| q >= end),
+                        next_psb.is_none_or(|q| q >= end),
                         "packet {i} overlaps a PSB"
                     );
                 }

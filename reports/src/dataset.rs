@@ -463,7 +463,7 @@ impl Dataset {
         Ok(self
             .members
             .iter()
-            .filter(|m| m.ok() && filter.map_or(true, |f| f.matches(&m.columns)))
+            .filter(|m| m.ok() && filter.is_none_or(|f| f.matches(&m.columns)))
             .cloned()
             .collect())
     }

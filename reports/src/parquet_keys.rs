@@ -840,7 +840,7 @@ mod simd {
     #[allow(unsafe_code)]
     pub fn unpack_blocks(packed: &[u8], width: u8, out: &mut [MaybeUninit<u32>]) -> bool {
         if !(1..=MAX_WIDTH).contains(&width)
-            || out.len() % 8 != 0
+            || !out.len().is_multiple_of(8)
             || packed.len() < out.len() / 8 * width as usize + PAST
             || !std::arch::is_x86_feature_detected!("avx2")
         {

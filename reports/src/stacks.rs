@@ -1205,7 +1205,7 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
     fn batch(&mut self, rows: &Rows, events: &[Ev], seq: &mut u64, prev_cyc: &mut Option<u64>) {
         // Validity looked up once per batch, not through `Array::is_null` per row.
         let valid =
-            |a: &PrimitiveArray<UInt64Type>, i: usize| a.nulls().map_or(true, |n| n.is_valid(i));
+            |a: &PrimitiveArray<UInt64Type>, i: usize| a.nulls().is_none_or(|n| n.is_valid(i));
         let tvalues = rows.target.values();
         let tnull = rows.target.null_count() > 0;
         let mut evs = events.iter().copied().peekable();
