@@ -130,3 +130,46 @@ fn a_long_run_of_fups_does_not_nest_look_aheads() {
     assert_eq!(rows, 0);
     assert!(errs >= 1);
 }
+
+/// A FUP.PGD looks ahead for the TIP of a far transfer out of the region. Hardware sends
+/// the two together; what may come between is a PSB+ and timing packets. A FUP followed by
+/// megabytes of them (tracing on, nothing branching) made each look-ahead read, and keep,
+/// the whole stretch, and each chunk's stitch read it again from the FUP: quadratic time,
+/// memory of 500 times the stretch. The look-ahead now ends `MAX_LOOKAHEAD_BYTES` after
+/// the FUP: a TIP beyond it is not the FUP's, and every cut of the trace agrees.
+#[test]
+fn a_fups_look_ahead_ends_a_bounded_distance_after_it() {
+    use tracemill_decode::flow::MAX_LOOKAHEAD_BYTES;
+    let code = [0x90u8; 64];
+    let mut images = ImageSet::new();
+    images.add_raw("nops", &code, 0x1000, None);
+    for gap_psbs in [4usize, 2000] {
+        let mut packets = vec![Packet::Psb, Packet::Fup(FupKind::Pge, ip(0x1000))];
+        packets.push(Packet::Fup(FupKind::Pgd, ip(0x1004)));
+        packets.extend(std::iter::repeat_n(Packet::Psb, gap_psbs));
+        packets.push(Packet::Tip(ip(0x1020)));
+        packets.push(Packet::Fup(FupKind::Pge, ip(0x1008)));
+        let bytes = to_bytes(&packets);
+        let seq = decode(&images, &bytes, u64::MAX);
+        // Chunks of one PSB each: every stitch meets the pending FUP.
+        let chunked = decode(&images, &bytes, 1);
+        assert_eq!(seq.events, chunked.events, "{gap_psbs} PSBs");
+        assert_eq!(seq.rows.len(), chunked.rows.len(), "{gap_psbs} PSBs");
+        let disable = seq
+            .events
+            .iter()
+            .find(|e| e.kind == EventKind::Disable)
+            .expect("tracing disabled at the FUP.PGD");
+        let psbs = seq
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::Psb)
+            .count();
+        assert_eq!(psbs, gap_psbs + 1, "every PSB reported once");
+        // Near: the TIP is the far transfer's target; far: it is a TIP while disabled,
+        // ignored (Table 19), and no error either way.
+        assert!(errors(&seq).is_empty(), "{gap_psbs}: {:?}", errors(&seq));
+        assert_eq!(disable.offset, 12, "{gap_psbs} PSBs");
+        assert!(gap_psbs < 100 || (gap_psbs * 9) as u64 > MAX_LOOKAHEAD_BYTES);
+    }
+}

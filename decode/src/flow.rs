@@ -248,8 +248,19 @@ enum Item {
     Error(PacketError),
     /// (Look-ahead only) the next flow packet is a FUP.FAR or FUP.PGD, left unread.
     FupNext,
+    /// (Look-ahead only) no flow packet within [`MAX_LOOKAHEAD_BYTES`] of the FUP.
+    NoneNear,
     End,
 }
+
+/// How far past a FUP.FAR or FUP.PGD the walker looks for its TIP. The hardware sends the
+/// two for one instruction; only a PSB+ and timing packets can come between them (a few
+/// dozen bytes). Without a bound, a FUP followed by megabytes of timing packets and PSBs
+/// (tracing on, nothing branching; or a hostile trace) made every look-ahead read the whole
+/// stretch and keep its packets, and every chunk's stitch read it again from the FUP:
+/// quadratic time, memory of 500 times the stretch. Past the bound the FUP has no TIP.
+/// Counted in stream bytes from the FUP, so every decode, however cut, agrees.
+pub const MAX_LOOKAHEAD_BYTES: u64 = 4096;
 
 /// Why a walk stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -423,6 +434,8 @@ pub struct Walker<'a, 'c, S: RowSink> {
     /// Reading the packet after a FUP.FAR / FUP.PGD: a further FUP is left unread
     /// (look-ahead never nests, so a run of FUPs cannot exhaust the stack).
     looking_ahead: bool,
+    /// While looking ahead: no packet starting past this offset is read for the FUP.
+    la_limit: u64,
     /// Events of packets read during that look-ahead (PSB, STS, PIP). They follow the
     /// FUP in the stream, but the FUP's own event, and the rows walked up to its IP,
     /// come out only once the FUP is applied: these wait until then, so that `events`
@@ -469,6 +482,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             spin: LoopGuard::default(),
             stuck: false,
             looking_ahead: false,
+            la_limit: u64::MAX,
             deferred: Vec::new(),
             open_forgotten: false,
         }
@@ -696,6 +710,9 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         }
         loop {
             let (pos, want_cyc) = (self.reader.pos(), self.reader.wants_cyc());
+            if self.looking_ahead && pos > self.la_limit {
+                return Item::NoneNear;
+            }
             let p = match self.reader.next_packet() {
                 None => return Item::End,
                 Some(Err(e)) => {
@@ -815,8 +832,10 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     #[allow(clippy::option_option)]
     fn tip_after(&mut self, before: &Snapshot) -> Option<Option<(Option<u64>, u64)>> {
         self.looking_ahead = true;
+        self.la_limit = before.pos.saturating_add(MAX_LOOKAHEAD_BYTES);
         let next = self.next_item();
         self.looking_ahead = false;
+        self.la_limit = u64::MAX;
         match next {
             Item::Tip { ip, off, .. } => Some(Some((ip, off))),
             // At the end of the trace nothing follows: no TIP.
@@ -825,8 +844,8 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 self.undo(before);
                 None
             }
-            // Another FUP, left unread: no TIP.
-            Item::FupNext => Some(None),
+            // Another FUP, left unread, or nothing near: no TIP.
+            Item::FupNext | Item::NoneNear => Some(None),
             other => {
                 self.pending = Some(other);
                 Some(None)
@@ -960,8 +979,8 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 self.event(off, EventKind::TraceStop, None, String::new());
                 self.st.mode = Mode::Stopped;
             }
-            // Only a look-ahead sees it; nothing to do.
-            Item::FupNext => {}
+            // Only a look-ahead sees them; nothing to do.
+            Item::FupNext | Item::NoneNear => {}
         }
         None
     }
@@ -1006,7 +1025,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 | Item::TraceStop { off },
             ) => Some(off),
             Some(Item::Error(e)) => Some(e.offset),
-            Some(Item::FupNext | Item::End) | None => None,
+            Some(Item::FupNext | Item::NoneNear | Item::End) | None => None,
         }
     }
 
@@ -1071,7 +1090,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             if self.st.tnt.is_empty() {
                 // Nothing queued: the next flow packet says what happens next.
                 match self.peek() {
-                    Item::Tnt { .. } | Item::Tip { .. } | Item::FupNext => {}
+                    Item::Tnt { .. } | Item::Tip { .. } | Item::FupNext | Item::NoneNear => {}
                     Item::End => return Some(Stop::End),
                     Item::Error(e) => {
                         self.consume();

@@ -207,16 +207,85 @@ struct Stream {
     pending: Option<(u64, usize, u64)>,
     /// How many rows wait.
     waiting: usize,
+    /// The stream offset of the first waiting row's packet (how far back the wait began).
+    since: u64,
 }
 
 impl Stream {
-    /// Row `row` of piece `id`, after `x_before` instructions, waits for an anchor.
+    /// Row `row` of piece `id`, after `x_before` instructions, placed at stream offset
+    /// `offset`, waits for an anchor.
     #[inline]
-    fn wait(&mut self, id: u64, row: usize, x_before: u64) {
+    fn wait(&mut self, id: u64, row: usize, x_before: u64, offset: u64) {
         if self.pending.is_none() {
             self.pending = Some((id, row, x_before));
+            self.since = offset;
         }
         self.waiting += 1;
+    }
+
+    /// Rows wait that began to before stream offset `o - MAX_WAIT_BYTES`.
+    #[inline]
+    fn waited_past(&self, o: u64) -> bool {
+        self.pending.is_some() && o.saturating_sub(self.since) > MAX_WAIT_BYTES
+    }
+}
+
+/// How far (in bytes of trace) rows wait for their next anchor. Past it they take the last
+/// anchor's value (as before a gap), so that the pieces held for them are released: a
+/// stretch of timing packets with no branch (tracing on, nothing in scope branching, or a
+/// hostile trace) would otherwise hold every piece after them, growing with the stretch.
+/// Decided in stream order, so the answer is the same however the trace was cut. Real
+/// traces never wait this long: a TNT leaves every six branches, a TIP or FUP at every
+/// indirect one, and an MTC period is a few hundred bytes of trace at most.
+pub const MAX_WAIT_BYTES: u64 = 1 << 20;
+
+/// The TSCs of MTC/STS packets sent while tracing, since the last row: they are spread
+/// over the instructions of the rows the next packet places. At most `2 × HALF` are kept
+/// (the first and the last `HALF`): a stretch of thousands of MTCs with no branch between
+/// them says nothing more about those rows than its two ends do, and keeping every one
+/// would let memory follow the stretch.
+#[derive(Clone, Debug, Default)]
+struct TscGroup {
+    head: Vec<u64>,
+    tail: VecDeque<u64>,
+    /// `head[0]` is already an anchor (applied as soon as a second value came: with two or
+    /// more values the first always lands at the current instruction count).
+    head_anchored: bool,
+}
+
+impl TscGroup {
+    const HALF: usize = 256;
+
+    fn len(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.head.is_empty()
+    }
+
+    fn push(&mut self, t: u64) {
+        if self.head.len() < Self::HALF {
+            self.head.push(t);
+        } else {
+            if self.tail.len() == Self::HALF {
+                self.tail.pop_front();
+            }
+            self.tail.push_back(t);
+        }
+    }
+
+    /// The values in order with their index, and how many there are; empties the group.
+    fn drain(&mut self) -> (Vec<(usize, u64)>, usize, bool) {
+        let m = self.len();
+        let anchored = std::mem::take(&mut self.head_anchored);
+        let all = self
+            .head
+            .drain(..)
+            .chain(self.tail.drain(..))
+            .enumerate()
+            .collect();
+        (all, m, anchored)
     }
 }
 
@@ -319,6 +388,8 @@ pub struct Timeline {
     tsc: Stream,
     /// TSC anchors placed among rows not seen yet: (cumulative instructions, TSC).
     scheduled: VecDeque<(u64, u64)>,
+    /// Without cycle-accurate timing: MTC/STS TSCs since the last row, for the next rows.
+    group: TscGroup,
     held: VecDeque<(u64, Piece<BranchColumns>, TimingColumns)>,
     queue: VecDeque<Piece<BranchColumns>>,
     /// Marks after the last row of the previous piece.
@@ -347,6 +418,7 @@ impl Timeline {
             cycles: Stream::default(),
             tsc: Stream::default(),
             scheduled: VecDeque::new(),
+            group: TscGroup::default(),
             held: VecDeque::new(),
             queue: VecDeque::new(),
             carry: Vec::new(),
@@ -379,7 +451,7 @@ impl Timeline {
             let last = self.queue.is_empty();
             out.extend(self.process(p, &[], last));
         }
-        self.flush();
+        self.flush(None);
         out.extend(self.release(true));
         out
     }
@@ -407,24 +479,25 @@ impl Timeline {
         let eff = effective_offsets(&p.rows, &p.events);
         let mut mi = 0;
         for i in 0..=n {
-            // After the last row, what follows belongs with the next piece's first rows,
-            // except what a gap cuts off from them: the marks up to the last error,
-            // disable or TraceStop (every CYC search among them stops there), and timing
-            // packets while tracing is off (they date the gap, not rows). Those are
-            // settled now, so that a long stretch without rows (junk between PSBs, a
-            // long disabled stretch) is not carried from piece to piece, growing.
+            // After the last row, what follows belongs with the next piece's first rows.
+            // Everything that does not need them is settled now, in stream order, so that
+            // a long stretch without rows (junk between PSBs, a disabled stretch, timing
+            // packets while nothing branches) is never carried from piece to piece,
+            // growing: timing packets go through the clock (their TSCs, while tracing,
+            // wait in `group` for the next rows), PSBs and gap events take effect. What
+            // stops it is an event whose CYC (cycle-accurate mode) is not in this piece or
+            // the next: it waits, with what follows it, for the next piece, as it would
+            // if the cut had fallen elsewhere.
             let carry = i == n && !last;
             let bound = if i < n { eff[i] } else { u64::MAX };
-            let limit = if carry {
-                mi + settled_len(&marks[mi..])
-            } else {
-                marks.len()
-            };
-            let mut group: Vec<u64> = Vec::new();
-            while mi < marks.len()
-                && marks[mi].offset() < bound
-                && (mi < limit || (carry && self.in_gap && matches!(marks[mi], Mark::Fact(_))))
-            {
+            while mi < marks.len() && marks[mi].offset() < bound {
+                if carry && !self.settles_now(&marks, mi, next_marks) {
+                    break;
+                }
+                let o = marks[mi].offset();
+                if self.cycles.waited_past(o) || self.tsc.waited_past(o) {
+                    self.flush(Some((&mut p.rows, id)));
+                }
                 match marks[mi] {
                     Mark::Event(o, kind) => {
                         mi += 1;
@@ -440,7 +513,7 @@ impl Timeline {
                             self.anchor_at_cyc(&marks, mi, next_marks, o, &mut p.rows, id);
                         }
                         if gap_starts(kind) {
-                            self.cut(&mut group, &mut p.rows, id);
+                            self.cut(&mut p.rows, id);
                         }
                         if gap_ends(kind) {
                             // Tracing resumes here: dated by the FUP's (TIP's) own CYC.
@@ -475,7 +548,7 @@ impl Timeline {
                                     }
                                     self.gap_tsc = Some(t);
                                 } else {
-                                    group.push(t);
+                                    self.group_push(t, &mut p.rows, id);
                                 }
                             }
                         }
@@ -483,7 +556,6 @@ impl Timeline {
                 }
             }
             if carry {
-                debug_assert!(group.is_empty(), "a settled stretch ends in a cut");
                 self.carry = marks.split_off(mi);
                 break;
             }
@@ -491,12 +563,16 @@ impl Timeline {
                 // Rows follow, so tracing resumed (after a gap no event closed).
                 self.resume(&mut p.rows, id);
             }
-            if !group.is_empty() {
+            if !self.group.is_empty() {
                 // Spread over the rows the next packet places, one alone in their middle;
                 // ahead of rows not seen yet, so applied when the rows get there.
                 let run = run_insns(&p.rows, &eff, i);
-                let m = group.len() as u64;
-                for (k, t) in group.into_iter().enumerate() {
+                let (group, m, anchored) = self.group.drain();
+                let m = m as u64;
+                for (k, t) in group {
+                    if k == 0 && anchored {
+                        continue;
+                    }
                     let x = if m == 1 {
                         self.insns + run / 2
                     } else {
@@ -522,6 +598,7 @@ impl Timeline {
             } else {
                 None
             };
+            let o = p.rows.offset[i];
             match exact_here {
                 Some((c, t)) => {
                     self.anchor(Col::Cycles, x, c, &mut p.rows, id);
@@ -531,23 +608,69 @@ impl Timeline {
                             self.anchor(Col::Tsc, x, t, &mut p.rows, id);
                             p.rows.tsc.set(i, Some(t));
                         }
-                        None => self.tsc.wait(id, i, x - p.rows.insns[i] as u64),
+                        None => self.tsc.wait(id, i, x - p.rows.insns[i] as u64, o),
                     }
                 }
                 None => {
                     let before = x - p.rows.insns[i] as u64;
                     if self.c.cycle_acc {
-                        self.cycles.wait(id, i, before);
+                        self.cycles.wait(id, i, before, o);
                     }
-                    self.tsc.wait(id, i, before);
+                    self.tsc.wait(id, i, before, o);
                 }
+            }
+            // Checked row by row (not once a piece), so that where the wait is cut off
+            // does not depend on where pieces end.
+            if self.cycles.waiting + self.tsc.waiting > self.max_pending {
+                self.flush(Some((&mut p.rows, id)));
             }
         }
         self.held.push_back((id, p, timing));
-        if self.cycles.waiting + self.tsc.waiting > self.max_pending {
-            self.flush();
-        }
         self.release(false)
+    }
+
+    /// After a piece's last row: can mark `mi` be settled before the rows that follow it
+    /// are known? Everything can, except an event whose time is its CYC (cycle-accurate
+    /// mode: disable, interrupt, the resume points) when neither this piece nor the next
+    /// says which CYC that is.
+    fn settles_now(&self, marks: &[Mark], mi: usize, next_marks: &[Mark]) -> bool {
+        match marks[mi] {
+            Mark::Fact(_) => true,
+            Mark::Event(o, kind) => {
+                let dated_by_cyc = matches!(
+                    kind,
+                    EventKind::Disable
+                        | EventKind::Interrupt
+                        | EventKind::Overflow
+                        | EventKind::Enable
+                        | EventKind::Resync
+                );
+                !(self.c.cycle_acc && dated_by_cyc) || cyc_search_ends(marks, mi + 1, next_marks, o)
+            }
+        }
+    }
+
+    /// The TSC of an MTC/STS sent while tracing, for the next rows. With two or more in
+    /// the group the first lands at the current instruction count whatever the next rows
+    /// are, so it anchors at once: the rows waiting before it are settled now, not when
+    /// the next row comes (which, after a long stretch without branches, may be far off).
+    fn group_push(&mut self, t: u64, rows: &mut BranchColumns, id: u64) {
+        self.group.push(t);
+        if self.group.len() == 2 && !self.group.head_anchored {
+            let x = self.insns;
+            // Anchors already scheduled up to here come first, as they would when the
+            // next row passes them.
+            while let Some(&(xs, ts)) = self.scheduled.front() {
+                if xs > x {
+                    break;
+                }
+                self.scheduled.pop_front();
+                self.anchor(Col::Tsc, xs, ts, rows, id);
+            }
+            let first = self.group.head[0];
+            self.anchor(Col::Tsc, x, first, rows, id);
+            self.group.head_anchored = true;
+        }
     }
 
     /// Anchor both columns at the current row position with the clock at the first CYC
@@ -575,7 +698,7 @@ impl Timeline {
     /// scheduled among rows already seen, are applied first (they come before the gap);
     /// then the rows still waiting take the last anchor's value (hold), and the next rows
     /// start afresh.
-    fn cut(&mut self, group: &mut Vec<u64>, rows: &mut BranchColumns, id: u64) {
+    fn cut(&mut self, rows: &mut BranchColumns, id: u64) {
         if self.in_gap {
             return;
         }
@@ -583,7 +706,11 @@ impl Timeline {
         while let Some((xs, t)) = self.scheduled.pop_front() {
             self.anchor(Col::Tsc, xs.min(x), t, rows, id);
         }
-        for t in group.drain(..) {
+        let (group, _, anchored) = self.group.drain();
+        for (k, t) in group {
+            if k == 0 && anchored {
+                continue;
+            }
             self.anchor(Col::Tsc, x, t, rows, id);
         }
         for col in [Col::Cycles, Col::Tsc] {
@@ -620,13 +747,23 @@ impl Timeline {
         }
     }
 
-    fn flush(&mut self) {
+    /// Stop waiting: the anchors scheduled ahead are applied, then every waiting row
+    /// takes the last anchor's value. `cur` is the piece being processed, if any.
+    fn flush(&mut self, mut cur: Option<(&mut BranchColumns, u64)>) {
         while let Some((x, t)) = self.scheduled.pop_front() {
-            self.resolve(Col::Tsc, Some((x, t)), None);
+            self.resolve(
+                Col::Tsc,
+                Some((x, t)),
+                cur.as_mut().map(|(r, id)| (&mut **r, *id)),
+            );
             self.tsc.last = Some((x, t));
         }
-        self.resolve(Col::Cycles, None, None);
-        self.resolve(Col::Tsc, None, None);
+        self.resolve(
+            Col::Cycles,
+            None,
+            cur.as_mut().map(|(r, id)| (&mut **r, *id)),
+        );
+        self.resolve(Col::Tsc, None, cur);
     }
 
     /// (cycles, tsc) at exact row `i`: those of the first CYC after its packet (unless
@@ -828,22 +965,6 @@ fn gap_ends(k: EventKind) -> bool {
     )
 }
 
-/// How many of `ms` (the marks after a piece's last row) can be settled without the rows
-/// that follow: those up to and including the last error, disable or TraceStop.
-fn settled_len(ms: &[Mark]) -> usize {
-    ms.iter()
-        .rposition(|m| {
-            matches!(
-                m,
-                Mark::Event(
-                    _,
-                    EventKind::Error | EventKind::Disable | EventKind::TraceStop
-                )
-            )
-        })
-        .map_or(0, |g| g + 1)
-}
-
 /// The timing packets among `ms`.
 fn facts(ms: &[Mark]) -> impl Iterator<Item = TimingFact> + '_ {
     ms.iter().filter_map(|m| match m {
@@ -861,6 +982,13 @@ fn first_after(marks: &[Mark], mi: usize, o: u64) -> usize {
         k += 1;
     }
     k
+}
+
+/// Whether the search for the first CYC after stream offset `o` (what `time_after` looks
+/// for: a CYC, or a mark that ends the search) ends among `marks[mi..]` or `next_marks`.
+fn cyc_search_ends(marks: &[Mark], mi: usize, next_marks: &[Mark], o: u64) -> bool {
+    let ends = |m: &Mark| m.offset() > o && (m.is_cyc() || m.ends_cyc_search());
+    marks[mi.min(marks.len())..].iter().any(ends) || next_marks.iter().any(ends)
 }
 
 /// Value at cumulative instruction count `x` between anchors `a` and `b` (by
@@ -1194,6 +1322,125 @@ mod tests {
                 timing_rows + rest,
                 3000 + 2 + 3000,
                 "every packet has its row"
+            );
+        }
+    }
+
+    /// Tracing on, nothing branching: rows, then a long stretch of PSBs and MTCs (with
+    /// their CYCs in cycle-accurate mode) and no row, in many pieces, then rows again.
+    /// Before, every PSB of the stretch was carried from piece to piece (quadratic time:
+    /// 32 MB of such a trace took 131.8 s) and every piece was held for the rows before
+    /// the stretch, still waiting for their next anchor (memory 500 times the stretch).
+    /// Now neither the carry nor the held pieces grow with the stretch, and the rows come
+    /// out the same however the pieces are cut.
+    #[test]
+    fn a_stretch_of_timing_packets_without_rows_is_neither_carried_nor_held() {
+        for cycle_acc in [false, true] {
+            // (offset step, marks per piece): 4 KiB between marks crosses MAX_WAIT_BYTES
+            // within a few hundred marks.
+            let build = |pieces: usize, per: usize| -> Vec<Piece<BranchColumns>> {
+                let mut out = Vec::new();
+                let mut off = 0u64;
+                let mut mtc = 0u64;
+                // Two full TNTs (six rows each, their CYC after them in cycle-accurate
+                // mode: the sixth row is exact) and a partial one (no CYC: its row waits).
+                let piece_with_rows = |out: &mut Vec<Piece<BranchColumns>>, off: &mut u64| {
+                    let mut p = Piece::<BranchColumns>::default();
+                    p.timing
+                        .push(fact(*off, TimingKind::Sts, 0x1_0000, Some(16)));
+                    *off += 1;
+                    for bits in [6, 6, 1] {
+                        for _ in 0..bits {
+                            p.rows.push(&BranchRow {
+                                ip: 0x1000,
+                                target: None,
+                                kind: BranchKind::Cond,
+                                taken: true,
+                                compressed: false,
+                                insns: 3,
+                                tsc: None,
+                                cycles: None,
+                                cr3: None,
+                                offset: *off,
+                            });
+                        }
+                        *off += 1;
+                        if cycle_acc && bits == 6 {
+                            p.timing.push(fact(*off, TimingKind::Cyc, 7, None));
+                            *off += 1;
+                        }
+                    }
+                    out.push(p);
+                };
+                piece_with_rows(&mut out, &mut off);
+                for _ in 0..pieces {
+                    let mut p = Piece::<BranchColumns>::default();
+                    for _ in 0..per {
+                        if mtc.is_multiple_of(50) {
+                            p.events.push(EventRow {
+                                seq: 0,
+                                offset: off,
+                                kind: EventKind::Psb,
+                                ip: None,
+                                tsc: None,
+                                detail: String::new(),
+                            });
+                            off += 16;
+                        }
+                        mtc += 1;
+                        p.timing.push(fact(off, TimingKind::Mtc, mtc & 0xff, None));
+                        off += 4096;
+                        if cycle_acc {
+                            p.timing.push(fact(off, TimingKind::Cyc, 40, None));
+                            off += 1;
+                        }
+                    }
+                    out.push(p);
+                }
+                piece_with_rows(&mut out, &mut off);
+                out
+            };
+            let run = |pieces: Vec<Piece<BranchColumns>>| {
+                let mut t = Timeline::new(cfg(cycle_acc));
+                let (mut max_carry, mut max_held) = (0, 0);
+                let mut out = Vec::new();
+                for p in pieces {
+                    out.extend(t.push(p));
+                    max_carry = max_carry.max(t.carry.len());
+                    max_held = max_held.max(t.held.len());
+                }
+                out.extend(t.finish());
+                let mut tsc = Vec::new();
+                let mut timing = 0;
+                for (p, tc) in &out {
+                    timing += tc.len();
+                    for i in 0..p.rows.len() {
+                        tsc.push((p.rows.tsc.get(i), p.rows.cycles.get(i)));
+                    }
+                }
+                (tsc, timing, max_carry, max_held)
+            };
+            let (tsc, timing, carry, held) = run(build(2000, 100));
+            assert!(carry <= 1, "cycle_acc {cycle_acc}: carry grew to {carry}");
+            // 4 KiB per MTC: the wait is cut off within 256 MTCs, three pieces.
+            assert!(held <= 8, "cycle_acc {cycle_acc}: {held} pieces held");
+            assert_eq!(tsc.len(), 26);
+            // From the first anchor on (before it, cycle-accurate `tsc` is null by rule),
+            // the row that waited through the stretch included.
+            assert!(tsc[5..].iter().all(|(t, _)| t.is_some()), "{tsc:?}");
+            let per_mtc = if cycle_acc { 2 } else { 1 };
+            assert_eq!(timing, 2 * (1 + 2 * (per_mtc - 1)) + 2000 * 100 * per_mtc);
+            // Cut differently (one piece for the whole stretch, or ten marks a piece), the
+            // rows come out the same.
+            assert_eq!(
+                run(build(1, 200_000)).0,
+                tsc,
+                "cycle_acc {cycle_acc}: one piece"
+            );
+            assert_eq!(
+                run(build(20_000, 10)).0,
+                tsc,
+                "cycle_acc {cycle_acc}: small pieces"
             );
         }
     }
