@@ -28,7 +28,7 @@ use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns};
 use tracemill_decode::stream::TraceStream;
 use tracemill_decode::timing::Timeline;
-use tracemill_schemas::{BranchKind, EventKind};
+use tracemill_schemas::{BranchKind, EventKind, TABLES};
 use tracemill_sinks::{
     EncodedRowGroup, FileMeta, Format, RowGroupEncoder, TableWriter, WriterOptions, Written,
 };
@@ -300,8 +300,9 @@ fn plan(
         trace_bytes: stream.len(),
         jobs: opts.jobs.max(1),
         warnings: bundle
-            .trace_problems
+            .path_warnings
             .iter()
+            .chain(&bundle.trace_problems)
             .cloned()
             .chain(image_problems)
             .collect(),
@@ -568,18 +569,33 @@ impl RowGroups {
         }
     }
 
+    /// Add rows; every `target` rows make a row group. Row groups are cut at exactly
+    /// `target` rows (a batch is split where one fills), not at a piece's end: pieces
+    /// follow the chunking, so cutting there made `-j1` and `-j2` write different row
+    /// groups of the same rows. Cut by count, the files are the same bytes for any thread
+    /// count and chunk size.
     fn add(
         &mut self,
-        batch: arrow::record_batch::RecordBatch,
+        mut batch: arrow::record_batch::RecordBatch,
         pool: &rayon::ThreadPool,
         tx: &crossbeam_channel::Sender<ToWriter>,
     ) -> Result<()> {
-        self.rows += batch.num_rows();
-        self.batches.push(batch);
-        if self.rows >= self.target {
+        loop {
+            let room = self.target - self.rows;
+            let n = batch.num_rows();
+            if n < room {
+                if n > 0 {
+                    self.rows += n;
+                    self.batches.push(batch);
+                }
+                return Ok(());
+            }
+            // Slices share the batch's buffers: no copy.
+            self.batches.push(batch.slice(0, room));
+            self.rows += room;
             self.flush(pool, tx)?;
+            batch = batch.slice(room, n - room);
         }
-        Ok(())
     }
 
     fn flush(
@@ -620,6 +636,8 @@ struct Writers {
     /// Encode `branches` and `timing` row groups elsewhere (Parquet).
     branch_encoder: Option<RowGroupEncoder>,
     timing_encoder: Option<RowGroupEncoder>,
+    /// The output directory (empty without `--out`).
+    dir: PathBuf,
 }
 
 impl Writers {
@@ -634,6 +652,7 @@ impl Writers {
                 cov: Coverage::default(),
                 branch_encoder: None,
                 timing_encoder: None,
+                dir: PathBuf::new(),
             });
         };
         std::fs::create_dir_all(dir)
@@ -665,6 +684,7 @@ impl Writers {
             cov: Coverage::default(),
             branch_encoder,
             timing_encoder,
+            dir: dir.clone(),
         })
     }
 
@@ -701,6 +721,11 @@ impl Writers {
 
     /// Write the aggregates and close every table: what was written, and the numbers of
     /// distinct blocks and edges.
+    ///
+    /// The tables of a run appear together or not at all: each is finished and synced
+    /// under its temporary name first (a full disk fails here, and every temporary is
+    /// removed), then the tables an earlier decode left in the directory that this run
+    /// does not replace are removed, and the new ones renamed into place.
     fn finish(mut self, images: &ImageSet<'_>) -> Result<(Vec<Written>, u64, u64)> {
         let (blocks, edges) = (self.cov.blocks.len() as u64, self.cov.edges.len() as u64);
         if let Some(w) = &mut self.coverage {
@@ -709,6 +734,7 @@ impl Writers {
         if let Some(w) = &mut self.edges {
             w.write_edges(&self.cov.edge_rows())?;
         }
+        let mut files = Vec::new();
         let mut out = Vec::new();
         for w in [
             self.branches,
@@ -720,8 +746,21 @@ impl Writers {
         .into_iter()
         .flatten()
         {
-            out.push(w.finish()?);
+            let (file, written) = w.finish_unpublished()?;
+            files.push(file);
+            out.push(written);
         }
+        if files.is_empty() {
+            return Ok((out, blocks, edges));
+        }
+        let stale: Vec<PathBuf> = TABLES
+            .iter()
+            .flat_map(|t| {
+                [Format::Parquet, Format::ArrowIpc].map(|f| self.dir.join(f.file_name(t)))
+            })
+            .filter(|p| !out.iter().any(|w| &w.path == p) && p.exists())
+            .collect();
+        tracemill_sinks::publish_together(files, &stale)?;
         Ok((out, blocks, edges))
     }
 }
@@ -801,7 +840,7 @@ pub fn group(n: u64) -> String {
     let d = n.to_string();
     let mut out = String::new();
     for (i, c) in d.chars().enumerate() {
-        if i > 0 && (d.len() - i) % 3 == 0 {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

@@ -193,8 +193,67 @@ fn a_write_that_fails_names_the_file_and_leaves_no_partial_table() {
         .any(|t| line.contains(&format!("{}/{t}.parquet: ", out.display())));
     assert!(named, "{err}");
     assert_eq!(err.matches("File too large").count(), 1, "{err}");
-    // Whatever tables were published are whole, and no temporary is left.
+    // No table is published (they appear together or not at all), and no temporary is
+    // left.
     let (tables, other) = check_tables(&out);
     assert!(other.is_empty(), "{other:?}");
-    assert!(tables.len() < 5, "{tables:?}");
+    assert!(tables.is_empty(), "{tables:?}");
+}
+
+/// The tables of one run appear together or not at all (docs/contracts.md, "Publishing"):
+/// a disk that fills during a decode over an older one leaves the older set whole and
+/// untouched (before, some tables were new and others old: a mixed set); a decode of
+/// fewer tables removes the older run's others, so no table of another run stays beside
+/// the new ones.
+#[test]
+fn tables_of_one_run_appear_together_over_an_older_decode() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out_s = out.to_str().unwrap();
+    let o = Command::new(BIN)
+        .args(decode_args(&sample("recursion"), out_s, "parquet"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (older, _) = check_tables(&out);
+    assert_eq!(older.len(), 5, "{older:?}");
+    let bytes = |names: &[String]| -> Vec<Vec<u8>> {
+        names
+            .iter()
+            .map(|n| std::fs::read(out.join(n)).unwrap())
+            .collect()
+    };
+    let before = bytes(&older);
+
+    // Another bundle, with a file size limit that a table of it exceeds.
+    let script = r#"ulimit -f 64; exec "$@""#;
+    let o = Command::new("bash")
+        .args(["-c", script, "tracemill", BIN])
+        .args(decode_args(&sample("busybox-sort"), out_s, "parquet"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (after, other) = check_tables(&out);
+    assert!(other.is_empty(), "{other:?}");
+    assert_eq!(after, older);
+    assert!(
+        bytes(&after) == before,
+        "an older table was replaced by a failed run"
+    );
+
+    // Fewer tables, in the other format: the older set goes.
+    let o = Command::new(BIN)
+        .args(decode_args(&sample("callbacks"), out_s, "arrow"))
+        .args(["--tables", "branches,edges"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (now, other) = check_tables(&out);
+    assert!(other.is_empty(), "{other:?}");
+    assert_eq!(now, ["branches.arrow", "edges.arrow"]);
 }

@@ -74,24 +74,79 @@ impl PendingFile {
     /// Makes `file` (the one [`create`](Self::create) returned, fully written and flushed)
     /// durable and gives it its final name, made durable too when `sync_directory`.
     /// Returns its size in bytes.
-    pub(crate) fn commit(mut self, file: File, sync_directory: bool) -> Result<u64, Error> {
-        // Data before name: without this fsync a crash shortly after the rename can leave
-        // the final name pointing at an empty or partial file (delayed allocation).
+    #[cfg(test)]
+    pub(crate) fn commit(self, file: File, sync_directory: bool) -> Result<u64, Error> {
+        let size = self.sync(file)?;
+        let dest = self.dest.clone();
+        self.rename()?;
+        if sync_directory {
+            sync_dir(&dest);
+        }
+        Ok(size)
+    }
+
+    /// Makes `file` durable under its temporary name; returns its size. Data before name:
+    /// without this fsync a crash shortly after the rename can leave the final name
+    /// pointing at an empty or partial file (delayed allocation).
+    pub(crate) fn sync(&self, file: File) -> Result<u64, Error> {
         file.sync_all()
             .map_err(|e| Error::io(&self.dest, "syncing", e))?;
         let size = file
             .metadata()
             .map_err(|e| Error::io(&self.dest, "syncing", e))?
             .len();
-        drop(file);
+        Ok(size)
+    }
+
+    /// Gives the (synced) temporary its final name.
+    pub(crate) fn rename(mut self) -> Result<(), Error> {
         fs::rename(&self.tmp, &self.dest)
             .map_err(|e| Error::io(&self.dest, "renaming temporary file", e))?;
         self.committed = true;
-        if sync_directory {
-            sync_dir(&self.dest);
-        }
-        Ok(size)
+        Ok(())
     }
+}
+
+/// Files written and synced under temporary names, published together by
+/// [`publish_together`].
+#[derive(Debug)]
+pub struct Unpublished {
+    pub(crate) pending: PendingFile,
+}
+
+impl Unpublished {
+    /// The name the file will have.
+    pub fn dest(&self) -> &Path {
+        self.pending.dest()
+    }
+}
+
+/// Publishes several finished files of one directory as one set: first removes `stale`
+/// (files of an earlier run that this set does not replace), then renames every file into
+/// place, then syncs the directory once.
+///
+/// Only written files reach this point (an error while writing any of them drops them
+/// all, temporaries removed, and leaves the directory as it was), so a full disk never
+/// leaves part of a new set beside part of an old one. The renames take microseconds; a
+/// crash among them leaves some tables of the new set and none of the old.
+pub fn publish_together(files: Vec<Unpublished>, stale: &[PathBuf]) -> Result<(), Error> {
+    for p in stale {
+        match fs::remove_file(p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(p, "removing the older table", e)),
+        }
+    }
+    let dir = files.first().map(|f| f.dest().to_path_buf());
+    for f in files {
+        f.pending.rename()?;
+    }
+    if let Some(d) = dir {
+        sync_dir(&d);
+    } else if let Some(p) = stale.first() {
+        sync_dir(p);
+    }
+    Ok(())
 }
 
 impl Drop for PendingFile {
@@ -161,7 +216,7 @@ fn process_gone(pid: u32) -> bool {
 
 /// Makes the rename itself durable. Best effort: the file is complete and in place either
 /// way, and some file systems (and all of Windows) cannot fsync a directory.
-fn sync_dir(path: &Path) {
+pub(crate) fn sync_dir(path: &Path) {
     #[cfg(unix)]
     {
         let dir = match path.parent() {

@@ -66,6 +66,7 @@
 //! # Ok(()) }
 //! ```
 
+mod aligned;
 mod atomic;
 pub mod convert;
 mod dictionary_chunk;
@@ -77,7 +78,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
-pub use atomic::remove_stale_temporaries;
+pub use atomic::{publish_together, remove_stale_temporaries, Unpublished};
 pub use error::{ConvertError, Error};
 pub use writer::{
     EncodedRowGroup, FileMeta, Format, RowGroupEncoder, TableWriter, WriterOptions, Written,

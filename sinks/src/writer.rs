@@ -21,7 +21,8 @@ use rayon::prelude::*;
 use tracemill_decode::rows::{BranchColumns, CoverageRow, EdgeRow, EventRow, TimingColumns};
 use tracemill_schemas::{meta, SCHEMA_VERSION, TABLES};
 
-use crate::atomic::PendingFile;
+use crate::aligned::{aligned_arrays, Restager};
+use crate::atomic::{PendingFile, Unpublished};
 use crate::convert::ImageDictionary;
 use crate::{convert, dictionary_chunk, ipc, parquet, ConvertError, Error};
 
@@ -236,8 +237,10 @@ impl RowGroupEncoder {
                 return Ok(EncodedColumn::Keyed(bytes, close));
             }
             let field = &self.schema.fields()[i];
-            for b in &extended {
-                for leaf in compute_leaves(field, b.column(i)).map_err(perr)? {
+            let column: Vec<ArrayRef> = extended.iter().map(|b| b.column(i).clone()).collect();
+            let step = self.props.write_batch_size();
+            for a in aligned_arrays(&column, step).map_err(|e| perr(e.into()))? {
+                for leaf in compute_leaves(field, &a).map_err(perr)? {
                     w.write(&leaf).map_err(perr)?;
                 }
             }
@@ -278,6 +281,8 @@ pub struct TableWriter {
     /// dictionary covering every image of the file. Coverage is one row per basic block,
     /// so this stays small.
     held: Option<Vec<RecordBatch>>,
+    /// Parquet: rows handed to arrow-rs in runs of `write_batch_size` (see `aligned.rs`).
+    restage: Restager,
     poisoned: bool,
 }
 
@@ -354,6 +359,7 @@ impl TableWriter {
         }
         let file_schema = Arc::new(Schema::new_with_metadata(fields, md));
         let (pending, file) = PendingFile::create(path)?;
+        let step = props.as_ref().map_or(1, |p| p.write_batch_size());
         let sink = match props {
             Some(props) => {
                 Sink::Parquet(parquet::open(file, file_schema, props).map_err(parquet_err)?)
@@ -377,6 +383,7 @@ impl TableWriter {
             sync_directory: options.sync_directory,
             images: coverage.then(ImageDictionary::default),
             held: (coverage && options.format == Format::ArrowIpc).then(Vec::new),
+            restage: Restager::new(step),
             poisoned: false,
         })
     }
@@ -431,10 +438,23 @@ impl TableWriter {
                 source,
             })?;
         let r = match &mut self.sink {
-            Sink::Parquet(w) => w.write(batch).map_err(|source| Error::Parquet {
-                path: self.pending.dest().to_path_buf(),
-                source,
-            }),
+            Sink::Parquet(w) => {
+                let path = self.pending.dest();
+                self.restage
+                    .push(batch.clone())
+                    .map_err(|source| Error::Arrow {
+                        path: path.to_path_buf(),
+                        source,
+                    })
+                    .and_then(|runs| {
+                        runs.iter().try_for_each(|run| {
+                            w.write(run).map_err(|source| Error::Parquet {
+                                path: path.to_path_buf(),
+                                source,
+                            })
+                        })
+                    })
+            }
             Sink::Ipc(w) => w.write(batch).map_err(|source| Error::Arrow {
                 path: self.pending.dest().to_path_buf(),
                 source,
@@ -594,6 +614,20 @@ impl TableWriter {
 
     /// Writes the footer, makes the file durable and renames it to its final path.
     pub fn finish(self) -> Result<Written, Error> {
+        let sync_directory = self.sync_directory;
+        let (file, written) = self.finish_unpublished()?;
+        let dest = written.path.clone();
+        file.pending.rename()?;
+        if sync_directory {
+            crate::atomic::sync_dir(&dest);
+        }
+        Ok(written)
+    }
+
+    /// Writes the footer and makes the file durable under its temporary name, without
+    /// publishing it: give it to [`crate::publish_together`] with the other tables of the
+    /// same run, so that they appear together.
+    pub fn finish_unpublished(self) -> Result<(Unpublished, Written), Error> {
         let TableWriter {
             mut sink,
             pending,
@@ -603,7 +637,7 @@ impl TableWriter {
             held,
             poisoned,
             constants,
-            sync_directory,
+            mut restage,
             ..
         } = self;
         let path = pending.dest().to_path_buf();
@@ -627,6 +661,18 @@ impl TableWriter {
                 })?;
             }
         }
+        if let Sink::Parquet(w) = &mut sink {
+            let rest = restage.finish().map_err(|source| Error::Arrow {
+                path: path.clone(),
+                source,
+            })?;
+            if let Some(rest) = rest {
+                w.write(&rest).map_err(|source| Error::Parquet {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
+        }
         let file = match sink {
             // `into_inner` writes the footer and flushes (calling `finish` first would
             // write the footer twice).
@@ -644,13 +690,16 @@ impl TableWriter {
             })?,
             Sink::Switching => unreachable!("a writer is never left switching"),
         };
-        let bytes = pending.commit(file, sync_directory)?;
-        Ok(Written {
-            path,
-            table,
-            rows,
-            bytes,
-        })
+        let bytes = pending.sync(file)?;
+        Ok((
+            Unpublished { pending },
+            Written {
+                path,
+                table,
+                rows,
+                bytes,
+            },
+        ))
     }
 
     fn convert_err(&self, source: ConvertError) -> Error {
