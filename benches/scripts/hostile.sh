@@ -10,11 +10,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 samples=$(cd "$here/../../datasets/samples" && pwd)
 mkdir -p "$dir"
 bytes=$((size_mb << 20))
-make() { # name, python expression writing `bytes` bytes to stdout
-  local name=$1
+make() { # name, kind: writes `bytes` bytes of that kind as the bundle's trace
+  local name=$1 sample=jumptable ctl=0x2e0b
+  case $2 in
+    idle-*|bare-mtc) sample=callbacks ctl=0x2309 ;;  # MTC on, not cycle-accurate
+  esac
+  case $2 in
+    idle-cyc) sample=gaps-cyc ctl=0x2f0b ;;          # cycle-accurate, MTC and STS on
+  esac
+  local image
+  image=$(sed -n 's/^path = "\(images\/[^"]*\)"/\1/p' "$samples/$sample/bundle.toml" | head -1)
   mkdir -p "$dir/$name/images"
-  cp "$samples/jumptable/images/jumptable" "$dir/$name/images/"
-  printf 'rtit_ctl = "0x2e0b"\n\n[[image]]\npath = "images/jumptable"\nkind = "elf"\n' >"$dir/$name/bundle.toml"
+  cp "$samples/$sample/$image" "$dir/$name/images/"
+  printf 'rtit_ctl = "%s"\nguaranteed_ratio = 20\n\n[[image]]\npath = "%s"\nkind = "elf"\n' "$ctl" "$image" >"$dir/$name/bundle.toml"
   python3 - "$bytes" "$dir/$name/trace.rtit" "$2" "$samples" <<'PY'
 import os, random, sys
 n, path, kind, samples = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
@@ -31,6 +39,23 @@ with open(path, "wb") as f:
     elif kind == "random-psb-4k":
         for _ in range(n // 4096):
             f.write(psb + rng.randbytes(4096 - len(psb)))
+    elif kind in ("idle-mtc", "idle-cyc", "bare-mtc"):
+        # Tracing on, nothing branching: PSB and 400 MTCs (each with its CYC in
+        # cycle-accurate mode), over and over; between two copies of a real program's trace
+        # (none for bare-mtc).
+        sample = {"idle-mtc": "callbacks", "idle-cyc": "gaps-cyc"}.get(kind)
+        base = open(os.path.join(samples, sample, "trace.rtit"), "rb").read() if sample else b""
+        unit = bytearray(psb)
+        for i in range(400):
+            unit += bytes([0xC4, i & 0xFF])
+            if kind == "idle-cyc":
+                unit.append((10 << 2) | 1)
+        f.write(base)
+        left = n - 2 * len(base)
+        while left > 0:
+            f.write(unit[:left])
+            left -= len(unit)
+        f.write(base)
     elif kind == "damaged-1pct":
         base = open(os.path.join(samples, "jumptable/trace.rtit"), "rb").read()
         buf = bytearray(base * (n // len(base) + 1))[:n]
@@ -39,8 +64,21 @@ with open(path, "wb") as f:
         f.write(buf)
 PY
 }
-for kind in random ff psbs random-psb-4k damaged-1pct; do
+kinds=${KINDS:-random ff psbs random-psb-4k damaged-1pct idle-mtc idle-cyc bare-mtc}
+for kind in $kinds; do
   [ -f "$dir/$kind/trace.rtit" ] || make "$kind" "$kind"
   printf '%-14s %4d MB  ' "$kind" "$size_mb"
   "$here/peak-rss.sh" "$bin" decode "$dir/$kind" -j2 --out "$dir/$kind/out" || true
 done
+# Two idle-stretch bundles ingested side by side (each under 8 MiB decodes on one thread
+# beside the other; larger ones one at a time on all threads).
+if [ -f "$dir/idle-mtc/trace.rtit" ]; then
+  rm -rf "$dir/ingest-src" "$dir/ingest-dest"
+  mkdir -p "$dir/ingest-src"
+  cp -r "$dir/idle-mtc" "$dir/ingest-src/a"
+  cp -r "$dir/idle-mtc" "$dir/ingest-src/b"
+  rm -rf "$dir/ingest-src/a/out" "$dir/ingest-src/b/out"
+  printf '[labels]\ncopy = "b"\n' >>"$dir/ingest-src/b/bundle.toml"
+  printf '%-14s %4d MB  ' "ingest 2x idle" "$size_mb"
+  "$here/peak-rss.sh" "$bin" ingest "$dir/ingest-src" --dataset "$dir/ingest-dest" -j2 -q || true
+fi

@@ -14,6 +14,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fs::File;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use serde::de::{self, Deserializer, Visitor};
@@ -200,10 +202,10 @@ impl Manifest {
         }
     }
 
-    /// Read `DIR/bundle.toml`.
+    /// Read `DIR/bundle.toml` (a regular file of at most [`MAX_MANIFEST_BYTES`]).
     pub fn load(dir: &Path) -> Result<Self, BundleError> {
         let path = dir.join("bundle.toml");
-        let text = std::fs::read_to_string(&path).map_err(|source| BundleError::Io {
+        let text = read_manifest_text(&path).map_err(|source| BundleError::Io {
             path: path.clone(),
             source,
         })?;
@@ -218,6 +220,66 @@ impl Manifest {
     pub fn trace_path(&self, dir: &Path) -> PathBuf {
         dir.join(&self.trace)
     }
+}
+
+/// The largest `bundle.toml` read. A manifest is a few KiB (a ToPA table of thousands of
+/// entries, or hundreds of images and labels, stay far below this); a `bundle.toml` that is
+/// a link to `/dev/zero` or a huge file must not be read into memory until it runs out.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
+/// Opens `path` for reading when it is a regular file (symbolic links followed). A FIFO,
+/// a device, a socket or a directory is an error of kind `InvalidInput` that says which.
+///
+/// The open itself does not block: a FIFO that no process writes would otherwise hang the
+/// open for ever (and with it a whole night's ingest), before its kind could be checked.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let t = f.metadata()?.file_type();
+    if t.is_file() {
+        return Ok(f);
+    }
+    let what = if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("is {what}, not a regular file"),
+    ))
+}
+
+/// The text of a `bundle.toml`: a regular file of at most [`MAX_MANIFEST_BYTES`], UTF-8.
+pub fn read_manifest_text(path: &Path) -> io::Result<String> {
+    let f = open_regular(path)?;
+    read_limited(f, MAX_MANIFEST_BYTES)
+}
+
+/// All of `f` as UTF-8 text, refused past `max` bytes (checked as read, so that a file
+/// growing while it is read is refused too).
+pub fn read_limited(f: File, max: u64) -> io::Result<String> {
+    let mut buf = Vec::new();
+    f.take(max + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("is larger than {} KiB, the most tracemill reads", max >> 10),
+        ));
+    }
+    String::from_utf8(buf)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "is not UTF-8 text"))
 }
 
 /// Accepts an integer or a string ("0x1f", "31"); writes a hex string.

@@ -1,11 +1,12 @@
 //! Loading a trace bundle: its manifest, the trace and the images, memory-mapped.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use memmap2::Mmap;
-use tracemill_datasets::bundle::{ImageEntry, ImageKind, Manifest};
+use tracemill_datasets::bundle::{
+    open_regular, read_manifest_text, ImageEntry, ImageKind, Manifest,
+};
 use tracemill_datasets::collected;
 use tracemill_decode::config::TraceConfig;
 use tracemill_decode::image::{ImageError, ImageSet};
@@ -60,10 +61,14 @@ impl Bytes {
 /// `unsafe` operation in tracemill (with the reports mapping the `branches` table they walk).
 #[allow(unsafe_code)]
 pub fn map_file(path: &Path) -> Result<Bytes> {
-    let f = match File::open(path) {
+    // Regular files only: mapping a FIFO or a device fails, and opening a FIFO blocks.
+    let f = match open_regular(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             bail!("{}: no such file or directory", path.display())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            bail!("{}: {e}", path.display())
         }
         Err(e) => return Err(e).with_context(|| format!("{}: cannot open", path.display())),
     };
@@ -107,11 +112,53 @@ pub struct Bundle {
     /// Images listed but not loadable (missing file, not an ELF...): decoding goes on
     /// without them and reports the addresses it could not follow.
     pub image_problems: Vec<String>,
+    /// Files `bundle.toml` names outside the bundle directory, read anyway
+    /// ([`Reach::Anywhere`]): a warning each.
+    pub path_warnings: Vec<String>,
+}
+
+/// Where the files a `bundle.toml` names may be.
+///
+/// A bundle is a directory, and what it names (`trace`, `[[image]] path`) normally sits
+/// inside it. A bundle from elsewhere could name any file of the machine that reads it
+/// (`trace = "/etc/shadow"`, an image `../../etc/passwd`), and through symbolic links too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reach {
+    /// Anywhere the user who runs tracemill may read (`decode`, `dump`, `report`: the user
+    /// chose the bundle). Each file outside the bundle directory is a warning.
+    #[default]
+    Anywhere,
+    /// Inside the bundle directory only, symbolic links resolved (`ingest`, which reads
+    /// bundles from many hosts unattended, unless `--allow-outside-paths`): a trace
+    /// outside is an error, an image outside is not loaded.
+    InsideOnly,
+}
+
+/// Whether `file` (which exists) lies outside directory `dir`, symbolic links resolved.
+fn outside(dir: &Path, file: &Path) -> bool {
+    match (dir.canonicalize(), file.canonicalize()) {
+        (Ok(d), Ok(f)) => !f.starts_with(d),
+        // A file that does not exist is reported as missing where it is opened.
+        _ => false,
+    }
 }
 
 impl Bundle {
-    /// Load `dir` (a bundle directory) or a bare trace file with the facts given.
+    /// Load `dir` (a bundle directory) or a bare trace file with the facts given; the
+    /// bundle's files may be anywhere ([`Reach::Anywhere`]).
     pub fn open(path: &Path, ctl: Option<u64>, extra_images: &[ImageEntry]) -> Result<Bundle> {
+        Self::open_with(path, ctl, extra_images, Reach::Anywhere)
+    }
+
+    /// [`Bundle::open`], with the files `bundle.toml` names confined as `reach` says.
+    /// Images given on the command line (`extra_images`) are the user's and never
+    /// confined; nor is a bare trace file.
+    pub fn open_with(
+        path: &Path,
+        ctl: Option<u64>,
+        extra_images: &[ImageEntry],
+        reach: Reach,
+    ) -> Result<Bundle> {
         match std::fs::metadata(path) {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -136,7 +183,26 @@ impl Bundle {
         if let Some(c) = ctl {
             manifest.rtit_ctl = c;
         }
+        let is_bundle = path.is_dir();
+        let named_images = manifest.images.len();
         manifest.images.extend(extra_images.iter().cloned());
+        let mut path_warnings = Vec::new();
+        let toml = dir.join("bundle.toml");
+        if is_bundle && outside(&dir, &trace_path) {
+            if reach == Reach::InsideOnly {
+                bail!(
+                    "{}: names the trace {}, outside the bundle directory (refused; \
+                     --allow-outside-paths reads it)",
+                    toml.display(),
+                    trace_path.display()
+                );
+            }
+            path_warnings.push(format!(
+                "{}: names the trace {}, outside the bundle directory",
+                toml.display(),
+                trace_path.display()
+            ));
+        }
         let mapped = map_file(&trace_path)?;
         let trace_file_size = mapped.len() as u64;
         let mut starts_at_enable = manifest.ring_offset.is_none();
@@ -176,13 +242,29 @@ impl Bundle {
         };
         let mut images = Vec::new();
         let mut image_problems = Vec::new();
-        for e in &manifest.images {
+        for (i, e) in manifest.images.iter().enumerate() {
             let p = Path::new(&e.path);
             let p = if p.is_absolute() {
                 p.to_path_buf()
             } else {
                 dir.join(p)
             };
+            if is_bundle && i < named_images && outside(&dir, &p) {
+                if reach == Reach::InsideOnly {
+                    image_problems.push(format!(
+                        "{}: names the image {}, outside the bundle directory: not loaded \
+                         (--allow-outside-paths reads it)",
+                        toml.display(),
+                        p.display()
+                    ));
+                    continue;
+                }
+                path_warnings.push(format!(
+                    "{}: names the image {}, outside the bundle directory",
+                    toml.display(),
+                    p.display()
+                ));
+            }
             match map_file(&p) {
                 Ok(bytes) => images.push(LoadedImage {
                     entry: e.clone(),
@@ -202,6 +284,7 @@ impl Bundle {
             trace_problems,
             images,
             image_problems,
+            path_warnings,
         })
     }
 
@@ -329,13 +412,21 @@ fn image_problem(path: &Path, e: &ImageError) -> String {
 /// and shows the line.
 fn load_manifest(dir: &Path) -> Result<Manifest> {
     let path = dir.join("bundle.toml");
-    let text = match std::fs::read_to_string(&path) {
+    let text = match read_manifest_text(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
             "{}: a directory without bundle.toml (give a bundle directory, or a trace file \
              with --ctl)",
             dir.display()
         ),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData
+            ) =>
+        {
+            bail!("{}: {e}", path.display())
+        }
         Err(e) => return Err(e).with_context(|| format!("{}: cannot read", path.display())),
     };
     toml::from_str(&text).map_err(|e| anyhow::anyhow!(toml_error(&path, &text, &e)))

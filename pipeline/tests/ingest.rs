@@ -740,6 +740,93 @@ fn sigkill_at_any_moment_then_a_rerun_gives_the_clean_runs_dataset() {
     }
 }
 
+/// Operators start the same night twice (a scheduler's retry, a person by hand): two and
+/// three runs at once into one dataset, some killed at random moments, must leave exactly
+/// the dataset one clean run makes, bundle by bundle and table by table, with nothing left
+/// in staging. (Before claims, most bundles ended `failed` with "renaming temporary file:
+/// No such file or directory", and some `ok` in the catalog with no table file at all.)
+#[test]
+fn two_or_three_runs_at_once_and_random_kills_give_the_clean_runs_dataset() {
+    let tmp = tempfile::tempdir().unwrap();
+    fleet(tmp.path(), true);
+    let night = tmp.path().join("night");
+    let args = |dest: &Path| -> Vec<String> {
+        [
+            s(&night),
+            "--dataset",
+            s(dest),
+            "--partition-by",
+            "date,host",
+            "-j",
+            "2",
+            "-q",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let clean = tmp.path().join("clean");
+    let t = Instant::now();
+    let o = Command::new(BIN)
+        .arg("ingest")
+        .args(args(&clean))
+        .output()
+        .unwrap();
+    let whole = t.elapsed();
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    let mut rng = Rng::new(0xc1a1);
+    for (round, runs, kill) in [(0, 2, false), (1, 3, false), (2, 3, true), (3, 2, true)] {
+        let dest = tmp.path().join(format!("together-{round}"));
+        let mut children: Vec<_> = (0..runs)
+            .map(|_| {
+                Command::new(BIN)
+                    .arg("ingest")
+                    .args(args(&dest))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut killed = vec![false; runs];
+        if kill {
+            // All but the last run may be killed, each at its own moment.
+            for (i, c) in children.iter_mut().enumerate().take(runs - 1) {
+                std::thread::sleep(whole.mul_f64(rng.below(600) as f64 / 1000.0));
+                if c.try_wait().unwrap().is_none() {
+                    let _ = c.kill();
+                    killed[i] = true;
+                }
+            }
+        }
+        for (i, c) in children.into_iter().enumerate() {
+            let o = c.wait_with_output().unwrap();
+            if !killed[i] {
+                // Every bundle committed, by this run or another; the bad ones failed.
+                assert_eq!(
+                    o.status.code(),
+                    Some(3),
+                    "round {round}, run {i}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+        }
+        assert_same_dataset(&clean, &dest);
+        // And nothing left over but the lock files' directory itself.
+        assert!(
+            staging_left(&dest).is_empty(),
+            "round {round}: {:?}",
+            staging_left(&dest)
+        );
+        eprintln!("round {round}: {runs} runs at once, killed {killed:?}");
+    }
+}
+
 fn python_has(modules: &str, install: &str) -> bool {
     let ok = Command::new("python3")
         .args(["-c", &format!("import {modules}")])
@@ -1037,4 +1124,67 @@ fn an_s3_dataset_on_a_local_moto_server_survives_sigkill_and_reads_back_in_pyarr
         0,
         "staging left behind"
     );
+
+    // Two runs at once, each with its own staging directory (as on two machines): they
+    // meet at the claim objects, and the bucket holds what one clean run writes.
+    let together: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|m| {
+            Command::new(BIN)
+                .args([
+                    "ingest",
+                    s(&night),
+                    "--dataset",
+                    "s3://night/together",
+                    "--partition-by",
+                    "date,host",
+                ])
+                .args([
+                    "--staging",
+                    s(&tmp.path().join(format!("staging-{m}"))),
+                    "-j",
+                    "2",
+                    "-q",
+                ])
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                .env_remove("SLURM_ARRAY_TASK_ID")
+                .env_remove("JOB_COMPLETION_INDEX")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in together {
+        let o = c.wait_with_output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let fetched = tmp.path().join("fetched-together");
+    let get = Command::new("python3")
+        .args([
+            "-c",
+            "import boto3, os, sys\n\
+             s3 = boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL'])\n\
+             for page in s3.get_paginator('list_objects_v2').paginate(Bucket='night', Prefix='together/'):\n\
+             \x20   for o in page.get('Contents', []):\n\
+             \x20       p = os.path.join(sys.argv[1], o['Key'][len('together/'):])\n\
+             \x20       os.makedirs(os.path.dirname(p), exist_ok=True)\n\
+             \x20       s3.download_file('night', o['Key'], p)\n",
+            s(&fetched),
+        ])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap();
+    assert!(
+        get.status.success(),
+        "{}",
+        String::from_utf8_lossy(&get.stderr)
+    );
+    // No claim object is left behind either (dataset() would fail to read one).
+    assert_same_dataset(&local, &fetched);
 }

@@ -116,6 +116,23 @@ impl Dest {
         }
     }
 
+    /// For an S3 dataset: the store, a handle of its runtime and the key of bundle `id`'s
+    /// claim object (`_claims/<id>.json`, see `claim.rs`). `None` for a local dataset,
+    /// whose claims are the staging directory's lock files alone.
+    pub fn claims_store(
+        &self,
+        id: &str,
+    ) -> Option<(Arc<dyn ObjectStore>, tokio::runtime::Handle, ObjectPath)> {
+        match self {
+            Dest::Local { .. } => None,
+            Dest::S3(s) => Some((
+                s.store.clone(),
+                s.rt.handle().clone(),
+                s.key(&format!("_claims/{id}.json")),
+            )),
+        }
+    }
+
     /// Create the dataset, or check that it was made with the same partition keys (a
     /// bundle written with other keys would sit at another path: a duplicate). An error
     /// here means nothing can be done.
@@ -165,12 +182,27 @@ impl Dest {
                 match s.rt.block_on(s.store.get(&key)) {
                     Ok(r) => Some(s.rt.block_on(r.bytes())?.to_vec()),
                     Err(object_store::Error::NotFound { .. }) => {
-                        s.rt.block_on(
-                            s.store
-                                .put(&key, PutPayload::from(text.clone().into_bytes())),
-                        )
-                        .with_context(|| format!("writing {}/{INFO_FILE}", s.url))?;
-                        None
+                        // Created only if absent: of several runs starting at once, one
+                        // writes it and every other one reads what it wrote.
+                        let created = s.rt.block_on(s.store.put_opts(
+                            &key,
+                            PutPayload::from(text.clone().into_bytes()),
+                            object_store::PutOptions {
+                                mode: object_store::PutMode::Create,
+                                ..Default::default()
+                            },
+                        ));
+                        match created {
+                            Ok(_) => None,
+                            Err(object_store::Error::AlreadyExists { .. }) => {
+                                let r = s.rt.block_on(s.store.get(&key))?;
+                                Some(s.rt.block_on(r.bytes())?.to_vec())
+                            }
+                            Err(e) => {
+                                return Err(e)
+                                    .with_context(|| format!("writing {}/{INFO_FILE}", s.url))
+                            }
+                        }
                     }
                     Err(e) => {
                         return Err(e).with_context(|| format!("reading {}/{INFO_FILE}", s.url))

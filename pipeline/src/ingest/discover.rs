@@ -6,12 +6,14 @@
 //! the same id wherever it is found and whoever finds it.
 
 use std::collections::HashSet;
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use tracemill_datasets::bundle::Manifest;
+use tracemill_datasets::bundle::{open_regular, read_limited, read_manifest_text, Manifest};
+
+/// The largest bundle list read (a million bundle paths of 60 bytes).
+const MAX_LIST_BYTES: u64 = 64 << 20;
 
 /// Bundle directories (or what a list file names as one) in the order found, each once.
 /// A SOURCE that does not exist is an error (a bad argument); a list entry that does not
@@ -33,7 +35,8 @@ pub fn discover(sources: &[PathBuf], skip: Option<&Path>) -> Result<Vec<PathBuf>
                 add(src.clone(), &mut out);
             } else {
                 let mut found = Vec::new();
-                walk(src, skip.as_deref(), &mut found)
+                let mut visited = HashSet::new();
+                walk(src, skip.as_deref(), &mut visited, &mut found)
                     .with_context(|| format!("searching {} for bundles", src.display()))?;
                 found.sort();
                 for p in found {
@@ -41,7 +44,8 @@ pub fn discover(sources: &[PathBuf], skip: Option<&Path>) -> Result<Vec<PathBuf>
                 }
             }
         } else {
-            let text = std::fs::read_to_string(src)
+            let text = open_regular(src)
+                .and_then(|f| read_limited(f, MAX_LIST_BYTES))
                 .with_context(|| format!("reading the bundle list {}", src.display()))?;
             let base = src.parent().unwrap_or(Path::new(""));
             for line in text.lines() {
@@ -66,7 +70,21 @@ pub fn discover(sources: &[PathBuf], skip: Option<&Path>) -> Result<Vec<PathBuf>
 
 /// Directories under `dir` with a `bundle.toml`; not below a bundle (its `images/` may be
 /// deep), not into hidden directories, not into the dataset being written.
-fn walk(dir: &Path, skip: Option<&Path>, out: &mut Vec<PathBuf>) -> io::Result<()> {
+///
+/// Symbolic links to directories are followed, each directory entered once (`visited`:
+/// device and inode): two links to a parent would otherwise make the search exponential,
+/// and a link to an ancestor endless.
+fn walk(
+    dir: &Path,
+    skip: Option<&Path>,
+    visited: &mut HashSet<(u64, u64)>,
+    out: &mut Vec<PathBuf>,
+) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(dir)?;
+    if !visited.insert((m.dev(), m.ino())) {
+        return Ok(());
+    }
     let mut subdirs = Vec::new();
     for e in std::fs::read_dir(dir)? {
         let e = e?;
@@ -88,9 +106,14 @@ fn walk(dir: &Path, skip: Option<&Path>, out: &mut Vec<PathBuf>) -> io::Result<(
     subdirs.sort();
     for p in subdirs {
         if p.join("bundle.toml").exists() {
-            out.push(p);
+            let Ok(m) = std::fs::metadata(&p) else {
+                continue;
+            };
+            if visited.insert((m.dev(), m.ino())) {
+                out.push(p);
+            }
         } else {
-            walk(&p, skip, out)?;
+            walk(&p, skip, visited, out)?;
         }
     }
     Ok(())
@@ -111,20 +134,28 @@ const MISSING: u64 = u64::MAX;
 
 /// The bundle id of `dir`: BLAKE3 of a version tag, then `bundle.toml` and the trace file
 /// (each as its length and bytes; a file that cannot be read counts as absent). The trace
-/// is the manifest's `trace` (`trace.rtit` when the manifest does not parse). A bundle
-/// with neither file is named by its path.
+/// is the manifest's `trace` (`trace.rtit` when the manifest does not parse). Only
+/// regular files are read. A bundle whose `bundle.toml` cannot be read (missing, a FIFO, a
+/// device) is also named by its path.
 pub fn identify(dir: &Path) -> Identity {
     let mut h = blake3::Hasher::new();
     h.update(b"tracemill-bundle-1\0");
-    let toml = std::fs::read(dir.join("bundle.toml")).ok();
-    match &toml {
+    // Bounded and regular files only: a FIFO or /dev/zero as bundle.toml must not hang or
+    // exhaust the run (the bundle then fails to open, with the reason).
+    let toml_path = dir.join("bundle.toml");
+    let toml = read_manifest_text(&toml_path).ok();
+    let toml_hashed = match &toml {
         Some(t) => {
             h.update(&(t.len() as u64).to_le_bytes());
-            h.update(t);
+            h.update(t.as_bytes());
+            true
         }
-        None => {
-            h.update(&MISSING.to_le_bytes());
-        }
+        // Too large, or not text: its bytes still name it (streamed, bounded memory). A
+        // FIFO or a device is not read at all (it could block, or never end).
+        None => hash_file(&mut h, &toml_path).is_some(),
+    };
+    if !toml_hashed {
+        h.update(&MISSING.to_le_bytes());
     }
     let manifest = toml.as_ref().and_then(|_| Manifest::load(dir).ok());
     let trace_path = manifest
@@ -133,9 +164,11 @@ pub fn identify(dir: &Path) -> Identity {
     let trace_bytes = hash_file(&mut h, &trace_path);
     if trace_bytes.is_none() {
         h.update(&MISSING.to_le_bytes());
-        if toml.is_none() {
-            h.update(dir.to_string_lossy().as_bytes());
-        }
+    }
+    if !toml_hashed {
+        // Without a manifest the bytes do not say which bundle this is (two bundles with a
+        // FIFO for bundle.toml and the same trace are not one): its path does.
+        h.update(dir.to_string_lossy().as_bytes());
     }
     let hex = h.finalize().to_hex();
     Identity {
@@ -147,8 +180,9 @@ pub fn identify(dir: &Path) -> Identity {
 
 /// Feed the length and bytes of `path` to `h`; `None` (nothing fed) when it cannot be read.
 fn hash_file(h: &mut blake3::Hasher, path: &Path) -> Option<u64> {
-    let mut f = File::open(path).ok()?;
-    let len = f.metadata().ok().filter(|m| m.is_file())?.len();
+    // Not a plain open: a FIFO would block it for ever, before its kind could be seen.
+    let mut f = open_regular(path).ok()?;
+    let len = f.metadata().ok()?.len();
     h.update(&len.to_le_bytes());
     let mut buf = vec![0u8; 1 << 20];
     let mut n = 0u64;

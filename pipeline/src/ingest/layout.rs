@@ -84,6 +84,61 @@ pub fn partition_dir(keys: &[String], labels: &BTreeMap<String, String>) -> Stri
         .join("/")
 }
 
+/// The longest file name most file systems allow (ext4, XFS, btrfs; S3 keys allow more,
+/// but a dataset copied to disk must still work).
+const MAX_NAME_BYTES: usize = 255;
+
+/// Labels that cannot go into the dataset as they are: a reason, naming them. Checked
+/// before a bundle is decoded, so that such a bundle fails (and is committed as failed,
+/// with the reason) instead of being decoded again at every run and never committed.
+///
+/// - Two labels whose names differ only in case (`HOST`, `host`): DuckDB, Spark and Hive
+///   take column names without case, so the catalog would hold two columns one query
+///   cannot tell apart.
+/// - A partition label whose `key=value` directory name is longer than a file name may be.
+/// - A partition label whose value is `__HIVE_DEFAULT_PARTITION__`: readers take that
+///   name for NULL, so the value would read back as a missing label.
+pub fn check_labels(keys: &[String], labels: &BTreeMap<String, String>) -> Result<(), String> {
+    let mut names: Vec<(String, &str)> = labels
+        .keys()
+        .map(|k| (k.to_lowercase(), k.as_str()))
+        .collect();
+    names.sort();
+    for w in names.windows(2) {
+        if w[0].0 == w[1].0 {
+            return Err(format!(
+                "labels {:?} and {:?} differ only in case; DuckDB, Spark and Hive read column \
+                 names without case, so they would be one column: rename one",
+                w[0].1, w[1].1
+            ));
+        }
+    }
+    for k in keys {
+        let Some(v) = labels.get(k) else { continue };
+        if v == NULL_PARTITION {
+            return Err(format!(
+                "label {k:?} is {NULL_PARTITION:?}, the name readers take for a missing \
+                 value: it would read back as NULL"
+            ));
+        }
+        let name = format!("{k}={}", escape_value(v));
+        if name.len() > MAX_NAME_BYTES {
+            return Err(format!(
+                "label {k:?} is {} bytes long: its partition directory `{k}=...` would be {} \
+                 bytes, longer than a file name may be ({MAX_NAME_BYTES})",
+                v.len(),
+                name.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether label `k` with value `v` can be a partition directory (see [`check_labels`]).
+pub fn partition_value_ok(k: &str, v: &str) -> bool {
+    v != NULL_PARTITION && k.len() + 1 + escape_value(v).len() <= MAX_NAME_BYTES
+}
+
 /// `<table>/<partition dir>/<id>.parquet`, relative to DEST, `/` separated.
 pub fn table_file(table: &str, partition_dir: &str, id: &str) -> String {
     if partition_dir.is_empty() {
@@ -121,6 +176,33 @@ mod tests {
         );
         labels.insert("host".to_string(), String::new());
         assert!(partition_dir(&keys, &labels).ends_with("host=__HIVE_DEFAULT_PARTITION__"));
+    }
+
+    #[test]
+    fn labels_that_cannot_be_partitions_or_columns_are_refused() {
+        let keys = parse_partition_keys("host").unwrap();
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(check_labels(&keys, &labels(&[("host", "n7"), ("date", "x")])).is_ok());
+        let e = check_labels(&keys, &labels(&[("HOST", "a"), ("host", "b")])).unwrap_err();
+        assert!(
+            e.contains("\"HOST\" and \"host\" differ only in case"),
+            "{e}"
+        );
+        let e = check_labels(&keys, &labels(&[("host", NULL_PARTITION)])).unwrap_err();
+        assert!(e.contains("read back as NULL"), "{e}");
+        let long = "x".repeat(300);
+        let e = check_labels(&keys, &labels(&[("host", &long)])).unwrap_err();
+        assert!(e.contains("300 bytes long"), "{e}");
+        // Escaping counts: 100 slashes are 300 bytes on disk.
+        let slashes = "/".repeat(100);
+        assert!(check_labels(&keys, &labels(&[("host", &slashes)])).is_err());
+        // Labels that are not partition keys may be anything.
+        assert!(check_labels(&[], &labels(&[("host", &long)])).is_ok());
     }
 
     #[test]

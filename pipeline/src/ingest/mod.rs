@@ -13,19 +13,26 @@
 //! DEST/<table>/<key>=<value>/.../<bundle-id>.parquet   branches, events, timing, coverage, edges
 //! DEST/bundles/<bundle-id>.parquet                      the catalog: one row per bundle
 //! DEST/_staging/<bundle-id>/                            work in progress (local DEST only)
+//! DEST/_staging/<bundle-id>.lock                        the claim of the run working on it
+//! DEST/_claims/<bundle-id>.json                         (S3) the claim, across machines
 //! ```
 //!
-//! The commit protocol of one bundle: decode into its staging directory (each table
-//! written under a temporary name and renamed by [`tracemill_sinks`]); remove whatever an
-//! earlier attempt left there first. Publish each table at its final path (a rename on a
+//! The commit protocol of one bundle: claim it (`claim.rs`: one run at a time per bundle,
+//! a dead run's claim taken over), check under the claim that no other run committed it
+//! meanwhile, then decode into its staging directory (each table written under a
+//! temporary name and renamed by [`tracemill_sinks`]); remove whatever an earlier attempt
+//! left there first. Publish each table at its final path (a rename on a
 //! file system, a PUT or completed multipart upload on S3, both atomic; the same bytes
 //! go to the same path whatever attempt writes them). Then publish the catalog row, last:
 //! the catalog is the record of what is in the dataset. A crash before it leaves files a
 //! re-run replaces; a crash after it leaves at most the staging directory, removed when
-//! the bundle's shard next sees it. Bundles are split between shards by id, so two
-//! processes never write the same bundle's files.
+//! the bundle's shard next sees it. Releasing the claim removes the staging directory.
+//! Bundles are split between shards by id, and two runs given the same bundles (a retry,
+//! a run started twice) meet at the claim, so no two processes write the same bundle's
+//! files at once, and no run removes another's.
 
 mod catalog;
+mod claim;
 mod dest;
 mod discover;
 mod layout;
@@ -50,7 +57,7 @@ pub use discover::{discover, identify, Identity};
 pub use layout::{parse_partition_keys, partition_dir, table_file, NULL_PARTITION};
 pub use shard::Shard;
 
-use crate::bundle::Bundle;
+use crate::bundle::{Bundle, Reach};
 use crate::run::{self, Tables};
 
 /// `tracemill ingest` arguments.
@@ -92,6 +99,11 @@ pub struct IngestArgs {
     /// No progress bar (the bar only shows on a terminal anyway).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Read the files a bundle.toml names outside its bundle directory (an absolute path,
+    /// `..`, a symbolic link out). By default they are refused: a bundle from another
+    /// host must not make this run read any file of this machine.
+    #[arg(long)]
+    pub allow_outside_paths: bool,
 }
 
 /// Traces of at least this many bytes decode alone, on all threads.
@@ -126,15 +138,31 @@ pub struct Summary {
 impl Summary {
     pub fn exit_code(&self) -> u8 {
         let mut code = 0;
+        let (mut committed, mut lost) = (false, false);
         for (_, _, o) in &self.outcomes {
             match o {
-                Outcome::NotCommitted(_) => return 1,
-                Outcome::Committed(r) if r.status == Status::Failed => code = EXIT_SOME_FAILED,
-                Outcome::Skipped(Status::Failed) => code = EXIT_SOME_FAILED,
-                _ => {}
+                Outcome::NotCommitted(_) => lost = true,
+                Outcome::Committed(r) => {
+                    committed = true;
+                    if r.status == Status::Failed {
+                        code = EXIT_SOME_FAILED;
+                    }
+                }
+                Outcome::Skipped(s) => {
+                    committed = true;
+                    if *s == Status::Failed {
+                        code = EXIT_SOME_FAILED;
+                    }
+                }
             }
         }
-        code
+        // A bundle that could not be committed is a failure of that bundle: the run says
+        // "nothing could be done" only when no bundle is in the dataset at all.
+        match (lost, committed) {
+            (true, false) => 1,
+            (true, true) => EXIT_SOME_FAILED,
+            _ => code,
+        }
     }
 
     /// The closing report.
@@ -224,6 +252,8 @@ pub struct Options {
     pub retry_failed: bool,
     pub zstd_level: i32,
     pub progress: bool,
+    /// Bundles may name files outside their directory (`--allow-outside-paths`).
+    pub allow_outside_paths: bool,
 }
 
 /// `tracemill ingest`: the exit status, or an error when nothing could be done (bad
@@ -252,6 +282,7 @@ pub fn main(a: IngestArgs) -> Result<ExitCode> {
         retry_failed: a.retry_failed,
         zstd_level: a.zstd_level,
         progress: !a.quiet,
+        allow_outside_paths: a.allow_outside_paths,
     };
     let summary = ingest(&a.sources, &opts)?;
     eprint!("{}", summary.text(&opts.dest.display()));
@@ -310,13 +341,13 @@ pub fn ingest(sources: &[PathBuf], opts: &Options) -> Result<Summary> {
             status.with_context(|| format!("reading the catalog of {}", opts.dest.display()))?;
         match status {
             Some(Status::Ok) => {
-                remove_staging(opts, &ident.id);
+                tidy_staging(opts, &ident.id);
                 summary
                     .outcomes
                     .push((path, ident.id, Outcome::Skipped(Status::Ok)));
             }
             Some(Status::Failed) if !opts.retry_failed => {
-                remove_staging(opts, &ident.id);
+                tidy_staging(opts, &ident.id);
                 summary
                     .outcomes
                     .push((path, ident.id, Outcome::Skipped(Status::Failed)));
@@ -332,16 +363,10 @@ pub fn ingest(sources: &[PathBuf], opts: &Options) -> Result<Summary> {
     let done = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
     let lane = RwLock::new(());
-    let outcomes = parallel_map(&todo, opts.jobs, |(path, ident)| {
-        let large = ident.trace_bytes.unwrap_or(0) >= LARGE_BUNDLE && opts.jobs > 1;
-        let outcome = if large {
-            let _alone = lane.write().unwrap_or_else(|e| e.into_inner());
-            ingest_one(opts, path, ident, opts.jobs)
-        } else {
-            let _side_by_side = lane.read().unwrap_or_else(|e| e.into_inner());
-            ingest_one(opts, path, ident, 1)
-        };
-        if !matches!(&outcome, Outcome::Committed(r) if r.status == Status::Ok) {
+    let finish = |ident: &Identity, outcome: Outcome| {
+        if !matches!(&outcome, Outcome::Committed(r) if r.status == Status::Ok)
+            && !matches!(outcome, Outcome::Skipped(Status::Ok))
+        {
             failed.fetch_add(1, Ordering::Relaxed);
         }
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
@@ -352,13 +377,67 @@ pub fn ingest(sources: &[PathBuf], opts: &Options) -> Result<Summary> {
             failed.load(Ordering::Relaxed)
         ));
         outcome
+    };
+    // Bundles another run holds are left for last (`None`): by then it has usually
+    // committed them.
+    let mut outcomes = parallel_map(&todo, opts.jobs, |(path, ident)| {
+        match claim::try_claim(&opts.dest, &ident.id) {
+            Err(e) => Some(finish(ident, Outcome::NotCommitted(error_text(&e)))),
+            Ok(claim::Taken::Busy(who)) => {
+                bar.set_message(format!(
+                    "bundle {} is being ingested by {who}: later",
+                    ident.id
+                ));
+                None
+            }
+            Ok(claim::Taken::Mine(c)) => Some(finish(ident, claimed(opts, path, ident, c, &lane))),
+        }
     });
+    let later: Vec<usize> = (0..todo.len()).filter(|&i| outcomes[i].is_none()).collect();
+    let waited = parallel_map(&later, opts.jobs, |&i| {
+        let (path, ident) = &todo[i];
+        let outcome = match claim::claim_waiting(&opts.dest, &ident.id) {
+            Err(e) => Outcome::NotCommitted(error_text(&e)),
+            Ok(c) => claimed(opts, path, ident, c, &lane),
+        };
+        finish(ident, outcome)
+    });
+    for (i, o) in later.into_iter().zip(waited) {
+        outcomes[i] = Some(o);
+    }
     bar.finish_and_clear();
     for ((path, ident), o) in todo.into_iter().zip(outcomes) {
-        summary.outcomes.push((path, ident.id, o));
+        summary
+            .outcomes
+            .push((path, ident.id, o.expect("every bundle was done")));
     }
     summary.elapsed = t0.elapsed();
     Ok(summary)
+}
+
+/// One bundle under its claim: skipped if another run committed it meanwhile, otherwise
+/// decoded and committed (alone on all threads when large, side by side when small).
+fn claimed(
+    opts: &Options,
+    path: &Path,
+    ident: &Identity,
+    claim: claim::Claim,
+    lane: &RwLock<()>,
+) -> Outcome {
+    match opts.dest.status(&ident.id) {
+        Err(e) => return Outcome::NotCommitted(error_text(&e)),
+        Ok(Some(Status::Ok)) => return Outcome::Skipped(Status::Ok),
+        Ok(Some(Status::Failed)) if !opts.retry_failed => return Outcome::Skipped(Status::Failed),
+        Ok(_) => {}
+    }
+    let large = ident.trace_bytes.unwrap_or(0) >= LARGE_BUNDLE && opts.jobs > 1;
+    if large {
+        let _alone = lane.write().unwrap_or_else(|e| e.into_inner());
+        ingest_one(opts, path, ident, &claim, opts.jobs)
+    } else {
+        let _side_by_side = lane.read().unwrap_or_else(|e| e.into_inner());
+        ingest_one(opts, path, ident, &claim, 1)
+    }
 }
 
 fn progress_bar(show: bool, bytes: u64, bundles: usize) -> indicatif::ProgressBar {
@@ -398,9 +477,16 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], jobs: usize, f: impl Fn(&T) -> R 
         .collect()
 }
 
-fn remove_staging(opts: &Options, id: &str) {
-    let dir = opts.dest.staging_root().join(id);
-    let _ = std::fs::remove_dir_all(dir);
+/// Remove what an interrupted attempt left in a committed bundle's staging directory, if
+/// no other run holds the bundle (its claim is taken and released at once).
+fn tidy_staging(opts: &Options, id: &str) {
+    let root = opts.dest.staging_root();
+    // A run killed right after its commit leaves the lock file, or the directory too.
+    if root.join(id).exists() || root.join(format!("{id}.lock")).exists() {
+        if let Ok(claim::Taken::Mine(c)) = claim::try_claim(&opts.dest, id) {
+            drop(c);
+        }
+    }
 }
 
 /// What a decoded and published bundle counted.
@@ -412,16 +498,40 @@ struct Counts {
     errors: u64,
 }
 
-/// Decode, publish and commit one bundle; a failure of the bundle is a `failed` row.
-fn ingest_one(opts: &Options, path: &Path, ident: &Identity, jobs: usize) -> Outcome {
+/// Decode, publish and commit one bundle, under its claim; a failure of the bundle is a
+/// `failed` row.
+fn ingest_one(
+    opts: &Options,
+    path: &Path,
+    ident: &Identity,
+    claim: &claim::Claim,
+    jobs: usize,
+) -> Outcome {
     let t0 = Instant::now();
     let id = &ident.id;
-    let staging = opts.dest.staging_root().join(id);
+    let staging = claim.staging().to_path_buf();
     let labels = ident
         .manifest
         .as_ref()
         .map(|m| m.labels.clone())
         .unwrap_or_default();
+    let label_problem = layout::check_labels(&opts.partition_by, &labels).err();
+    let labels = if label_problem.is_some() {
+        // The catalog row keeps the labels it can hold as columns.
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        for k in labels.keys() {
+            *counts.entry(k.to_lowercase()).or_default() += 1;
+        }
+        labels
+            .into_iter()
+            .filter(|(k, v)| {
+                counts[&k.to_lowercase()] == 1
+                    && (!opts.partition_by.contains(k) || layout::partition_value_ok(k, v))
+            })
+            .collect()
+    } else {
+        labels
+    };
     let pdir = partition_dir(&opts.partition_by, &labels);
     let source = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     // What an earlier, interrupted attempt at this bundle left.
@@ -433,8 +543,9 @@ fn ingest_one(opts: &Options, path: &Path, ident: &Identity, jobs: usize) -> Out
     if let Err(e) = std::fs::create_dir_all(&staging) {
         return Outcome::NotCommitted(format!("creating {}: {e}", staging.display()));
     }
-    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        decode_and_publish(opts, path, id, &pdir, &staging, jobs)
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| match &label_problem {
+        Some(why) => bail!("{why}"),
+        None => decode_and_publish(opts, path, id, &pdir, claim, jobs),
     }));
     let result = match result {
         Ok(r) => r.map_err(|e| error_text(&e)),
@@ -470,9 +581,13 @@ fn ingest_one(opts: &Options, path: &Path, ident: &Identity, jobs: usize) -> Out
             row.errors = Some(c.errors);
         }
         Err(e) => {
+            if !claim.still_held() {
+                return Outcome::NotCommitted(TAKEN_OVER.to_string());
+            }
             row.status = Status::Failed;
             row.error = Some(e);
-            // A failed bundle has no rows in the dataset: take back what was published.
+            // A failed bundle has no rows in the dataset: take back what was published
+            // (this run's files: no other run works on the bundle while the claim is held).
             for t in TABLES {
                 if let Err(e) = opts.dest.remove(&table_file(t, &pdir, id)) {
                     return Outcome::NotCommitted(error_text(&e));
@@ -481,26 +596,39 @@ fn ingest_one(opts: &Options, path: &Path, ident: &Identity, jobs: usize) -> Out
         }
     }
     row.seconds = t0.elapsed().as_secs_f64();
+    if !claim.still_held() {
+        return Outcome::NotCommitted(TAKEN_OVER.to_string());
+    }
     let committed = row.to_parquet().and_then(|bytes| {
         opts.dest
             .publish_bytes(bytes, &layout::catalog_file(id), &staging)
     });
-    let _ = std::fs::remove_dir_all(&staging);
     match committed {
         Ok(()) => Outcome::Committed(row),
         Err(e) => Outcome::NotCommitted(error_text(&e)),
     }
 }
 
+/// Why a bundle was left: its claim was taken over by another run, which thought this one
+/// dead (an S3 claim not renewed within the lease).
+const TAKEN_OVER: &str = "another run took over this bundle's claim (this run's renewals \
+                          were late): left to it";
+
 fn decode_and_publish(
     opts: &Options,
     path: &Path,
     id: &str,
     pdir: &str,
-    staging: &Path,
+    claim: &claim::Claim,
     jobs: usize,
 ) -> Result<Counts> {
-    let b = Bundle::open(path, None, &[])?;
+    let staging = claim.staging();
+    let reach = if opts.allow_outside_paths {
+        Reach::Anywhere
+    } else {
+        Reach::InsideOnly
+    };
+    let b = Bundle::open_with(path, None, &[], reach)?;
     let ropts = run::Options {
         jobs,
         chunk_bytes: None,
@@ -517,15 +645,23 @@ fn decode_and_publish(
         progress: false,
     };
     let report = run::decode(&b, &ropts)?;
-    if report.rows == 0 && b.image_set().0.segments().is_empty() {
-        let why = if b.image_problems.is_empty() {
+    let (set, set_problems) = b.image_set();
+    if report.rows == 0 && set.segments().is_empty() {
+        // Files that could not be read, and files read but not usable as code (not an
+        // ELF, no executable segment): `image_set` says why for both.
+        let why = if !set_problems.is_empty() {
+            set_problems.join("; ")
+        } else if b.manifest.images.is_empty() {
             "the bundle names none".to_string()
         } else {
-            b.image_problems.join("; ")
+            "the images it names hold no code".to_string()
         };
         bail!("no branch decoded: no code image could be loaded ({why})");
     }
     for w in &report.written {
+        if !claim.still_held() {
+            bail!("{TAKEN_OVER}");
+        }
         opts.dest.publish(&w.path, &table_file(w.table, pdir, id))?;
     }
     let ev = |k: &str| report.events_by_kind.get(k).copied().unwrap_or(0);
