@@ -33,6 +33,7 @@ pub mod config;
 pub mod cpu;
 pub mod encode;
 pub mod last_ip;
+pub mod listing;
 pub mod packet;
 pub mod sync;
 pub mod time;
