@@ -40,6 +40,7 @@ pub mod packet;
 pub mod piece;
 pub mod pt;
 pub mod rows;
+pub mod sniff;
 pub mod stream;
 pub mod sync;
 pub mod timing;

@@ -878,4 +878,47 @@ mod tests {
             )
         );
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// Any bytes, any options: the listing ends, and writes a bounded number of
+        /// lines (a packet's line and its problem lines, or one problem per resync).
+        #[test]
+        fn any_bytes_any_options(
+            d in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::prelude::Just(0x02u8),
+                    proptest::prelude::Just(0x82u8),
+                    proptest::prelude::any::<u8>()
+                ],
+                0..400,
+            ),
+            flags in proptest::prelude::any::<u16>(),
+            cpu in 0usize..4,
+        ) {
+            let words = [
+                "--no-sync", "--no-pad", "--no-cyc", "--no-offset", "--raw", "--lastip",
+                "--exec-mode", "--time-delta", "--no-tcal", "--no-wall-clock",
+                "--keep-tcal-on-ovf", "--quiet",
+            ];
+            let mut args: Vec<&str> = words
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| flags >> i & 1 == 1)
+                .map(|(_, w)| *w)
+                .collect();
+            match flags >> 12 & 3 {
+                1 => args.push("--time"),
+                2 => args.push("--tcal"),
+                _ => {}
+            }
+            args.extend(["--mtc-freq", "3", "--nom-freq", "4", "--cpuid-0x15.eax", "1"]);
+            args.extend(["--cpuid-0x15.ebx", "3"]);
+            args.extend(["--cpu", ["6/94", "6/85", "0/0", "none"][cpu]]);
+            let out = list(&d, &args);
+            proptest::prop_assert!(out.is_empty() || out.ends_with('\n'));
+            proptest::prop_assert!(out.lines().count() <= 5 * d.len() + 1);
+        }
+    }
 }

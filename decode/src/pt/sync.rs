@@ -378,4 +378,66 @@ mod tests {
         }
         assert_eq!(b.next_packet(), None);
     }
+
+    /// Trace-like bytes: PSBs, PSBENDs, escapes, TNTs, IP packets, and random bytes.
+    fn tracey() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just(PSB_BYTES.to_vec()),
+            Just(vec![0x02, 0x23]),
+            Just(vec![0x02, 0x82, 0x02, 0x82]),
+            any::<u8>().prop_map(|b| vec![0x02, b]),
+            any::<u8>().prop_map(|b| vec![b & !1]),
+            (any::<u8>(), any::<u64>()).prop_map(|(h, v)| {
+                let mut x = vec![(h & 0xE0) | 0x0D];
+                x.extend_from_slice(&v.to_le_bytes());
+                x
+            }),
+            any::<u8>().prop_map(|b| vec![b]),
+        ];
+        proptest::collection::vec(piece, 0..60).prop_map(|v| v.concat())
+    }
+
+    fn summary(s: &TraceStream<'_>, start: u64) -> Vec<(u64, Option<Packet>, u8)> {
+        PacketReader::new(s, start, s.len(), Errata::default())
+            .map(|r| match r {
+                Ok(p) => (p.offset, Some(p.packet), p.size),
+                Err(e) => (e.offset, None, 0),
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        /// Whatever the bytes: the reader ends, moves forward, never reads a packet
+        /// across a PSB; reading from any PSB gives the same packets as reading from
+        /// the start (chunks agree); and a ring rotation of the same stream reads the
+        /// same.
+        #[test]
+        fn reader_is_total_chunk_independent_and_ring_agnostic(d in tracey(), r in 0usize..1000) {
+            let s = TraceStream::linear(&d);
+            let all = summary(&s, 0);
+            let psbs = find_psbs(&s);
+            let mut last = None;
+            for &(off, ref p, size) in &all {
+                proptest::prop_assert!(last.is_none_or(|l| off > l));
+                last = Some(off);
+                if p.is_some() {
+                    let end = off + size as u64;
+                    proptest::prop_assert!(end <= s.len());
+                    proptest::prop_assert!(!psbs.iter().any(|&q| q > off && q < end));
+                }
+            }
+            for &p in &psbs {
+                let tail: Vec<_> = all.iter().filter(|x| x.0 >= p).cloned().collect();
+                proptest::prop_assert_eq!(summary(&s, p), tail, "from PSB {}", p);
+            }
+            let r = if d.is_empty() { 0 } else { r % d.len() };
+            let mut file = d[r..].to_vec();
+            file.extend_from_slice(&d[..r]);
+            let ring = TraceStream::ring(&file, d.len() - r);
+            proptest::prop_assert_eq!(summary(&ring, 0), all);
+        }
+    }
 }
