@@ -52,7 +52,7 @@ pub struct PtConfig {
     pub errata: Errata,
     /// IA32_RTIT_CTL.MTCFreq: an MTC carries CTC[N+7:N] for N = `mtc_freq`.
     pub mtc_freq: u8,
-    /// The maximum non-turbo ratio, MSR_PLATFORM_INFO[15:8] (perf's
+    /// The maximum non-turbo ratio, `MSR_PLATFORM_INFO[15:8]` (perf's
     /// `max_nonturbo_ratio`; 0 when unknown): with a CBR it calibrates CYC to TSC ticks.
     pub nom_freq: u8,
     /// TSC : core crystal clock ratio, numerator: CPUID.15H:EBX (perf's

@@ -196,7 +196,8 @@ const EXT_PAYLOAD_MAX: usize = 47;
 const ID_MAX: usize = 4;
 const TRACKED_MAX: usize = 16;
 
-/// One line being made (ptdump's `ptdump_buffer`).
+/// One line being made (ptdump's `ptdump_buffer`); its strings are reused from packet
+/// to packet.
 #[derive(Default)]
 struct Line {
     raw: String,
@@ -209,9 +210,39 @@ struct Line {
     skip_tcal: bool,
 }
 
-fn clip(mut s: String, max: usize) -> String {
-    s.truncate(max);
-    s
+impl Line {
+    fn reset(&mut self, opcode: &'static str) {
+        self.raw.clear();
+        self.payload.clear();
+        self.tracked.clear();
+        self.opcode = opcode;
+        self.id = "";
+        self.skip = false;
+        self.skip_time = false;
+        self.skip_tcal = false;
+    }
+}
+
+/// Replace `s` with formatted text (no allocation once `s` has grown).
+fn set(s: &mut String, args: fmt::Arguments<'_>) {
+    s.clear();
+    let _ = s.write_fmt(args);
+}
+
+/// `s`, then spaces up to `width` (printf's `%-*s`).
+fn push_padded(buf: &mut String, s: &str, width: usize) {
+    buf.push_str(s);
+    for _ in s.len()..width {
+        buf.push(' ');
+    }
+}
+
+/// `v` as 16 lower-case hex digits.
+fn push_hex16(buf: &mut String, v: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for i in (0..16).rev() {
+        buf.push(DIGITS[(v >> (4 * i)) as usize & 0xF] as char);
+    }
 }
 
 /// What ptdump tracks across packets (`ptdump_tracking`).
@@ -233,6 +264,9 @@ struct Lister<'a, W: Write> {
     cfg: &'a PtConfig,
     t: Tracking,
     out: &'a mut W,
+    /// The line being made, and the text of the last one.
+    line: Line,
+    buf: String,
 }
 
 /// Write ptdump's listing of `stream` to `out`.
@@ -253,6 +287,8 @@ pub fn ptdump<W: Write>(
         cfg,
         t: Tracking::default(),
         out,
+        line: Line::default(),
+        buf: String::with_capacity(128),
     };
     l.run()
 }
@@ -316,10 +352,16 @@ impl<W: Write> Lister<'_, W> {
     }
 
     fn packet(&mut self, offset: u64, p: &Packet, size: u8) -> fmt::Result {
-        let mut line = Line {
-            opcode: p.name(),
-            ..Line::default()
-        };
+        let mut line = std::mem::take(&mut self.line);
+        line.reset(p.name());
+        let r = self.fill(offset, p, size, &mut line);
+        let r = r.and_then(|()| self.print(offset, &line));
+        self.line = line;
+        r
+    }
+
+    /// The columns of packet `p` (ptdump's `print_packet`), and its tracking.
+    fn fill(&mut self, offset: u64, p: &Packet, size: u8, line: &mut Line) -> fmt::Result {
         if self.opts.raw {
             let mut scratch = [0u8; MAX_PACKET_LEN];
             let bytes = self.stream.window(offset, size as usize, &mut scratch);
@@ -329,6 +371,7 @@ impl<W: Write> Lister<'_, W> {
         }
         let time = self.opts.track_time();
         let cfg = self.cfg;
+        let payload = &mut line.payload;
         match *p {
             Packet::Invalid | Packet::Stop | Packet::Pad | Packet::PsbEnd => {
                 line.skip = *p == Packet::Pad && self.opts.no_pad;
@@ -352,67 +395,63 @@ impl<W: Write> Lister<'_, W> {
                 }
             }
             Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) | Packet::Fup(ip) => {
-                line.payload = ip_payload(&ip);
+                ip_payload(&ip, payload);
                 if self.opts.last_ip {
                     line.id = "ip";
                     self.t.last_ip.update(&ip);
-                    line.tracked = match self.t.last_ip.current() {
-                        Ok(ip) => format!("{ip:016x}"),
-                        Err(NoIp::Suppressed) => "<suppressed>".into(),
+                    match self.t.last_ip.current() {
+                        Ok(ip) => set(&mut line.tracked, format_args!("{ip:016x}")),
+                        Err(NoIp::Suppressed) => line.tracked.push_str("<suppressed>"),
                         Err(NoIp::None) => {
                             self.diag(offset, "error tracking last-ip", Some("no ip"))?;
-                            "<unavailable>".into()
+                            line.tracked.push_str("<unavailable>");
                         }
-                    };
+                    }
                 }
             }
             Packet::Pip { cr3, nr } => {
-                line.payload = format!("{cr3:x}{}", if nr { ", nr" } else { "" });
+                set(
+                    payload,
+                    format_args!("{cr3:x}{}", if nr { ", nr" } else { "" }),
+                );
                 line.id = "cr3";
-                line.tracked = format!("{cr3:016x}");
+                set(&mut line.tracked, format_args!("{cr3:016x}"));
             }
             Packet::Vmcs(base) => {
-                line.payload = format!("{base:x}");
+                set(payload, format_args!("{base:x}"));
                 line.id = "vmcs";
-                line.tracked = format!("{base:016x}");
+                set(&mut line.tracked, format_args!("{base:016x}"));
             }
-            Packet::Tnt8(t) | Packet::Tnt64(t) => line.payload = tnt_payload(&t),
+            Packet::Tnt8(t) | Packet::Tnt64(t) => tnt_payload(&t, payload),
             Packet::ModeExec(m) => {
-                let (csd, csl) = (
-                    if m.csd { "cs.d" } else { "" },
-                    if m.csl { "cs.l" } else { "" },
-                );
-                line.payload = format!(
-                    "{csd}{}{csl}{}{}",
-                    if m.csd && m.csl { ", " } else { "" },
-                    if m.iflag && (m.csd || m.csl) {
-                        ", "
-                    } else {
-                        ""
-                    },
-                    if m.iflag { "if" } else { "" }
-                );
+                let csd = if m.csd { "cs.d" } else { "" };
+                let csl = if m.csl { "cs.l" } else { "" };
+                payload.push_str(csd);
+                payload.push_str(if m.csd && m.csl { ", " } else { "" });
+                payload.push_str(csl);
+                payload.push_str(if m.iflag && (m.csd || m.csl) {
+                    ", "
+                } else {
+                    ""
+                });
+                payload.push_str(if m.iflag { "if" } else { "" });
                 if self.opts.exec_mode {
                     line.id = "em";
-                    line.tracked = match m.address_mode() {
+                    line.tracked.push_str(match m.address_mode() {
                         AddressMode::Bits64 => "64-bit",
                         AddressMode::Bits32 => "32-bit",
                         AddressMode::Bits16 => "16-bit",
                         AddressMode::Invalid => "unknown",
-                    }
-                    .into();
+                    });
                 }
             }
             Packet::ModeTsx(m) => {
-                line.payload = format!(
-                    "{}{}{}",
-                    if m.intx { "intx" } else { "" },
-                    if m.intx && m.abort { ", " } else { "" },
-                    if m.abort { "abrt" } else { "" }
-                );
+                payload.push_str(if m.intx { "intx" } else { "" });
+                payload.push_str(if m.intx && m.abort { ", " } else { "" });
+                payload.push_str(if m.abort { "abrt" } else { "" });
             }
             Packet::Tsc(v) => {
-                line.payload = format!("{v:x}");
+                set(payload, format_args!("{v:x}"));
                 if time {
                     if !self.opts.no_tcal {
                         let r = if self.t.in_header {
@@ -424,12 +463,12 @@ impl<W: Write> Lister<'_, W> {
                         self.check(offset, "error calibrating time", r)?;
                     }
                     self.t.clock.update_tsc(v);
-                    self.show_time(offset, &mut line)?;
+                    self.show_time(offset, line)?;
                 }
                 line.skip |= self.opts.no_timing;
             }
             Packet::Cbr(r) => {
-                line.payload = format!("{r:x}");
+                set(payload, format_args!("{r:x}"));
                 if time {
                     if !self.opts.no_tcal {
                         let e = if self.t.in_header {
@@ -443,22 +482,22 @@ impl<W: Write> Lister<'_, W> {
                     self.check(offset, "error updating time", e)?;
                     // A CBR says nothing about the time itself.
                     line.skip_time = true;
-                    self.show_time(offset, &mut line)?;
+                    self.show_time(offset, line)?;
                 }
                 line.skip |= self.opts.no_timing;
             }
             Packet::Tma { ctc, fc } => {
-                line.payload = format!("{ctc:x}, {fc:x}");
+                set(payload, format_args!("{ctc:x}, {fc:x}"));
                 if time {
                     let e = self.t.clock.update_tma(ctc, fc, cfg);
                     self.check(offset, "error updating time", e)?;
                     line.skip_tcal = true;
-                    self.show_time(offset, &mut line)?;
+                    self.show_time(offset, line)?;
                 }
                 line.skip |= self.opts.no_timing;
             }
             Packet::Mtc(c) => {
-                line.payload = format!("{c:x}");
+                set(payload, format_args!("{c:x}"));
                 if time {
                     if !self.opts.no_tcal {
                         let e = self.t.cal.update_mtc(c, cfg);
@@ -466,12 +505,12 @@ impl<W: Write> Lister<'_, W> {
                     }
                     let e = self.t.clock.update_mtc(c, cfg);
                     self.check(offset, "error updating time", e)?;
-                    self.show_time(offset, &mut line)?;
+                    self.show_time(offset, line)?;
                 }
                 line.skip |= self.opts.no_timing;
             }
             Packet::Cyc(v) => {
-                line.payload = format!("{v:x}");
+                set(payload, format_args!("{v:x}"));
                 if time && !self.opts.no_cyc {
                     let mut fcr = 0;
                     if !self.opts.no_tcal {
@@ -493,22 +532,23 @@ impl<W: Write> Lister<'_, W> {
                         Ok(()) => {}
                     }
                     line.skip_tcal = true;
-                    self.show_time(offset, &mut line)?;
+                    self.show_time(offset, line)?;
                 }
                 line.skip |= self.opts.no_timing || self.opts.no_cyc;
             }
-            Packet::Mnt(v) => line.payload = format!("{v:x}"),
-            Packet::Exstop { ip } => line.payload = if ip { "ip".into() } else { String::new() },
-            Packet::Mwait { hints, ext } => line.payload = format!("{hints:08x}, {ext:08x}"),
-            Packet::Pwre(w) => {
-                line.payload = format!(
+            Packet::Mnt(v) => set(payload, format_args!("{v:x}")),
+            Packet::Exstop { ip } => payload.push_str(if ip { "ip" } else { "" }),
+            Packet::Mwait { hints, ext } => set(payload, format_args!("{hints:08x}, {ext:08x}")),
+            Packet::Pwre(w) => set(
+                payload,
+                format_args!(
                     "c{}.{}{}",
                     (w.state + 1) & 0xF,
                     (w.sub_state + 1) & 0xF,
                     // libipt's HW bit.
                     if w.flags & 0x08 != 0 { ", hw" } else { "" }
-                );
-            }
+                ),
+            ),
             Packet::Pwrx(x) => {
                 // One wake reason, or "bad" (none, or more than one).
                 let wr = match (x.interrupt(), x.store(), x.hw()) {
@@ -517,36 +557,41 @@ impl<W: Write> Lister<'_, W> {
                     (false, false, true) => " hw",
                     _ => "bad",
                 };
-                line.payload = format!("{wr}: c{}, c{}", (x.last + 1) & 0xF, (x.deepest + 1) & 0xF);
+                let (last, deepest) = ((x.last + 1) & 0xF, (x.deepest + 1) & 0xF);
+                set(payload, format_args!("{wr}: c{last}, c{deepest}"));
             }
-            Packet::Ptw { payload, len, ip } => {
-                line.payload = format!(
-                    "{}: {payload:x}{}",
+            Packet::Ptw {
+                payload: v,
+                len,
+                ip,
+            } => set(
+                payload,
+                format_args!(
+                    "{}: {v:x}{}",
                     (len == 8) as u8,
                     if ip { ", ip" } else { "" }
-                );
-            }
+                ),
+            ),
             Packet::Cfe { kind, vector, ip } => {
                 let ip = if ip { ", ip" } else { "" };
                 line.id = "type";
-                line.tracked = cfe_name(kind).into();
-                line.payload = match kind {
+                line.tracked.push_str(cfe_name(kind));
+                match kind {
                     // Interrupts: the vector in decimal; SIPI: in hex.
-                    0x01 | 0x09 | 0x0C | 0x0E => format!("{kind}: {vector}{ip}"),
-                    0x05 => format!("{kind}: {vector:x}{ip}"),
-                    _ => format!("{kind}{ip}"),
-                };
+                    0x01 | 0x09 | 0x0C | 0x0E => set(payload, format_args!("{kind}: {vector}{ip}")),
+                    0x05 => set(payload, format_args!("{kind}: {vector:x}{ip}")),
+                    _ => set(payload, format_args!("{kind}{ip}")),
+                }
             }
-            Packet::Evd { kind, payload } => {
-                line.payload = format!("{kind}: {payload:x}");
+            Packet::Evd { kind, payload: v } => {
+                set(payload, format_args!("{kind}: {v:x}"));
                 line.id = "type";
-                line.tracked = match kind {
+                line.tracked.push_str(match kind {
                     0 => "cr2",
                     1 => "vmxq",
                     2 => "vmxr",
                     _ => "unknown",
-                }
-                .into();
+                });
             }
             Packet::Trig {
                 trbv,
@@ -554,21 +599,27 @@ impl<W: Write> Lister<'_, W> {
                 mult,
                 icnt,
             } => {
-                let mut s = format!(
-                    "{trbv:02x}{}{}",
-                    if ip { ", ip" } else { "" },
-                    if mult { ", mult" } else { "" }
+                set(
+                    payload,
+                    format_args!(
+                        "{trbv:02x}{}{}",
+                        if ip { ", ip" } else { "" },
+                        if mult { ", mult" } else { "" }
+                    ),
                 );
                 if let Some(n) = icnt {
-                    let _ = write!(s, ", icnt: {n}");
+                    let _ = write!(payload, ", icnt: {n}");
                 }
-                line.payload = clip(s, EXT_PAYLOAD_MAX);
             }
         }
-        if !matches!(p, Packet::Tnt8(_) | Packet::Tnt64(_) | Packet::Trig { .. }) {
-            line.payload = clip(std::mem::take(&mut line.payload), PAYLOAD_MAX);
-        }
-        self.print(offset, line)
+        // ptdump's buffers: TNT and TRIG use the longer one.
+        let max = match p {
+            Packet::Tnt8(_) | Packet::Tnt64(_) | Packet::Trig { .. } => EXT_PAYLOAD_MAX,
+            _ => PAYLOAD_MAX,
+        };
+        line.payload.truncate(max);
+        line.tracked.truncate(TRACKED_MAX);
+        Ok(())
     }
 
     fn check(&mut self, offset: u64, what: &str, r: Result<(), TimeError>) -> fmt::Result {
@@ -582,28 +633,26 @@ impl<W: Write> Lister<'_, W> {
     fn show_time(&mut self, offset: u64, line: &mut Line) -> fmt::Result {
         if self.opts.tcal && !line.skip_tcal {
             line.id = "fcr";
+            line.tracked.clear();
             match self.t.cal.fcr() {
                 None => {
-                    line.tracked = "<unavailable>".into();
+                    line.tracked.push_str("<unavailable>");
                     self.diag(
                         offset,
                         "error printing time",
                         Some(time_errstr(TimeError::NoTime)),
                     )?;
                 }
-                Some(fcr) => {
-                    line.tracked = if self.opts.time_delta {
-                        let d = fixed_point(fcr as i128 - self.t.fcr as i128, true);
-                        self.t.fcr = fcr;
-                        d
-                    } else {
-                        fixed_point(fcr as i128, false)
-                    };
+                Some(fcr) if self.opts.time_delta => {
+                    fixed_point(fcr as i128 - self.t.fcr as i128, true, &mut line.tracked);
+                    self.t.fcr = fcr;
                 }
+                Some(fcr) => fixed_point(fcr as i128, false, &mut line.tracked),
             }
         }
         if self.opts.time && !line.skip_time {
             line.id = "tsc";
+            line.tracked.clear();
             let tsc = match self.t.clock.tsc() {
                 Some(t) => Some(t),
                 None if self.opts.no_wall_clock => Some(self.t.clock.tsc_relative()),
@@ -616,73 +665,83 @@ impl<W: Write> Lister<'_, W> {
                         "error printing time",
                         Some(time_errstr(TimeError::NoTime)),
                     )?;
-                    line.tracked = "<unavailable>".into();
+                    line.tracked.push_str("<unavailable>");
                 }
                 Some(tsc) if self.opts.time_delta => {
                     let old = self.t.tsc;
-                    line.tracked = if old <= tsc {
-                        format!("+{:x}", tsc - old)
+                    if old <= tsc {
+                        set(&mut line.tracked, format_args!("+{:x}", tsc - old));
                     } else {
-                        format!("-{:x}", old - tsc)
-                    };
+                        set(&mut line.tracked, format_args!("-{:x}", old - tsc));
+                    }
                     self.t.tsc = tsc;
                 }
-                Some(tsc) => line.tracked = format!("{tsc:016x}"),
+                Some(tsc) => push_hex16(&mut line.tracked, tsc),
             }
         }
         Ok(())
     }
 
-    /// ptdump's `print_buffer`: the columns, padded as its printf widths pad them.
-    fn print(&mut self, offset: u64, line: Line) -> fmt::Result {
+    /// ptdump's `print_buffer`: the columns, padded as its printf widths pad them, made
+    /// in one buffer and written at once.
+    fn print(&mut self, offset: u64, line: &Line) -> fmt::Result {
         if line.skip || self.opts.quiet {
             return Ok(());
         }
+        let b = &mut self.buf;
+        b.clear();
         let mut sep = "";
         if self.opts.show_offset {
-            write!(self.out, "{:<17}", format!("{offset:016x}"))?;
+            push_hex16(b, offset);
+            b.push(' ');
             sep = " ";
         }
         if !line.raw.is_empty() {
-            write!(self.out, "{sep}{:<33}", line.raw)?;
+            b.push_str(sep);
+            push_padded(b, &line.raw, 33);
             sep = " ";
         }
+        b.push_str(sep);
         let opcode = &line.opcode[..line.opcode.len().min(OPCODE_MAX)];
         if line.payload.is_empty() {
-            write!(self.out, "{sep}{opcode}")?;
+            b.push_str(opcode);
         } else {
-            write!(self.out, "{sep}{opcode:<10}")?;
+            push_padded(b, opcode, 10);
         }
         if !line.id.is_empty() {
-            let id = &line.id[..line.id.len().min(ID_MAX)];
-            let tracked = clip(line.tracked, TRACKED_MAX);
-            write!(self.out, " {:<25} {id:<5}{tracked}", line.payload)?;
+            b.push(' ');
+            push_padded(b, &line.payload, 25);
+            b.push(' ');
+            push_padded(b, &line.id[..line.id.len().min(ID_MAX)], 5);
+            b.push_str(&line.tracked);
         } else if !line.payload.is_empty() {
-            write!(self.out, " {}", line.payload)?;
+            b.push(' ');
+            b.push_str(&line.payload);
         }
-        writeln!(self.out)
+        b.push('\n');
+        self.out.write_str(b)
     }
 }
 
 /// A TIP/FUP payload as ptdump shows it: IPBytes, then the bytes sent, `?` for the
 /// ones left out.
-fn ip_payload(p: &IpPayload) -> String {
+fn ip_payload(p: &IpPayload, out: &mut String) {
     let c = p.compression.ip_bytes();
-    match p.compression {
-        IpCompression::Suppressed => format!("{c:x}: ????????????????"),
-        IpCompression::Update16 => format!("{c:x}: ????????????{:04x}", p.bits),
-        IpCompression::Update32 => format!("{c:x}: ????????{:08x}", p.bits),
-        IpCompression::Update48 => format!("{c:x}: ????{:012x}", p.bits),
-        IpCompression::Sext48 => format!("{c:x}: {:016x}", super::last_ip::sext48(p.bits)),
-        IpCompression::Full => format!("{c:x}: {:016x}", p.bits),
-    }
+    let _ = match p.compression {
+        IpCompression::Suppressed => write!(out, "{c:x}: ????????????????"),
+        IpCompression::Update16 => write!(out, "{c:x}: ????????????{:04x}", p.bits),
+        IpCompression::Update32 => write!(out, "{c:x}: ????????{:08x}", p.bits),
+        IpCompression::Update48 => write!(out, "{c:x}: ????{:012x}", p.bits),
+        IpCompression::Sext48 => write!(out, "{c:x}: {:016x}", super::last_ip::sext48(p.bits)),
+        IpCompression::Full => write!(out, "{c:x}: {:016x}", p.bits),
+    };
 }
 
 /// TNT bits oldest first: `!` taken, `.` not taken.
-fn tnt_payload(t: &Tnt) -> String {
-    (0..t.len.min(EXT_PAYLOAD_MAX as u8))
-        .map(|i| if t.taken(i) { '!' } else { '.' })
-        .collect()
+fn tnt_payload(t: &Tnt, out: &mut String) {
+    for i in 0..t.len.min(EXT_PAYLOAD_MAX as u8) {
+        out.push(if t.taken(i) { '!' } else { '.' });
+    }
 }
 
 fn cfe_name(kind: u8) -> &'static str {
@@ -708,7 +767,7 @@ fn cfe_name(kind: u8) -> &'static str {
 /// A value with [`FCR_SHIFT`] fraction bits to three decimals, rounded half to even as
 /// C's `printf("%.3f")` rounds the exact binary value; `signed` adds `+` to non-negative
 /// values (`%+.3f`).
-fn fixed_point(v: i128, signed: bool) -> String {
+fn fixed_point(v: i128, signed: bool, out: &mut String) {
     let neg = v < 0;
     let m = v.unsigned_abs();
     let scale = 1u128 << FCR_SHIFT;
@@ -725,7 +784,7 @@ fn fixed_point(v: i128, signed: bool) -> String {
     } else {
         ""
     };
-    format!("{sign}{}.{:03}", q / 1000, q % 1000)
+    let _ = write!(out, "{sign}{}.{:03}", q / 1000, q % 1000);
 }
 
 #[cfg(test)]
@@ -743,13 +802,18 @@ mod tests {
 
     #[test]
     fn fixed_point_rounds_like_printf() {
-        assert_eq!(fixed_point(256, false), "1.000");
-        assert_eq!(fixed_point(256 + 16, false), "1.062"); // 1.0625: half to even
-        assert_eq!(fixed_point(256 + 48, false), "1.188"); // 1.1875
-        assert_eq!(fixed_point(1, false), "0.004");
-        assert_eq!(fixed_point(0, true), "+0.000");
-        assert_eq!(fixed_point(-128, true), "-0.500");
-        assert_eq!(fixed_point(255, false), "0.996");
+        let f = |v, signed| {
+            let mut s = String::new();
+            fixed_point(v, signed, &mut s);
+            s
+        };
+        assert_eq!(f(256, false), "1.000");
+        assert_eq!(f(256 + 16, false), "1.062"); // 1.0625: half to even
+        assert_eq!(f(256 + 48, false), "1.188"); // 1.1875
+        assert_eq!(f(1, false), "0.004");
+        assert_eq!(f(0, true), "+0.000");
+        assert_eq!(f(-128, true), "-0.500");
+        assert_eq!(f(255, false), "0.996");
     }
 
     #[test]

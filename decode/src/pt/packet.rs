@@ -46,13 +46,13 @@ pub const MAX_PACKET_LEN: usize = 16;
 pub enum IpCompression {
     /// 000: no payload; the IP is out of context. Last IP is unchanged.
     Suppressed = 0,
-    /// 001: two bytes replace Last IP[15:0].
+    /// 001: two bytes replace bits 15:0 of Last IP.
     Update16 = 1,
-    /// 010: four bytes replace Last IP[31:0].
+    /// 010: four bytes replace bits 31:0 of Last IP.
     Update32 = 2,
     /// 011: six bytes, sign-extended from bit 47.
     Sext48 = 3,
-    /// 100: six bytes replace Last IP[47:0].
+    /// 100: six bytes replace bits 47:0 of Last IP.
     Update48 = 4,
     /// 110: eight bytes, the full IP.
     Full = 6,
@@ -225,11 +225,11 @@ pub enum Packet {
     },
     ModeExec(ExecMode),
     ModeTsx(TsxMode),
-    /// TSC[55:0] (36.4.2.11).
+    /// TSC bits 55:0 (36.4.2.11).
     Tsc(u64),
     /// Core:bus ratio (36.4.2.10).
     Cbr(u8),
-    /// TSC/MTC alignment (36.4.2.13): CTC[15:0] and the 9-bit FastCounter at the TSC.
+    /// TSC/MTC alignment (36.4.2.13): CTC bits 15:0 and the 9-bit FastCounter at the TSC.
     Tma {
         ctc: u16,
         fc: u16,
