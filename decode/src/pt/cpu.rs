@@ -85,24 +85,27 @@ impl fmt::Display for Cpu {
     }
 }
 
-/// Intel PT errata a decoder works around.
+/// Intel PT errata a decoder works around (titles from the specification updates).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Errata {
-    /// BDM70: PSB+ may hold FUP/MODE packets that belong after PSBEND.
+    /// BDM70: PSB+ may contain unexpected packets (a FUP and MODE.Exec in the PSB+
+    /// before a TIP.PGE).
     pub bdm70: bool,
     /// BDM64: an incorrect packet may precede a TSX abort.
     pub bdm64: bool,
-    /// SKD007: an OVF's escape byte may be swallowed by a CYC before it.
+    /// SKD007: an OVF may be sent after the first byte of a multi-byte CYC, in place of
+    /// its other bytes.
     pub skd007: bool,
-    /// SKD022: a VM entry that clears TraceEn may give a TIP.PGD without FUP.
+    /// SKD022: a VM entry that clears TraceEn may generate a FUP (before the TIP.PGD).
     pub skd022: bool,
-    /// SKD010: a FUP after a TSX mode change may carry a wrong IP.
+    /// SKD010: the FUP after an OVF may be dropped.
     pub skd010: bool,
-    /// SKL014: a TIP.PGD may be missing for a filtered direct branch.
+    /// SKL014: a TIP.PGD for a direct branch leaving the IP filter may lack its
+    /// target IP.
     pub skl014: bool,
-    /// APL12: a TIP.PGE may follow an OVF while tracing is off.
+    /// APL12: an OVF may be followed by an unexpected FUP (while FilterEn is clear).
     pub apl12: bool,
-    /// APL11: a PSB+ may follow an OVF where a FUP was expected.
+    /// APL11: an OVF may be followed by a TIP.PGD.
     pub apl11: bool,
     /// SKL168: CYC packets just before a PSB may be dropped (calibration must not use
     /// the first MTC after a PSB when that looks so).
@@ -263,7 +266,7 @@ const GROUPS: &[Group] = &[
             ..NONE
         },
     },
-    // Goldmont Plus, Tremont, Gracemont, Crestmont, Sierra Forest.
+    // Goldmont Plus, Tremont and later Atom cores.
     Group {
         models: &[
             (6, 0x7a),
