@@ -211,7 +211,7 @@ impl Clock {
         let delta = match ctc_delta(ctc, last, cfg) {
             Ok(d) => d,
             Err(e) => {
-                self.lost_mtc += 1;
+                self.lost_mtc = self.lost_mtc.saturating_add(1);
                 return Err(e);
             }
         };
@@ -236,7 +236,7 @@ impl Clock {
     /// CYC (36.4.2.14) with the calibration `fcr` (0: none yet; the CYC is lost).
     pub fn update_cyc(&mut self, cyc: u64, fcr: u64, cfg: &PtConfig) -> Result<(), TimeError> {
         if fcr == 0 {
-            self.lost_cyc += 1;
+            self.lost_cyc = self.lost_cyc.saturating_add(1);
             return Ok(());
         }
         let cyc = if self.fc == 0 {
@@ -379,7 +379,7 @@ impl Calibration {
         self.cyc_mtc = 0;
         self.ctc = ctc;
         // Counted lost unless the estimate below succeeds.
-        self.lost_mtc += 1;
+        self.lost_mtc = self.lost_mtc.saturating_add(1);
         let delta = ctc_delta(ctc, last, cfg)?;
         let fc = ctc_to_fc(delta, cfg)?;
         if fc >> (64 - FCR_SHIFT) != 0 {
