@@ -393,7 +393,7 @@ pub enum PacketErrorKind {
     ReservedTmaBits,
     /// `02 82` not followed by seven more `02 82`.
     BadPsb,
-    /// A TNT-64 with no stop bit (an all-zero payload).
+    /// A TNT-64 without TNT bits (no stop bit, or the stop bit alone in bit 0).
     EmptyTnt,
     /// A CYC whose value would need more than 64 bits.
     CycTooLong,
@@ -431,7 +431,7 @@ impl fmt::Display for PacketErrorKind {
             }
             PacketErrorKind::ReservedTmaBits => f.write_str("TMA with reserved bits set"),
             PacketErrorKind::BadPsb => f.write_str("PSB opcode without the PSB pattern"),
-            PacketErrorKind::EmptyTnt => f.write_str("TNT-64 without a stop bit"),
+            PacketErrorKind::EmptyTnt => f.write_str("TNT-64 without TNT bits"),
             PacketErrorKind::CycTooLong => f.write_str("CYC longer than 64 bits"),
         }
     }
@@ -622,7 +622,8 @@ fn parse_ext(b: &[u8], errata: &Errata) -> Result<(Packet, u8), PacketErrorKind>
         0xA3 => {
             need(8)?;
             let payload = le(&b[2..8]);
-            if payload == 0 {
+            // Only a stop bit (or none): no TNT bits.
+            if payload < 2 {
                 return Err(PacketErrorKind::EmptyTnt);
             }
             let len = 63 - payload.leading_zeros() as u8;

@@ -341,6 +341,23 @@ mod tests {
     }
 
     #[test]
+    fn reader_at_back_to_back_psbs_reads_both() {
+        // next_psb names the second; a reader already at the first reads it as well.
+        let mut d = PSB_BYTES.to_vec();
+        d.extend_from_slice(&PSB_BYTES);
+        d.extend_from_slice(&[0x02, 0x23]);
+        let got: Vec<(u64, Packet)> = read_all(&d)
+            .into_iter()
+            .map(|p| p.map(|p| (p.offset, p.packet)).unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [(0, Packet::Psb), (16, Packet::Psb), (32, Packet::PsbEnd)]
+        );
+        assert_eq!(find_psbs(&TraceStream::linear(&d)), [16]);
+    }
+
+    #[test]
     fn reader_truncates_at_the_end_and_resyncs_after_a_bad_opcode() {
         let mut d = PSB_BYTES.to_vec();
         d.push(0xC9); // no such opcode
