@@ -329,6 +329,17 @@ impl<W: Write> Lister<'_, W> {
                         self.packet(pos, &packet, size)?;
                         pos += size as u64;
                     }
+                    Err(_) if self.corrupt_tma_at_end(bytes) => {
+                        // libipt reports the SKZ84 TMA as 8 bytes although 7 are left:
+                        // `<invalid>`, then the end; with `--raw` its bytes cannot be
+                        // shown, which is an error that ends in a resync finding nothing.
+                        if !self.opts.raw {
+                            self.packet(pos, &Packet::Invalid, 7)?;
+                        } else {
+                            self.diag(pos, "bad packet size", Some("unknown packet"))?;
+                        }
+                        return Ok(());
+                    }
                     Err(e) if e.is_truncated() => return Ok(()),
                     Err(e) => {
                         self.diag(pos, "error decoding packet", Some(decode_errstr(&e)))?;
@@ -364,7 +375,14 @@ impl<W: Write> Lister<'_, W> {
     fn fill(&mut self, offset: u64, p: &Packet, size: u8, line: &mut Line) -> fmt::Result {
         if self.opts.raw {
             let mut scratch = [0u8; MAX_PACKET_LEN];
-            let bytes = self.stream.window(offset, size as usize, &mut scratch);
+            // An OVF that SKD007's CYC swallowed the escape of is 3 bytes here; libipt
+            // counts 2 (from the CYC's offset).
+            let n = if *p == Packet::Ovf && size == 3 {
+                2
+            } else {
+                size
+            };
+            let bytes = self.stream.window(offset, n as usize, &mut scratch);
             for b in bytes {
                 let _ = write!(line.raw, "{b:02x}");
             }
@@ -620,6 +638,15 @@ impl<W: Write> Lister<'_, W> {
         line.payload.truncate(max);
         line.tracked.truncate(TRACKED_MAX);
         Ok(())
+    }
+
+    /// The last 7 bytes of the trace are a TMA with reserved bits set, on a processor
+    /// with SKZ84 (which libipt takes for an 8-byte corrupt packet).
+    fn corrupt_tma_at_end(&self, bytes: &[u8]) -> bool {
+        self.cfg.errata.skz84
+            && bytes.len() == 7
+            && bytes[..2] == [0x02, 0x73]
+            && parse(bytes, &Errata::default()) == Err(PacketErrorKind::ReservedTmaBits)
     }
 
     fn check(&mut self, offset: u64, what: &str, r: Result<(), TimeError>) -> fmt::Result {
@@ -913,6 +940,46 @@ mod tests {
         );
         // A packet cut off by the end ends the listing quietly.
         assert_eq!(list(&d[..d.len() - 1], &[]).lines().count(), 5);
+    }
+
+    #[test]
+    fn erratum_corners_as_libipt_has_them() {
+        // SKD007: a CYC that took an OVF's escape byte: one OVF at the CYC's offset,
+        // whose raw bytes libipt counts as two.
+        let mut d = PSB_BYTES.to_vec();
+        d.extend_from_slice(&[0x07, 0x02, 0xF3, 0x00]);
+        let got = list(&d, &["--cpu", "6/94", "--raw", "--no-offset"]);
+        assert_eq!(
+            got,
+            format!(
+                "{:<33} psb\n{:<33} ovf\n{:<33} pad\n",
+                "0282".repeat(8),
+                "0702",
+                "00"
+            )
+        );
+        // SKZ84: a TMA with reserved bits set is an 8-byte <invalid>, even as the
+        // trace's last 7 bytes; with --raw that is a problem line.
+        let mut d = PSB_BYTES.to_vec();
+        d.extend_from_slice(&[0x02, 0x73, 0x01, 0x01, 0x01, 0x01, 0x00]);
+        assert_eq!(
+            list(&d, &["--cpu", "6/85"]),
+            "0000000000000000  psb\n0000000000000010  <invalid>\n"
+        );
+        assert_eq!(
+            list(&d, &["--cpu", "6/85", "--raw"]).lines().last(),
+            Some("[10: bad packet size: unknown packet]")
+        );
+        // Without the erratum the reserved bits are an error and the end is quiet.
+        assert_eq!(
+            list(&d, &[]),
+            "0000000000000000  psb\n[10: error decoding packet: unknown packet]\n"
+        );
+        d.push(0x00);
+        assert_eq!(
+            list(&d, &["--cpu", "6/85"]),
+            "0000000000000000  psb\n0000000000000010  <invalid>\n"
+        );
     }
 
     #[test]
