@@ -154,6 +154,47 @@ pub enum PtFilterKind {
     Stop,
 }
 
+impl Manifest {
+    /// The Intel PT decoder's configuration: IA32_RTIT_CTL (`rtit_ctl`), then `[pt]`.
+    /// An unknown `cpu` is an error; a processor without an errata table entry is not
+    /// (decoding goes on without errata; `Errata::for_cpu` tells).
+    pub fn pt_config(&self) -> Result<PtConfig, String> {
+        let mut c = PtConfig::from_rtit_ctl(self.rtit_ctl);
+        let Some(f) = &self.pt else {
+            return Ok(c);
+        };
+        if let Some(cpu) = &f.cpu {
+            let cpu = cpu.parse::<Cpu>().map_err(|e| format!("[pt] cpu: {e}"))?;
+            let _ = c.set_cpu(cpu);
+        }
+        c.mtc_freq = f.mtc_freq.unwrap_or(c.mtc_freq);
+        c.nom_freq = f.nom_freq.unwrap_or(c.nom_freq);
+        c.tsc_ctc_ratio_n = f.tsc_ctc_ratio_n.unwrap_or(c.tsc_ctc_ratio_n);
+        c.tsc_ctc_ratio_d = f.tsc_ctc_ratio_d.unwrap_or(c.tsc_ctc_ratio_d);
+        c.ret_compression = f.ret_compression.unwrap_or(c.ret_compression);
+        c.cyc = f.cyc.unwrap_or(c.cyc);
+        c.mtc = f.mtc.unwrap_or(c.mtc);
+        c.tsc = f.tsc.unwrap_or(c.tsc);
+        for r in &f.filters {
+            if r.from > r.to {
+                return Err(format!(
+                    "[[pt.filter]] from {:#x} is above to {:#x}",
+                    r.from, r.to
+                ));
+            }
+            c.filters.push(AddrRange {
+                kind: match r.kind {
+                    PtFilterKind::Filter => FilterKind::Filter,
+                    PtFilterKind::Stop => FilterKind::Stop,
+                },
+                from: r.from,
+                to: r.to,
+            });
+        }
+        Ok(c)
+    }
+}
+
 fn default_trace() -> String {
     "trace.rtit".to_string()
 }
@@ -301,45 +342,6 @@ impl Manifest {
             generator: None,
             pt: None,
         }
-    }
-
-    /// The Intel PT decoder's configuration: IA32_RTIT_CTL (`rtit_ctl`), then `[pt]`.
-    /// An unknown `cpu` is an error; a processor without an errata table entry is not
-    /// (decoding goes on without errata; `Errata::for_cpu` tells).
-    pub fn pt_config(&self) -> Result<PtConfig, String> {
-        let mut c = PtConfig::from_rtit_ctl(self.rtit_ctl);
-        let Some(f) = &self.pt else {
-            return Ok(c);
-        };
-        if let Some(cpu) = &f.cpu {
-            let cpu = cpu.parse::<Cpu>().map_err(|e| format!("[pt] cpu: {e}"))?;
-            let _ = c.set_cpu(cpu);
-        }
-        c.mtc_freq = f.mtc_freq.unwrap_or(c.mtc_freq);
-        c.nom_freq = f.nom_freq.unwrap_or(c.nom_freq);
-        c.tsc_ctc_ratio_n = f.tsc_ctc_ratio_n.unwrap_or(c.tsc_ctc_ratio_n);
-        c.tsc_ctc_ratio_d = f.tsc_ctc_ratio_d.unwrap_or(c.tsc_ctc_ratio_d);
-        c.ret_compression = f.ret_compression.unwrap_or(c.ret_compression);
-        c.cyc = f.cyc.unwrap_or(c.cyc);
-        c.mtc = f.mtc.unwrap_or(c.mtc);
-        c.tsc = f.tsc.unwrap_or(c.tsc);
-        for r in &f.filters {
-            if r.from > r.to {
-                return Err(format!(
-                    "[[pt.filter]] from {:#x} is above to {:#x}",
-                    r.from, r.to
-                ));
-            }
-            c.filters.push(AddrRange {
-                kind: match r.kind {
-                    PtFilterKind::Filter => FilterKind::Filter,
-                    PtFilterKind::Stop => FilterKind::Stop,
-                },
-                from: r.from,
-                to: r.to,
-            });
-        }
-        Ok(c)
     }
 
     /// Read `DIR/bundle.toml`.
