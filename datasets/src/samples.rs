@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use arrow::array::{ArrayRef, BooleanArray, UInt32Array, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
-use tracemill_decode::rtit::config::ctl;
+use tracemill_decode::config::ctl;
 use tracemill_decode::image::ImageSet;
 use tracemill_sinks::{FileMeta, TableWriter};
 

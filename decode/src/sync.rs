@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use super::packet::PSB_BYTES;
+use crate::packet::PSB_BYTES;
 use crate::stream::TraceStream;
 
 fn finder() -> &'static memchr::memmem::Finder<'static> {
