@@ -33,6 +33,7 @@ fn run(target: &str, data: &[u8]) {
         "stitch_diff" => targets::stitch_diff(data),
         "bundle_toml" => targets::bundle_toml(data),
         "elf" => targets::elf(data),
+        "stretch" => targets::stretch(data),
         t => panic!("no fuzz target {t}"),
     }
 }
@@ -56,6 +57,7 @@ fn seed_corpora_pass_every_check() {
         "stitch_diff",
         "bundle_toml",
         "elf",
+        "stretch",
     ] {
         let dir = root().join("fuzz/corpus").join(t);
         let mut n = 0;
