@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! BUNDLE/
-//!   bundle.toml      rtit_ctl, ring_offset?, guaranteed_ratio?, [[image]], [labels]
+//!   bundle.toml      format?, rtit_ctl, ring_offset?, guaranteed_ratio?, [pt]?, [[image]], [labels]
 //!   trace.rtit       the raw bytes as collected
 //!   images/          code images
 //!   truth/           (generated bundles) branches.parquet, summary.json
@@ -20,11 +20,18 @@ use std::path::{Path, PathBuf};
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
+use tracemill_decode::pt::config::{AddrRange, FilterKind, PtConfig};
+use tracemill_decode::pt::cpu::Cpu;
 
 /// `bundle.toml`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
-    /// RTIT_CTL (spec 3.3.2).
+    /// The trace format: `"rtit"` (the default) or `"pt"` (Intel PT).
+    #[serde(default, skip_serializing_if = "TraceFormat::is_rtit")]
+    pub format: TraceFormat,
+    /// RTIT_CTL (spec 3.3.2). For Intel PT, IA32_RTIT_CTL (SDM 36.2.7.2; its bits are
+    /// also those of perf's `intel_pt//` config): MTCFreq, CYCEn, MTCEn, TSCEn and
+    /// DisRETC come from it unless `[pt]` says otherwise.
     #[serde(with = "hex_u64")]
     pub rtit_ctl: u64,
     /// The trace file, relative to the bundle (default `trace.rtit`).
@@ -53,6 +60,141 @@ pub struct Manifest {
     /// How a generated bundle was made (model options, source), for reproducing it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generator: Option<toml::Table>,
+    /// `[pt]`: what an Intel PT decoder needs beyond IA32_RTIT_CTL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pt: Option<PtFacts>,
+}
+
+/// `format` in `bundle.toml`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceFormat {
+    /// Intel RTIT (Silvermont/Airmont Atom).
+    #[default]
+    Rtit,
+    /// Intel PT.
+    Pt,
+}
+
+impl TraceFormat {
+    fn is_rtit(&self) -> bool {
+        *self == TraceFormat::Rtit
+    }
+    /// The decoder's name for it.
+    pub fn decode_format(self) -> tracemill_decode::sniff::TraceFormat {
+        match self {
+            TraceFormat::Rtit => tracemill_decode::sniff::TraceFormat::Rtit,
+            TraceFormat::Pt => tracemill_decode::sniff::TraceFormat::Pt,
+        }
+    }
+}
+
+/// `[pt]`: the Intel PT facts IA32_RTIT_CTL does not hold, named as perf names them
+/// where it records them. Every key is optional.
+///
+/// ```toml
+/// format = "pt"
+/// rtit_ctl = "0x2e00"        # IA32_RTIT_CTL, or perf's intel_pt config
+/// [pt]
+/// cpu = "6/85/4"             # family/model[/stepping]: selects the errata
+/// nom_freq = 24              # MSR_PLATFORM_INFO[15:8] (perf: max_nonturbo_ratio)
+/// tsc_ctc_ratio_n = 168      # CPUID.15H:EBX
+/// tsc_ctc_ratio_d = 2        # CPUID.15H:EAX
+/// [[pt.filter]]              # IA32_RTIT_ADDRn_A/B, both ends inclusive
+/// kind = "filter"            # or "stop"
+/// from = "0x401000"
+/// to = "0x401fff"
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtFacts {
+    /// `"F/M[/S]"`, as CPUID reports them (decimal, or `0x` hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
+    /// MTCFreq; default: IA32_RTIT_CTL[17:14].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtc_freq: Option<u8>,
+    /// The maximum non-turbo ratio (perf: `max_nonturbo_ratio`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nom_freq: Option<u8>,
+    /// TSC : core crystal clock ratio, CPUID.15H:EBX / CPUID.15H:EAX.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tsc_ctc_ratio_n: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tsc_ctc_ratio_d: Option<u32>,
+    /// RET compression on; default: IA32_RTIT_CTL.DisRETC clear.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ret_compression: Option<bool>,
+    /// CYC, MTC, TSC packets enabled; default: CYCEn, MTCEn, TSCEn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cyc: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtc: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tsc: Option<bool>,
+    /// IP ranges.
+    #[serde(default, rename = "filter", skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<PtFilter>,
+}
+
+/// `[[pt.filter]]`: one IP range.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtFilter {
+    pub kind: PtFilterKind,
+    #[serde(with = "hex_u64")]
+    pub from: u64,
+    #[serde(with = "hex_u64")]
+    pub to: u64,
+}
+
+/// What a `[[pt.filter]]` range does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PtFilterKind {
+    /// Trace only inside (ADDRn_CFG 1).
+    Filter,
+    /// Stop tracing on entering (ADDRn_CFG 2).
+    Stop,
+}
+
+impl Manifest {
+    /// The Intel PT decoder's configuration: IA32_RTIT_CTL (`rtit_ctl`), then `[pt]`.
+    /// An unknown `cpu` is an error; a processor without an errata table entry is not
+    /// (decoding goes on without errata; `Errata::for_cpu` tells).
+    pub fn pt_config(&self) -> Result<PtConfig, String> {
+        let mut c = PtConfig::from_rtit_ctl(self.rtit_ctl);
+        let Some(f) = &self.pt else {
+            return Ok(c);
+        };
+        if let Some(cpu) = &f.cpu {
+            let cpu = cpu.parse::<Cpu>().map_err(|e| format!("[pt] cpu: {e}"))?;
+            let _ = c.set_cpu(cpu);
+        }
+        c.mtc_freq = f.mtc_freq.unwrap_or(c.mtc_freq);
+        c.nom_freq = f.nom_freq.unwrap_or(c.nom_freq);
+        c.tsc_ctc_ratio_n = f.tsc_ctc_ratio_n.unwrap_or(c.tsc_ctc_ratio_n);
+        c.tsc_ctc_ratio_d = f.tsc_ctc_ratio_d.unwrap_or(c.tsc_ctc_ratio_d);
+        c.ret_compression = f.ret_compression.unwrap_or(c.ret_compression);
+        c.cyc = f.cyc.unwrap_or(c.cyc);
+        c.mtc = f.mtc.unwrap_or(c.mtc);
+        c.tsc = f.tsc.unwrap_or(c.tsc);
+        for r in &f.filters {
+            if r.from > r.to {
+                return Err(format!(
+                    "[[pt.filter]] from {:#x} is above to {:#x}",
+                    r.from, r.to
+                ));
+            }
+            c.filters.push(AddrRange {
+                kind: match r.kind {
+                    PtFilterKind::Filter => FilterKind::Filter,
+                    PtFilterKind::Stop => FilterKind::Stop,
+                },
+                from: r.from,
+                to: r.to,
+            });
+        }
+        Ok(c)
+    }
 }
 
 fn default_trace() -> String {
@@ -190,6 +332,7 @@ pub enum BundleError {
 impl Manifest {
     pub fn new(rtit_ctl: u64) -> Self {
         Manifest {
+            format: TraceFormat::Rtit,
             rtit_ctl,
             trace: default_trace(),
             ring_offset: None,
@@ -199,6 +342,7 @@ impl Manifest {
             images: Vec::new(),
             labels: BTreeMap::new(),
             generator: None,
+            pt: None,
         }
     }
 
@@ -376,6 +520,49 @@ mod tests {
         assert_eq!(m.images[0].base, Some(0x40_0000));
         assert_eq!(m.images[0].kind, ImageKind::Elf);
         assert_eq!(m.trace, "trace.rtit");
+    }
+
+    #[test]
+    fn pt_bundles_say_their_format_and_facts() {
+        let hand = r#"
+            format = "pt"
+            rtit_ctl = "0x26e00"      # MTCEn, TSCEn, DisRETC, BranchEn, MTCFreq 9
+            [pt]
+            cpu = "6/85/4"
+            nom_freq = 24
+            tsc_ctc_ratio_n = 168
+            tsc_ctc_ratio_d = 2
+            [[pt.filter]]
+            kind = "stop"
+            from = "0x401000"
+            to = 0x401fff
+        "#;
+        let m: Manifest = toml::from_str(hand).unwrap();
+        assert_eq!(m.format, TraceFormat::Pt);
+        let c = m.pt_config().unwrap();
+        assert_eq!(c.mtc_freq, 9);
+        assert!(c.tsc && c.mtc && !c.cyc && !c.ret_compression);
+        assert!(c.errata.skz84);
+        assert_eq!(
+            (c.nom_freq, c.tsc_ctc_ratio_n, c.tsc_ctc_ratio_d),
+            (24, 168, 2)
+        );
+        assert_eq!(c.filters.len(), 1);
+        assert!(!c.ip_in_filter(0x401800));
+        // It writes back the same.
+        assert_eq!(toml::from_str::<Manifest>(&m.to_toml()).unwrap(), m);
+        // RTIT bundles do not change: no format key, the default.
+        let m = Manifest::new(0x2E0D);
+        assert!(!m.to_toml().contains("format"));
+        assert_eq!(
+            toml::from_str::<Manifest>(&m.to_toml()).unwrap().format,
+            TraceFormat::Rtit
+        );
+        // Mistakes are named (keys it does not know are ignored, as in all of bundle.toml).
+        let bad: Manifest =
+            toml::from_str("format = \"pt\"\nrtit_ctl = 0\n[pt]\ncpu = \"6\"\n").unwrap();
+        assert!(bad.pt_config().unwrap_err().contains("cpu"));
+        assert!(toml::from_str::<Manifest>("format = \"etm\"\nrtit_ctl = 0\n").is_err());
     }
 
     #[test]

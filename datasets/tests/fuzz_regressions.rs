@@ -34,6 +34,7 @@ fn run(target: &str, data: &[u8]) {
         "bundle_toml" => targets::bundle_toml(data),
         "elf" => targets::elf(data),
         "stretch" => targets::stretch(data),
+        "pt_packets" => targets::pt_packets(data),
         t => panic!("no fuzz target {t}"),
     }
 }
@@ -58,6 +59,7 @@ fn seed_corpora_pass_every_check() {
         "bundle_toml",
         "elf",
         "stretch",
+        "pt_packets",
     ] {
         let dir = root().join("fuzz/corpus").join(t);
         let mut n = 0;
@@ -259,4 +261,24 @@ fn stitch_unreadable_overflow_before_the_body_start_matches_sequential() {
 #[test]
 fn stitch_five_distinct_partial_blocks_without_rows_match_sequential() {
     replay("stitch_diff", "five-distinct-partials");
+}
+
+/// `pt_packets`, findings `back-to-back-psbs` and `psb-run-from-offset-0`: two PSBs
+/// back to back, and a 40-byte run of `02 82` read from offset 0. `next_psb` names the
+/// last 16 bytes of a run, but a reader that is at an earlier PSB-shaped part of the run
+/// reads a PSB there too (then another PSB, or a PSB cut short by the named one, and
+/// resumes there). The target wrongly expected exactly the named PSBs. Not a decoder
+/// fault: the check now allows a PSB read inside the run of a named one.
+#[test]
+fn pt_packets_psbs_read_early_in_a_run() {
+    replay("pt_packets", "back-to-back-psbs");
+    replay("pt_packets", "psb-run-from-offset-0");
+}
+
+/// `pt_packets`, finding `tnt64-stop-bit-only`: a TNT-64 whose payload is 1 (the stop bit
+/// in bit 0, no TNT bits) parsed as a TNT of length 0, which has no encoding. Fixed in
+/// `decode/src/pt/packet.rs`: it is `EmptyTnt`, as libipt has it (`pte_bad_packet`).
+#[test]
+fn pt_packets_tnt64_with_only_a_stop_bit_is_an_error() {
+    replay("pt_packets", "tnt64-stop-bit-only");
 }

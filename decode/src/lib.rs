@@ -2,6 +2,8 @@
 //!
 //! Pure decoding of Intel RTIT traces (Real Time Instruction Trace, the Silvermont/Airmont
 //! Atom trace) over byte slices. No files, no Arrow: bytes in, packets and rows out.
+//! Intel PT's packet layer sits beside RTIT's in [`pt`] (packets, PSB search, Last IP,
+//! timing, and a ptdump-compatible listing); [`sniff`] tells the two formats apart.
 //!
 //! Layers, bottom up (each a module with its own tests):
 //! - [`packet`]: the packet codec (spec chapter 4) and a zero-copy [`packet::PacketReader`];
@@ -36,7 +38,9 @@ pub mod last_ip;
 pub mod loop_guard;
 pub mod packet;
 pub mod piece;
+pub mod pt;
 pub mod rows;
+pub mod sniff;
 pub mod stream;
 pub mod sync;
 pub mod timing;

@@ -17,6 +17,8 @@ use tracemill_decode::sync::{find_psbs, next_psb};
 use tracemill_decode::timing::TimingConfig;
 use tracemill_decode::TraceConfig;
 
+use tracemill_decode::pt;
+
 use crate::bundle::{parse_u64, Manifest};
 use crate::encode::write_packet;
 
@@ -452,6 +454,8 @@ pub fn bundle_toml(data: &[u8]) {
     let cfg = TraceConfig::from_ctl(m.rtit_ctl);
     let _ = cfg.reserved_bits();
     let _ = TimingConfig::new(&cfg, m.guaranteed_ratio, m.ring_offset.is_none());
+    // Intel PT facts give a configuration or a message, whatever the [pt] values.
+    let _ = m.pt_config();
     let _ = m.trace_path(std::path::Path::new("bundle"));
     // The collected forms assemble (or refuse) any file without panicking.
     if let Some(t) = &m.topa {
@@ -471,6 +475,201 @@ pub fn bundle_toml(data: &[u8]) {
         find_psbs(&stream),
         find_psbs(&TraceStream::linear(&rotated))
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// pt_packets
+
+type PtItem = Result<pt::Parsed, pt::PacketError>;
+
+fn pt_read_all(r: &mut pt::PacketReader<'_>, fast: bool) -> Vec<PtItem> {
+    let mut out = Vec::new();
+    let mut last = r.pos();
+    loop {
+        let item = match fast.then(|| r.try_tnt()).flatten() {
+            Some((t, off)) => Some(Ok(pt::Parsed {
+                offset: off,
+                size: 1,
+                packet: pt::Packet::Tnt8(t),
+            })),
+            None => r.next_packet(),
+        };
+        let Some(item) = item else { break };
+        assert!(r.pos() > last, "reader did not advance at {last}");
+        last = r.pos();
+        out.push(item);
+    }
+    out
+}
+
+fn pt_packets_from(data: &[u8], start: u64, errata: pt::cpu::Errata) {
+    let stream = TraceStream::linear(data);
+    let psbs = pt::sync::find_psbs(&stream);
+    let len = stream.len();
+    let items = pt_read_all(
+        &mut pt::PacketReader::new(&stream, start, len, errata),
+        false,
+    );
+    let mut pos = start;
+    let mut seen_psbs = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        match item {
+            Ok(p) => {
+                assert_eq!(
+                    p.offset, pos,
+                    "packet {i} does not start where the last ended"
+                );
+                assert!(p.size > 0);
+                let end = p.offset + p.size as u64;
+                assert!(end <= len, "packet {i} runs past the stream");
+                let bytes = &data[p.offset as usize..end as usize];
+                assert_eq!(
+                    pt::packet::parse(bytes, &errata),
+                    Ok((p.packet, p.size)),
+                    "packet {i} reparses from its own bytes"
+                );
+                if p.packet == pt::Packet::Psb {
+                    seen_psbs.push(p.offset);
+                } else {
+                    assert!(
+                        !psbs.iter().any(|&q| q > p.offset && q < end),
+                        "packet {i} runs into a PSB"
+                    );
+                }
+                // Its canonical bytes mean the same packet (reserved bits dropped).
+                if p.packet != pt::Packet::Invalid {
+                    let enc = pt::encode::to_bytes(&p.packet)
+                        .unwrap_or_else(|e| panic!("packet {i}: {e}"));
+                    assert!(
+                        enc.len() <= bytes.len(),
+                        "packet {i}: canonical bytes longer"
+                    );
+                    assert_eq!(
+                        pt::packet::parse(&enc, &Default::default()),
+                        Ok((p.packet, enc.len() as u8)),
+                        "packet {i} {:?} does not round-trip",
+                        p.packet
+                    );
+                }
+                pos = end;
+            }
+            Err(e) => {
+                assert_eq!(
+                    e.offset, pos,
+                    "error {i} is not where the last packet ended"
+                );
+                let _ = e.to_string();
+                pos = psbs.iter().copied().find(|&q| q > e.offset).unwrap_or(len);
+                if let Some(Ok(n)) = items.get(i + 1) {
+                    assert_eq!(n.offset, pos, "after error {i}: resumes at the next PSB");
+                }
+            }
+        }
+    }
+    assert!(pos >= len, "reading stopped at {pos} of {len}");
+    // Every PSB `find_psbs` names is read as one. In a run of 02 82 longer than 16 bytes
+    // the last 16 are named; a reader that happens to be at an earlier, PSB-shaped part
+    // of the run (back-to-back PSBs, or reading from an arbitrary offset) reads a PSB
+    // there too: the run must reach on to the named PSB.
+    for q in psbs.iter().filter(|&&q| q >= start) {
+        assert!(seen_psbs.contains(q), "the PSB at {q} is not read as a PSB");
+    }
+    for &q in seen_psbs.iter().filter(|q| !psbs.contains(q)) {
+        let named = psbs.iter().copied().find(|&p| p > q);
+        let in_run = named.is_some_and(|p| {
+            (p - q) % 2 == 0
+                && data[q as usize..p as usize + 16]
+                    .chunks(2)
+                    .all(|c| c == [0x02, 0x82])
+        });
+        assert!(in_run, "a PSB read at {q} is not in the run of a named PSB");
+    }
+    let fast = pt_read_all(
+        &mut pt::PacketReader::new(&stream, start, len, errata),
+        true,
+    );
+    assert_eq!(fast, items, "try_tnt disagrees with next_packet");
+    if items.len() > 1 {
+        let cut = items.len() / 2;
+        let mut r1 = pt::PacketReader::new(&stream, start, len, errata);
+        let mut got: Vec<PtItem> = (0..cut).map(|_| r1.next_packet().unwrap()).collect();
+        let mut r2 = pt::PacketReader::new(&stream, start, len, errata);
+        r2.seek(r1.pos());
+        got.extend(pt_read_all(&mut r2, false));
+        assert_eq!(
+            got, items,
+            "a reader resumed by seek reads the same packets"
+        );
+    }
+}
+
+/// Intel PT packet layer: `pt::PacketReader` over arbitrary bytes, from offset 0 and from
+/// the first PSB, without errata and with every erratum that changes parsing:
+///
+/// - packets tile the stream, the reader always advances, no packet runs into a PSB,
+///   after an error reading resumes at the next PSB, every PSB is read as one (and a
+///   PSB read that `find_psbs` does not name is in the run of `02 82` of one it does);
+/// - every packet reparses from its own bytes, and its canonical encoding (`pt::encode`)
+///   parses back to it;
+/// - `try_tnt` agrees with `next_packet`; a reader resumed with `seek` reads the same;
+///
+/// then the ptdump listing (two option sets, one with time) and `sniff` on the same bytes
+/// end without a panic, with output bounded by the input.
+pub fn pt_packets(data: &[u8]) {
+    let first_psb = pt::sync::next_psb(&TraceStream::linear(data), 0);
+    let all = pt::cpu::Errata {
+        skd007: true,
+        skz84: true,
+        skl168: true,
+        ..Default::default()
+    };
+    for errata in [pt::cpu::Errata::default(), all] {
+        pt_packets_from(data, 0, errata);
+        if let Some(p) = first_psb.filter(|&p| p != 0) {
+            pt_packets_from(data, p, errata);
+        }
+    }
+    let stream = TraceStream::linear(data);
+    let _ = tracemill_decode::sniff::sniff(&stream);
+    for args in [
+        &[
+            "--no-sync",
+            "--lastip",
+            "--exec-mode",
+            "--raw",
+            "--cpu",
+            "6/94",
+        ][..],
+        &[
+            "--time",
+            "--time-delta",
+            "--mtc-freq",
+            "3",
+            "--nom-freq",
+            "4",
+            "--cpuid-0x15.eax",
+            "1",
+            "--cpuid-0x15.ebx",
+            "3",
+            "--cpu",
+            "6/85",
+        ],
+        &[
+            "--tcal",
+            "--no-wall-clock",
+            "--keep-tcal-on-ovf",
+            "--mtc-freq",
+            "31",
+        ],
+    ] {
+        let (opts, cfg) = pt::listing::ListingOptions::from_ptdump_args(args).unwrap();
+        let mut out = String::new();
+        pt::listing::ptdump(&stream, &opts, &cfg, &mut out).unwrap();
+        assert!(
+            out.lines().count() <= 5 * data.len() + 2,
+            "listing too long"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------

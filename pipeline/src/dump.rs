@@ -1,4 +1,5 @@
-//! `tracemill dump`: a packet listing like libipt's ptdump.
+//! `tracemill dump`: a packet listing like libipt's ptdump, of RTIT or Intel PT traces;
+//! for Intel PT also libipt ptdump's own listing (`--ptdump`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -7,6 +8,14 @@ use anyhow::Result;
 use tracemill_decode::config::{mtc_shift, TraceConfig};
 use tracemill_decode::last_ip::LastIp;
 use tracemill_decode::packet::{Packet, PacketReader};
+use tracemill_decode::pt::{
+    self,
+    last_ip::LastIp as PtLastIp,
+    listing,
+    listing::ListingOptions,
+    packet::{AddressMode, IpCompression},
+    PtConfig,
+};
 use tracemill_decode::stream::TraceStream;
 use tracemill_decode::sync::next_psb;
 
@@ -127,4 +136,201 @@ pub fn dump(
         )?;
     }
     Ok(())
+}
+
+/// Adapts an `io::Write` to the `fmt::Write` the decoder's listing writes to, keeping
+/// the I/O error (a closed pipe) that `fmt::Error` cannot carry.
+struct IoFmt<'a> {
+    out: &'a mut dyn Write,
+    err: Option<std::io::Error>,
+}
+
+impl std::fmt::Write for IoFmt<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.out.write_all(s.as_bytes()).map_err(|e| {
+            self.err = Some(e);
+            std::fmt::Error
+        })
+    }
+}
+
+/// libipt ptdump's listing of an Intel PT trace (`tracemill dump --ptdump`).
+pub fn ptdump(
+    stream: &TraceStream<'_>,
+    opts: &ListingOptions,
+    cfg: &PtConfig,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut w = IoFmt { out, err: None };
+    if listing::ptdump(stream, opts, cfg, &mut w).is_err() {
+        return Err(w
+            .err
+            .unwrap_or_else(|| std::io::Error::other("formatting the listing failed"))
+            .into());
+    }
+    Ok(())
+}
+
+/// Counts per Intel PT packet type (packets read PSB-bounded, as decoding reads them).
+pub fn pt_stats(stream: &TraceStream<'_>, cfg: &PtConfig) -> Stats {
+    let first = pt::sync::next_psb(stream, 0);
+    let mut s = Stats {
+        bytes: stream.len(),
+        skipped: first.unwrap_or(stream.len()),
+        ..Stats::default()
+    };
+    let Some(start) = first else {
+        return s;
+    };
+    for p in pt::PacketReader::new(stream, start, stream.len(), cfg.errata) {
+        match p {
+            Ok(p) => *s.by_type.entry(p.packet.name()).or_default() += 1,
+            Err(_) => s.errors += 1,
+        }
+    }
+    s
+}
+
+/// tracemill's listing of an Intel PT trace (or its stats): offset, bytes, packet, and
+/// its fields with IPs decompressed (Last IP reset at each PSB, SDM 36.4.2.2). Packets
+/// are read as the decoder reads them: from the first PSB, never across a PSB, and
+/// after an error from the next PSB.
+pub fn dump_pt(
+    stream: &TraceStream<'_>,
+    cfg: &PtConfig,
+    with_stats: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    if with_stats {
+        let s = pt_stats(stream, cfg);
+        writeln!(out, "bytes          {}", s.bytes)?;
+        if s.skipped > 0 {
+            writeln!(out, "before PSB     {} (not parsed)", s.skipped)?;
+        }
+        for name in pt::Packet::NAMES {
+            let n = s.by_type.get(name).copied().unwrap_or(0);
+            writeln!(out, "{name:<14} {n}")?;
+        }
+        writeln!(out, "errors         {}", s.errors)?;
+        return Ok(());
+    }
+    let Some(start) = pt::sync::next_psb(stream, 0) else {
+        writeln!(out, "no PSB in {} bytes: nothing to parse", stream.len())?;
+        return Ok(());
+    };
+    if start > 0 {
+        writeln!(
+            out,
+            "{:016x}  {:<47} skipped {start} bytes before the first PSB",
+            0, ""
+        )?;
+    }
+    let mut last = PtLastIp::new();
+    let mut scratch = [0u8; 16];
+    for p in pt::PacketReader::new(stream, start, stream.len(), cfg.errata) {
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => {
+                writeln!(out, "{:016x}  {:<47} error: {}", e.offset, "", e.kind)?;
+                continue;
+            }
+        };
+        let raw = stream.window(p.offset, p.size as usize, &mut scratch);
+        let hex: Vec<String> = raw.iter().map(|b| format!("{b:02x}")).collect();
+        if p.packet == pt::Packet::Psb {
+            last.reset();
+        }
+        let fields = pt_fields(&p.packet, &mut last);
+        let line = format!(
+            "{:016x}  {:<47} {:<10} {}",
+            p.offset,
+            hex.join(" "),
+            p.packet.name(),
+            fields
+        );
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
+}
+
+/// The fields of one Intel PT packet in tracemill's listing.
+fn pt_fields(p: &pt::Packet, last: &mut PtLastIp) -> String {
+    use pt::Packet as P;
+    let flag = |b: bool, s: &str| if b { s.to_string() } else { String::new() };
+    match *p {
+        P::Tnt8(t) | P::Tnt64(t) => (0..t.len)
+            .map(|i| if t.taken(i) { '!' } else { '.' })
+            .collect(),
+        P::Tip(ip) | P::TipPge(ip) | P::TipPgd(ip) | P::Fup(ip) => {
+            let how = match ip.compression {
+                IpCompression::Suppressed => "suppressed",
+                IpCompression::Update16 => "update 16",
+                IpCompression::Update32 => "update 32",
+                IpCompression::Sext48 => "sext 48",
+                IpCompression::Update48 => "update 48",
+                IpCompression::Full => "full",
+            };
+            match last.update(&ip) {
+                Some(v) => format!("{v:#x}  (IPBytes {}: {how})", ip.compression.ip_bytes()),
+                None => "(IPBytes 0: suppressed)".to_string(),
+            }
+        }
+        P::Pip { cr3, nr } => format!("cr3={cr3:#x}{}", flag(nr, " nr")),
+        P::ModeExec(m) => {
+            let mode = match m.address_mode() {
+                AddressMode::Bits64 => "64-bit",
+                AddressMode::Bits32 => "32-bit",
+                AddressMode::Bits16 => "16-bit",
+                AddressMode::Invalid => "cs.l and cs.d (invalid)",
+            };
+            format!("{mode}{}", flag(m.iflag, " if"))
+        }
+        P::ModeTsx(m) => match (m.intx, m.abort) {
+            (true, false) => "in transaction",
+            (false, true) => "aborted",
+            (false, false) => "committed, or not transactional",
+            (true, true) => "intx and abort (invalid)",
+        }
+        .to_string(),
+        P::Tsc(v) => format!("{v:#x}"),
+        P::Cbr(r) => format!("{r}"),
+        P::Tma { ctc, fc } => format!("ctc={ctc:#x} fc={fc}"),
+        P::Mtc(c) => format!("{c:#04x}"),
+        P::Cyc(v) => format!("{v}"),
+        P::Vmcs(b) => format!("{b:#x}"),
+        P::Mnt(v) => format!("{v:#x}"),
+        P::Exstop { ip } => flag(ip, "ip"),
+        P::Mwait { hints, ext } => format!("hints={hints:#x} ext={ext:#x}"),
+        // MWAIT encodings: C-state = value + 1.
+        P::Pwre(w) => format!(
+            "C{}.{}{}",
+            (w.state + 1) & 0xF,
+            (w.sub_state + 1) & 0xF,
+            flag(w.hw(), " hw")
+        ),
+        P::Pwrx(x) => format!(
+            "last C{} deepest C{} wake{}{}{}",
+            (x.last + 1) & 0xF,
+            (x.deepest + 1) & 0xF,
+            flag(x.interrupt(), " interrupt"),
+            flag(x.store(), " store"),
+            flag(x.hw(), " hw")
+        ),
+        P::Ptw { payload, len, ip } => format!("{payload:#x} ({len} bytes){}", flag(ip, " ip")),
+        P::Cfe { kind, vector, ip } => format!("type {kind} vector {vector}{}", flag(ip, " ip")),
+        P::Evd { kind, payload } => format!("type {kind} {payload:#x}"),
+        P::Trig {
+            trbv,
+            ip,
+            mult,
+            icnt,
+        } => format!(
+            "trbv={trbv:#04x}{}{}{}",
+            flag(ip, " ip"),
+            flag(mult, " mult"),
+            icnt.map(|n| format!(" icnt={n}")).unwrap_or_default()
+        ),
+        P::Invalid => "(corrupt: erratum SKZ84)".to_string(),
+        P::Pad | P::Psb | P::PsbEnd | P::Ovf | P::Stop => String::new(),
+    }
 }

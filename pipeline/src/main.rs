@@ -6,11 +6,14 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use tracemill::bundle::{parse_image_arg, Bundle};
+use tracemill::bundle::{map_file, parse_image_arg, Bundle};
 use tracemill::errors::error_text;
 use tracemill::run::{self, Tables};
-use tracemill_datasets::bundle::parse_u64;
+use tracemill_datasets::bundle::{parse_u64, Manifest, TraceFormat as BundleFormat};
 use tracemill_decode::config::TraceConfig;
+use tracemill_decode::pt::{listing::ListingOptions, PtConfig};
+use tracemill_decode::sniff::{self, TraceFormat as SniffedFormat};
+use tracemill_decode::stream::TraceStream;
 use tracemill_sinks::Format;
 
 /// jemalloc rather than glibc's malloc. Rows are allocated on the decode threads and
@@ -34,7 +37,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// List the packets of a trace (like ptdump): offset, bytes, packet, fields.
+    /// List the packets of a trace (like ptdump): offset, bytes, packet, fields. RTIT or
+    /// Intel PT; for Intel PT also libipt ptdump's own listing (--ptdump).
     Dump(DumpArgs),
     /// Decode a bundle into tables: branches, events, timing, coverage, edges.
     Decode(DecodeArgs),
@@ -68,6 +72,160 @@ struct DumpArgs {
     /// Print counts per packet type instead of the listing.
     #[arg(long)]
     stats: bool,
+    /// The trace format (default: the bundle's `format`; for a bare file, pt when it
+    /// ends in .pt, else rtit). A trace whose first PSB is the other format's is refused.
+    /// For Intel PT, --ctl is IA32_RTIT_CTL (perf's intel_pt config).
+    #[arg(long, value_enum)]
+    format: Option<DumpFormat>,
+    /// Intel PT: print libipt ptdump's listing, with ptdump's options below.
+    #[arg(long, conflicts_with = "stats")]
+    ptdump: bool,
+    #[command(flatten)]
+    pt: PtdumpFlags,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DumpFormat {
+    Rtit,
+    Pt,
+}
+
+/// libipt ptdump's options, for `tracemill dump --ptdump`. The processor and timing
+/// facts also set up the Intel PT listing without --ptdump (over the bundle's [pt]).
+#[derive(Args)]
+#[command(next_help_heading = "Intel PT: ptdump's options")]
+struct PtdumpFlags {
+    /// Start at offset 0, not at the first PSB.
+    #[arg(long, requires = "ptdump")]
+    no_sync: bool,
+    /// Print only the problem lines.
+    #[arg(long, requires = "ptdump")]
+    quiet: bool,
+    /// Leave out PAD packets.
+    #[arg(long, requires = "ptdump")]
+    no_pad: bool,
+    /// Leave out timing packets.
+    #[arg(long, requires = "ptdump")]
+    no_timing: bool,
+    /// Leave out CYC packets, and do not time with them.
+    #[arg(long, requires = "ptdump")]
+    no_cyc: bool,
+    /// No offset column.
+    #[arg(long, requires = "ptdump")]
+    no_offset: bool,
+    /// Show each packet's bytes.
+    #[arg(long, requires = "ptdump")]
+    raw: bool,
+    /// Show the IP each TIP/FUP stands for (Last IP).
+    #[arg(long, requires = "ptdump")]
+    lastip: bool,
+    /// Show the addressing mode of each MODE.Exec.
+    #[arg(long, requires = "ptdump")]
+    exec_mode: bool,
+    /// Show the estimated TSC at timing packets.
+    #[arg(long, requires = "ptdump", conflicts_with = "tcal")]
+    time: bool,
+    /// Show the time calibration (FCR) at timing packets.
+    #[arg(long, requires = "ptdump")]
+    tcal: bool,
+    /// Show time and calibration as changes.
+    #[arg(long, requires = "ptdump")]
+    time_delta: bool,
+    /// Do not calibrate (CYCs cannot be timed then).
+    #[arg(long, requires = "ptdump")]
+    no_tcal: bool,
+    /// Without a TSC, show relative time rather than an error.
+    #[arg(long, requires = "ptdump")]
+    no_wall_clock: bool,
+    /// An OVF keeps the time calibration.
+    #[arg(long, requires = "ptdump")]
+    keep_tcal_on_ovf: bool,
+    /// The processor, F/M[/S] (selects errata), or none.
+    #[arg(long, value_name = "F/M[/S]")]
+    cpu: Option<String>,
+    /// IA32_RTIT_CTL.MTCFreq.
+    #[arg(long, value_name = "N")]
+    mtc_freq: Option<String>,
+    /// The maximum non-turbo ratio (MSR_PLATFORM_INFO[15:8]).
+    #[arg(long, value_name = "N")]
+    nom_freq: Option<String>,
+    /// CPUID.15H:EAX (TSC:CTC ratio denominator).
+    #[arg(long = "cpuid-0x15.eax", value_name = "N")]
+    cpuid_0x15_eax: Option<String>,
+    /// CPUID.15H:EBX (TSC:CTC ratio numerator).
+    #[arg(long = "cpuid-0x15.ebx", value_name = "N")]
+    cpuid_0x15_ebx: Option<String>,
+}
+
+impl PtdumpFlags {
+    /// The flags as ptdump's option words.
+    fn words(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        for (on, word) in [
+            (self.no_sync, "--no-sync"),
+            (self.quiet, "--quiet"),
+            (self.no_pad, "--no-pad"),
+            (self.no_timing, "--no-timing"),
+            (self.no_cyc, "--no-cyc"),
+            (self.no_offset, "--no-offset"),
+            (self.raw, "--raw"),
+            (self.lastip, "--lastip"),
+            (self.exec_mode, "--exec-mode"),
+            (self.time, "--time"),
+            (self.tcal, "--tcal"),
+            (self.time_delta, "--time-delta"),
+            (self.no_tcal, "--no-tcal"),
+            (self.no_wall_clock, "--no-wall-clock"),
+            (self.keep_tcal_on_ovf, "--keep-tcal-on-ovf"),
+        ] {
+            if on {
+                w.push(word.to_string());
+            }
+        }
+        for (v, word) in [
+            (&self.cpu, "--cpu"),
+            (&self.mtc_freq, "--mtc-freq"),
+            (&self.nom_freq, "--nom-freq"),
+            (&self.cpuid_0x15_eax, "--cpuid-0x15.eax"),
+            (&self.cpuid_0x15_ebx, "--cpuid-0x15.ebx"),
+        ] {
+            if let Some(v) = v {
+                w.extend([word.to_string(), v.clone()]);
+            }
+        }
+        w
+    }
+
+    fn any_pt_fact(&self) -> bool {
+        self.cpu.is_some()
+            || self.mtc_freq.is_some()
+            || self.nom_freq.is_some()
+            || self.cpuid_0x15_eax.is_some()
+            || self.cpuid_0x15_ebx.is_some()
+    }
+
+    /// The listing options, and `cfg` with the facts given on the command line.
+    fn apply(&self, cfg: &mut PtConfig) -> Result<ListingOptions> {
+        let (opts, given) =
+            ListingOptions::from_ptdump_args(&self.words()).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if self.cpu.is_some() {
+            cfg.cpu = given.cpu;
+            cfg.errata = given.errata;
+        }
+        if self.mtc_freq.is_some() {
+            cfg.mtc_freq = given.mtc_freq;
+        }
+        if self.nom_freq.is_some() {
+            cfg.nom_freq = given.nom_freq;
+        }
+        if self.cpuid_0x15_eax.is_some() {
+            cfg.tsc_ctc_ratio_d = given.tsc_ctc_ratio_d;
+        }
+        if self.cpuid_0x15_ebx.is_some() {
+            cfg.tsc_ctc_ratio_n = given.tsc_ctc_ratio_n;
+        }
+        Ok(opts)
+    }
 }
 
 #[derive(Args)]
@@ -198,11 +356,9 @@ fn ignore_file_size_signal() {
 fn real_main(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
         Cmd::Dump(a) => {
-            let b = open(&a.src)?;
-            let cfg = TraceConfig::from_ctl(b.manifest.rtit_ctl);
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            match tracemill::dump::dump(&b.stream(), &cfg, a.stats, &mut out) {
+            match dump(&a, &mut out) {
                 Ok(()) => {}
                 // `tracemill dump | head` closes the pipe early: not an error.
                 Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
@@ -297,6 +453,71 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
         },
+    }
+}
+
+/// `tracemill dump`: choose the format, refuse a trace of the other one, list.
+fn dump(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
+    let path = &a.src.bundle;
+    let format = match a.format {
+        Some(f) => f,
+        // A bundle that cannot be read is reported by Bundle::open below.
+        None if path.is_dir() => match Manifest::load(path).map(|m| m.format) {
+            Ok(BundleFormat::Pt) => DumpFormat::Pt,
+            _ => DumpFormat::Rtit,
+        },
+        None if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("pt")) =>
+        {
+            DumpFormat::Pt
+        }
+        None => DumpFormat::Rtit,
+    };
+    let refuse = |stream: &TraceStream<'_>, f: SniffedFormat| -> Result<()> {
+        match sniff::mismatch(stream, f) {
+            Some(msg) => anyhow::bail!("{}: {msg}", path.display()),
+            None => Ok(()),
+        }
+    };
+    if format == DumpFormat::Rtit {
+        if a.ptdump || a.pt.any_pt_fact() {
+            anyhow::bail!(
+                "{}: --ptdump, --cpu, --mtc-freq, --nom-freq and --cpuid-0x15.* are for Intel PT \
+                 traces; this one is read as RTIT (use --format pt)",
+                path.display()
+            );
+        }
+        if !path.is_dir() {
+            // Before Bundle::open asks for --ctl: an Intel PT trace needs none.
+            let bytes = map_file(path)?;
+            refuse(&TraceStream::linear(&bytes), SniffedFormat::Rtit)?;
+        }
+        let b = open(&a.src)?;
+        refuse(&b.stream(), SniffedFormat::Rtit)?;
+        let cfg = TraceConfig::from_ctl(b.manifest.rtit_ctl);
+        return tracemill::dump::dump(&b.stream(), &cfg, a.stats, out);
+    }
+    let mut pt_dump = |stream: &TraceStream<'_>, mut cfg: PtConfig| -> Result<()> {
+        refuse(stream, SniffedFormat::Pt)?;
+        let opts = a.pt.apply(&mut cfg)?;
+        if a.ptdump {
+            tracemill::dump::ptdump(stream, &opts, &cfg, out)
+        } else {
+            tracemill::dump::dump_pt(stream, &cfg, a.stats, out)
+        }
+    };
+    if path.is_dir() {
+        let b = open(&a.src)?;
+        let cfg = b
+            .manifest
+            .pt_config()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.join("bundle.toml").display()))?;
+        pt_dump(&b.stream(), cfg)
+    } else {
+        let bytes = map_file(path)?;
+        let cfg = a.src.ctl.map(PtConfig::from_rtit_ctl).unwrap_or_default();
+        pt_dump(&TraceStream::linear(&bytes), cfg)
     }
 }
 

@@ -1,0 +1,460 @@
+//! Finding PSBs in an Intel PT stream, and the PSB-bounded packet reader.
+//!
+//! A PSB is `02 82` eight times (36.4.2.17). No other packet starts with that pattern,
+//! but a payload may end in `02 82` bytes, and PSBs may follow each other; so in a run
+//! of `02 82` pairs longer than 16 bytes only the last 16 are known to be a PSB: the
+//! bytes before them are another packet's payload or an earlier PSB, and either way
+//! decoding from the last PSB of the run loses nothing. [`next_psb`] therefore answers
+//! with the last 16 bytes of the first run that holds a whole PSB (which is also where
+//! libipt's `pt_sync_forward` lands).
+
+use std::sync::OnceLock;
+
+use super::cpu::Errata;
+use super::packet::{parse, Packet, PacketError, Parsed, Tnt, MAX_PACKET_LEN, PSB_BYTES, PSB_LEN};
+use crate::stream::TraceStream;
+
+fn finder() -> &'static memchr::memmem::Finder<'static> {
+    static F: OnceLock<memchr::memmem::Finder<'static>> = OnceLock::new();
+    F.get_or_init(|| memchr::memmem::Finder::new(&PSB_BYTES))
+}
+
+/// The first place in `from..to` where the 16 PSB bytes start (a PSB or the start of a
+/// longer run). Reads at most the bytes up to `to` plus 15.
+fn find_pattern(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u64> {
+    let f = finder();
+    let n = PSB_LEN;
+    let to = to.min(stream.len());
+    if from >= to {
+        return None;
+    }
+    // A match starting before `to` ends by `end`.
+    let end = (to + n - 1).min(stream.len());
+    let [(_, p0), (b1, p1)] = stream.parts();
+    let mut hit = None;
+    if from < b1 {
+        let i = from as usize;
+        hit = f
+            .find(&p0[i..end.min(b1) as usize])
+            .map(|k| from + k as u64);
+        if hit.is_none() && end > b1 {
+            // A match may straddle the ring seam: it starts in the last n - 1 bytes of
+            // the first part.
+            let tail = (b1 as usize).saturating_sub(n as usize - 1).max(i);
+            let mut seam = [0u8; 2 * PSB_BYTES.len()];
+            let a = b1 as usize - tail;
+            let b = p1.len().min(n as usize - 1).min((end - b1) as usize);
+            seam[..a].copy_from_slice(&p0[tail..]);
+            seam[a..a + b].copy_from_slice(&p1[..b]);
+            hit = f.find(&seam[..a + b]).map(|k| (tail + k) as u64);
+        }
+    }
+    if hit.is_none() {
+        let start = from.max(b1);
+        if start < end {
+            let (i, e) = ((start - b1) as usize, (end - b1) as usize);
+            hit = f.find(&p1[i..e]).map(|k| start + k as u64);
+        }
+    }
+    hit.filter(|&h| h < to)
+}
+
+/// The PSB of the run of `02 82` pairs whose first 16 bytes start at `q`: its last 16
+/// bytes.
+fn psb_of_run(stream: &TraceStream<'_>, q: u64) -> u64 {
+    let mut e = q + PSB_LEN;
+    while stream.byte(e) == Some(0x02) && stream.byte(e + 1) == Some(0x82) {
+        e += 2;
+    }
+    e - PSB_LEN
+}
+
+/// The first PSB that starts at or after stream offset `from`. Searches only as far as
+/// that PSB (memchr's `memmem`), so readers find PSBs as they go and no list of them is
+/// kept. PSBs straddling a ring seam are found.
+pub fn next_psb(stream: &TraceStream<'_>, from: u64) -> Option<u64> {
+    next_psb_before(stream, from, u64::MAX)
+}
+
+/// The first PSB that starts in `from..to` (a planner can search a long stretch in
+/// steps).
+pub fn next_psb_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u64> {
+    let q = find_pattern(stream, from, to)?;
+    Some(psb_of_run(stream, q)).filter(|&p| p < to)
+}
+
+/// Every PSB, in order (for tools and tests; decoding asks for the next one as it goes).
+pub fn find_psbs(stream: &TraceStream<'_>) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(p) = next_psb(stream, from) {
+        out.push(p);
+        from = p + PSB_LEN;
+    }
+    out
+}
+
+/// Reads Intel PT packets from a stream range, one at a time, without copying it.
+///
+/// PSBs are hard boundaries, as in the RTIT reader ([`crate::packet::PacketReader`]): a
+/// packet that would run into the next PSB is reported truncated, and after any error
+/// reading resumes at the next PSB. Every reader over the same bytes therefore agrees on
+/// packet boundaries however the stream was cut into chunks. (libipt's packet decoder
+/// does not bound packets by PSBs; `listing` reproduces its behaviour where ptdump's
+/// output depends on it.)
+pub struct PacketReader<'s> {
+    stream: &'s TraceStream<'s>,
+    pos: u64,
+    end: u64,
+    errata: Errata,
+    /// The first PSB at or after `searched_from` (None: none up to the stream's end); it
+    /// answers for any position from `searched_from` up to it.
+    next_psb: Option<u64>,
+    searched_from: u64,
+}
+
+impl<'s> PacketReader<'s> {
+    /// Read packets starting at `start` (a packet boundary, normally a PSB) up to `end`
+    /// (exclusive: no packet starting at or after `end` is read; the last one may end
+    /// past it). `errata` are the processor's ([`Errata::for_cpu`]).
+    pub fn new(stream: &'s TraceStream<'s>, start: u64, end: u64, errata: Errata) -> Self {
+        PacketReader {
+            stream,
+            pos: start,
+            end: end.min(stream.len()),
+            errata,
+            next_psb: None,
+            searched_from: u64::MAX,
+        }
+    }
+
+    /// Offset of the next byte to read.
+    pub fn pos(&self) -> u64 {
+        self.pos
+    }
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+    /// Move the cursor (to a packet boundary previously returned by `pos`).
+    pub fn seek(&mut self, pos: u64) {
+        self.pos = pos;
+    }
+    /// Extend the readable range (a stitch reading on into the next chunk).
+    pub fn set_end(&mut self, end: u64) {
+        self.end = end.min(self.stream.len());
+    }
+    /// The range ends where the stream ends (not at a chunk boundary).
+    pub fn ends_at_stream_end(&self) -> bool {
+        self.end >= self.stream.len()
+    }
+
+    /// The first PSB at or after `pos`; searches only past what an earlier call proved.
+    #[inline]
+    fn psb_from(&mut self, pos: u64) -> Option<u64> {
+        if self.searched_from > pos || self.next_psb.is_some_and(|p| p < pos) {
+            self.next_psb = next_psb(self.stream, pos);
+            self.searched_from = pos;
+        }
+        self.next_psb
+    }
+
+    /// The next packet if it is a TNT-8 (the flow decoder's hot path): one byte, not at
+    /// the end of the range. A PSB cannot start with it.
+    #[inline]
+    pub fn try_tnt(&mut self) -> Option<(Tnt, u64)> {
+        if self.pos >= self.end {
+            return None;
+        }
+        let b = self.stream.byte(self.pos)?;
+        if b & 1 != 0 || b == 0x00 || b == 0x02 {
+            return None;
+        }
+        let payload = (b >> 1) as u64;
+        let len = 63 - payload.leading_zeros() as u8;
+        let off = self.pos;
+        self.pos += 1;
+        Some((
+            Tnt {
+                bits: payload & !(1 << len),
+                len,
+            },
+            off,
+        ))
+    }
+
+    /// The next packet, `None` at the end of the range, or an error; after an error the
+    /// cursor has moved to the next PSB.
+    #[inline]
+    pub fn next_packet(&mut self) -> Option<Result<Parsed, PacketError>> {
+        if self.pos >= self.end {
+            return None;
+        }
+        let offset = self.pos;
+        let next_psb = self.psb_from(offset);
+        if next_psb == Some(offset) {
+            self.pos += PSB_LEN;
+            return Some(Ok(Parsed {
+                offset,
+                size: PSB_LEN as u8,
+                packet: Packet::Psb,
+            }));
+        }
+        let limit = next_psb.unwrap_or(self.stream.len());
+        let mut scratch = [0u8; MAX_PACKET_LEN];
+        let avail = (limit - offset).min(MAX_PACKET_LEN as u64) as usize;
+        let bytes = self.stream.window(offset, avail, &mut scratch);
+        match parse(bytes, &self.errata) {
+            Ok((packet, size)) => {
+                self.pos += size as u64;
+                Some(Ok(Parsed {
+                    offset,
+                    size,
+                    packet,
+                }))
+            }
+            Err(kind) => {
+                self.pos = limit;
+                Some(Err(PacketError::new(offset, kind)))
+            }
+        }
+    }
+}
+
+impl Iterator for PacketReader<'_> {
+    type Item = Result<Parsed, PacketError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_packet()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pt::packet::PacketErrorKind;
+
+    #[test]
+    fn sdm_36_4_2_17_psb_found_in_linear_and_across_ring_seam() {
+        let mut d = vec![0x00u8, 0x04];
+        d.extend_from_slice(&PSB_BYTES);
+        d.extend_from_slice(&[0x02, 0x23]);
+        d.extend_from_slice(&PSB_BYTES);
+        assert_eq!(find_psbs(&TraceStream::linear(&d)), vec![2, 20]);
+        for r in 0..d.len() {
+            let mut file = d[r..].to_vec();
+            file.extend_from_slice(&d[..r]);
+            let s = TraceStream::ring(&file, d.len() - r);
+            assert_eq!(s.to_vec(0, s.len()), d);
+            assert_eq!(find_psbs(&s), vec![2, 20], "rotation {r}");
+        }
+    }
+
+    #[test]
+    fn sdm_36_4_2_17_a_longer_run_holds_its_psb_at_the_end() {
+        // A payload ending in 02 82, then a PSB: the PSB is the last 16 bytes.
+        let mut d = vec![0x19, 1, 2, 3, 4, 5, 0x02, 0x82];
+        d.extend_from_slice(&PSB_BYTES);
+        d.extend_from_slice(&[0x02, 0x23]);
+        let s = TraceStream::linear(&d);
+        assert_eq!(next_psb(&s, 0), Some(8));
+        // Back-to-back PSBs: the second (nothing lies between them).
+        let mut d = PSB_BYTES.to_vec();
+        d.extend_from_slice(&PSB_BYTES);
+        d.push(0x00);
+        assert_eq!(find_psbs(&TraceStream::linear(&d)), vec![16]);
+        // An odd byte after the run does not count.
+        let mut d = PSB_BYTES.to_vec();
+        d.push(0x02);
+        assert_eq!(find_psbs(&TraceStream::linear(&d)), vec![0]);
+    }
+
+    /// `next_psb` and `next_psb_before` from every offset agree with a naive search over
+    /// the definition (the last 16 bytes of each in-phase run of 02 82 pairs of 16 bytes
+    /// or more), in every rotation of a ring.
+    #[test]
+    fn next_psb_agrees_with_a_naive_search_from_any_offset() {
+        let mut d = Vec::new();
+        for i in 0..6usize {
+            d.extend(std::iter::repeat_n(0x02, i % 3));
+            d.extend(std::iter::repeat_n(0x82, i % 2));
+            d.extend_from_slice(&PSB_BYTES[..2 * (i % 3)]);
+            d.extend_from_slice(&PSB_BYTES);
+            d.push(0x23);
+        }
+        d.extend_from_slice(&PSB_BYTES[..10]);
+        let naive = |v: &[u8]| -> Vec<u64> {
+            let mut out = Vec::new();
+            let mut i = 0;
+            while i + 1 < v.len() {
+                if v[i] == 0x02 && v[i + 1] == 0x82 {
+                    let mut e = i;
+                    while e + 1 < v.len() && v[e] == 0x02 && v[e + 1] == 0x82 {
+                        e += 2;
+                    }
+                    if e - i >= 16 {
+                        out.push((e - 16) as u64);
+                    }
+                    i = e;
+                } else {
+                    i += 1;
+                }
+            }
+            out
+        };
+        let all = naive(&d);
+        assert!(all.len() >= 6, "{all:?}");
+        for r in 0..d.len() {
+            let s = TraceStream::ring(&d, r);
+            let v = s.to_vec(0, s.len());
+            let all = naive(&v);
+            assert_eq!(find_psbs(&s), all, "ring offset {r}");
+            for from in 0..=s.len() + 1 {
+                let want = all.iter().copied().find(|&p| p >= from);
+                assert_eq!(next_psb(&s, from), want, "ring offset {r}, from {from}");
+                for to in (from..=s.len() + 1).step_by(7) {
+                    let want = want.filter(|&p| p < to);
+                    assert_eq!(next_psb_before(&s, from, to), want);
+                }
+            }
+        }
+    }
+
+    fn read_all(d: &[u8]) -> Vec<Result<Parsed, PacketError>> {
+        let s = TraceStream::linear(d);
+        PacketReader::new(&s, 0, s.len(), Errata::default()).collect()
+    }
+
+    #[test]
+    fn reader_truncates_a_packet_at_the_next_psb_and_resumes_there() {
+        // An MNT whose payload would swallow half of the PSB after it.
+        let mut d = PSB_BYTES.to_vec();
+        d.extend_from_slice(&[0x02, 0xC3, 0x88]);
+        d.extend_from_slice(&PSB_BYTES);
+        d.extend_from_slice(&[0x02, 0x23]);
+        let got = read_all(&d);
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert_eq!(got[0].unwrap().packet, Packet::Psb);
+        let e = got[1].unwrap_err();
+        assert_eq!(e.offset, 16);
+        assert_eq!(e.kind, PacketErrorKind::Truncated { need: 11, have: 3 });
+        assert_eq!(got[2].unwrap().offset, 19);
+        assert_eq!(got[3].unwrap().packet, Packet::PsbEnd);
+    }
+
+    #[test]
+    fn reader_at_back_to_back_psbs_reads_both() {
+        // next_psb names the second; a reader already at the first reads it as well.
+        let mut d = PSB_BYTES.to_vec();
+        d.extend_from_slice(&PSB_BYTES);
+        d.extend_from_slice(&[0x02, 0x23]);
+        let got: Vec<(u64, Packet)> = read_all(&d)
+            .into_iter()
+            .map(|p| p.map(|p| (p.offset, p.packet)).unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [(0, Packet::Psb), (16, Packet::Psb), (32, Packet::PsbEnd)]
+        );
+        assert_eq!(find_psbs(&TraceStream::linear(&d)), [16]);
+    }
+
+    #[test]
+    fn reader_truncates_at_the_end_and_resyncs_after_a_bad_opcode() {
+        let mut d = PSB_BYTES.to_vec();
+        d.push(0xC9); // no such opcode
+        d.extend_from_slice(&[0x00, 0x00]);
+        d.extend_from_slice(&PSB_BYTES);
+        d.extend_from_slice(&[0x19, 1, 2]); // TSC cut short by the end
+        let got = read_all(&d);
+        let kinds: Vec<String> = got
+            .iter()
+            .map(|p| match p {
+                Ok(p) => format!("{}@{}", p.packet.name(), p.offset),
+                Err(e) => format!("error@{}", e.offset),
+            })
+            .collect();
+        assert_eq!(kinds, ["psb@0", "error@16", "psb@19", "error@35"]);
+        assert!(got[3].unwrap_err().kind.is_truncated());
+    }
+
+    #[test]
+    fn reader_and_try_tnt_agree() {
+        let mut d = PSB_BYTES.to_vec();
+        d.extend_from_slice(&[0x04, 0x06, 0x7E, 0x00, 0x02, 0x23, 0xFE]);
+        let s = TraceStream::linear(&d);
+        let mut a = PacketReader::new(&s, 0, s.len(), Errata::default());
+        let mut b = PacketReader::new(&s, 0, s.len(), Errata::default());
+        while let Some(p) = a.next_packet() {
+            let p = p.unwrap();
+            match b.try_tnt() {
+                Some((t, off)) => {
+                    assert_eq!(p.packet, Packet::Tnt8(t));
+                    assert_eq!(p.offset, off);
+                }
+                None => assert_eq!(b.next_packet(), Some(Ok(p))),
+            }
+        }
+        assert_eq!(b.next_packet(), None);
+    }
+
+    /// Trace-like bytes: PSBs, PSBENDs, escapes, TNTs, IP packets, and random bytes.
+    fn tracey() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just(PSB_BYTES.to_vec()),
+            Just(vec![0x02, 0x23]),
+            Just(vec![0x02, 0x82, 0x02, 0x82]),
+            any::<u8>().prop_map(|b| vec![0x02, b]),
+            any::<u8>().prop_map(|b| vec![b & !1]),
+            (any::<u8>(), any::<u64>()).prop_map(|(h, v)| {
+                let mut x = vec![(h & 0xE0) | 0x0D];
+                x.extend_from_slice(&v.to_le_bytes());
+                x
+            }),
+            any::<u8>().prop_map(|b| vec![b]),
+        ];
+        proptest::collection::vec(piece, 0..60).prop_map(|v| v.concat())
+    }
+
+    fn summary(s: &TraceStream<'_>, start: u64) -> Vec<(u64, Option<Packet>, u8)> {
+        PacketReader::new(s, start, s.len(), Errata::default())
+            .map(|r| match r {
+                Ok(p) => (p.offset, Some(p.packet), p.size),
+                Err(e) => (e.offset, None, 0),
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        /// Whatever the bytes: the reader ends, moves forward, never reads a packet
+        /// across a PSB; reading from any PSB gives the same packets as reading from
+        /// the start (chunks agree); and a ring rotation of the same stream reads the
+        /// same.
+        #[test]
+        fn reader_is_total_chunk_independent_and_ring_agnostic(d in tracey(), r in 0usize..1000) {
+            let s = TraceStream::linear(&d);
+            let all = summary(&s, 0);
+            let psbs = find_psbs(&s);
+            let mut last = None;
+            for &(off, ref p, size) in &all {
+                proptest::prop_assert!(last.is_none_or(|l| off > l));
+                last = Some(off);
+                if p.is_some() {
+                    let end = off + size as u64;
+                    proptest::prop_assert!(end <= s.len());
+                    proptest::prop_assert!(!psbs.iter().any(|&q| q > off && q < end));
+                }
+            }
+            for &p in &psbs {
+                let tail: Vec<_> = all.iter().filter(|x| x.0 >= p).cloned().collect();
+                proptest::prop_assert_eq!(summary(&s, p), tail, "from PSB {}", p);
+            }
+            let r = if d.is_empty() { 0 } else { r % d.len() };
+            let mut file = d[r..].to_vec();
+            file.extend_from_slice(&d[..r]);
+            let ring = TraceStream::ring(&file, d.len() - r);
+            proptest::prop_assert_eq!(summary(&ring, 0), all);
+        }
+    }
+}
