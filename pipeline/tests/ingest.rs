@@ -741,7 +741,7 @@ fn sigkill_at_any_moment_then_a_rerun_gives_the_clean_runs_dataset() {
 }
 
 fn python_has(modules: &str, install: &str) -> bool {
-    let ok = Command::new("python3")
+    let ok = Command::new(common::python())
         .args(["-c", &format!("import {modules}")])
         .status()
         .is_ok_and(|s| s.success());
@@ -761,7 +761,7 @@ fn python_test(
     env: &[(&str, String)],
 ) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/test_ingest.py");
-    let mut c = Command::new("python3");
+    let mut c = Command::new(common::python());
     c.arg(script)
         .args([dest, &good.to_string(), &failed.to_string()]);
     c.args(plain);
@@ -781,7 +781,7 @@ fn python_test(
 fn duckdb_pyarrow_and_polars_read_the_dataset_and_its_catalog() {
     if !python_has(
         "duckdb, pyarrow, polars",
-        "pip install -r python/requirements.txt",
+        "python3 -m venv .venv && .venv/bin/pip install -r python/requirements.txt",
     ) {
         return;
     }
@@ -841,7 +841,7 @@ impl Moto {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("python3")
+        let child = Command::new(common::python())
             .args([
                 "-m",
                 "moto.server",
@@ -883,13 +883,13 @@ impl Moto {
 fn an_s3_dataset_on_a_local_moto_server_survives_sigkill_and_reads_back_in_pyarrow_and_polars() {
     if !python_has(
         "moto.server, boto3, pyarrow, polars",
-        "pip install -r python/requirements.txt",
+        "python3 -m venv .venv && .venv/bin/pip install -r python/requirements.txt",
     ) {
         return;
     }
     let moto = Moto::start();
     let env = moto.env();
-    let mk = Command::new("python3")
+    let mk = Command::new(common::python())
         .args([
             "-c",
             "import boto3, os; boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL']).create_bucket(Bucket='night')",
@@ -1010,7 +1010,7 @@ fn an_s3_dataset_on_a_local_moto_server_survives_sigkill_and_reads_back_in_pyarr
         String::from_utf8_lossy(&o.stderr)
     );
     let fetched = tmp.path().join("fetched");
-    let get = Command::new("python3")
+    let get = Command::new(common::python())
         .args([
             "-c",
             "import boto3, os, sys\n\
