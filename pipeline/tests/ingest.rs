@@ -443,14 +443,29 @@ fn bad_arguments_and_an_unwritable_dataset_exit_1() {
         );
     }
     // A dataset made with other partition keys is refused before anything is written.
-    let o = ingest(&[s(&bundle), "--dataset", s(&dest), "--partition-by", "host"]);
+    // (The sample has no host label: allowed explicitly.)
+    let o = ingest(&[
+        s(&bundle),
+        "--dataset",
+        s(&dest),
+        "--partition-by",
+        "host",
+        "--allow-missing-keys",
+    ]);
     assert_eq!(
         o.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let o = ingest(&[s(&bundle), "--dataset", s(&dest), "--partition-by", "date"]);
+    let o = ingest(&[
+        s(&bundle),
+        "--dataset",
+        s(&dest),
+        "--partition-by",
+        "date",
+        "--allow-missing-keys",
+    ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("partitioned by [host]"), "{err}");

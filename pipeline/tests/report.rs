@@ -1045,6 +1045,13 @@ impl Browser {
         r["result"]["value"].clone()
     }
 
+    /// The numbers of a JavaScript array expression.
+    fn numbers(&mut self, js: &str) -> Vec<f64> {
+        let v = self.eval(js);
+        let a = v.as_array().unwrap_or_else(|| panic!("{js}: {v}"));
+        a.iter().map(|x| x.as_f64().unwrap()).collect()
+    }
+
     fn mouse(&mut self, kind: &str, x: f64, y: f64) {
         self.call(
             "Input.dispatchMouseEvent",
@@ -1171,15 +1178,9 @@ fn html_report_works_in_chromium_as_clicked() {
             .starts_with("Summary|Flame graph|Hotspots|Coverage|Timeline"),
         "{nav}"
     );
-    let order = b.eval(
+    let tops = b.numbers(
         "['summary','flamegraph','hotspots'].map(id => document.getElementById(id).offsetTop)",
     );
-    let tops: Vec<f64> = order
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
     assert!(tops[0] < tops[1] && tops[1] < tops[2], "{tops:?}");
 
     // Hover: inferno's details line names the frame under the pointer.
@@ -1241,22 +1242,10 @@ fn html_report_works_in_chromium_as_clicked() {
         "[...document.querySelectorAll('#hotspots tbody tr')].map(r => +r.cells[5].dataset.v)";
     let (hx, hy) = b.centre("document.querySelectorAll('#hotspots th')[5]");
     b.click(hx, hy);
-    let v = b.eval(calls);
-    let v: Vec<f64> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect();
+    let v = b.numbers(calls);
     assert!(v.len() > 3 && v.windows(2).all(|w| w[0] >= w[1]), "{v:?}");
     b.click(hx, hy);
-    let v = b.eval(calls);
-    let v: Vec<f64> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect();
+    let v = b.numbers(calls);
     assert!(v.windows(2).all(|w| w[0] <= w[1]), "{v:?}");
 
     // The timeline preview has spans drawn on it.

@@ -469,7 +469,10 @@ pub fn render(src: &mut Source, top: usize) -> Result<String> {
     h.push_str("<section id=\"timeline\"><h2>Timeline</h2>\n");
     match timeline {
         Ok((json, t)) => {
-            warnings.extend(t.warnings.iter().cloned());
+            // The timeline's pass opens the bundles again: their warnings are said once.
+            for w in &t.warnings {
+                warn_once(&mut warnings, w.clone());
+            }
             let _ = writeln!(
                 h,
                 "<p class=\"note\">Function calls over time (microseconds at {} TSC ticks per microsecond), callers above callees; {} spans{}. Hover a span for its name and duration. The whole timeline: <code>tracemill report timeline</code>.</p>\n<div class=\"tools\"><button id=\"tl-perfetto\" type=\"button\">Open in Perfetto</button><a id=\"tl-save\" download=\"calls.json\" href=\"#timeline\">Save the trace JSON</a><span class=\"note\">(Perfetto opens its web page, ui.perfetto.dev, and this page sends it the JSON; nothing leaves this page otherwise)</span></div>\n<canvas id=\"tl-canvas\" height=\"0\"></canvas><div id=\"tl-tip\">&nbsp;</div>\n<script type=\"application/json\" id=\"trace-json\">{}</script>",
