@@ -3,7 +3,7 @@
 # in time proportional to its size. Makes SIZE_MB of each kind under DIR, decodes it with
 # every table written, and prints wall time and peak memory (peak-rss.sh).
 #
-#   benches/scripts/hostile.sh target/release/tracemill 256 /tmp/hostile
+#   benches/scripts/hostile.sh target/dist/tracemill 256 /tmp/hostile
 set -euo pipefail
 bin=$1 size_mb=$2 dir=$3
 here=$(cd "$(dirname "$0")" && pwd)

@@ -5,6 +5,7 @@
 //! and stream the rows to Parquet (or Arrow IPC) files.
 //!
 //! - [`bundle`]: bundle loading;
+//! - [`cli`]: checks of option values, shared by the subcommands;
 //! - [`run`]: the parallel decode and the closing summary;
 //! - [`dump`]: the packet listing;
 //! - [`errors`]: error messages on one line;
@@ -13,6 +14,7 @@
 //! - [`report`]: the `report` commands (the work is in `tracemill-reports`).
 
 pub mod bundle;
+pub mod cli;
 pub mod dump;
 pub mod errors;
 pub mod ingest;

@@ -78,6 +78,13 @@ impl Tables {
                 ),
             }
         }
+        // An empty list would decode and write nothing without a word.
+        if !(t.branches || t.events || t.timing || t.coverage || t.edges) {
+            bail!(
+                "--tables {s:?} names no table: give some of branches, events, timing, \
+                 coverage, edges, or all (to decode without writing, leave out --out)"
+            );
+        }
         Ok(t)
     }
 }
@@ -835,15 +842,5 @@ pub fn summary(name: &str, r: &Report) -> String {
     s
 }
 
-/// 1234567 -> "1,234,567".
-pub fn group(n: u64) -> String {
-    let d = n.to_string();
-    let mut out = String::new();
-    for (i, c) in d.chars().enumerate() {
-        if i > 0 && (d.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+/// 1234567 -> "1,234,567": the one number format of the summary, the reports and HTML.
+pub use tracemill_reports::util::group;

@@ -118,6 +118,20 @@ pub fn block_insns(code: &[u8], start: u64, end: u64, max: usize) -> Option<Vec<
     None
 }
 
+/// 1234567 -> "1,234,567": counts in text and HTML reports and the decode summary (CSV
+/// and JSON keep plain numbers, for programs).
+pub fn group(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::with_capacity(d.len() + d.len() / 3);
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Escape text for HTML and SVG.
 pub fn html_escape(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
@@ -221,6 +235,19 @@ mod tests {
     fn batch(col: ArrayRef) -> RecordBatch {
         let schema = Schema::new(vec![Field::new("kind", col.data_type().clone(), true)]);
         RecordBatch::try_new(Arc::new(schema), vec![col]).unwrap()
+    }
+
+    #[test]
+    fn group_puts_separators_every_three_digits() {
+        for (n, t) in [
+            (0, "0"),
+            (999, "999"),
+            (1000, "1,000"),
+            (1447668, "1,447,668"),
+            (u64::MAX, "18,446,744,073,709,551,615"),
+        ] {
+            assert_eq!(group(n), t);
+        }
     }
 
     #[test]
