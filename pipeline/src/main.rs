@@ -87,7 +87,9 @@ struct DumpArgs {
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum DumpFormat {
+    /// Intel RTIT (Silvermont/Airmont Atom trace), the packets of chapter 4.
     Rtit,
+    /// Intel PT (the SDM's Processor Trace), as recorded by perf on every Intel server.
     Pt,
 }
 
