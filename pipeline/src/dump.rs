@@ -69,26 +69,28 @@ pub fn dump(
         writeln!(out, "errors         {}", s.errors)?;
         return Ok(());
     }
-    entries(stream, cfg, &mut |e| {
-        match e {
-            Entry::NoPsb => writeln!(out, "no PSB in {} bytes: nothing to parse", stream.len()),
-            Entry::Skipped(n) => writeln!(
+    entries(stream, cfg, &mut |e| match e {
+        Entry::NoPsb => writeln!(out, "no PSB in {} bytes: nothing to parse", stream.len()),
+        Entry::Skipped(n) => writeln!(
+            out,
+            "{:016x}  {:<30} skipped {n} bytes before the first PSB",
+            0, ""
+        ),
+        Entry::Error { offset, message } => {
+            writeln!(out, "{offset:016x}  {:<30} error: {message}", "")
+        }
+        Entry::Packet {
+            offset,
+            bytes,
+            name,
+            fields,
+        } => {
+            let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            writeln!(
                 out,
-                "{:016x}  {:<30} skipped {n} bytes before the first PSB",
-                0, ""
-            ),
-            Entry::Error { offset, message } => {
-                writeln!(out, "{offset:016x}  {:<30} error: {message}", "")
-            }
-            Entry::Packet {
-                offset,
-                bytes,
-                name,
-                fields,
-            } => {
-                let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
-                writeln!(out, "{offset:016x}  {:<30} {name:<12} {fields}", hex.join(" "))
-            }
+                "{offset:016x}  {:<30} {name:<12} {fields}",
+                hex.join(" ")
+            )
         }
     })?;
     Ok(())

@@ -759,11 +759,7 @@ impl Writers {
     /// does not replace are removed, and the new ones renamed into place.
     /// (With a consumer instead, `coverage` and `edges` go to it; `trace_len` is where
     /// decoding ended.)
-    fn finish(
-        mut self,
-        images: &ImageSet<'_>,
-        trace_len: u64,
-    ) -> Result<(Vec<Written>, u64, u64)> {
+    fn finish(mut self, images: &ImageSet<'_>, trace_len: u64) -> Result<(Vec<Written>, u64, u64)> {
         let (blocks, edges) = (self.cov.blocks.len() as u64, self.cov.edges.len() as u64);
         if let Some(b) = &self.batches {
             b.send_coverage(&self.cov, images, trace_len)?;

@@ -19,7 +19,10 @@ mod common;
 fn python_package_tests() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let ready = Command::new(common::python())
-        .args(["-c", "import tracemill, pytest, pyarrow, polars, duckdb, pandas"])
+        .args([
+            "-c",
+            "import tracemill, pytest, pyarrow, polars, duckdb, pandas",
+        ])
         .status()
         .is_ok_and(|s| s.success());
     if !ready {

@@ -51,7 +51,11 @@ pub(crate) fn stream_capsule<'py>(
     py: Python<'py>,
     reader: Box<dyn RecordBatchReader + Send>,
 ) -> PyResult<Bound<'py, PyCapsule>> {
-    PyCapsule::new(py, FFI_ArrowArrayStream::new(reader), name("arrow_array_stream"))
+    PyCapsule::new(
+        py,
+        FFI_ArrowArrayStream::new(reader),
+        name("arrow_array_stream"),
+    )
 }
 
 /// One record batch, for `pyarrow.record_batch(...)` (or any reader of

@@ -101,11 +101,27 @@ fn _source_fingerprint() -> &'static str {
     env!("TRACEMILL_SOURCE_FINGERPRINT")
 }
 
+/// The schema of a table (`branches`, ...), with its columns' documentation, as an
+/// `arrow_schema` capsule holder for `pyarrow.schema(...)`. (A decode's streams carry the
+/// file metadata besides.)
+#[pyfunction]
+fn table_schema(py: Python<'_>, table: &str) -> PyResult<Py<arrow_export::ArrowStream>> {
+    let schema = tracemill_schemas::arrow::by_name(table).ok_or_else(|| {
+        error(
+            py,
+            "OptionError",
+            format!("unknown table {table:?}: choose from branches, events, timing, coverage, edges"),
+        )
+    })?;
+    Py::new(py, arrow_export::ArrowStream::new(schema, Vec::new()))
+}
+
 #[pymodule]
 fn _tracemill(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(_source_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(stream::decode, m)?)?;
+    m.add_function(wrap_pyfunction!(table_schema, m)?)?;
     m.add_class::<stream::Decoding>()?;
     m.add_class::<stream::TableStream>()?;
     m.add_class::<arrow_export::ArrowArray>()?;

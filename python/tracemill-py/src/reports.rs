@@ -123,16 +123,36 @@ pub(crate) fn hotspots(
     warn_all(py, &h.warnings)?;
     let rows = &h.rows;
     let mut columns = vec![
-        ("function", strings(rows.iter().map(|r| r.function.as_str())), false),
-        ("image", strings(rows.iter().map(|r| r.image.as_str())), false),
+        (
+            "function",
+            strings(rows.iter().map(|r| r.function.as_str())),
+            false,
+        ),
+        (
+            "image",
+            strings(rows.iter().map(|r| r.image.as_str())),
+            false,
+        ),
     ];
     match by {
         By::Function => {}
-        By::Line => columns.push(("line", strings(rows.iter().map(|r| r.location.as_str())), false)),
-        By::Block => columns.push(("block", strings(rows.iter().map(|r| r.location.as_str())), false)),
+        By::Line => columns.push((
+            "line",
+            strings(rows.iter().map(|r| r.location.as_str())),
+            false,
+        )),
+        By::Block => columns.push((
+            "block",
+            strings(rows.iter().map(|r| r.location.as_str())),
+            false,
+        )),
     }
     columns.extend([
-        ("instructions", u64s(rows.iter().map(|r| r.instructions)), false),
+        (
+            "instructions",
+            u64s(rows.iter().map(|r| r.instructions)),
+            false,
+        ),
         (
             "cycles",
             Arc::new(rows.iter().map(|r| r.cycles).collect::<UInt64Array>()) as ArrayRef,
@@ -254,8 +274,13 @@ pub(crate) fn flamegraph_svg(
     let total = st.total(use_cycles);
     let lines = st.folded(&names, use_cycles, svg_min_weight(total));
     let mut svg = Vec::new();
-    write_svg(&lines, &format!("tracemill: {}", src.title()), use_cycles, &mut svg)
-        .map_err(|e| report_error(py, &e))?;
+    write_svg(
+        &lines,
+        &format!("tracemill: {}", src.title()),
+        use_cycles,
+        &mut svg,
+    )
+    .map_err(|e| report_error(py, &e))?;
     String::from_utf8(svg).map_err(|e| error(py, "ReportError", e.to_string()))
 }
 
@@ -292,11 +317,27 @@ pub(crate) fn coverage(
             vec![
                 ("image", strings(r.iter().map(|i| i.image.as_str())), false),
                 ("blocks", u64s(r.iter().map(|i| i.blocks)), false),
-                ("instructions", u64s(r.iter().map(|i| i.instructions)), false),
-                ("functions_total", u64s(r.iter().map(|i| i.functions_total)), false),
-                ("functions_hit", u64s(r.iter().map(|i| i.functions_hit)), false),
+                (
+                    "instructions",
+                    u64s(r.iter().map(|i| i.instructions)),
+                    false,
+                ),
+                (
+                    "functions_total",
+                    u64s(r.iter().map(|i| i.functions_total)),
+                    false,
+                ),
+                (
+                    "functions_hit",
+                    u64s(r.iter().map(|i| i.functions_hit)),
+                    false,
+                ),
                 ("code_bytes", u64s(r.iter().map(|i| i.code_bytes)), false),
-                ("covered_bytes", u64s(r.iter().map(|i| i.covered_bytes)), false),
+                (
+                    "covered_bytes",
+                    u64s(r.iter().map(|i| i.covered_bytes)),
+                    false,
+                ),
             ],
             vec![("by", "image".into())],
         );
@@ -307,10 +348,22 @@ pub(crate) fn coverage(
         "coverage",
         vec![
             ("image", strings(r.iter().map(|f| f.image.as_str())), false),
-            ("function", strings(r.iter().map(|f| f.function.as_str())), false),
+            (
+                "function",
+                strings(r.iter().map(|f| f.function.as_str())),
+                false,
+            ),
             ("size", u64s(r.iter().map(|f| f.size)), false),
-            ("covered_bytes", u64s(r.iter().map(|f| f.covered_bytes)), false),
-            ("instructions", u64s(r.iter().map(|f| f.instructions)), false),
+            (
+                "covered_bytes",
+                u64s(r.iter().map(|f| f.covered_bytes)),
+                false,
+            ),
+            (
+                "instructions",
+                u64s(r.iter().map(|f| f.instructions)),
+                false,
+            ),
             ("entries", u64s(r.iter().map(|f| f.entries)), false),
             ("lines_total", u64s(r.iter().map(|f| f.lines_total)), false),
             ("lines_hit", u64s(r.iter().map(|f| f.lines_hit)), false),
@@ -378,12 +431,27 @@ pub(crate) fn timeline(
             ("pid", Arc::new(UInt32Array::from(pid)) as ArrayRef, false),
             ("process", strings(process.into_iter()), false),
             ("function", strings(name.iter().map(String::as_str)), false),
-            ("depth", Arc::new(UInt32Array::from(depth)) as ArrayRef, false),
-            ("start_us", Arc::new(Float64Array::from(ts)) as ArrayRef, false),
-            ("duration_us", Arc::new(Float64Array::from(dur)) as ArrayRef, false),
+            (
+                "depth",
+                Arc::new(UInt32Array::from(depth)) as ArrayRef,
+                false,
+            ),
+            (
+                "start_us",
+                Arc::new(Float64Array::from(ts)) as ArrayRef,
+                false,
+            ),
+            (
+                "duration_us",
+                Arc::new(Float64Array::from(dur)) as ArrayRef,
+                false,
+            ),
         ],
         vec![
-            ("tsc_origin", s.first_tsc.map_or(String::new(), |t| format!("{t:#x}"))),
+            (
+                "tsc_origin",
+                s.first_tsc.map_or(String::new(), |t| format!("{t:#x}")),
+            ),
             ("tsc_mhz", s.tsc_mhz.to_string()),
             ("dropped", s.dropped.to_string()),
         ],

@@ -98,9 +98,12 @@ impl Shared {
     /// The next piece of table `want` (any table: `None`), waiting up to [`WAIT`].
     fn next(&mut self, want: Option<usize>) -> Next {
         let mine = |i: usize| want.is_none_or(|w| w == i);
-        if let Some(q) = self.pending.iter_mut().enumerate().find_map(|(i, q)| {
-            (mine(i) && !q.is_empty()).then_some(q)
-        }) {
+        if let Some(q) = self
+            .pending
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, q)| (mine(i) && !q.is_empty()).then_some(q))
+        {
             return Next::Piece(q.pop_front().expect("not empty"));
         }
         let Some(rx) = &self.rx else {
@@ -483,7 +486,9 @@ impl Decoding {
                 self.tables.join(", ")
             )));
         }
-        self.streams[0].borrow(py).__arrow_c_stream__(py, requested_schema)
+        self.streams[0]
+            .borrow(py)
+            .__arrow_c_stream__(py, requested_schema)
     }
 
     /// Every table asked for, read to its end, as `{table: pyarrow.Table}`.
@@ -638,7 +643,10 @@ impl TableStream {
     /// `pyarrow.Schema`).
     #[getter]
     fn schema(slf: PyRef<'_, Self>, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(py.import("pyarrow")?.call_method1("schema", (slf,))?.unbind())
+        Ok(py
+            .import("pyarrow")?
+            .call_method1("schema", (slf,))?
+            .unbind())
     }
 
     fn __arrow_c_schema__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
@@ -685,7 +693,8 @@ impl TableStream {
         let t = table_index(self.table);
         match next_with_gil(py, &self.shared, &self.hooks, Some(t))? {
             Some(o) => Ok(Some(
-                ArrowArray::new(batch(o, &self.schema, &self.hooks).map_err(to_py)?).into_pyarrow(py)?,
+                ArrowArray::new(batch(o, &self.schema, &self.hooks).map_err(to_py)?)
+                    .into_pyarrow(py)?,
             )),
             None => Ok(None),
         }
@@ -727,7 +736,11 @@ pub(crate) fn tables_arg(py: Python<'_>, tables: Option<&Bound<'_, PyAny>>) -> P
             Ok(s) => s,
             Err(_) => t
                 .extract::<Vec<String>>()
-                .map_err(|_| PyTypeError::new_err("tables: a name, a comma-separated list or a list of names"))?
+                .map_err(|_| {
+                    PyTypeError::new_err(
+                        "tables: a name, a comma-separated list or a list of names",
+                    )
+                })?
                 .join(","),
         },
     };

@@ -5,8 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BinaryBuilder, DictionaryArray, Float64Array, RecordBatch, StringArray,
-    UInt64Array,
+    ArrayRef, BinaryBuilder, DictionaryArray, Float64Array, RecordBatch, StringArray, UInt64Array,
 };
 use arrow::datatypes::{DataType, Field, Int32Type, Schema};
 use pyo3::prelude::*;
@@ -129,7 +128,11 @@ pub(crate) fn dump(
     let bundle_err = |e: anyhow::Error| error_from(py, "BundleError", &e);
     let refuse = |stream: &TraceStream<'_>, f: Sniffed| -> PyResult<()> {
         match sniff::mismatch(stream, f) {
-            Some(msg) => Err(error(py, "BundleError", format!("{}: {msg}", path.display()))),
+            Some(msg) => Err(error(
+                py,
+                "BundleError",
+                format!("{}: {msg}", path.display()),
+            )),
             None => Ok(()),
         }
     };

@@ -134,17 +134,29 @@ def test_a_100m_row_stream_runs_in_bounded_memory():
 
 
 def test_the_documented_examples(tmp_path):
-    # polars, lazily, over a stream.
-    top = (
-        pl.LazyFrame(tracemill.decode(RECURSION, tables="branches"))
+    # polars, lazily, over a stream: the query runs batch by batch as they are decoded.
+    query = (
+        tracemill.scan_polars(RECURSION)
         .filter(pl.col("kind") == "call")
         .group_by("target")
         .agg(pl.len().alias("calls"))
-        .sort("calls", descending=True)
+        .sort("calls", "target", descending=True)
         .head(5)
-        .collect()
     )
-    assert top.height == 5 and top["calls"][0] >= top["calls"][4]
+    top = query.collect(engine="streaming")
+    eager = (
+        pl.DataFrame(tracemill.decode(RECURSION, tables="branches"))
+        .filter(pl.col("kind") == "call")
+        .group_by("target")
+        .agg(pl.len().alias("calls"))
+        .sort("calls", "target", descending=True)
+        .head(5)
+    )
+    assert top.equals(eager) and top.height == 5
+    # Collected again, it decodes again; a row limit stops the decode early.
+    assert query.collect().equals(top)
+    assert tracemill.scan_polars(RECURSION, table="events").head(7).collect().height == 7
+    assert tracemill.scan_polars(RECURSION, jobs=1).select("ip").collect().width == 1
     # DuckDB, FROM a stream held in a variable.
     events = tracemill.decode(RECURSION, tables="events").events
     kinds = dict(duckdb.sql("SELECT kind, count(*) FROM events GROUP BY kind").fetchall())

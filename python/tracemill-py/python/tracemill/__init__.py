@@ -128,6 +128,59 @@ def decode(
     )
 
 
+def schema(table: str):
+    """The ``pyarrow.Schema`` of a table (``"branches"``, ``"events"``, ``"timing"``,
+    ``"coverage"``, ``"edges"``), its columns documented in the field metadata (a
+    decode's streams add the file metadata: source, RTIT_CTL, labels...)."""
+    import pyarrow as pa
+
+    return pa.schema(_tracemill.table_schema(table))
+
+
+def scan_polars(bundle: Bundle, table: str = "branches", **kwargs):
+    """A ``polars.LazyFrame`` of one table of a decode, for lazy queries over the stream.
+
+    Each ``collect()`` decodes ``bundle`` again (``kwargs`` as :func:`decode`'s: ``jobs``,
+    ``ctl``, ``config``...) and feeds the batches to polars as they are decoded, each
+    taken without a copy; polars' projection, filter and row limit are applied batch by
+    batch (a limit stops the decode early), so with ``collect(engine="streaming")`` the
+    query runs in bounded memory over any trace size.
+
+    >>> top = (tracemill.scan_polars("datasets/samples/recursion")
+    ...        .filter(pl.col("kind") == "call")
+    ...        .group_by("target").agg(pl.len()).collect())
+    """
+    import polars as pl
+    from polars.io.plugins import register_io_source
+
+    if table not in TABLES:
+        raise OptionError(
+            f"unknown table {table!r}: choose from branches, events, timing, coverage, edges"
+        )
+    polars_schema = pl.from_arrow(schema(table).empty_table()).schema
+
+    def source(with_columns, predicate, n_rows, batch_size):
+        d = decode(bundle, tables=table, **kwargs)
+        left = n_rows
+        try:
+            for batch in d[table]:
+                df = pl.from_arrow(batch)
+                if with_columns is not None:
+                    df = df.select(with_columns)
+                if predicate is not None:
+                    df = df.filter(predicate)
+                if left is not None:
+                    df = df.head(left)
+                    left -= df.height
+                yield df
+                if left == 0:
+                    break
+        finally:
+            d.close()
+
+    return register_io_source(io_source=source, schema=polars_schema)
+
+
 def dump(
     bundle: Union[str, os.PathLike],
     *,
@@ -193,6 +246,8 @@ from . import report  # noqa: E402  (report uses the names above)
 
 __all__ = [
     "decode",
+    "scan_polars",
+    "schema",
     "dump",
     "ingest",
     "report",
