@@ -69,31 +69,54 @@ pub fn dump(
         writeln!(out, "errors         {}", s.errors)?;
         return Ok(());
     }
-    entries(stream, cfg, &mut |e| match e {
-        Entry::NoPsb => writeln!(out, "no PSB in {} bytes: nothing to parse", stream.len()),
-        Entry::Skipped(n) => writeln!(
-            out,
-            "{:016x}  {:<30} skipped {n} bytes before the first PSB",
-            0, ""
-        ),
-        Entry::Error { offset, message } => {
-            writeln!(out, "{offset:016x}  {:<30} error: {message}", "")
-        }
-        Entry::Packet {
-            offset,
-            bytes,
-            name,
-            fields,
-        } => {
-            let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            writeln!(
-                out,
-                "{offset:016x}  {:<30} {name:<12} {fields}",
-                hex.join(" ")
-            )
-        }
-    })?;
+    let columns = Columns {
+        bytes: 30,
+        name: 12,
+        trim: false,
+    };
+    entries(stream, cfg, &mut |e| columns.write(out, stream.len(), e))?;
     Ok(())
+}
+
+/// The widths of a listing's columns: the packet's bytes and its name (RTIT's listing
+/// keeps the blanks a line ends with; Intel PT's, like ptdump's, drops them).
+struct Columns {
+    bytes: usize,
+    name: usize,
+    trim: bool,
+}
+
+impl Columns {
+    /// `e` as the listing's line (`len`: the trace's length).
+    fn write(&self, out: &mut dyn Write, len: u64, e: Entry<'_>) -> std::io::Result<()> {
+        let w = self.bytes;
+        match e {
+            Entry::NoPsb => writeln!(out, "no PSB in {len} bytes: nothing to parse"),
+            Entry::Skipped(n) => writeln!(
+                out,
+                "{:016x}  {:<w$} skipped {n} bytes before the first PSB",
+                0, ""
+            ),
+            Entry::Error { offset, message } => {
+                writeln!(out, "{offset:016x}  {:<w$} error: {message}", "")
+            }
+            Entry::Packet {
+                offset,
+                bytes,
+                name,
+                fields,
+            } => {
+                let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                let line = format!(
+                    "{offset:016x}  {:<w$} {name:<n$} {fields}",
+                    hex.join(" "),
+                    n = self.name
+                );
+                let line = if self.trim { line.trim_end() } else { &line };
+                writeln!(out, "{line}")
+            }
+        }
+    }
 }
 
 /// One line of a packet listing, as [`entries`] and [`pt_entries`] give them.
@@ -260,27 +283,12 @@ pub fn dump_pt(
         writeln!(out, "errors         {}", s.errors)?;
         return Ok(());
     }
-    pt_entries(stream, cfg, &mut |e| match e {
-        Entry::NoPsb => writeln!(out, "no PSB in {} bytes: nothing to parse", stream.len()),
-        Entry::Skipped(n) => writeln!(
-            out,
-            "{:016x}  {:<47} skipped {n} bytes before the first PSB",
-            0, ""
-        ),
-        Entry::Error { offset, message } => {
-            writeln!(out, "{offset:016x}  {:<47} error: {message}", "")
-        }
-        Entry::Packet {
-            offset,
-            bytes,
-            name,
-            fields,
-        } => {
-            let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            let line = format!("{offset:016x}  {:<47} {name:<10} {fields}", hex.join(" "));
-            writeln!(out, "{}", line.trim_end())
-        }
-    })?;
+    let columns = Columns {
+        bytes: 47,
+        name: 10,
+        trim: true,
+    };
+    pt_entries(stream, cfg, &mut |e| columns.write(out, stream.len(), e))?;
     Ok(())
 }
 

@@ -133,12 +133,13 @@ impl Shared {
 
     fn join(&mut self) {
         if let Some(t) = self.thread.take() {
-            self.outcome = match t.join() {
+            let r = t.join();
+            if matches!(self.outcome, Outcome::Stopped) {
+                // Stopped on purpose: whatever it returned is not the decode's outcome.
+                return;
+            }
+            self.outcome = match r {
                 Ok(Ok(r)) => Outcome::Done(Box::new(r)),
-                Ok(Err(e)) if matches!(self.outcome, Outcome::Stopped) => {
-                    let _ = e;
-                    Outcome::Stopped
-                }
                 Ok(Err(e)) => {
                     let class = if e.chain().any(|c| c.is::<tracemill::errors::NoPsb>()) {
                         "NoPsbError"
@@ -219,7 +220,7 @@ impl Hooks {
     /// At the end: the decode's warnings not issued at its start, the progress at 100%,
     /// or its failure raised.
     fn finish(&self, py: Python<'_>, shared: &Mutex<Shared>) -> PyResult<()> {
-        let warnings = {
+        let warnings: Vec<String> = {
             let mut s = lock(shared);
             s.failure(py)?;
             if s.warned {
@@ -233,7 +234,8 @@ impl Hooks {
                     .filter(|w| !self.early.contains(w))
                     .cloned()
                     .collect(),
-                _ => Vec::new(),
+                // Stopped: no end to report.
+                _ => return Ok(()),
             }
         };
         for w in warnings {
@@ -934,8 +936,10 @@ fn start(
         addresses: Mutex::new(Vec::new()),
     });
     // Wait for the first piece (or the end), so that a decode that cannot start (no PSB)
-    // raises here, not at the first read.
-    loop {
+    // raises here, not at the first read. Not longer than a second: a decode of only the
+    // aggregates (coverage, edges) has its first piece at the end.
+    let since = std::time::Instant::now();
+    while since.elapsed() < Duration::from_secs(1) {
         let s = shared.clone();
         let first = py.detach(move || {
             let mut g = lock(&s);

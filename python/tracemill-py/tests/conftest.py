@@ -3,6 +3,7 @@ sample bundles. Run by the README's test command (pipeline/tests/python_package.
 TRACEMILL_BIN), or by hand: .venv/bin/python -m pytest python/tracemill-py/tests."""
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -13,18 +14,10 @@ import tracemill
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = ROOT / "datasets" / "samples"
 
-# The directories build.rs fingerprints, and how (FNV-1a 64 over each file's path from the
-# root and bytes, in path order, each followed by a NUL).
-SOURCES = [
-    "python/tracemill-py/src",
-    "python/tracemill-py/python",
-    "pipeline/src",
-    "decode/src",
-    "sinks/src",
-    "schemas/src",
-    "reports/src",
-    "datasets/src",
-]
+# The directories build.rs fingerprints (read from it: one list), and how (FNV-1a 64 over
+# each file's path from the root and bytes, in path order, each followed by a NUL).
+_BUILD_RS = (ROOT / "python" / "tracemill-py" / "build.rs").read_text()
+SOURCES = re.findall(r'"([^"]+)"', _BUILD_RS[_BUILD_RS.index("const SOURCES"):].split("];")[0])
 
 
 def _fingerprint() -> str:
