@@ -69,17 +69,86 @@ pub fn dump(
         writeln!(out, "errors         {}", s.errors)?;
         return Ok(());
     }
+    let columns = Columns {
+        bytes: 30,
+        name: 12,
+        trim: false,
+    };
+    entries(stream, cfg, &mut |e| columns.write(out, stream.len(), e))?;
+    Ok(())
+}
+
+/// The widths of a listing's columns: the packet's bytes and its name (RTIT's listing
+/// keeps the blanks a line ends with; Intel PT's, like ptdump's, drops them).
+struct Columns {
+    bytes: usize,
+    name: usize,
+    trim: bool,
+}
+
+impl Columns {
+    /// `e` as the listing's line (`len`: the trace's length).
+    fn write(&self, out: &mut dyn Write, len: u64, e: Entry<'_>) -> std::io::Result<()> {
+        let w = self.bytes;
+        match e {
+            Entry::NoPsb => writeln!(out, "no PSB in {len} bytes: nothing to parse"),
+            Entry::Skipped(n) => writeln!(
+                out,
+                "{:016x}  {:<w$} skipped {n} bytes before the first PSB",
+                0, ""
+            ),
+            Entry::Error { offset, message } => {
+                writeln!(out, "{offset:016x}  {:<w$} error: {message}", "")
+            }
+            Entry::Packet {
+                offset,
+                bytes,
+                name,
+                fields,
+            } => {
+                let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                let line = format!(
+                    "{offset:016x}  {:<w$} {name:<n$} {fields}",
+                    hex.join(" "),
+                    n = self.name
+                );
+                let line = if self.trim { line.trim_end() } else { &line };
+                writeln!(out, "{line}")
+            }
+        }
+    }
+}
+
+/// One line of a packet listing, as [`entries`] and [`pt_entries`] give them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry<'a> {
+    /// The trace has no PSB: nothing is parsed (the only entry).
+    NoPsb,
+    /// This many bytes before the first PSB, not parsed (offset 0).
+    Skipped(u64),
+    /// Bytes at `offset` that do not parse; parsing resumes at the next PSB.
+    Error { offset: u64, message: &'a str },
+    /// A packet: its bytes, name and fields (IPs decompressed).
+    Packet {
+        offset: u64,
+        bytes: &'a [u8],
+        name: &'static str,
+        fields: &'a str,
+    },
+}
+
+/// The listing of an RTIT trace, entry by entry (what `tracemill dump` prints).
+pub fn entries(
+    stream: &TraceStream<'_>,
+    cfg: &TraceConfig,
+    f: &mut dyn FnMut(Entry<'_>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let first = next_psb(stream, 0);
     let Some(start) = first else {
-        writeln!(out, "no PSB in {} bytes: nothing to parse", stream.len())?;
-        return Ok(());
+        return f(Entry::NoPsb);
     };
     if start > 0 {
-        writeln!(
-            out,
-            "{:016x}  {:<30} skipped {start} bytes before the first PSB",
-            0, ""
-        )?;
+        f(Entry::Skipped(start))?;
     }
     let mut last = LastIp::unknown();
     let mut scratch = [0u8; 16];
@@ -88,12 +157,14 @@ pub fn dump(
             Ok(p) => p,
             Err(e) => {
                 last.forget();
-                writeln!(out, "{:016x}  {:<30} error: {}", e.offset, "", e.kind)?;
+                f(Entry::Error {
+                    offset: e.offset,
+                    message: &e.kind.to_string(),
+                })?;
                 continue;
             }
         };
         let raw = stream.window(p.offset, p.size as usize, &mut scratch);
-        let hex: Vec<String> = raw.iter().map(|b| format!("{b:02x}")).collect();
         let fields = match p.packet {
             Packet::Tnt(t) => (0..t.len)
                 .map(|i| if t.taken(i) { '!' } else { '.' })
@@ -126,14 +197,12 @@ pub fn dump(
             Packet::Cyc { value, .. } => format!("{value}"),
             Packet::Psb | Packet::TraceStop => String::new(),
         };
-        writeln!(
-            out,
-            "{:016x}  {:<30} {:<12} {}",
-            p.offset,
-            hex.join(" "),
-            p.packet.name(),
-            fields
-        )?;
+        f(Entry::Packet {
+            offset: p.offset,
+            bytes: raw,
+            name: p.packet.name(),
+            fields: &fields,
+        })?;
     }
     Ok(())
 }
@@ -214,16 +283,27 @@ pub fn dump_pt(
         writeln!(out, "errors         {}", s.errors)?;
         return Ok(());
     }
+    let columns = Columns {
+        bytes: 47,
+        name: 10,
+        trim: true,
+    };
+    pt_entries(stream, cfg, &mut |e| columns.write(out, stream.len(), e))?;
+    Ok(())
+}
+
+/// tracemill's listing of an Intel PT trace, entry by entry (what `tracemill dump`
+/// prints for it).
+pub fn pt_entries(
+    stream: &TraceStream<'_>,
+    cfg: &PtConfig,
+    f: &mut dyn FnMut(Entry<'_>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let Some(start) = pt::sync::next_psb(stream, 0) else {
-        writeln!(out, "no PSB in {} bytes: nothing to parse", stream.len())?;
-        return Ok(());
+        return f(Entry::NoPsb);
     };
     if start > 0 {
-        writeln!(
-            out,
-            "{:016x}  {:<47} skipped {start} bytes before the first PSB",
-            0, ""
-        )?;
+        f(Entry::Skipped(start))?;
     }
     let mut last = PtLastIp::new();
     let mut scratch = [0u8; 16];
@@ -231,24 +311,24 @@ pub fn dump_pt(
         let p = match p {
             Ok(p) => p,
             Err(e) => {
-                writeln!(out, "{:016x}  {:<47} error: {}", e.offset, "", e.kind)?;
+                f(Entry::Error {
+                    offset: e.offset,
+                    message: &e.kind.to_string(),
+                })?;
                 continue;
             }
         };
         let raw = stream.window(p.offset, p.size as usize, &mut scratch);
-        let hex: Vec<String> = raw.iter().map(|b| format!("{b:02x}")).collect();
         if p.packet == pt::Packet::Psb {
             last.reset();
         }
         let fields = pt_fields(&p.packet, &mut last);
-        let line = format!(
-            "{:016x}  {:<47} {:<10} {}",
-            p.offset,
-            hex.join(" "),
-            p.packet.name(),
-            fields
-        );
-        writeln!(out, "{}", line.trim_end())?;
+        f(Entry::Packet {
+            offset: p.offset,
+            bytes: raw,
+            name: p.packet.name(),
+            fields: &fields,
+        })?;
     }
     Ok(())
 }

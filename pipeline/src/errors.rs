@@ -19,6 +19,16 @@ pub fn error_text(e: &anyhow::Error) -> String {
     out
 }
 
+/// The trace holds no PSB packet: nothing can be decoded (`decode` exits 1). A type of its
+/// own so that the Python package raises its own exception for it (`NoPsbError`).
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: no PSB packet in {bytes} bytes: nothing to decode (is this an RTIT trace?)")]
+pub struct NoPsb {
+    /// The trace file, as opened.
+    pub path: String,
+    pub bytes: u64,
+}
+
 /// What to do about an error whose own words do not say it. Without credentials in the
 /// environment the S3 client falls back to the EC2 instance-metadata service, and its
 /// error names only that service's URL (`http://169.254.169.254/latest/api/token ... 403`),

@@ -7,6 +7,7 @@
 //! - [`bundle`]: bundle loading;
 //! - [`cli`]: checks of option values, shared by the subcommands;
 //! - [`run`]: the parallel decode and the closing summary;
+//! - [`stream`]: the decoded tables handed to a consumer as Arrow batches (Python);
 //! - [`dump`]: the packet listing;
 //! - [`errors`]: error messages on one line;
 //! - [`ingest`]: many bundles into one partitioned dataset (local or S3), exactly once;
@@ -20,4 +21,5 @@ pub mod errors;
 pub mod ingest;
 pub mod report;
 pub mod run;
+pub mod stream;
 pub mod synth;

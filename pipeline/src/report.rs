@@ -27,7 +27,7 @@ pub fn decode_meta(bundle: &Bundle) -> Vec<(String, String)> {
         .iter()
         .map(|(k, v)| (format!("label.{k}"), v.clone()))
         .collect();
-    if bundle.dir.join("bundle.toml").is_file() {
+    if !bundle.in_memory && bundle.dir.join("bundle.toml").is_file() {
         let dir = std::path::absolute(&bundle.dir).unwrap_or_else(|_| bundle.dir.clone());
         kv.push((META_BUNDLE.into(), dir.display().to_string()));
     }

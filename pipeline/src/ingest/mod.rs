@@ -270,6 +270,15 @@ pub struct Options {
 /// `tracemill ingest`: the exit status, or an error when nothing could be done (bad
 /// arguments, a dataset that cannot be written).
 pub fn main(a: IngestArgs) -> Result<ExitCode> {
+    let opts = options(&a)?;
+    let summary = ingest(&a.sources, &opts)?;
+    eprint!("{}", summary.text(&opts.dest.display()));
+    Ok(ExitCode::from(summary.exit_code()))
+}
+
+/// The run's options from the arguments, checked before anything is read (a bad value
+/// fails here, with the reason).
+pub fn options(a: &IngestArgs) -> Result<Options> {
     let partition_by = parse_partition_keys(&a.partition_by)?;
     let shard = Shard::from_args_and_env(a.shard.as_deref(), a.shards, |k| std::env::var(k).ok())?;
     tracemill_sinks::parquet::writer_properties(
@@ -300,9 +309,7 @@ pub fn main(a: IngestArgs) -> Result<ExitCode> {
         progress: !a.quiet,
         allow_outside_paths: a.allow_outside_paths,
     };
-    let summary = ingest(&a.sources, &opts)?;
-    eprint!("{}", summary.text(&opts.dest.display()));
-    Ok(ExitCode::from(summary.exit_code()))
+    Ok(opts)
 }
 
 /// Ingest the bundles of `sources` into `opts.dest`.
