@@ -570,7 +570,7 @@ impl Emitter {
 struct RowGroups {
     table: Grouped,
     enc: RowGroupEncoder,
-    batches: Vec<arrow::record_batch::RecordBatch>,
+    batches: Vec<arrow_array::RecordBatch>,
     rows: usize,
     next: usize,
     target: usize,
@@ -603,7 +603,7 @@ impl RowGroups {
     /// count and chunk size.
     fn add(
         &mut self,
-        mut batch: arrow::record_batch::RecordBatch,
+        mut batch: arrow_array::RecordBatch,
         pool: &rayon::ThreadPool,
         tx: &crossbeam_channel::Sender<ToWriter>,
     ) -> Result<()> {

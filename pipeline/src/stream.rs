@@ -16,7 +16,7 @@
 //! than on it. The batches are the ones the files are made of: the same schemas (with
 //! [`tracemill_sinks::FileMeta::schema`], the same metadata), rows and order.
 
-use arrow::record_batch::RecordBatch;
+use arrow_array::RecordBatch;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use tracemill_decode::chunk::Piece;
 use tracemill_decode::coverage::Coverage;

@@ -18,8 +18,8 @@
 use std::collections::HashMap;
 
 use anyhow::Result;
-use arrow::array::Array;
-use arrow::datatypes::{UInt32Type, UInt64Type};
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::Array;
 use tracemill_schemas::BranchKind;
 
 use crate::input::Input;

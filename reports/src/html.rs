@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use arrow::array::Array;
+use arrow_array::Array;
 use tracemill_schemas::{meta, EventKind};
 
 use crate::coverage::{coverage, with_blocks, Merge};
@@ -35,7 +35,7 @@ pub fn event_summary(input: &Input) -> Result<EventSummary> {
         let b = b?;
         let kinds = kind_codes(&b, "kind", EventKind::from_name, |k| k as u8)?;
         let detail = strings(&b, "detail")?;
-        let off = crate::util::col::<arrow::datatypes::UInt64Type>(&b, "offset")?;
+        let off = crate::util::col::<arrow_array::types::UInt64Type>(&b, "offset")?;
         for (i, &k) in kinds.iter().enumerate() {
             match EventKind::from_code(k) {
                 Some(EventKind::Error) => {

@@ -1,8 +1,8 @@
 //! Small helpers: a fast hasher for address keys, column access, instruction lengths.
 
 use anyhow::{anyhow, Result};
-use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, StringArray};
-use arrow::datatypes::{ArrowPrimitiveType, DataType, Int8Type};
+use arrow_array::types::{ArrowPrimitiveType, Int8Type};
+use arrow_array::{Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, StringArray};
 
 /// Maps keyed by addresses and ids: the per-row maps of the reports are on the hot path,
 /// where SipHash would cost more than the rest of the row (the decoder's hasher).
@@ -29,8 +29,7 @@ pub fn strings(b: &RecordBatch, name: &str) -> Result<StringArray> {
     let c: &ArrayRef = b
         .column_by_name(name)
         .ok_or_else(|| anyhow!("column {name} missing"))?;
-    let s = arrow::compute::cast(c, &DataType::Utf8).map_err(|e| anyhow!("column {name}: {e}"))?;
-    Ok(s.as_string::<i32>().clone())
+    tracemill_sinks::convert::strings(c.as_ref()).map_err(|e| anyhow!("column {name}: {e}"))
 }
 
 /// A `kind` column as enum codes (`u8::MAX` for null or an unknown name). The tables'
@@ -45,9 +44,8 @@ pub fn kind_codes<E>(
         .column_by_name(name)
         .ok_or_else(|| anyhow!("column {name} missing"))?;
     if let Some(d) = c.as_any_dictionary_opt() {
-        let values = arrow::compute::cast(d.values(), &DataType::Utf8)
+        let values = tracemill_sinks::convert::strings(d.values().as_ref())
             .map_err(|e| anyhow!("column {name}: {e}"))?;
-        let values = values.as_string::<i32>();
         let map: Vec<u8> = (0..values.len())
             .map(|i| {
                 if values.is_null(i) {

@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use arrow::compute::{concat, concat_batches};
+use arrow_select::concat::{concat, concat_batches};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::ArrowError;
 

@@ -1,6 +1,6 @@
 //! Arrow data handed to Python without a copy, through the Arrow C data interface
 //! (`FFI_ArrowSchema`, `FFI_ArrowArray`) and C stream interface (`FFI_ArrowArrayStream`)
-//! of arrow-rs (`arrow::ffi`, `arrow::ffi_stream`), wrapped in PyCapsules as the Arrow
+//! of arrow-rs (`arrow_array::ffi`, `arrow_array::ffi_stream`), wrapped in PyCapsules as the Arrow
 //! PyCapsule interface says (`__arrow_c_schema__`, `__arrow_c_array__`,
 //! `__arrow_c_stream__`): the protocol pyarrow, polars, DuckDB and pandas all read.
 //!
@@ -19,10 +19,10 @@
 use std::ffi::CString;
 use std::sync::Mutex;
 
-use arrow::array::{Array, RecordBatch, RecordBatchReader, StructArray};
-use arrow::datatypes::SchemaRef;
-use arrow::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
-use arrow::ffi_stream::FFI_ArrowArrayStream;
+use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_array::ffi_stream::FFI_ArrowArrayStream;
+use arrow_array::{Array, RecordBatch, RecordBatchReader, StructArray};
+use arrow_schema::SchemaRef;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
@@ -31,7 +31,7 @@ fn name(s: &str) -> Option<CString> {
     Some(CString::new(s).expect("capsule names have no NUL"))
 }
 
-fn arrow_err(e: arrow::error::ArrowError) -> PyErr {
+fn arrow_err(e: arrow_schema::ArrowError) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
@@ -39,7 +39,7 @@ fn arrow_err(e: arrow::error::ArrowError) -> PyErr {
 /// metadata).
 pub(crate) fn schema_capsule<'py>(
     py: Python<'py>,
-    schema: &arrow::datatypes::Schema,
+    schema: &arrow_schema::Schema,
 ) -> PyResult<Bound<'py, PyCapsule>> {
     let s = FFI_ArrowSchema::try_from(schema).map_err(arrow_err)?;
     PyCapsule::new(py, s, name("arrow_schema"))
@@ -151,7 +151,7 @@ impl ArrowStream {
             .unwrap_or_else(|e| e.into_inner())
             .take()
             .ok_or_else(|| PyRuntimeError::new_err("this stream was read already"))?;
-        let reader = arrow::record_batch::RecordBatchIterator::new(
+        let reader = arrow_array::RecordBatchIterator::new(
             batches.into_iter().map(Ok),
             self.schema.clone(),
         );

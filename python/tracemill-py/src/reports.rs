@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
-use arrow::datatypes::{Field, Schema};
+use arrow_array::{ArrayRef, Float64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
+use arrow_schema::{Field, Schema};
 use pyo3::prelude::*;
 use tracemill_reports::dataset::{parse_where, FilterError};
 use tracemill_reports::hotspots::{By, Weight};

@@ -27,9 +27,8 @@ use std::thread::{JoinHandle, ThreadId};
 use std::time::Duration;
 
 use anyhow::Context;
-use arrow::array::{RecordBatch, RecordBatchReader};
-use arrow::datatypes::SchemaRef;
-use arrow::error::ArrowError;
+use arrow_array::{RecordBatch, RecordBatchReader};
+use arrow_schema::{ArrowError, SchemaRef};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -292,7 +291,7 @@ fn batch(o: Output, schema: &SchemaRef, hooks: &Hooks) -> Result<RecordBatch, Ar
         .with_schema(schema.clone())?;
     let mut a = hooks.addresses.lock().unwrap_or_else(|e| e.into_inner());
     if a.len() < MAX_ADDRESSES {
-        fn walk(d: &arrow::array::ArrayData, a: &mut Vec<usize>) {
+        fn walk(d: &arrow_data::ArrayData, a: &mut Vec<usize>) {
             a.extend(d.buffers().iter().map(|b| b.as_ptr() as usize));
             a.extend(d.nulls().map(|n| n.buffer().as_ptr() as usize));
             d.child_data().iter().for_each(|c| walk(c, a));

@@ -4,10 +4,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::array::{
+use arrow_array::{
     ArrayRef, BinaryBuilder, DictionaryArray, Float64Array, RecordBatch, StringArray, UInt64Array,
 };
-use arrow::datatypes::{DataType, Field, Int32Type, Schema};
+use arrow_array::types::Int32Type;
+use arrow_schema::{DataType, Field, Schema};
 use pyo3::prelude::*;
 use tracemill::bundle::{map_file, Bundle};
 use tracemill::dump::Entry;
