@@ -102,7 +102,7 @@ fn batches_equal_the_files_for_every_sample_and_job_count() {
                 let want = read_parquet(&out.path().join(format!("{table}.parquet")));
                 let got: Vec<RecordBatch> = outputs
                     .iter()
-                    .filter(|(t, _)| t == table)
+                    .filter(|(t, _)| *t == table)
                     .map(|(_, b)| b.clone())
                     .collect();
                 let rows = |v: &[RecordBatch]| v.iter().map(|b| b.num_rows()).sum::<usize>();

@@ -2,7 +2,8 @@
 
 use anyhow::{anyhow, Result};
 use arrow_array::types::{ArrowPrimitiveType, Int8Type};
-use arrow_array::{Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, StringArray};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, PrimitiveArray, RecordBatch, StringArray};
 
 /// Maps keyed by addresses and ids: the per-row maps of the reports are on the hot path,
 /// where SipHash would cost more than the rest of the row (the decoder's hasher).

@@ -713,6 +713,7 @@ fn decode_and_publish(
             ..Default::default()
         },
         progress: false,
+        batches: None,
     };
     let report = run::decode(&b, &ropts)?;
     let (set, set_problems) = b.image_set();
