@@ -7,7 +7,7 @@
 //! Why this way: the capsules are what every consumer takes, with no pyarrow needed to
 //! hand them over; arrow-rs's own FFI structs do the exporting (each array keeps its
 //! buffers alive until the consumer calls `release`, which drops them on this side), and
-//! PyO3's `PyCapsule::new` owns the struct until the consumer moves it out, so this crate
+//! PyO3's `PyCapsule::new_with_value` owns the struct until the consumer moves it out, so this crate
 //! needs no `unsafe`. The alternatives were weighed: arrow-rs's `pyarrow` feature
 //! (`arrow-pyarrow`) converts through pyarrow's `_import_from_c` rather than giving out a
 //! capsule, and is built for another PyO3 than the current one; `pyo3-arrow` is built on
@@ -16,7 +16,6 @@
 //! A consumer moves the struct out of the capsule (and marks the original released); a
 //! capsule never consumed frees its struct, and the data, when Python drops it.
 
-use std::ffi::CString;
 use std::sync::Mutex;
 
 use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
@@ -27,9 +26,6 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-fn name(s: &str) -> Option<CString> {
-    Some(CString::new(s).expect("capsule names have no NUL"))
-}
 
 fn arrow_err(e: arrow_schema::ArrowError) -> PyErr {
     PyValueError::new_err(e.to_string())
@@ -42,7 +38,7 @@ pub(crate) fn schema_capsule<'py>(
     schema: &arrow_schema::Schema,
 ) -> PyResult<Bound<'py, PyCapsule>> {
     let s = FFI_ArrowSchema::try_from(schema).map_err(arrow_err)?;
-    PyCapsule::new(py, s, name("arrow_schema"))
+    PyCapsule::new_with_value(py, s, c"arrow_schema")
 }
 
 /// A stream as an `arrow_array_stream` capsule. The consumer pulls the batches, on any
@@ -51,11 +47,7 @@ pub(crate) fn stream_capsule<'py>(
     py: Python<'py>,
     reader: Box<dyn RecordBatchReader + Send>,
 ) -> PyResult<Bound<'py, PyCapsule>> {
-    PyCapsule::new(
-        py,
-        FFI_ArrowArrayStream::new(reader),
-        name("arrow_array_stream"),
-    )
+    PyCapsule::new_with_value(py, FFI_ArrowArrayStream::new(reader), c"arrow_array_stream")
 }
 
 /// One record batch, for `pyarrow.record_batch(...)` (or any reader of
@@ -98,7 +90,7 @@ impl ArrowArray {
         let _ = requested_schema;
         let schema = schema_capsule(py, self.batch.schema_ref())?;
         let data = StructArray::from(self.batch.clone()).into_data();
-        let array = PyCapsule::new(py, FFI_ArrowArray::new(&data), name("arrow_array"))?;
+        let array = PyCapsule::new_with_value(py, FFI_ArrowArray::new(&data), c"arrow_array")?;
         Ok((schema, array))
     }
 }

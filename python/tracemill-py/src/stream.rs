@@ -720,9 +720,18 @@ fn trace_arg(obj: &Bound<'_, PyAny>) -> PyResult<Trace> {
     if let Ok(p) = crate::path_arg(obj) {
         return Ok(Trace::Path(p));
     }
-    if let Ok(buf) = pyo3::buffer::PyBuffer::<u8>::get(obj) {
-        let v = buf.to_vec(obj.py())?;
-        return Ok(Trace::Memory(Bytes::Owned(v)));
+    // Any other buffer (bytearray, memoryview, numpy array, mmap): its bytes, copied once.
+    // Through `memoryview(obj).tobytes()`, not pyo3's `PyBuffer`, which the stable ABI of
+    // Python 3.10 (this package's one wheel) does not offer; `memoryview` refuses what is
+    // not a buffer (an int, say), where `bytes(obj)` would make zeros of it.
+    if let Ok(view) = obj
+        .py()
+        .import("builtins")
+        .and_then(|b| b.getattr("memoryview"))
+        .and_then(|m| m.call1((obj,)))
+    {
+        let b: pyo3::pybacked::PyBackedBytes = view.call_method0("tobytes")?.extract()?;
+        return Ok(Trace::Memory(Bytes::Shared(Arc::new(b))));
     }
     Err(PyTypeError::new_err(
         "bundle: a bundle directory or trace file (str or os.PathLike), or the trace's bytes",

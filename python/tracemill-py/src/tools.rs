@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow_array::{
-    ArrayRef, BinaryBuilder, DictionaryArray, Float64Array, RecordBatch, StringArray, UInt64Array,
+    builder::BinaryBuilder, ArrayRef, DictionaryArray, Float64Array, RecordBatch, StringArray, UInt64Array,
 };
 use arrow_array::types::Int32Type;
 use arrow_schema::{DataType, Field, Schema};
@@ -78,7 +78,8 @@ impl Listing {
                 ("tracemill.report".to_string(), "dump".to_string()),
                 ("tracemill.format".to_string(), format.to_string()),
             ]
-            .into(),
+            .into_iter()
+            .collect::<std::collections::HashMap<_, _>>(),
         ));
         let b = RecordBatch::try_new(schema.clone(), columns).expect("the columns match");
         (schema, b)
@@ -212,7 +213,7 @@ pub(crate) fn dump(
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
-            .collect(),
+            .collect::<std::collections::HashMap<_, _>>(),
         ));
         let b = RecordBatch::try_new(
             schema.clone(),
@@ -374,7 +375,8 @@ pub(crate) fn ingest(
                 summary.text(&opts.dest.display()),
             ),
         ]
-        .into(),
+        .into_iter()
+        .collect::<std::collections::HashMap<_, _>>(),
     ));
     let b = RecordBatch::try_new(
         schema.clone(),
