@@ -1,8 +1,8 @@
 //! Small helpers: a fast hasher for address keys, column access, instruction lengths.
 
 use anyhow::{anyhow, Result};
-use arrow_array::types::{ArrowPrimitiveType, Int8Type};
 use arrow_array::cast::AsArray;
+use arrow_array::types::{ArrowPrimitiveType, Int8Type};
 use arrow_array::{Array, ArrayRef, PrimitiveArray, RecordBatch, StringArray};
 
 /// Maps keyed by addresses and ids: the per-row maps of the reports are on the hot path,

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int8Type;
 use arrow_array::{
-    Array, ArrayRef, BooleanArray, DictionaryArray, Int8Array, RecordBatch, StringArray, UInt32Array,
-    UInt64Array, UInt8Array,
+    Array, ArrayRef, BooleanArray, DictionaryArray, Int8Array, RecordBatch, StringArray,
+    UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow_buffer::{Buffer, NullBuffer, ScalarBuffer};
 use arrow_schema::{DataType, SchemaRef};

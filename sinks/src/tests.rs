@@ -929,9 +929,7 @@ fn encoded_row_groups_of_no_rows_and_of_one_row_read_back() {
 #[test]
 fn strings_of_a_column_equal_arrow_cast_to_utf8() {
     use arrow_array::types::{Int16Type, Int8Type, UInt32Type as U32};
-    use arrow_array::{
-        ArrayRef, DictionaryArray, LargeStringArray, StringArray, StringViewArray,
-    };
+    use arrow_array::{ArrayRef, DictionaryArray, LargeStringArray, StringArray, StringViewArray};
     use std::sync::Arc;
     let words = [Some("ret"), None, Some("jcc"), Some("ret"), Some("")];
     let columns: Vec<ArrayRef> = vec![
@@ -939,7 +937,12 @@ fn strings_of_a_column_equal_arrow_cast_to_utf8() {
         Arc::new(LargeStringArray::from(words.to_vec())),
         Arc::new(StringViewArray::from(words.to_vec())),
         Arc::new(words.iter().copied().collect::<DictionaryArray<Int8Type>>()),
-        Arc::new(words.iter().copied().collect::<DictionaryArray<Int16Type>>()),
+        Arc::new(
+            words
+                .iter()
+                .copied()
+                .collect::<DictionaryArray<Int16Type>>(),
+        ),
         Arc::new(words.iter().copied().collect::<DictionaryArray<U32>>()),
         // A dictionary whose values are large strings.
         Arc::new(

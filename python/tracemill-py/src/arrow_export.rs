@@ -26,7 +26,6 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-
 fn arrow_err(e: arrow_schema::ArrowError) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
@@ -143,10 +142,8 @@ impl ArrowStream {
             .unwrap_or_else(|e| e.into_inner())
             .take()
             .ok_or_else(|| PyRuntimeError::new_err("this stream was read already"))?;
-        let reader = arrow_array::RecordBatchIterator::new(
-            batches.into_iter().map(Ok),
-            self.schema.clone(),
-        );
+        let reader =
+            arrow_array::RecordBatchIterator::new(batches.into_iter().map(Ok), self.schema.clone());
         stream_capsule(py, Box::new(reader))
     }
 }

@@ -110,7 +110,9 @@ fn table_schema(py: Python<'_>, table: &str) -> PyResult<Py<arrow_export::ArrowS
         error(
             py,
             "OptionError",
-            format!("unknown table {table:?}: choose from branches, events, timing, coverage, edges"),
+            format!(
+                "unknown table {table:?}: choose from branches, events, timing, coverage, edges"
+            ),
         )
     })?;
     Py::new(py, arrow_export::ArrowStream::new(schema, Vec::new()))

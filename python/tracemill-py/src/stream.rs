@@ -894,8 +894,11 @@ fn start(
     for w in &early {
         warn(py, w)?;
     }
-    // As `tracemill decode` exits 1: without a code image no branch can be decoded.
-    if !has_code && (tables.branches || tables.coverage || tables.edges) {
+    // As `tracemill decode` exits 1: without a code image no branch can be decoded. A
+    // trace with no PSB at all is reported as that first (NoPsbError, from the decode), as
+    // the CLI does: its plan fails before the images matter.
+    let has_psb = || tracemill_decode::sync::next_psb(&b.stream(), 0).is_some();
+    if !has_code && (tables.branches || tables.coverage || tables.edges) && has_psb() {
         return Err(error(
             py,
             "MissingImageError",

@@ -4,10 +4,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow_array::{
-    builder::BinaryBuilder, ArrayRef, DictionaryArray, Float64Array, RecordBatch, StringArray, UInt64Array,
-};
 use arrow_array::types::Int32Type;
+use arrow_array::{
+    builder::BinaryBuilder, ArrayRef, DictionaryArray, Float64Array, RecordBatch, StringArray,
+    UInt64Array,
+};
 use arrow_schema::{DataType, Field, Schema};
 use pyo3::prelude::*;
 use tracemill::bundle::{map_file, Bundle};

@@ -9,6 +9,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 import tracemill
 from conftest import SAMPLES, cli_error, run_cli, samples
@@ -112,7 +116,10 @@ def test_a_trace_in_memory_with_its_configuration(tmp_path, monkeypatch):
     # ctl and images given as arguments instead of a configuration; a bytearray is copied.
     ctl = int(want["branches"].schema.metadata[b"tracemill.rtit_ctl"], 16)
     alone = tracemill.decode(bytearray(trace), ctl=ctl, images=["images/recursion"], tables="branches")
-    assert plain(alone.read_all()["branches"]).equals(plain(want["branches"]))
+    # Without the configuration's guaranteed_ratio the TSC between STS packets is estimated
+    # differently (docs/timing.md); every other column is the same.
+    got_alone = plain(alone.read_all()["branches"]).drop_columns(["tsc"])
+    assert got_alone.equals(plain(want["branches"]).drop_columns(["tsc"]))
 
 
 def test_ring_and_collected_forms_from_memory(monkeypatch):
@@ -121,7 +128,9 @@ def test_ring_and_collected_forms_from_memory(monkeypatch):
         want = tracemill.decode(bundle, tables="branches,events").read_all()
         monkeypatch.chdir(bundle)
         conf = (bundle / "bundle.toml").read_text()
-        got = tracemill.decode((bundle / "trace.rtit").read_bytes(), config=conf, tables="branches,events").read_all()
+        # The trace's file, as the manifest names it (trace.topa, trace.hub, trace.rtit).
+        trace = bundle / tomllib.loads(conf).get("trace", "trace.rtit")
+        got = tracemill.decode(trace.read_bytes(), config=conf, tables="branches,events").read_all()
         for t in want:
             assert plain(got[t]).equals(plain(want[t])), (name, t)
 

@@ -108,8 +108,12 @@ def test_ingest_failures_are_rows_and_a_warning(tmp_path):
         t = tracemill.ingest(tmp_path / "src", tmp_path / "ds")
     row = t.to_pylist()[0]
     assert row["status"] == "failed" and "no PSB packet" in row["error"]
+    # A source that does not exist is named; one that holds no bundle says so.
+    with pytest.raises(tracemill.IngestError, match="nothing-here-: No such file or directory"):
+        tracemill.ingest(tmp_path / "nothing-here-", tmp_path / "ds2")
+    (tmp_path / "empty").mkdir()
     with pytest.raises(tracemill.IngestError, match="no bundle found"):
-        tracemill.ingest(tmp_path / "nothing-here-" , tmp_path / "ds2")
+        tracemill.ingest(tmp_path / "empty", tmp_path / "ds2")
 
 
 def test_dump_equals_the_cli_listing(cli):
