@@ -15,11 +15,14 @@ mod common;
 
 fn read_parquet(path: &Path) -> Vec<RecordBatch> {
     let f = File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    ParquetRecordBatchReaderBuilder::try_new(f)
-        .unwrap()
+    let builder = ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    // The file's schema, its metadata included: arrow-rs's reader gives batches the
+    // columns' schema alone.
+    let schema = builder.schema().clone();
+    builder
         .build()
         .unwrap()
-        .map(|b| b.unwrap())
+        .map(|b| b.unwrap().with_schema(schema.clone()).unwrap())
         .collect()
 }
 
