@@ -57,6 +57,9 @@ pub struct Output {
     rows: Rows,
 }
 
+// One value per piece and table, moved through a channel: boxing the large variants would
+// add an allocation per piece and save nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Rows {
     /// The rows, and the `seq` of the first.
