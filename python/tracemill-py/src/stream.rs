@@ -68,6 +68,8 @@ enum Outcome {
 }
 
 /// What a wait for the next piece gave.
+// Returned once per piece, by value: boxing the piece would add an allocation per piece.
+#[allow(clippy::large_enum_variant)]
 enum Next {
     Piece(Output),
     /// Nothing yet: check signals and wait again.
