@@ -32,21 +32,50 @@ pub struct Stats {
 /// Count packets by type.
 pub fn stats(stream: &TraceStream<'_>, cfg: &TraceConfig) -> Stats {
     let first = next_psb(stream, 0);
-    let mut s = Stats {
-        bytes: stream.len(),
-        skipped: first.unwrap_or(stream.len()),
-        ..Stats::default()
-    };
-    let Some(start) = first else {
-        return s;
-    };
-    for p in PacketReader::new(stream, start, stream.len(), cfg.cycle_acc) {
-        match p {
-            Ok(p) => *s.by_type.entry(p.packet.name()).or_default() += 1,
-            Err(_) => s.errors += 1,
+    let packets = first
+        .map(|start| PacketReader::new(stream, start, stream.len(), cfg.cycle_acc))
+        .into_iter()
+        .flatten()
+        .map(|p| p.map(|p| p.packet.name()));
+    Stats::tally(stream.len(), first, packets)
+}
+
+impl Stats {
+    /// The counts of `packets` (their names, or errors), read from the first PSB `first`
+    /// of a trace of `len` bytes (none: nothing parsed).
+    fn tally<E>(
+        len: u64,
+        first: Option<u64>,
+        packets: impl Iterator<Item = std::result::Result<&'static str, E>>,
+    ) -> Stats {
+        let mut s = Stats {
+            bytes: len,
+            skipped: first.unwrap_or(len),
+            ..Stats::default()
+        };
+        for p in packets {
+            match p {
+                Ok(name) => *s.by_type.entry(name).or_default() += 1,
+                Err(_) => s.errors += 1,
+            }
         }
+        s
     }
-    s
+
+    /// `--stats`' lines: bytes, bytes before the first PSB, a count per name of `names`
+    /// (the format's packets, in its order), errors.
+    fn write(&self, names: &[&str], out: &mut dyn Write) -> Result<()> {
+        writeln!(out, "bytes          {}", self.bytes)?;
+        if self.skipped > 0 {
+            writeln!(out, "before PSB     {} (not parsed)", self.skipped)?;
+        }
+        for name in names {
+            let n = self.by_type.get(name).copied().unwrap_or(0);
+            writeln!(out, "{name:<14} {n}")?;
+        }
+        writeln!(out, "errors         {}", self.errors)?;
+        Ok(())
+    }
 }
 
 /// Write the listing (or the stats) to `out`.
@@ -57,17 +86,7 @@ pub fn dump(
     out: &mut dyn Write,
 ) -> Result<()> {
     if with_stats {
-        let s = stats(stream, cfg);
-        writeln!(out, "bytes          {}", s.bytes)?;
-        if s.skipped > 0 {
-            writeln!(out, "before PSB     {} (not parsed)", s.skipped)?;
-        }
-        for name in Packet::NAMES {
-            let n = s.by_type.get(name).copied().unwrap_or(0);
-            writeln!(out, "{name:<14} {n}")?;
-        }
-        writeln!(out, "errors         {}", s.errors)?;
-        return Ok(());
+        return stats(stream, cfg).write(&Packet::NAMES, out);
     }
     let columns = Columns {
         bytes: 30,
@@ -243,21 +262,12 @@ pub fn ptdump(
 /// Counts per Intel PT packet type (packets read PSB-bounded, as decoding reads them).
 pub fn pt_stats(stream: &TraceStream<'_>, cfg: &PtConfig) -> Stats {
     let first = pt::sync::next_psb(stream, 0);
-    let mut s = Stats {
-        bytes: stream.len(),
-        skipped: first.unwrap_or(stream.len()),
-        ..Stats::default()
-    };
-    let Some(start) = first else {
-        return s;
-    };
-    for p in pt::PacketReader::new(stream, start, stream.len(), cfg.errata) {
-        match p {
-            Ok(p) => *s.by_type.entry(p.packet.name()).or_default() += 1,
-            Err(_) => s.errors += 1,
-        }
-    }
-    s
+    let packets = first
+        .map(|start| pt::PacketReader::new(stream, start, stream.len(), cfg.errata))
+        .into_iter()
+        .flatten()
+        .map(|p| p.map(|p| p.packet.name()));
+    Stats::tally(stream.len(), first, packets)
 }
 
 /// tracemill's listing of an Intel PT trace (or its stats): offset, bytes, packet, and
@@ -271,17 +281,7 @@ pub fn dump_pt(
     out: &mut dyn Write,
 ) -> Result<()> {
     if with_stats {
-        let s = pt_stats(stream, cfg);
-        writeln!(out, "bytes          {}", s.bytes)?;
-        if s.skipped > 0 {
-            writeln!(out, "before PSB     {} (not parsed)", s.skipped)?;
-        }
-        for name in pt::Packet::NAMES {
-            let n = s.by_type.get(name).copied().unwrap_or(0);
-            writeln!(out, "{name:<14} {n}")?;
-        }
-        writeln!(out, "errors         {}", s.errors)?;
-        return Ok(());
+        return pt_stats(stream, cfg).write(&pt::Packet::NAMES, out);
     }
     let columns = Columns {
         bytes: 47,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from . import _tracemill
+from . import _tracemill, errors
 from ._tracemill import Decoding, TableStream
 from .errors import (
     BundleError,
@@ -254,14 +254,5 @@ __all__ = [
     "Decoding",
     "TableStream",
     "TABLES",
-    "TracemillError",
-    "OptionError",
-    "BundleError",
-    "NoPsbError",
-    "MissingImageError",
-    "DecodeError",
-    "ReportError",
-    "FilterError",
-    "IngestError",
-    "TracemillWarning",
+    *errors.__all__,
 ]
