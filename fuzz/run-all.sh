@@ -2,7 +2,7 @@
 # Build every fuzz target and run each for SECONDS, one after another, one process at a
 # time, niced. Starts from the committed seeds (fuzz/corpus/<target>, read only); what the
 # run adds goes to $FUZZ_WORK (default: a fresh temporary directory). Exits 1 on a finding
-# (crash, panic, timeout over 10 s, RSS over 2 GB); the input is in
+# (crash, panic, timeout over 10 s, RSS over 1 GiB, one allocation over 512 MiB); the input is in
 # $FUZZ_WORK/artifacts/<target>/ and the log in $FUZZ_WORK/<target>.log.
 #
 #   fuzz/run-all.sh SECONDS [TARGET...]
@@ -14,7 +14,7 @@ set -eu
 secs=${1:?usage: fuzz/run-all.sh SECONDS [TARGET...]}
 shift
 cd "$(dirname "$0")"
-all="packets sync_ring walk stitch_diff bundle_toml elf pt_packets"
+all="packets sync_ring walk stitch_diff stretch bundle_toml elf pt_packets"
 targets=${*:-$all}
 
 nice -n 15 cargo fuzz build --sanitizer none --release --debug-assertions
@@ -29,6 +29,7 @@ for t in $targets; do
     case $t in
     packets | sync_ring) opts="-dict=dict/rtit.dict -max_len=1024" ;;
     walk | stitch_diff) opts="-dict=dict/rtit.dict -max_len=4096" ;;
+    stretch) opts="-dict=dict/rtit.dict -max_len=1024" ;;
     bundle_toml) opts="-dict=dict/toml.dict -max_len=4096" ;;
     pt_packets) opts="-dict=dict/pt.dict -max_len=1024" ;;
     *) opts="-max_len=4096" ;;
@@ -36,7 +37,7 @@ for t in $targets; do
     # shellcheck disable=SC2086 # $opts holds several options
     if nice -n 15 "$bin/$t" "$work/corpus/$t" "corpus/$t" $opts \
         -max_total_time="$secs" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} \
-        -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+        -rss_limit_mb=1024 -malloc_limit_mb=512 -timeout=10 -print_final_stats=1 \
         -artifact_prefix="$work/artifacts/$t/" >"$work/$t.log" 2>&1; then
         res=ok
     else

@@ -3,7 +3,7 @@
 # in time proportional to its size. Makes SIZE_MB of each kind under DIR, decodes it with
 # every table written, and prints wall time and peak memory (peak-rss.sh).
 #
-#   benches/scripts/hostile.sh target/release/tracemill 256 /tmp/hostile
+#   benches/scripts/hostile.sh target/dist/tracemill 256 /tmp/hostile
 set -euo pipefail
 bin=$1 size_mb=$2 dir=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -66,7 +66,13 @@ PY
 }
 kinds=${KINDS:-random ff psbs random-psb-4k damaged-1pct idle-mtc idle-cyc bare-mtc}
 for kind in $kinds; do
-  [ -f "$dir/$kind/trace.rtit" ] || make "$kind" "$kind"
+  # Made again when DIR holds one of another size (a stale 2 MB trace once passed for
+  # a 256 MB one).
+  if [ "$(cat "$dir/$kind/size_mb" 2>/dev/null)" != "$size_mb" ]; then
+    rm -rf "${dir:?}/$kind"
+    make "$kind" "$kind"
+    echo "$size_mb" >"$dir/$kind/size_mb"
+  fi
   printf '%-14s %4d MB  ' "$kind" "$size_mb"
   "$here/peak-rss.sh" "$bin" decode "$dir/$kind" -j2 --out "$dir/$kind/out" || true
 done

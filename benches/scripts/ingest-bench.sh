@@ -4,7 +4,7 @@
 # absolute path, not copied) plus N_LARGE large ones (busybox-sort repeated to LARGE_MB),
 # with 1 and 2 jobs, against `tracemill decode` of the same large bundles.
 #
-#   benches/scripts/ingest-bench.sh target/release/tracemill /tmp/ingest-bench 1000 2 32
+#   benches/scripts/ingest-bench.sh target/dist/tracemill /tmp/ingest-bench 1000 2 32
 #
 # Prints wall time, bundles/s and MB/s of trace per run, and the cost per small bundle.
 set -euo pipefail

@@ -3,7 +3,7 @@
 # (RssAnon, RssFile from /proc/PID/status, sampled every 50 ms): a memory-mapped trace
 # shows in RssFile, the decoder's own buffers in RssAnon.
 #
-#   benches/scripts/peak-rss.sh target/release/tracemill decode /tmp/tm-1g -j2 --out /tmp/o
+#   benches/scripts/peak-rss.sh target/dist/tracemill decode /tmp/tm-1g -j2 --out /tmp/o
 set -euo pipefail
 out=$(mktemp)
 start=$(date +%s.%N)

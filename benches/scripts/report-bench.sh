@@ -6,8 +6,8 @@
 # made once, in WORK, and kept for the next run (delete WORK when done: a 200M trace's
 # tables take about 1 GB).
 #
-#   benches/scripts/report-bench.sh target/release/tracemill /tmp/rb 200M 3
-#   benches/scripts/report-bench.sh target/release/tracemill /tmp/rb-sort /tmp/sort-64m 3
+#   benches/scripts/report-bench.sh target/dist/tracemill /tmp/rb 200M 3
+#   benches/scripts/report-bench.sh target/dist/tracemill /tmp/rb-sort /tmp/sort-64m 3
 #
 # The second form takes a bundle instead of a size (e.g. one made by repeat-bundle.sh: a
 # real program, whose calls and returns pair up, unlike the synthetic walk's).

@@ -3,7 +3,7 @@
 # off or keeps growing over a long run (peak-rss.sh gives only the peak). The command's
 # own output goes to a temporary file, printed at the end.
 #
-#   benches/scripts/rss-timeline.sh 10 target/release/tracemill decode /tmp/tm-1g -j2 --out /tmp/o
+#   benches/scripts/rss-timeline.sh 10 target/dist/tracemill decode /tmp/tm-1g -j2 --out /tmp/o
 set -euo pipefail
 iv=${1:?usage: rss-timeline.sh INTERVAL COMMAND...}
 shift

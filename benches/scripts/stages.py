@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Group a `perf report` of `tracemill decode` into pipeline stages, as ns per branch row.
 
-    perf record -F 999 -o perf.data target/release/tracemill decode BUNDLE -j1 --out OUT
+    perf record -F 999 -o perf.data target/dist/tracemill decode BUNDLE -j1 --out OUT
     perf report -i perf.data --no-children --sort comm,dso,symbol --stdio > perf.txt
     benches/scripts/stages.py perf.txt SAMPLES_PER_SECOND BRANCH_ROWS
 

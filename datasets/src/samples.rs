@@ -8,9 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use arrow::array::{ArrayRef, BooleanArray, UInt32Array, UInt64Array};
-use arrow::datatypes::{DataType, Field, Schema};
-use arrow::record_batch::RecordBatch;
+use arrow_array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array, UInt64Array};
+use arrow_schema::{DataType, Field, Schema};
 use tracemill_decode::config::ctl;
 use tracemill_decode::image::ImageSet;
 use tracemill_sinks::{FileMeta, TableWriter};

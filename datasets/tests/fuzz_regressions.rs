@@ -33,6 +33,7 @@ fn run(target: &str, data: &[u8]) {
         "stitch_diff" => targets::stitch_diff(data),
         "bundle_toml" => targets::bundle_toml(data),
         "elf" => targets::elf(data),
+        "stretch" => targets::stretch(data),
         "pt_packets" => targets::pt_packets(data),
         t => panic!("no fuzz target {t}"),
     }
@@ -57,6 +58,7 @@ fn seed_corpora_pass_every_check() {
         "stitch_diff",
         "bundle_toml",
         "elf",
+        "stretch",
         "pt_packets",
     ] {
         let dir = root().join("fuzz/corpus").join(t);

@@ -335,6 +335,8 @@ pub struct Decoded {
     pub coverage: Coverage,
     /// Chunks whose stitch had to decode them alone.
     pub fallbacks: usize,
+    /// Marks the timeline handled ([`Timeline::marks_handled`]).
+    pub marks_handled: u64,
     seq: Sequencer,
 }
 
@@ -436,5 +438,6 @@ pub fn decode_all(input: &Input<'_>, chunk_bytes: u64) -> Decoded {
         out.append(p, t);
     }
     out.fallbacks = st.fallbacks;
+    out.marks_handled = timeline.marks_handled;
     out
 }

@@ -253,6 +253,22 @@ enum Item {
     End,
 }
 
+thread_local! {
+    /// Bytes of trace read by the walkers of this thread, re-reads included (see
+    /// [`bytes_read_on_this_thread`]).
+    static READ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Bytes of trace the walkers of this thread have read so far, counting every re-read (a
+/// look-ahead undone at a chunk's end and read again by the next stitch). Sequential
+/// decoding reads each byte once; a stitched decode reads a chunk's head twice and the
+/// bytes of an undone look-ahead again. The fuzz target `stretch` checks that this stays
+/// a small multiple of the trace, whatever its content: a quadratic re-read (a FUP's
+/// look-ahead over megabytes, read again by every chunk's stitch) shows here first.
+pub fn bytes_read_on_this_thread() -> u64 {
+    READ.with(|r| r.get())
+}
+
 /// How far past a FUP.FAR or FUP.PGD the walker looks for its TIP. The hardware sends the
 /// two for one instruction; only a PSB+ and timing packets can come between them (a few
 /// dozen bytes). Without a bound, a FUP followed by megabytes of timing packets and PSBs
@@ -436,6 +452,10 @@ pub struct Walker<'a, 'c, S: RowSink> {
     looking_ahead: bool,
     /// While looking ahead: no packet starting past this offset is read for the FUP.
     la_limit: u64,
+    /// Where the reader started, and the bytes read then undone (a look-ahead), for
+    /// [`bytes_read_on_this_thread`].
+    read_from: u64,
+    undone: u64,
     /// Events of packets read during that look-ahead (PSB, STS, PIP). They follow the
     /// FUP in the stream, but the FUP's own event, and the rows walked up to its IP,
     /// come out only once the FUP is applied: these wait until then, so that `events`
@@ -461,6 +481,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     ) -> Self {
         let mut reader = PacketReader::new(stream, st.cursor, end, cfg.cycle_acc);
         reader.seek(st.cursor, st.want_cyc);
+        let st_cursor = st.cursor;
         Walker {
             images,
             cache,
@@ -483,6 +504,8 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             stuck: false,
             looking_ahead: false,
             la_limit: u64::MAX,
+            read_from: st_cursor,
+            undone: 0,
             deferred: Vec::new(),
             open_forgotten: false,
         }
@@ -879,6 +902,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         self.deferred.truncate(before.deferred);
         self.timing.truncate(before.timing);
         self.st = before.st.clone();
+        self.undone += self.reader.pos().saturating_sub(before.pos);
         self.reader.seek(before.pos, before.want_cyc);
     }
 
@@ -1569,6 +1593,13 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         self.st.tnt.clear();
         self.forget_open();
         self.open_forgotten = false;
+    }
+}
+
+impl<S: RowSink> Drop for Walker<'_, '_, S> {
+    fn drop(&mut self) {
+        let read = self.reader.pos().saturating_sub(self.read_from) + self.undone;
+        READ.with(|r| r.set(r.get() + read));
     }
 }
 

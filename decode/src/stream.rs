@@ -44,6 +44,48 @@ impl<'a> TraceStream<'a> {
         [(0, self.first), (self.first.len() as u64, self.second)]
     }
 
+    /// The first place in `from..to` where `finder`'s pattern starts (searching at most the
+    /// bytes up to `to` plus the pattern's length less one), across the ring seam too. The
+    /// PSB searches of both formats (`crate::sync`, `crate::pt::sync`) use it; patterns
+    /// are at most 32 bytes (a PSB is 9 or 16).
+    pub fn find(&self, finder: &memchr::memmem::Finder<'_>, from: u64, to: u64) -> Option<u64> {
+        let n = finder.needle().len() as u64;
+        debug_assert!((1..=32).contains(&n));
+        let to = to.min(self.len());
+        if from >= to {
+            return None;
+        }
+        // A match starting before `to` ends by `end`.
+        let end = (to + n - 1).min(self.len());
+        let [(_, p0), (b1, p1)] = self.parts();
+        let mut hit = None;
+        if from < b1 {
+            let i = from as usize;
+            hit = finder
+                .find(&p0[i..end.min(b1) as usize])
+                .map(|k| from + k as u64);
+            if hit.is_none() && end > b1 {
+                // A match may straddle the seam: it starts in the last n - 1 bytes of the
+                // first part (none starts wholly there: the search above would have found it).
+                let tail = (b1 as usize).saturating_sub(n as usize - 1).max(i);
+                let mut seam = [0u8; 64];
+                let a = b1 as usize - tail;
+                let b = p1.len().min(n as usize - 1).min((end - b1) as usize);
+                seam[..a].copy_from_slice(&p0[tail..]);
+                seam[a..a + b].copy_from_slice(&p1[..b]);
+                hit = finder.find(&seam[..a + b]).map(|k| (tail + k) as u64);
+            }
+        }
+        if hit.is_none() {
+            let start = from.max(b1);
+            if start < end {
+                let (i, e) = ((start - b1) as usize, (end - b1) as usize);
+                hit = finder.find(&p1[i..e]).map(|k| start + k as u64);
+            }
+        }
+        hit.filter(|&h| h < to)
+    }
+
     /// Byte at stream offset `pos`.
     pub fn byte(&self, pos: u64) -> Option<u8> {
         let p = pos as usize;

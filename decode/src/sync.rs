@@ -22,41 +22,7 @@ pub fn next_psb(stream: &TraceStream<'_>, from: u64) -> Option<u64> {
 /// The first PSB that starts in `from..to`; reads at most the bytes up to `to` plus a
 /// PSB's length (so a caller can search a long stretch in steps).
 pub fn next_psb_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u64> {
-    let f = finder();
-    let n = PSB_BYTES.len() as u64;
-    let to = to.min(stream.len());
-    if from >= to {
-        return None;
-    }
-    // A PSB starting before `to` ends by `end`.
-    let end = (to + n - 1).min(stream.len());
-    let [(_, p0), (b1, p1)] = stream.parts();
-    let mut hit = None;
-    if from < b1 {
-        let i = from as usize;
-        hit = f
-            .find(&p0[i..end.min(b1) as usize])
-            .map(|k| from + k as u64);
-        if hit.is_none() && end > b1 {
-            // A PSB may straddle the seam: it starts in the last n - 1 bytes of the first
-            // part (none starts wholly there: the search above would have found it).
-            let tail = (b1 as usize).saturating_sub(n as usize - 1).max(i);
-            let mut seam = [0u8; 2 * PSB_BYTES.len()];
-            let a = b1 as usize - tail;
-            let b = p1.len().min(n as usize - 1).min((end - b1) as usize);
-            seam[..a].copy_from_slice(&p0[tail..]);
-            seam[a..a + b].copy_from_slice(&p1[..b]);
-            hit = f.find(&seam[..a + b]).map(|k| (tail + k) as u64);
-        }
-    }
-    if hit.is_none() {
-        let start = from.max(b1);
-        if start < end {
-            let (i, e) = ((start - b1) as usize, (end - b1) as usize);
-            hit = f.find(&p1[i..e]).map(|k| start + k as u64);
-        }
-    }
-    hit.filter(|&h| h < to)
+    stream.find(finder(), from, to)
 }
 
 /// Every PSB in the stream, as sorted stream offsets. memchr's `memmem` does the search, so

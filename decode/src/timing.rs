@@ -407,6 +407,11 @@ pub struct Timeline {
     /// Past this many waiting rows, rows take the last anchor's value (bounded memory for
     /// traces whose anchors are far apart).
     pub max_pending: usize,
+    /// Marks (timing packets and events) handled so far, counting those carried from one
+    /// piece to the next again: the fuzz target `stretch` checks that it stays a small
+    /// multiple of the marks of the trace (carrying a stretch from piece to piece made it
+    /// quadratic).
+    pub marks_handled: u64,
 }
 
 impl Timeline {
@@ -428,6 +433,7 @@ impl Timeline {
             max_cycles: 0,
             max_tsc: 0,
             max_pending: 4 << 20,
+            marks_handled: 0,
         }
     }
 
@@ -470,6 +476,7 @@ impl Timeline {
         let mut timing = TimingColumns::default();
         let mut marks = std::mem::take(&mut self.carry);
         marks.extend(marks_of(&p));
+        self.marks_handled += marks.len() as u64;
         let exact = if self.c.cycle_acc {
             exact_rows(&p.rows)
         } else {

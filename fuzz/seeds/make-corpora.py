@@ -78,3 +78,28 @@ for name in ["jumptable", "kernel-processes", "busybox-gzip-ring", "strings", "s
 elf = open("seeds/tiny.elf", "rb").read()
 put("elf", "tiny", elf)
 put("elf", "tiny-cut", elf[:200])
+
+# stretch: [flags, ratio, ctl lo, ctl hi, prefix length] + prefix + unit; the target
+# repeats the unit to 256 KiB between two copies of the prefix. The prefix: a stretch of
+# real trace that ends inside a traced region (or with a FUP.PGD); the unit: a PSB and
+# MTCs (each with its CYC when cycle-accurate), as a core sends while nothing branches.
+MTC_UNIT = PSB + b"".join(bytes([0xC4, i]) for i in range(40))
+MTC_CYC_UNIT = PSB + b"".join(bytes([0xC4, i, (10 << 2) | 1]) for i in range(40))
+for name, sel, ctl, k, unit in [
+    ("jumptable", 0, 0x2309, 2, MTC_UNIT),
+    ("jumptable", 0, 0x230B, 3, MTC_CYC_UNIT),
+    ("kernel-processes", 1, 0x2F1D, 6, MTC_CYC_UNIT),
+]:
+    d = trace(name)
+    p = psbs(d)[k]
+    prefix = d[p + 9 : p + 9 + 200]
+    head = bytes([sel | 2, 20]) + struct.pack("<H", ctl) + bytes([len(prefix)])
+    put("stretch", f"{name}-{ctl:x}", head + prefix + unit)
+# A unit of real trace: TNT-rich code repeated (a loop that never ends).
+d = trace("jumptable")
+p = psbs(d)[2]
+put("stretch", "jumptable-loop", bytes([2, 20]) + struct.pack("<H", 0xEB0B) + bytes([0]) + d[p : p + 300])
+# The shape behind the 4.15 GB: a FUP.PGE then a FUP.PGD (zero-extended 4-byte IPs), whose
+# look-ahead for a TIP meets nothing but PSBs and MTCs.
+pge_pgd = bytes([0x85]) + struct.pack("<I", 0x401000) + bytes([0x8D]) + struct.pack("<I", 0x401000)
+put("stretch", "pgd-then-idle", bytes([2, 20]) + struct.pack("<H", 0x2309) + bytes([len(pge_pgd)]) + pge_pgd + MTC_UNIT)

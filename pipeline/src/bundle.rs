@@ -14,11 +14,14 @@ use tracemill_decode::stream::TraceStream;
 use tracemill_decode::timing::TimingConfig;
 
 /// A file's bytes: memory-mapped when it has any (an empty file cannot be mapped), or
-/// assembled in memory (a trace collected as a ToPA dump or a trace-hub capture).
+/// assembled in memory (a trace collected as a ToPA dump or a trace-hub capture), or bytes
+/// another owner holds (a trace already in memory: the Python package's `bytes`, borrowed
+/// without a copy).
 pub enum Bytes {
     Mapped(Mmap),
     Empty,
     Owned(Vec<u8>),
+    Shared(std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>),
 }
 
 impl std::ops::Deref for Bytes {
@@ -28,6 +31,7 @@ impl std::ops::Deref for Bytes {
             Bytes::Mapped(m) => m,
             Bytes::Empty => &[],
             Bytes::Owned(v) => v,
+            Bytes::Shared(b) => (**b).as_ref(),
         }
     }
 }
@@ -115,6 +119,8 @@ pub struct Bundle {
     /// Files `bundle.toml` names outside the bundle directory, read anyway
     /// ([`Reach::Anywhere`]): a warning each.
     pub path_warnings: Vec<String>,
+    /// The trace was given in memory ([`Bundle::from_memory`]), not read from `dir`.
+    pub in_memory: bool,
 }
 
 /// Where the files a `bundle.toml` names may be.
@@ -204,6 +210,58 @@ impl Bundle {
             ));
         }
         let mapped = map_file(&trace_path)?;
+        Self::assemble(
+            dir,
+            manifest,
+            trace_path,
+            mapped,
+            Confine {
+                bundle: is_bundle,
+                named_images,
+                reach,
+            },
+            path_warnings,
+        )
+    }
+
+    /// A bundle whose trace is already in memory (`trace`, named `name` in messages and
+    /// in the tables' `tracemill.source`), described by `manifest` (a `bundle.toml`'s
+    /// facts: RTIT_CTL, images, a ring offset or a collected form...), its relative image
+    /// paths taken from `dir`. The images are the caller's and not confined.
+    pub fn from_memory(trace: Bytes, name: &str, manifest: Manifest, dir: &Path) -> Result<Bundle> {
+        let named_images = manifest.images.len();
+        let mut b = Self::assemble(
+            dir.to_path_buf(),
+            manifest,
+            PathBuf::from(name),
+            trace,
+            Confine {
+                bundle: false,
+                named_images,
+                reach: Reach::Anywhere,
+            },
+            Vec::new(),
+        )?;
+        b.in_memory = true;
+        Ok(b)
+    }
+
+    /// The rest of opening, once the trace's bytes are at hand: put them in time order
+    /// (collected forms) and load the images.
+    fn assemble(
+        dir: PathBuf,
+        manifest: Manifest,
+        trace_path: PathBuf,
+        mapped: Bytes,
+        confine: Confine,
+        mut path_warnings: Vec<String>,
+    ) -> Result<Bundle> {
+        let Confine {
+            bundle: is_bundle,
+            named_images,
+            reach,
+        } = confine;
+        let toml = dir.join("bundle.toml");
         let trace_file_size = mapped.len() as u64;
         let mut starts_at_enable = manifest.ring_offset.is_none();
         let mut trace_problems = Vec::new();
@@ -285,6 +343,7 @@ impl Bundle {
             images,
             image_problems,
             path_warnings,
+            in_memory: false,
         })
     }
 
@@ -392,6 +451,15 @@ impl Bundle {
     }
 }
 
+/// Which of the files a bundle names are confined to its directory.
+struct Confine {
+    /// Read from a bundle directory (else a bare trace, or one in memory: nothing confined).
+    bundle: bool,
+    /// The images `bundle.toml` names (the first ones); the rest are the caller's.
+    named_images: usize,
+    reach: Reach,
+}
+
 /// Why an image is not used, naming its file once.
 fn image_problem(path: &Path, e: &ImageError) -> String {
     match e {
@@ -429,7 +497,13 @@ fn load_manifest(dir: &Path) -> Result<Manifest> {
         }
         Err(e) => return Err(e).with_context(|| format!("{}: cannot read", path.display())),
     };
-    toml::from_str(&text).map_err(|e| anyhow::anyhow!(toml_error(&path, &text, &e)))
+    parse_manifest(&path, &text)
+}
+
+/// A `bundle.toml`'s text as a [`Manifest`]; `path` names it in errors (which show the
+/// line, as for a file).
+pub fn parse_manifest(path: &Path, text: &str) -> Result<Manifest> {
+    toml::from_str(text).map_err(|e| anyhow::anyhow!(toml_error(path, text, &e)))
 }
 
 /// `PATH:LINE:COLUMN: key `KEY`: MESSAGE`, then the line with a caret under the place.

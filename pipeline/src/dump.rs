@@ -32,21 +32,50 @@ pub struct Stats {
 /// Count packets by type.
 pub fn stats(stream: &TraceStream<'_>, cfg: &TraceConfig) -> Stats {
     let first = next_psb(stream, 0);
-    let mut s = Stats {
-        bytes: stream.len(),
-        skipped: first.unwrap_or(stream.len()),
-        ..Stats::default()
-    };
-    let Some(start) = first else {
-        return s;
-    };
-    for p in PacketReader::new(stream, start, stream.len(), cfg.cycle_acc) {
-        match p {
-            Ok(p) => *s.by_type.entry(p.packet.name()).or_default() += 1,
-            Err(_) => s.errors += 1,
+    let packets = first
+        .map(|start| PacketReader::new(stream, start, stream.len(), cfg.cycle_acc))
+        .into_iter()
+        .flatten()
+        .map(|p| p.map(|p| p.packet.name()));
+    Stats::tally(stream.len(), first, packets)
+}
+
+impl Stats {
+    /// The counts of `packets` (their names, or errors), read from the first PSB `first`
+    /// of a trace of `len` bytes (none: nothing parsed).
+    fn tally<E>(
+        len: u64,
+        first: Option<u64>,
+        packets: impl Iterator<Item = std::result::Result<&'static str, E>>,
+    ) -> Stats {
+        let mut s = Stats {
+            bytes: len,
+            skipped: first.unwrap_or(len),
+            ..Stats::default()
+        };
+        for p in packets {
+            match p {
+                Ok(name) => *s.by_type.entry(name).or_default() += 1,
+                Err(_) => s.errors += 1,
+            }
         }
+        s
     }
-    s
+
+    /// `--stats`' lines: bytes, bytes before the first PSB, a count per name of `names`
+    /// (the format's packets, in its order), errors.
+    fn write(&self, names: &[&str], out: &mut dyn Write) -> Result<()> {
+        writeln!(out, "bytes          {}", self.bytes)?;
+        if self.skipped > 0 {
+            writeln!(out, "before PSB     {} (not parsed)", self.skipped)?;
+        }
+        for name in names {
+            let n = self.by_type.get(name).copied().unwrap_or(0);
+            writeln!(out, "{name:<14} {n}")?;
+        }
+        writeln!(out, "errors         {}", self.errors)?;
+        Ok(())
+    }
 }
 
 /// Write the listing (or the stats) to `out`.
@@ -57,29 +86,88 @@ pub fn dump(
     out: &mut dyn Write,
 ) -> Result<()> {
     if with_stats {
-        let s = stats(stream, cfg);
-        writeln!(out, "bytes          {}", s.bytes)?;
-        if s.skipped > 0 {
-            writeln!(out, "before PSB     {} (not parsed)", s.skipped)?;
-        }
-        for name in Packet::NAMES {
-            let n = s.by_type.get(name).copied().unwrap_or(0);
-            writeln!(out, "{name:<14} {n}")?;
-        }
-        writeln!(out, "errors         {}", s.errors)?;
-        return Ok(());
+        return stats(stream, cfg).write(&Packet::NAMES, out);
     }
+    let columns = Columns {
+        bytes: 30,
+        name: 12,
+        trim: false,
+    };
+    entries(stream, cfg, &mut |e| columns.write(out, stream.len(), e))?;
+    Ok(())
+}
+
+/// The widths of a listing's columns: the packet's bytes and its name (RTIT's listing
+/// keeps the blanks a line ends with; Intel PT's, like ptdump's, drops them).
+struct Columns {
+    bytes: usize,
+    name: usize,
+    trim: bool,
+}
+
+impl Columns {
+    /// `e` as the listing's line (`len`: the trace's length).
+    fn write(&self, out: &mut dyn Write, len: u64, e: Entry<'_>) -> std::io::Result<()> {
+        let w = self.bytes;
+        match e {
+            Entry::NoPsb => writeln!(out, "no PSB in {len} bytes: nothing to parse"),
+            Entry::Skipped(n) => writeln!(
+                out,
+                "{:016x}  {:<w$} skipped {n} bytes before the first PSB",
+                0, ""
+            ),
+            Entry::Error { offset, message } => {
+                writeln!(out, "{offset:016x}  {:<w$} error: {message}", "")
+            }
+            Entry::Packet {
+                offset,
+                bytes,
+                name,
+                fields,
+            } => {
+                let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                let line = format!(
+                    "{offset:016x}  {:<w$} {name:<n$} {fields}",
+                    hex.join(" "),
+                    n = self.name
+                );
+                let line = if self.trim { line.trim_end() } else { &line };
+                writeln!(out, "{line}")
+            }
+        }
+    }
+}
+
+/// One line of a packet listing, as [`entries`] and [`pt_entries`] give them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry<'a> {
+    /// The trace has no PSB: nothing is parsed (the only entry).
+    NoPsb,
+    /// This many bytes before the first PSB, not parsed (offset 0).
+    Skipped(u64),
+    /// Bytes at `offset` that do not parse; parsing resumes at the next PSB.
+    Error { offset: u64, message: &'a str },
+    /// A packet: its bytes, name and fields (IPs decompressed).
+    Packet {
+        offset: u64,
+        bytes: &'a [u8],
+        name: &'static str,
+        fields: &'a str,
+    },
+}
+
+/// The listing of an RTIT trace, entry by entry (what `tracemill dump` prints).
+pub fn entries(
+    stream: &TraceStream<'_>,
+    cfg: &TraceConfig,
+    f: &mut dyn FnMut(Entry<'_>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let first = next_psb(stream, 0);
     let Some(start) = first else {
-        writeln!(out, "no PSB in {} bytes: nothing to parse", stream.len())?;
-        return Ok(());
+        return f(Entry::NoPsb);
     };
     if start > 0 {
-        writeln!(
-            out,
-            "{:016x}  {:<30} skipped {start} bytes before the first PSB",
-            0, ""
-        )?;
+        f(Entry::Skipped(start))?;
     }
     let mut last = LastIp::unknown();
     let mut scratch = [0u8; 16];
@@ -88,12 +176,14 @@ pub fn dump(
             Ok(p) => p,
             Err(e) => {
                 last.forget();
-                writeln!(out, "{:016x}  {:<30} error: {}", e.offset, "", e.kind)?;
+                f(Entry::Error {
+                    offset: e.offset,
+                    message: &e.kind.to_string(),
+                })?;
                 continue;
             }
         };
         let raw = stream.window(p.offset, p.size as usize, &mut scratch);
-        let hex: Vec<String> = raw.iter().map(|b| format!("{b:02x}")).collect();
         let fields = match p.packet {
             Packet::Tnt(t) => (0..t.len)
                 .map(|i| if t.taken(i) { '!' } else { '.' })
@@ -126,14 +216,12 @@ pub fn dump(
             Packet::Cyc { value, .. } => format!("{value}"),
             Packet::Psb | Packet::TraceStop => String::new(),
         };
-        writeln!(
-            out,
-            "{:016x}  {:<30} {:<12} {}",
-            p.offset,
-            hex.join(" "),
-            p.packet.name(),
-            fields
-        )?;
+        f(Entry::Packet {
+            offset: p.offset,
+            bytes: raw,
+            name: p.packet.name(),
+            fields: &fields,
+        })?;
     }
     Ok(())
 }
@@ -174,21 +262,12 @@ pub fn ptdump(
 /// Counts per Intel PT packet type (packets read PSB-bounded, as decoding reads them).
 pub fn pt_stats(stream: &TraceStream<'_>, cfg: &PtConfig) -> Stats {
     let first = pt::sync::next_psb(stream, 0);
-    let mut s = Stats {
-        bytes: stream.len(),
-        skipped: first.unwrap_or(stream.len()),
-        ..Stats::default()
-    };
-    let Some(start) = first else {
-        return s;
-    };
-    for p in pt::PacketReader::new(stream, start, stream.len(), cfg.errata) {
-        match p {
-            Ok(p) => *s.by_type.entry(p.packet.name()).or_default() += 1,
-            Err(_) => s.errors += 1,
-        }
-    }
-    s
+    let packets = first
+        .map(|start| pt::PacketReader::new(stream, start, stream.len(), cfg.errata))
+        .into_iter()
+        .flatten()
+        .map(|p| p.map(|p| p.packet.name()));
+    Stats::tally(stream.len(), first, packets)
 }
 
 /// tracemill's listing of an Intel PT trace (or its stats): offset, bytes, packet, and
@@ -202,28 +281,29 @@ pub fn dump_pt(
     out: &mut dyn Write,
 ) -> Result<()> {
     if with_stats {
-        let s = pt_stats(stream, cfg);
-        writeln!(out, "bytes          {}", s.bytes)?;
-        if s.skipped > 0 {
-            writeln!(out, "before PSB     {} (not parsed)", s.skipped)?;
-        }
-        for name in pt::Packet::NAMES {
-            let n = s.by_type.get(name).copied().unwrap_or(0);
-            writeln!(out, "{name:<14} {n}")?;
-        }
-        writeln!(out, "errors         {}", s.errors)?;
-        return Ok(());
+        return pt_stats(stream, cfg).write(&pt::Packet::NAMES, out);
     }
+    let columns = Columns {
+        bytes: 47,
+        name: 10,
+        trim: true,
+    };
+    pt_entries(stream, cfg, &mut |e| columns.write(out, stream.len(), e))?;
+    Ok(())
+}
+
+/// tracemill's listing of an Intel PT trace, entry by entry (what `tracemill dump`
+/// prints for it).
+pub fn pt_entries(
+    stream: &TraceStream<'_>,
+    cfg: &PtConfig,
+    f: &mut dyn FnMut(Entry<'_>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let Some(start) = pt::sync::next_psb(stream, 0) else {
-        writeln!(out, "no PSB in {} bytes: nothing to parse", stream.len())?;
-        return Ok(());
+        return f(Entry::NoPsb);
     };
     if start > 0 {
-        writeln!(
-            out,
-            "{:016x}  {:<47} skipped {start} bytes before the first PSB",
-            0, ""
-        )?;
+        f(Entry::Skipped(start))?;
     }
     let mut last = PtLastIp::new();
     let mut scratch = [0u8; 16];
@@ -231,24 +311,24 @@ pub fn dump_pt(
         let p = match p {
             Ok(p) => p,
             Err(e) => {
-                writeln!(out, "{:016x}  {:<47} error: {}", e.offset, "", e.kind)?;
+                f(Entry::Error {
+                    offset: e.offset,
+                    message: &e.kind.to_string(),
+                })?;
                 continue;
             }
         };
         let raw = stream.window(p.offset, p.size as usize, &mut scratch);
-        let hex: Vec<String> = raw.iter().map(|b| format!("{b:02x}")).collect();
         if p.packet == pt::Packet::Psb {
             last.reset();
         }
         let fields = pt_fields(&p.packet, &mut last);
-        let line = format!(
-            "{:016x}  {:<47} {:<10} {}",
-            p.offset,
-            hex.join(" "),
-            p.packet.name(),
-            fields
-        );
-        writeln!(out, "{}", line.trim_end())?;
+        f(Entry::Packet {
+            offset: p.offset,
+            bytes: raw,
+            name: p.packet.name(),
+            fields: &fields,
+        })?;
     }
     Ok(())
 }

@@ -5,7 +5,9 @@
 //! and stream the rows to Parquet (or Arrow IPC) files.
 //!
 //! - [`bundle`]: bundle loading;
+//! - [`cli`]: checks of option values, shared by the subcommands;
 //! - [`run`]: the parallel decode and the closing summary;
+//! - [`stream`]: the decoded tables handed to a consumer as Arrow batches (Python);
 //! - [`dump`]: the packet listing;
 //! - [`errors`]: error messages on one line;
 //! - [`ingest`]: many bundles into one partitioned dataset (local or S3), exactly once;
@@ -13,9 +15,11 @@
 //! - [`report`]: the `report` commands (the work is in `tracemill-reports`).
 
 pub mod bundle;
+pub mod cli;
 pub mod dump;
 pub mod errors;
 pub mod ingest;
 pub mod report;
 pub mod run;
+pub mod stream;
 pub mod synth;

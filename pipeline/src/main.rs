@@ -1,7 +1,7 @@
 //! The `tracemill` command.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -57,10 +57,11 @@ struct Source {
     bundle: PathBuf,
     /// RTIT_CTL value the trace was recorded with (hex like 0x2e0d, or decimal);
     /// overrides the bundle's.
-    #[arg(long, value_parser = parse_num)]
+    #[arg(long, value_name = "HEX", value_parser = parse_num)]
     ctl: Option<u64>,
     /// A code image: PATH (an ELF at its own addresses), PATH@ADDR, or PATH@ADDR@CR3.
-    /// Files ending in .bin or .raw are raw bytes loaded at ADDR. Repeatable.
+    /// Files ending in .bin or .raw are raw bytes loaded at ADDR. A relative PATH is
+    /// relative to the current directory. Repeatable.
     #[arg(long = "image", value_name = "PATH@ADDR")]
     images: Vec<String>,
 }
@@ -86,7 +87,9 @@ struct DumpArgs {
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum DumpFormat {
+    /// Intel RTIT (Silvermont/Airmont Atom trace), the packets of chapter 4.
     Rtit,
+    /// Intel PT (the SDM's Processor Trace), as recorded by perf on every Intel server.
     Pt,
 }
 
@@ -232,24 +235,30 @@ impl PtdumpFlags {
 struct DecodeArgs {
     #[command(flatten)]
     src: Source,
-    /// Directory for the tables (created if missing). Without it, decode and summarize only.
-    #[arg(long, short)]
+    /// Directory for the tables, DIR/<table>.parquet (created if missing). Without it,
+    /// decode and print the summary only.
+    #[arg(long, short, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Worker threads (default: all cores).
-    #[arg(long, short)]
+    /// Decode threads, 1 to 256; 0 means all cores [default: all cores].
+    #[arg(long, short, value_name = "N", value_parser = tracemill::cli::parse_jobs)]
     jobs: Option<usize>,
-    /// Tables to write, comma-separated: branches, events, timing, coverage, edges
-    /// (default: all).
-    #[arg(long, default_value = "all")]
+    /// Tables to write, comma-separated: branches, events, timing, coverage, edges, or all.
+    #[arg(long, value_name = "LIST", default_value = "all")]
     tables: String,
-    /// Output format.
+    /// Table file format.
     #[arg(long, value_enum, default_value_t = OutFormat::Parquet)]
     format: OutFormat,
-    /// Chunk size for parallel decoding, in bytes (cut at PSBs; default: from trace size).
-    #[arg(long, value_parser = parse_num)]
+    /// Least bytes of trace per chunk decoded in parallel (chunks are cut at PSBs; 0: one
+    /// PSB interval each). At most 4M: larger values are refused, as memory follows the
+    /// chunk size. The tables do not depend on it [default: from the trace size, 32K to
+    /// 128K].
+    #[arg(long, value_name = "BYTES", value_parser = tracemill::cli::parse_chunk_size)]
     chunk_size: Option<u64>,
-    /// ZSTD level of the Parquet tables (1 fastest .. 22 smallest; 0 means zstd's default, 3).
-    #[arg(long, default_value_t = tracemill_sinks::parquet::DEFAULT_ZSTD_LEVEL)]
+    /// ZSTD level of the Parquet tables: 1 (fastest) to 22 (smallest), 0 for zstd's
+    /// default (3), negative for faster than 1.
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = tracemill::cli::parse_zstd_level,
+          default_value_t = tracemill_sinks::parquet::DEFAULT_ZSTD_LEVEL)]
     zstd_level: i32,
     /// No progress bar.
     #[arg(long, short)]
@@ -258,7 +267,9 @@ struct DecodeArgs {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum OutFormat {
+    /// DIR/<table>.parquet, ZSTD-compressed, for DuckDB, pyarrow, polars, Spark.
     Parquet,
+    /// DIR/<table>.arrow, Arrow IPC files, uncompressed (memory-mappable).
     Arrow,
 }
 
@@ -281,16 +292,32 @@ enum SynthCmd {
     },
     /// List the sample recipes.
     List,
+    /// A small labelled fleet made of the samples, for trying `ingest` and `report
+    /// --where`: 2 programs on 3 hosts over 2 nights, at OUT/<date>/<host>/<program>/ with
+    /// the labels host, date and program.
+    Fleet {
+        /// Directory to write the bundles under.
+        #[arg(long, short, value_name = "DIR")]
+        out: PathBuf,
+        /// Where the sample bundles are.
+        #[arg(long, value_name = "DIR", default_value = "datasets/samples")]
+        samples: PathBuf,
+    },
     /// A large synthetic trace for benchmarks: a seeded walk over a program's code
     /// through the hardware model, until the trace has SIZE bytes.
     Synthetic {
         /// Trace size in bytes (suffixes K, M, G: 1G = 2^30).
-        #[arg(long, value_parser = parse_size, default_value = "1G")]
+        #[arg(long, value_name = "SIZE", value_parser = tracemill::cli::parse_size, default_value = "1G")]
         size: u64,
         /// The program whose code is walked (a static x86-64 ELF).
-        #[arg(long, default_value = "datasets/samples/busybox-sort/images/busybox")]
+        #[arg(
+            long,
+            value_name = "PATH",
+            default_value = "datasets/samples/busybox-sort/images/busybox"
+        )]
         elf: PathBuf,
-        #[arg(long, default_value_t = 1)]
+        /// Seed of the walk: the same seed, size and program give the same trace.
+        #[arg(long, value_name = "N", default_value_t = 1)]
         seed: u64,
         /// RTIT_CTL (default 0xef0b: user-only, return compression, cycle-accurate, MTC with
         /// range 3, STS).
@@ -302,19 +329,6 @@ enum SynthCmd {
     },
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    parse_u64(num)
-        .map(|n| n * mult)
-        .ok_or_else(|| format!("not a size: {s:?} (like 512M or 1G)"))
-}
-
 fn parse_num(s: &str) -> Result<u64, String> {
     parse_u64(s).ok_or_else(|| format!("not a number: {s:?} (use 0x... or decimal)"))
 }
@@ -323,9 +337,60 @@ fn open(src: &Source) -> Result<Bundle> {
     let extra = src
         .images
         .iter()
-        .map(|s| parse_image_arg(s))
+        .map(|s| {
+            // A path on the command line is the user's, relative to where they are; a path
+            // in bundle.toml is the bundle's, relative to it. Bundle::open joins relative
+            // paths to the bundle directory, so those of --image are made absolute here.
+            let mut e = parse_image_arg(s)?;
+            if Path::new(&e.path).is_relative() {
+                let abs = std::path::absolute(&e.path)
+                    .with_context(|| format!("--image {s}: no current directory"))?;
+                e.path = abs.to_string_lossy().into_owned();
+            }
+            Ok(e)
+        })
         .collect::<Result<Vec<_>>>()?;
     Bundle::open(&src.bundle, src.ctl, &extra)
+}
+
+/// When most PSB intervals of the trace end in a decode error, the bytes were most likely
+/// read with another RTIT_CTL than they were recorded with (some of its bits change how
+/// packets parse and what a TNT bit means); the summary alone shows only error counts.
+fn ctl_hint(r: &run::Report, ctl: u64, given: bool) -> Option<String> {
+    let errors = r.errors();
+    if r.psbs < 4 || errors * 2 < r.psbs as u64 {
+        return None;
+    }
+    Some(format!(
+        "{} decode errors in {} PSB intervals: most of the trace did not decode. Is RTIT_CTL \
+         {ctl:#x} ({}) the value the trace was recorded with? Cycle_Acc (bit 1), CmprsRet \
+         (bit 11) and MTC_Range (bits 15:14) change how it decodes; {}. Also check that \
+         the images are the code that ran.",
+        run::group(errors),
+        run::group(r.psbs as u64),
+        if given {
+            "from --ctl"
+        } else {
+            "from bundle.toml"
+        },
+        if given {
+            "without --ctl the bundle's own value is used"
+        } else {
+            "--ctl overrides it"
+        }
+    ))
+}
+
+/// `--out DIR` must be a directory or not exist yet (it is then created).
+fn check_out_dir(out: &Path) -> Result<()> {
+    match std::fs::metadata(out) {
+        Ok(m) if !m.is_dir() => anyhow::bail!(
+            "--out {}: is a file, not a directory (--out names the directory the tables are \
+             written into; it is created when missing)",
+            out.display()
+        ),
+        _ => Ok(()),
+    }
 }
 
 fn main() -> ExitCode {
@@ -335,6 +400,9 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tracemill: error: {}", error_text(&e));
+            if let Some(h) = tracemill::errors::hint(&e) {
+                eprintln!("tracemill: hint: {h}");
+            }
             ExitCode::from(1)
         }
     }
@@ -372,10 +440,15 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Decode(a) => {
+            // Options first: a bad one fails before the bundle is read.
+            let tables = Tables::parse(&a.tables)?;
+            if let Some(out) = &a.out {
+                check_out_dir(out)?;
+            }
             let b = open(&a.src)?;
             let mut opts = run::Options {
                 out: a.out.clone(),
-                tables: Tables::parse(&a.tables)?,
+                tables,
                 format: match a.format {
                     OutFormat::Parquet => Format::Parquet,
                     OutFormat::Arrow => Format::ArrowIpc,
@@ -389,7 +462,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 ..run::Options::default()
             };
             if let Some(j) = a.jobs {
-                opts.jobs = j.max(1);
+                opts.jobs = j;
             }
             if let Some(out) = &opts.out {
                 // A run killed while writing left its temporaries here.
@@ -409,6 +482,9 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 "{}",
                 run::summary(&a.src.bundle.display().to_string(), &report)
             );
+            if let Some(h) = ctl_hint(&report, b.manifest.rtit_ctl, a.src.ctl.is_some()) {
+                eprintln!("tracemill: hint: {h}");
+            }
             // Without a code image not one branch can be decoded: when branches (or the
             // coverage made of them) were asked for, that is a failure, whatever events and
             // timing rows were written.
@@ -425,6 +501,16 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
         Cmd::Synth(s) => match s.what {
             SynthCmd::List => {
                 print!("{}", tracemill::synth::list());
+                Ok(ExitCode::SUCCESS)
+            }
+            SynthCmd::Fleet { out, samples } => {
+                let made = tracemill::synth::fleet(&samples, &out)?;
+                eprintln!(
+                    "wrote {} bundles under {} (labels host, date, program): try `tracemill ingest {} --dataset DIR --partition-by date,host`",
+                    made.len(),
+                    out.display(),
+                    out.display()
+                );
                 Ok(ExitCode::SUCCESS)
             }
             SynthCmd::Sample { names, out } => {
@@ -526,4 +612,44 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every option and argument of every command says what it is, and every value of
+    /// an option with a fixed set of values says what it means (`--help` is the manual).
+    #[test]
+    fn help_describes_every_option_and_value() {
+        let mut missing = Vec::new();
+        fn walk(cmd: &clap::Command, path: String, missing: &mut Vec<String>) {
+            if cmd.get_about().is_none() && !path.is_empty() {
+                missing.push(format!("{path}: no description"));
+            }
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}: no help"));
+                }
+                if !a.is_hide_possible_values_set() {
+                    for v in a.get_possible_values() {
+                        if v.get_help().is_none() && !matches!(v.get_name(), "true" | "false") {
+                            missing.push(format!("{path} {id}={}: no help", v.get_name()));
+                        }
+                    }
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let cmd = super::Cli::command();
+        cmd.clone().debug_assert();
+        walk(&cmd, String::new(), &mut missing);
+        assert!(missing.is_empty(), "undocumented:\n{}", missing.join("\n"));
+    }
 }

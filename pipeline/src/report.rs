@@ -12,6 +12,7 @@ use tracemill_datasets::bundle::{parse_u64, ImageKind};
 use tracemill_reports::dataset::{parse_where, Filter, FilterError};
 use tracemill_reports::hotspots::{By, Weight};
 use tracemill_reports::input::{ImageMeta, META_BUNDLE, META_IMAGES};
+use tracemill_reports::util::group;
 use tracemill_reports::Source;
 
 use crate::bundle::Bundle;
@@ -26,7 +27,7 @@ pub fn decode_meta(bundle: &Bundle) -> Vec<(String, String)> {
         .iter()
         .map(|(k, v)| (format!("label.{k}"), v.clone()))
         .collect();
-    if bundle.dir.join("bundle.toml").is_file() {
+    if !bundle.in_memory && bundle.dir.join("bundle.toml").is_file() {
         let dir = std::path::absolute(&bundle.dir).unwrap_or_else(|_| bundle.dir.clone());
         kv.push((META_BUNDLE.into(), dir.display().to_string()));
     }
@@ -77,9 +78,9 @@ struct Tables {
     /// report adds up the bundles with status ok, each symbolized with its own images.
     #[arg(value_name = "OUT")]
     dir: PathBuf,
-    /// The bundle the tables were decoded from (default: the one recorded in the tables;
-    /// not with a dataset).
-    #[arg(long)]
+    /// The bundle the tables were decoded from [default: the one recorded in the tables;
+    /// not with a dataset].
+    #[arg(long, value_name = "DIR")]
     bundle: Option<PathBuf>,
     /// Over a dataset, the bundles to report on, by catalog column (labels, source,
     /// bundle): `host = 'h1'`, `date != 'x'`, `host IN ('a', 'b')`, `NOT IN`, joined by
@@ -90,22 +91,31 @@ struct Tables {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum ByArg {
+    /// One row per function (ELF symbols; `image+0xOFFSET` where none).
     Function,
+    /// One row per source line (DWARF, inlined frames included), like file.c:32.
     Line,
+    /// One row per basic block (its start address), within its function.
     Block,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
 enum WeightArg {
+    /// Instructions executed (exact, from the coverage table).
     Instructions,
+    /// Core cycles (from cycle-accurate traces; else none, and a warning).
     Cycles,
+    /// Branches, i.e. executions of the blocks.
     Branches,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
 enum FormatArg {
+    /// Aligned columns for reading, like perf report.
     Table,
+    /// Comma-separated with a header row, plain numbers.
     Csv,
+    /// One object: totals, rows, warnings.
     Json,
 }
 
@@ -115,13 +125,16 @@ enum ReportCmd {
     Hotspots {
         #[command(flatten)]
         t: Tables,
+        /// What a row is.
         #[arg(long, value_enum, default_value_t = ByArg::Function)]
         by: ByArg,
+        /// What rows are ranked by.
         #[arg(long, value_enum, default_value_t = WeightArg::Instructions)]
         weight: WeightArg,
-        /// Rows shown (0: all).
-        #[arg(long, default_value_t = 30)]
+        /// Rows shown, the heaviest first; 0 for all.
+        #[arg(long, value_name = "N", default_value_t = 30)]
         top: usize,
+        /// Output format.
         #[arg(long, value_enum, default_value_t = FormatArg::Table)]
         format: FormatArg,
     },
@@ -129,12 +142,13 @@ enum ReportCmd {
     Flamegraph {
         #[command(flatten)]
         t: Tables,
-        /// The SVG to write.
-        #[arg(long, short)]
+        /// The SVG file to write (interactive in a browser: hover, click to zoom, search).
+        #[arg(long, short, value_name = "FILE.svg")]
         out: Option<PathBuf>,
-        /// Folded stacks (`a;b;c weight`), the text format flame graph tools read.
-        #[arg(long)]
+        /// Folded stacks file (`a;b;c weight`), the text format flame graph tools read.
+        #[arg(long, value_name = "FILE")]
         folded: Option<PathBuf>,
+        /// What frame widths measure: instructions or cycles (not branches).
         #[arg(long, value_enum, default_value_t = WeightArg::Instructions)]
         weight: WeightArg,
     },
@@ -142,21 +156,24 @@ enum ReportCmd {
     Coverage {
         #[command(flatten)]
         t: Tables,
-        /// drcov (version 2) file for Lighthouse, bncov, ...
-        #[arg(long)]
+        /// drcov (version 2) file to write, for Lighthouse, bncov, ...
+        #[arg(long, value_name = "FILE")]
         drcov: Option<PathBuf>,
-        /// lcov tracefile (line and function hits from DWARF) for genhtml.
-        #[arg(long)]
+        /// lcov tracefile to write (line and function hits from DWARF), for genhtml.
+        #[arg(long, value_name = "FILE")]
         lcov: Option<PathBuf>,
-        /// Directory put before relative source paths in the lcov file.
-        #[arg(long)]
+        /// The directory relative source paths of the images' DWARF start from (the
+        /// samples': the repository root). SF: paths in the lcov file are absolute, so
+        /// genhtml runs from anywhere [default: the current directory].
+        #[arg(long, value_name = "DIR")]
         source_root: Option<PathBuf>,
     },
     /// Function call spans in time as Chrome trace-event JSON (Perfetto UI).
     Timeline {
         #[command(flatten)]
         t: Tables,
-        #[arg(long, short)]
+        /// The JSON file to write (open it in ui.perfetto.dev or chrome://tracing).
+        #[arg(long, short, value_name = "FILE.json")]
         out: PathBuf,
         /// Only spans that end at or after this TSC.
         #[arg(long, value_parser = parse_num)]
@@ -164,21 +181,24 @@ enum ReportCmd {
         /// Only spans that begin at or before this TSC.
         #[arg(long, value_parser = parse_num)]
         to: Option<u64>,
-        /// TSC ticks per microsecond (default: the bundle's guaranteed ratio x 100 MHz).
-        #[arg(long)]
+        /// TSC ticks per microsecond [default: the bundle's guaranteed ratio x 100 MHz,
+        /// else 1 GHz].
+        #[arg(long, value_name = "MHZ")]
         tsc_mhz: Option<f64>,
-        /// Spans written at most.
-        #[arg(long, default_value_t = 2_000_000)]
+        /// Spans written at most (the first ones).
+        #[arg(long, value_name = "N", default_value_t = 2_000_000)]
         max_spans: u64,
     },
-    /// One self-contained HTML page: summary, hotspots, coverage, flame graph.
+    /// One self-contained HTML page: summary, interactive flame graph, hotspots and
+    /// coverage (sortable), timeline preview.
     Html {
         #[command(flatten)]
         t: Tables,
-        #[arg(long, short)]
+        /// The HTML file to write (one file; it loads nothing at view time).
+        #[arg(long, short, value_name = "FILE.html")]
         out: PathBuf,
-        /// Rows in the hotspot and function tables.
-        #[arg(long, default_value_t = 50)]
+        /// Rows in the hotspot and function tables, the heaviest first; 0 for all.
+        #[arg(long, value_name = "N", default_value_t = 50)]
         top: usize,
     },
 }
@@ -275,14 +295,14 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
             warn(&s.warnings);
             eprintln!(
                 "{} {} in {} stacks{} ({} gaps, {} mismatched returns, {} longjmps, {} interrupt or signal entries)",
-                s.total,
+                group(s.total),
                 if s.cycles { "cycles" } else { "instructions" },
-                s.stacks,
-                s.drawn.map_or(String::new(), |d| format!(", {d} drawn")),
-                s.gaps,
-                s.mismatched_returns,
-                s.longjmps,
-                s.async_entries
+                group(s.stacks as u64),
+                s.drawn.map_or(String::new(), |d| format!(", {} drawn", group(d as u64))),
+                group(s.gaps),
+                group(s.mismatched_returns),
+                group(s.longjmps),
+                group(s.async_entries)
             );
         }
         ReportCmd::Coverage {
@@ -317,6 +337,7 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
                 to,
                 tsc_mhz,
                 max_spans,
+                outermost: false,
             };
             let s = tracemill_reports::timeline::write(&mut src, &opts, f)
                 .with_context(|| format!("{}: cannot write the timeline", out.display()))?;
@@ -324,14 +345,15 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
             eprintln!(
                 "{}: {} spans, TSC origin {:#x} at {} ticks/us",
                 out.display(),
-                s.spans,
+                group(s.spans),
                 s.first_tsc.unwrap_or(0),
                 s.tsc_mhz
             );
         }
         ReportCmd::Html { t, out, top } => {
             let mut src = open(&t)?;
-            let page = tracemill_reports::html::render(&mut src, top);
+            let top = if top == 0 { usize::MAX } else { top };
+            let page = tracemill_reports::html::render(&mut src, top)?;
             std::fs::write(&out, page)
                 .with_context(|| format!("{}: cannot write", out.display()))?;
             eprintln!("{}: written", out.display());

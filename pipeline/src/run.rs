@@ -78,6 +78,13 @@ impl Tables {
                 ),
             }
         }
+        // An empty list would decode and write nothing without a word.
+        if !(t.branches || t.events || t.timing || t.coverage || t.edges) {
+            bail!(
+                "--tables {s:?} names no table: give some of branches, events, timing, \
+                 coverage, edges, or all (to decode without writing, leave out --out)"
+            );
+        }
         Ok(t)
     }
 }
@@ -96,6 +103,9 @@ pub struct Options {
     pub writer: WriterOptions,
     /// Show a progress bar (on a terminal).
     pub progress: bool,
+    /// Hand the tables asked for to a consumer as Arrow batches instead of writing files
+    /// ([`crate::stream`]); not with `out`.
+    pub batches: Option<crate::stream::BatchSink>,
 }
 
 impl Default for Options {
@@ -108,6 +118,7 @@ impl Default for Options {
             format: Format::Parquet,
             writer: WriterOptions::default(),
             progress: false,
+            batches: None,
         }
     }
 }
@@ -179,6 +190,9 @@ const RELEASE_STEP: u64 = 16 << 20;
 /// into place at the end).
 pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     let t0 = Instant::now();
+    if opts.out.is_some() && opts.batches.is_some() {
+        bail!("decode writes files (out) or hands batches to a consumer (batches), not both");
+    }
     let stream = bundle.stream();
     let images_and_problems = bundle.image_set();
     let images = &images_and_problems.0;
@@ -191,13 +205,7 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
         timing: bundle.timing_config(),
     };
 
-    let meta = FileMeta {
-        source: bundle.trace_path.display().to_string(),
-        source_size: bundle.trace_file_size,
-        rtit_ctl: bundle.manifest.rtit_ctl,
-        // Labels, and the bundle and images for `tracemill report`.
-        extra: crate::report::decode_meta(bundle),
-    };
+    let meta = file_meta(bundle);
     let mut writers = Writers::create(opts, &meta)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(report.jobs)
@@ -215,6 +223,7 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     let (tokens, tokens_back) = bounded::<()>(report.jobs + 1);
     let emitter = Emitter {
         seq: Sequencer::default(),
+        batches: opts.batches.clone(),
         branches: writers
             .branch_encoder
             .take()
@@ -225,6 +234,7 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
             .map(|enc| RowGroups::new(Grouped::Timing, enc, target, tokens.clone())),
     };
     let caches: Vec<Mutex<BlockCache>> = (0..report.jobs).map(|_| Mutex::default()).collect();
+    let trace_len = stream.len();
     let (written, blocks, edges) = std::thread::scope(|s| -> Result<(Vec<Written>, u64, u64)> {
         let (piece_tx, piece_rx) = bounded::<ToWriter>(4);
         let writer = s.spawn(move || -> Result<(Vec<Written>, u64, u64)> {
@@ -239,7 +249,7 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                     }
                 }
             }
-            writers.finish(images)
+            writers.finish(images, trace_len)
         });
         // Chunks are decoded as pool tasks, at most `window` of them between being handed
         // out and being consumed in order: memory stays bounded whatever the trace size,
@@ -276,6 +286,18 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     report.edges = edges;
     report.elapsed = t0.elapsed();
     Ok(report)
+}
+
+/// The metadata every table of a decode of `bundle` carries (files, and the schemas of
+/// the batches handed to a consumer).
+pub fn file_meta(bundle: &Bundle) -> FileMeta {
+    FileMeta {
+        source: bundle.trace_path.display().to_string(),
+        source_size: bundle.trace_file_size,
+        rtit_ctl: bundle.manifest.rtit_ctl,
+        // Labels, and the bundle and images for `tracemill report`.
+        extra: crate::report::decode_meta(bundle),
+    }
 }
 
 /// The decode's plan: chunks, and the report's opening facts.
@@ -334,11 +356,11 @@ fn plan(
     // they stay in the page cache, and the decode maps what it reads again.
     bundle.release_trace_before(stream.len());
     if chunks.is_empty() {
-        bail!(
-            "{}: no PSB packet in {} bytes: nothing to decode (is this an RTIT trace?)",
-            bundle.trace_path.display(),
-            stream.len()
-        );
+        return Err(crate::errors::NoPsb {
+            path: bundle.trace_path.display().to_string(),
+            bytes: stream.len(),
+        }
+        .into());
     }
     report.chunks = chunks.len();
     Ok(Plan { chunks, report })
@@ -505,6 +527,8 @@ enum Grouped {
 /// to the writer thread, with their rows as row groups encoded on the pool.
 struct Emitter {
     seq: Sequencer,
+    /// The consumer of the rows, instead of the writers.
+    batches: Option<crate::stream::BatchSink>,
     branches: Option<RowGroups>,
     timing: Option<RowGroups>,
 }
@@ -521,6 +545,9 @@ impl Emitter {
         let base = self.seq.rows();
         self.seq.sequence(&mut p);
         report.count(&p);
+        if let Some(b) = &self.batches {
+            b.send_piece(&mut p, &mut t, base)?;
+        }
         if let Some(g) = &mut self.branches {
             let rows = std::mem::take(&mut p.rows);
             if !rows.is_empty() {
@@ -543,7 +570,7 @@ impl Emitter {
 struct RowGroups {
     table: Grouped,
     enc: RowGroupEncoder,
-    batches: Vec<arrow::record_batch::RecordBatch>,
+    batches: Vec<arrow_array::RecordBatch>,
     rows: usize,
     next: usize,
     target: usize,
@@ -576,7 +603,7 @@ impl RowGroups {
     /// count and chunk size.
     fn add(
         &mut self,
-        mut batch: arrow::record_batch::RecordBatch,
+        mut batch: arrow_array::RecordBatch,
         pool: &rayon::ThreadPool,
         tx: &crossbeam_channel::Sender<ToWriter>,
     ) -> Result<()> {
@@ -638,6 +665,8 @@ struct Writers {
     timing_encoder: Option<RowGroupEncoder>,
     /// The output directory (empty without `--out`).
     dir: PathBuf,
+    /// The consumer of `coverage` and `edges`, instead of files.
+    batches: Option<crate::stream::BatchSink>,
 }
 
 impl Writers {
@@ -653,6 +682,7 @@ impl Writers {
                 branch_encoder: None,
                 timing_encoder: None,
                 dir: PathBuf::new(),
+                batches: opts.batches.clone(),
             });
         };
         std::fs::create_dir_all(dir)
@@ -685,6 +715,7 @@ impl Writers {
             branch_encoder,
             timing_encoder,
             dir: dir.clone(),
+            batches: None,
         })
     }
 
@@ -726,8 +757,13 @@ impl Writers {
     /// under its temporary name first (a full disk fails here, and every temporary is
     /// removed), then the tables an earlier decode left in the directory that this run
     /// does not replace are removed, and the new ones renamed into place.
-    fn finish(mut self, images: &ImageSet<'_>) -> Result<(Vec<Written>, u64, u64)> {
+    /// (With a consumer instead, `coverage` and `edges` go to it; `trace_len` is where
+    /// decoding ended.)
+    fn finish(mut self, images: &ImageSet<'_>, trace_len: u64) -> Result<(Vec<Written>, u64, u64)> {
         let (blocks, edges) = (self.cov.blocks.len() as u64, self.cov.edges.len() as u64);
+        if let Some(b) = &self.batches {
+            b.send_coverage(&self.cov, images, trace_len)?;
+        }
         if let Some(w) = &mut self.coverage {
             w.write_coverage(&self.cov.block_rows(images))?;
         }
@@ -835,15 +871,5 @@ pub fn summary(name: &str, r: &Report) -> String {
     s
 }
 
-/// 1234567 -> "1,234,567".
-pub fn group(n: u64) -> String {
-    let d = n.to_string();
-    let mut out = String::new();
-    for (i, c) in d.chars().enumerate() {
-        if i > 0 && (d.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+/// 1234567 -> "1,234,567": the one number format of the summary, the reports and HTML.
+pub use tracemill_reports::util::group;

@@ -443,14 +443,29 @@ fn bad_arguments_and_an_unwritable_dataset_exit_1() {
         );
     }
     // A dataset made with other partition keys is refused before anything is written.
-    let o = ingest(&[s(&bundle), "--dataset", s(&dest), "--partition-by", "host"]);
+    // (The sample has no host label: allowed explicitly.)
+    let o = ingest(&[
+        s(&bundle),
+        "--dataset",
+        s(&dest),
+        "--partition-by",
+        "host",
+        "--allow-missing-keys",
+    ]);
     assert_eq!(
         o.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let o = ingest(&[s(&bundle), "--dataset", s(&dest), "--partition-by", "date"]);
+    let o = ingest(&[
+        s(&bundle),
+        "--dataset",
+        s(&dest),
+        "--partition-by",
+        "date",
+        "--allow-missing-keys",
+    ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("partitioned by [host]"), "{err}");
@@ -828,7 +843,7 @@ fn two_or_three_runs_at_once_and_random_kills_give_the_clean_runs_dataset() {
 }
 
 fn python_has(modules: &str, install: &str) -> bool {
-    let ok = Command::new("python3")
+    let ok = Command::new(common::python())
         .args(["-c", &format!("import {modules}")])
         .status()
         .is_ok_and(|s| s.success());
@@ -848,7 +863,7 @@ fn python_test(
     env: &[(&str, String)],
 ) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/test_ingest.py");
-    let mut c = Command::new("python3");
+    let mut c = Command::new(common::python());
     c.arg(script)
         .args([dest, &good.to_string(), &failed.to_string()]);
     c.args(plain);
@@ -868,7 +883,7 @@ fn python_test(
 fn duckdb_pyarrow_and_polars_read_the_dataset_and_its_catalog() {
     if !python_has(
         "duckdb, pyarrow, polars",
-        "pip install -r python/requirements.txt",
+        "python3 -m venv .venv && .venv/bin/pip install -r python/requirements.txt",
     ) {
         return;
     }
@@ -928,7 +943,7 @@ impl Moto {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("python3")
+        let child = Command::new(common::python())
             .args([
                 "-m",
                 "moto.server",
@@ -970,13 +985,13 @@ impl Moto {
 fn an_s3_dataset_on_a_local_moto_server_survives_sigkill_and_reads_back_in_pyarrow_and_polars() {
     if !python_has(
         "moto.server, boto3, pyarrow, polars",
-        "pip install -r python/requirements.txt",
+        "python3 -m venv .venv && .venv/bin/pip install -r python/requirements.txt",
     ) {
         return;
     }
     let moto = Moto::start();
     let env = moto.env();
-    let mk = Command::new("python3")
+    let mk = Command::new(common::python())
         .args([
             "-c",
             "import boto3, os; boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL']).create_bucket(Bucket='night')",
@@ -1097,7 +1112,7 @@ fn an_s3_dataset_on_a_local_moto_server_survives_sigkill_and_reads_back_in_pyarr
         String::from_utf8_lossy(&o.stderr)
     );
     let fetched = tmp.path().join("fetched");
-    let get = Command::new("python3")
+    let get = Command::new(common::python())
         .args([
             "-c",
             "import boto3, os, sys\n\

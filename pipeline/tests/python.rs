@@ -10,14 +10,14 @@ use tracemill::run::{self, Tables};
 mod common;
 
 fn python_ready() -> bool {
-    let ok = Command::new("python3")
+    let ok = Command::new(common::python())
         .args(["-c", "import duckdb, pyarrow, polars"])
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
         common::missing_tool(
             "the Python test needs python3 with duckdb, pyarrow and polars \
-             (pip install -r python/requirements.txt)",
+             (python3 -m venv .venv && .venv/bin/pip install -r python/requirements.txt)",
         );
     }
     ok
@@ -39,7 +39,7 @@ fn duckdb_pyarrow_and_polars_read_the_tables() {
         ..run::Options::default()
     };
     run::decode(&b, &opts).unwrap();
-    let o = Command::new("python3")
+    let o = Command::new(common::python())
         .arg(root.join("python/test_tables.py"))
         .arg(out.path())
         .arg(&bundle)

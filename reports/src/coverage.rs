@@ -31,7 +31,7 @@ use crate::hotspots::{read_blocks, Block};
 use crate::input::Input;
 use crate::source::Source;
 use crate::symbols::{ImageSymbols, Symbolizer};
-use crate::util::{block_insns, AddrMap};
+use crate::util::{block_insns, group, AddrMap};
 
 /// One module of the drcov table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -558,8 +558,10 @@ fn write_files(
         let (m, r, left) = write_drcov(syms, blocks, f)
             .with_context(|| format!("{}: cannot write", p.display()))?;
         text.push_str(&format!(
-            "drcov: {} ({m} modules, {r} blocks)\n",
-            p.display()
+            "drcov: {} ({} modules, {} blocks)\n",
+            p.display(),
+            group(m as u64),
+            group(r)
         ));
         if left > 0 {
             warnings.push(format!("drcov: {left} blocks of no image left out"));
@@ -572,13 +574,42 @@ fn write_files(
             warnings
                 .push("lcov: no image has DWARF line information: the tracefile is empty".into());
         }
+        // Source paths relative in the DWARF (the samples': `datasets/programs/NAME.c`) are
+        // made absolute, so that genhtml finds them from any directory: against
+        // --source-root, else the current directory. Sources not found there are named.
+        let root = match source_root {
+            Some(r) => std::path::absolute(r),
+            None => std::env::current_dir(),
+        }
+        .context("lcov: no directory to resolve relative source paths against")?;
+        let missing: Vec<String> = rep
+            .lines
+            .lines
+            .keys()
+            .map(|f| root.join(f))
+            .filter(|p| !p.exists())
+            .map(|p| p.display().to_string())
+            .collect();
+        if !missing.is_empty() {
+            warnings.push(format!(
+                "lcov: {} source file{} not found ({}{}): genhtml needs them; give \
+                 --source-root DIR, the directory the image's relative source paths start from",
+                missing.len(),
+                if missing.len() == 1 { "" } else { "s" },
+                missing[..missing.len().min(3)].join(", "),
+                if missing.len() > 3 { ", ..." } else { "" }
+            ));
+        }
         let f =
             std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?;
-        let (files, lf, lh) = write_lcov(&rep.lines, source_root, f)
+        let (files, lf, lh) = write_lcov(&rep.lines, Some(&root), f)
             .with_context(|| format!("{}: cannot write", p.display()))?;
         text.push_str(&format!(
-            "lcov: {} ({files} source files, {lh} of {lf} lines hit)\n",
-            p.display()
+            "lcov: {} ({} source files, {} of {} lines hit)\n",
+            p.display(),
+            group(files as u64),
+            group(lh),
+            group(lf)
         ));
     }
     text.push_str(&summary_text(&rep));
@@ -589,19 +620,19 @@ fn write_files(
 pub fn summary_text(rep: &CoverageReport) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "{:<14} {:>8} {:>14} {:>12} {:>16}\n",
+        "{:<14} {:>8} {:>14} {:>12} {:>20}\n",
         "image", "blocks", "instructions", "functions", "bytes covered"
     ));
     for i in &rep.images {
         s.push_str(&format!(
-            "{:<14} {:>8} {:>14} {:>5}/{:<6} {:>7}/{:<8}\n",
+            "{:<14} {:>8} {:>14} {:>5}/{:<6} {:>9}/{}\n",
             i.image,
-            i.blocks,
-            i.instructions,
-            i.functions_hit,
-            i.functions_total,
-            i.covered_bytes,
-            i.code_bytes
+            group(i.blocks),
+            group(i.instructions),
+            group(i.functions_hit),
+            group(i.functions_total),
+            group(i.covered_bytes),
+            group(i.code_bytes)
         ));
     }
     s.push('\n');
@@ -618,13 +649,13 @@ pub fn summary_text(rep: &CoverageReport) -> String {
             } else {
                 100.0 * f.covered_bytes as f64 / f.size as f64
             },
-            f.size,
-            f.instructions,
-            f.entries,
+            group(f.size),
+            group(f.instructions),
+            group(f.entries),
             if f.lines_total == 0 {
                 "-".to_string()
             } else {
-                format!("{}/{}", f.lines_hit, f.lines_total)
+                format!("{}/{}", group(f.lines_hit), group(f.lines_total))
             },
             f.function
         ));

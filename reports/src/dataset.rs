@@ -25,8 +25,10 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::DataType;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int64Type, UInt64Type};
+use arrow_array::Array;
+use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 /// The catalog's directory under the dataset.
@@ -482,11 +484,10 @@ fn read_row(path: &Path) -> Result<BTreeMap<String, String>> {
             continue;
         }
         for (field, col) in b.schema().fields().iter().zip(b.columns()) {
-            let s = arrow::compute::cast(col, &DataType::Utf8)
-                .with_context(|| format!("column {}", field.name()))?;
-            let s = s.as_string::<i32>();
-            if !s.is_null(0) {
-                row.insert(field.name().clone(), s.value(0).to_string());
+            if let Some(text) =
+                text_of(col.as_ref()).with_context(|| format!("column {}", field.name()))?
+            {
+                row.insert(field.name().clone(), text);
             }
         }
         break;
@@ -495,6 +496,23 @@ fn read_row(path: &Path) -> Result<BTreeMap<String, String>> {
         bail!("no bundle column (not a catalog row)");
     }
     Ok(row)
+}
+
+/// The first value of a catalog column as text (None for NULL), as `--where` compares
+/// it: the catalog's types (strings, counts, seconds) and what a tool that rewrote the
+/// catalog may have made of them.
+fn text_of(col: &dyn Array) -> Result<Option<String>> {
+    if col.is_null(0) {
+        return Ok(None);
+    }
+    Ok(Some(match col.data_type() {
+        DataType::UInt64 => col.as_primitive::<UInt64Type>().value(0).to_string(),
+        DataType::Int64 => col.as_primitive::<Int64Type>().value(0).to_string(),
+        // `{:?}` keeps the ".0" of a whole number, as arrow's cast to text does.
+        DataType::Float64 => format!("{:?}", col.as_primitive::<Float64Type>().value(0)),
+        DataType::Boolean => col.as_boolean().value(0).to_string(),
+        _ => tracemill_sinks::convert::strings(col)?.value(0).to_string(),
+    }))
 }
 
 #[cfg(test)]

@@ -18,14 +18,14 @@
 use std::collections::HashMap;
 
 use anyhow::Result;
-use arrow::array::Array;
-use arrow::datatypes::{UInt32Type, UInt64Type};
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::Array;
 use tracemill_schemas::BranchKind;
 
 use crate::input::Input;
 use crate::source::Source;
 use crate::symbols::{Line, Symbolizer};
-use crate::util::{block_insns, col, kind_codes, strings, AddrMap};
+use crate::util::{block_insns, col, group, kind_codes, strings, AddrMap};
 
 /// What one row of the report is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -411,10 +411,10 @@ impl Hotspots {
         let cyc = self.total_cycles.is_some();
         out.push_str(&format!(
             "# {} instructions, {} branches{} | by {}, ranked by {}\n",
-            self.total_instructions,
-            self.total_branches,
+            group(self.total_instructions),
+            group(self.total_branches),
             self.total_cycles
-                .map_or(String::new(), |c| format!(", {c} cycles")),
+                .map_or(String::new(), |c| format!(", {} cycles", group(c))),
             self.by,
             self.weight
         ));
@@ -441,13 +441,15 @@ impl Hotspots {
         out.push_str(&header);
         out.push('\n');
         for r in rows {
-            let mut line = format!("{:>6.2}%  {:>14}", r.share * 100.0, r.instructions);
+            let mut line = format!("{:>6.2}%  {:>14}", r.share * 100.0, group(r.instructions));
             if cyc {
-                line.push_str(&format!("  {:>14}", r.cycles.unwrap_or(0)));
+                line.push_str(&format!("  {:>14}", group(r.cycles.unwrap_or(0))));
             }
             line.push_str(&format!(
                 "  {:>10}  {:>8}  {:<iw$}  ",
-                r.branches, r.calls, r.image
+                group(r.branches),
+                group(r.calls),
+                r.image
             ));
             if self.location_header().is_some() {
                 line.push_str(&format!("{:<lw$}  ", r.location));

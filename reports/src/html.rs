@@ -1,11 +1,12 @@
-//! One self-contained HTML page: the decode's summary, hotspots, coverage by image and
-//! function, and the flame graph. Nothing is fetched at view time: styles are inline and
-//! the flame graph is an SVG in a `data:` URL.
+//! One self-contained HTML page: the decode's summary, the flame graph (inferno's SVG,
+//! inline, with its script: hover, click to zoom, search), hotspots and coverage in
+//! sortable tables, and a timeline preview whose trace JSON opens in Perfetto. Nothing is
+//! fetched at view time: styles, scripts and data are in the page (`html.css`, `html.js`).
 
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use arrow::array::Array;
+use arrow_array::Array;
 use tracemill_schemas::{meta, EventKind};
 
 use crate::coverage::{coverage, with_blocks, Merge};
@@ -15,7 +16,8 @@ use crate::input::Input;
 use crate::source::{warn_once, Source};
 use crate::stacks::{stacks_of, write_svg, Stacks, StacksSum};
 use crate::symbols::Symbolizer;
-use crate::util::{html_escape as esc, kind_codes, strings};
+use crate::timeline::TimelineSummary;
+use crate::util::{group, html_escape as esc, kind_codes, strings};
 
 /// Decode facts from the events table: errors, overflows, their first details.
 #[derive(Clone, Debug, Default)]
@@ -33,7 +35,7 @@ pub fn event_summary(input: &Input) -> Result<EventSummary> {
         let b = b?;
         let kinds = kind_codes(&b, "kind", EventKind::from_name, |k| k as u8)?;
         let detail = strings(&b, "detail")?;
-        let off = crate::util::col::<arrow::datatypes::UInt64Type>(&b, "offset")?;
+        let off = crate::util::col::<arrow_array::types::UInt64Type>(&b, "offset")?;
         for (i, &k) in kinds.iter().enumerate() {
             match EventKind::from_code(k) {
                 Some(EventKind::Error) => {
@@ -56,36 +58,8 @@ pub fn event_summary(input: &Input) -> Result<EventSummary> {
     Ok(s)
 }
 
-fn base64(data: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut o = String::with_capacity(data.len().div_ceil(3) * 4);
-    for c in data.chunks(3) {
-        let n = (c[0] as u32) << 16
-            | (*c.get(1).unwrap_or(&0) as u32) << 8
-            | *c.get(2).unwrap_or(&0) as u32;
-        o.push(T[(n >> 18) as usize & 63] as char);
-        o.push(T[(n >> 12) as usize & 63] as char);
-        o.push(if c.len() > 1 {
-            T[(n >> 6) as usize & 63] as char
-        } else {
-            '='
-        });
-        o.push(if c.len() > 2 {
-            T[n as usize & 63] as char
-        } else {
-            '='
-        });
-    }
-    o
-}
-
-const STYLE: &str = "body{font-family:sans-serif;margin:1.5em;color:#222}\
-table{border-collapse:collapse;margin:.5em 0 1.5em}\
-td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right;font-variant-numeric:tabular-nums}\
-td.l,th.l{text-align:left;font-family:monospace}\
-.warn{color:#a40}\
-.bar{background:#e8743b;height:10px;display:inline-block}\
-img.flame{width:100%;border:1px solid #ccc}";
+const STYLE: &str = include_str!("html.css");
+const SCRIPT: &str = include_str!("html.js");
 
 /// Errors and overflows of a decode, or of the selected bundles added up.
 pub fn events_of(src: &mut Source, warnings: &mut Vec<String>) -> Result<EventSummary> {
@@ -181,7 +155,9 @@ fn sections_of_dataset(
 
 /// Render the page of a decode, or of the selected bundles of a dataset (every section
 /// added up over them). Each section that cannot be made says why instead.
-pub fn render(src: &mut Source, top: usize) -> String {
+///
+/// Fails only when no table could be read at all.
+pub fn render(src: &mut Source, top: usize) -> Result<String> {
     let mut warnings = match src {
         Source::Decode(input) => input.warnings.clone(),
         Source::Dataset(_) => Vec::new(),
@@ -216,20 +192,74 @@ pub fn render(src: &mut Source, top: usize) -> String {
         }
     };
 
+    // The flame graph's SVG, inline (inferno's own, with its script).
+    warnings.extend(fw);
+    let flame: Result<(String, String)> = flame.and_then(|(mut st, names)| {
+        let lines = st.folded(
+            &names,
+            false,
+            crate::stacks::svg_min_weight(st.total(false)),
+        );
+        if lines.is_empty() {
+            anyhow::bail!("no branch rows");
+        }
+        let mut svg = Vec::new();
+        write_svg(&lines, "", false, &mut svg)?;
+        let note = format!(
+            "{} instructions in {} stacks, {} drawn ({} gaps, {} mismatched returns, {} longjmps, {} interrupt or signal entries).",
+            group(st.total(false)),
+            group(st.distinct(false) as u64),
+            group(lines.len() as u64),
+            group(st.gaps),
+            group(st.mismatched_returns),
+            group(st.longjmps),
+            group(st.async_entries)
+        );
+        Ok((inline_svg(&String::from_utf8_lossy(&svg)), note))
+    });
+    // The timeline: the outermost spans, embedded as the trace JSON Perfetto reads.
+    let timeline = timeline_json(src);
+    if let (Err(e), Err(_), Err(_), Err(_)) = (&cov, &events, &hs, &flame) {
+        // Nothing could be read: a page of "not available" is no report (exit 1, as the
+        // other reports).
+        anyhow::bail!("no table could be read: {e:#}");
+    }
+
     let mut h = String::new();
     let title = src.title();
     let _ = write!(
         h,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tracemill report: {}</title><style>{STYLE}</style></head><body>\n<h1>tracemill report</h1>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\"><title>tracemill report: {}</title><style>{STYLE}</style></head><body>\n",
+        esc(&title)
+    );
+    let nav_warn = if warnings.is_empty() {
+        String::new()
+    } else {
+        // The count is known only at the end: a placeholder replaced then.
+        "<a class=\"warn\" href=\"#warnings\">Warnings (@WARNINGS@)</a>".to_string()
+    };
+    let _ = writeln!(
+        h,
+        "<header class=\"top\"><h1>tracemill report</h1><span class=\"source\">{}</span>\n<nav><a href=\"#summary\">Summary</a><a href=\"#flamegraph\">Flame graph</a><a href=\"#hotspots\">Hotspots</a><a href=\"#coverage\">Coverage</a><a href=\"#timeline\">Timeline</a>{nav_warn}</nav></header>\n<main>",
         esc(&title)
     );
 
-    // Summary.
-    h.push_str("<h2 id=\"summary\">Summary</h2>\n<table>\n");
+    // Summary: the headline numbers, then the facts of the trace.
+    let mut cards = String::new();
+    let mut card = |k: &str, v: u64, bad: bool| {
+        let _ = write!(
+            cards,
+            "<div class=\"card{}\"><div class=\"v\">{}</div><div class=\"k\">{}</div></div>",
+            if bad { " bad" } else { "" },
+            group(v),
+            esc(k)
+        );
+    };
+    let mut facts = String::new();
     let mut row = |k: &str, v: String| {
         let _ = writeln!(
-            h,
-            "<tr><th class=\"l\">{}</th><td class=\"l\">{}</td></tr>",
+            facts,
+            "<tr><th class=\"l\">{}</th><td class=\"l m\">{}</td></tr>",
             esc(k),
             esc(&v)
         );
@@ -259,7 +289,7 @@ pub fn render(src: &mut Source, top: usize) -> String {
             }
             if let Ok(t) = input.table("branches") {
                 if !t.ipc {
-                    row("branches", t.rows.to_string());
+                    card("branches", t.rows, false);
                 }
             }
         }
@@ -272,30 +302,15 @@ pub fn render(src: &mut Source, top: usize) -> String {
                 "bundles",
                 format!(
                     "{} selected of {} in the catalog",
-                    sel.members.len(),
-                    sel.catalog_bundles
+                    group(sel.members.len() as u64),
+                    group(sel.catalog_bundles as u64)
                 ),
             );
             for m in sel.members.iter().take(top) {
                 let labels: Vec<String> = m
                     .columns
                     .iter()
-                    .filter(|(k, _)| {
-                        !matches!(
-                            k.as_str(),
-                            "bundle"
-                                | "source"
-                                | "status"
-                                | "error"
-                                | "seconds"
-                                | "tracemill_version"
-                                | "trace_bytes"
-                                | "branches"
-                                | "instructions"
-                                | "gaps"
-                                | "errors"
-                        )
-                    })
+                    .filter(|(k, _)| !CATALOG_FIXED.contains(&k.as_str()))
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect();
                 row(
@@ -308,13 +323,13 @@ pub fn render(src: &mut Source, top: usize) -> String {
                 .iter()
                 .filter_map(|m| m.columns.get("branches")?.parse::<u64>().ok())
                 .sum();
-            row("branches", branches.to_string());
+            card("branches", branches, false);
         }
     }
     let blocks = match cov {
         Ok((instructions, distinct, rep)) => {
-            row("instructions", instructions.to_string());
-            row("distinct blocks", distinct.to_string());
+            card("instructions", instructions, false);
+            card("distinct blocks", distinct as u64, false);
             Some(rep)
         }
         Err(e) => {
@@ -324,8 +339,8 @@ pub fn render(src: &mut Source, top: usize) -> String {
     };
     let events = match events {
         Ok(e) => {
-            row("errors (gaps)", e.errors.to_string());
-            row("overflows", e.overflows.to_string());
+            card("errors (gaps)", e.errors, e.errors > 0);
+            card("overflows", e.overflows, e.overflows > 0);
             Some(e)
         }
         Err(e) => {
@@ -333,154 +348,211 @@ pub fn render(src: &mut Source, top: usize) -> String {
             None
         }
     };
-    h.push_str("</table>\n");
+    let _ = writeln!(
+        h,
+        "<section id=\"summary\"><h2>Summary</h2>\n<div class=\"cards\">{cards}</div>\n<table>\n{facts}</table>"
+    );
     if let Some(e) = events.filter(|e| !e.first_errors.is_empty()) {
         h.push_str("<p>First errors:</p><ul>\n");
         for d in &e.first_errors {
-            let _ = writeln!(h, "<li class=\"l\">{}</li>", esc(d));
+            let _ = writeln!(h, "<li class=\"m\">{}</li>", esc(d));
         }
         h.push_str("</ul>\n");
     }
+    h.push_str("</section>\n");
+
+    // Flame graph, near the top: what people look at first.
+    h.push_str("<section id=\"flamegraph\"><h2>Flame graph (instructions)</h2>\n");
+    match &flame {
+        Ok((svg, note)) => {
+            let _ = writeln!(
+                h,
+                "<div class=\"tools\"><input id=\"fg-find\" type=\"search\" placeholder=\"Find functions (regular expression)\" aria-label=\"find functions\"><button id=\"fg-reset\" type=\"button\">Reset zoom and search</button><span id=\"fg-matched\" class=\"note\"></span></div>\n<p class=\"note\">Hover a frame for its numbers; click it to zoom in (its callers stay below); the width of a frame is its share of the instructions.</p>\n{svg}\n<p class=\"note\">{}</p>",
+                esc(note)
+            );
+        }
+        Err(e) => not_available(&mut h, e),
+    }
+    h.push_str("</section>\n");
 
     // Hotspots.
-    h.push_str("<h2 id=\"hotspots\">Hotspots by function</h2>\n");
+    h.push_str("<section id=\"hotspots\"><h2>Hotspots by function</h2>\n");
     match hs {
         Ok(hs) => {
             warnings.extend(hs.warnings.iter().cloned());
             let cyc = hs.total_cycles.is_some();
             let _ = writeln!(
                 h,
-                "<table><tr><th>share</th><th></th><th>instructions</th>{}<th>branches</th><th>calls</th><th class=\"l\">image</th><th class=\"l\">function</th></tr>",
+                "<p class=\"note\">{} of {} functions; click a column to sort.</p>\n<table class=\"sortable\"><thead><tr><th>share</th><th class=\"l\"></th><th>instructions</th>{}<th>branches</th><th>calls</th><th class=\"l\">image</th><th class=\"l\">function</th></tr></thead><tbody>",
+                group(hs.rows.len().min(top) as u64),
+                group(hs.rows.len() as u64),
                 if cyc { "<th>cycles</th>" } else { "" }
             );
             for r in hs.rows.iter().take(top) {
                 let _ = writeln!(
                     h,
-                    "<tr><td>{:.2}%</td><td class=\"l\"><span class=\"bar\" style=\"width:{}px\"></span></td><td>{}</td>{}<td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+                    "<tr><td data-v=\"{}\">{:.2}%</td><td class=\"l\" data-v=\"{}\"><span class=\"bar\" style=\"width:{}px\"></span></td>{}{}{}{}<td class=\"l\">{}</td><td class=\"l m\">{}</td></tr>",
+                    r.share,
                     r.share * 100.0,
-                    (r.share * 200.0).round() as u32,
-                    r.instructions,
-                    if cyc { format!("<td>{}</td>", r.cycles.unwrap_or(0)) } else { String::new() },
-                    r.branches,
-                    r.calls,
+                    r.share,
+                    (r.share * 160.0).round() as u32,
+                    num(r.instructions),
+                    if cyc { num(r.cycles.unwrap_or(0)) } else { String::new() },
+                    num(r.branches),
+                    num(r.calls),
                     esc(&r.image),
                     esc(&r.function)
                 );
             }
-            h.push_str("</table>\n");
+            h.push_str("</tbody></table>\n");
         }
-        Err(e) => {
-            let _ = writeln!(
-                h,
-                "<p class=\"warn\">Not available: {}</p>",
-                esc(&format!("{e:#}"))
-            );
-        }
+        Err(e) => not_available(&mut h, &e),
     }
+    h.push_str("</section>\n");
 
     // Coverage.
-    h.push_str("<h2 id=\"coverage\">Coverage</h2>\n");
+    h.push_str("<section id=\"coverage\"><h2>Coverage</h2>\n");
     match &blocks {
         Some(rep) => {
             warnings.extend(rep.warnings.iter().cloned());
-            h.push_str("<table><tr><th class=\"l\">image</th><th>blocks</th><th>instructions</th><th>functions hit</th><th>bytes covered</th></tr>\n");
+            h.push_str("<table class=\"sortable\"><thead><tr><th class=\"l\">image</th><th>blocks</th><th>instructions</th><th>functions hit</th><th>bytes covered</th></tr></thead><tbody>\n");
             for i in &rep.images {
                 let _ = writeln!(
                     h,
-                    "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{} / {}</td></tr>",
-                    esc(&i.image), i.blocks, i.instructions, i.functions_hit, i.functions_total, i.covered_bytes, i.code_bytes
+                    "<tr><td class=\"l\">{}</td>{}{}<td data-v=\"{}\">{} / {}</td><td data-v=\"{}\">{} / {}</td></tr>",
+                    esc(&i.image),
+                    num(i.blocks),
+                    num(i.instructions),
+                    i.functions_hit,
+                    group(i.functions_hit),
+                    group(i.functions_total),
+                    i.covered_bytes,
+                    group(i.covered_bytes),
+                    group(i.code_bytes)
                 );
             }
-            h.push_str("</table>\n<table><tr><th class=\"l\">image</th><th class=\"l\">function</th><th>covered</th><th>size</th><th>instructions</th><th>entries</th><th>lines hit</th></tr>\n");
+            let _ = writeln!(
+                h,
+                "</tbody></table>\n<p class=\"note\">{} of {} functions executed, the most executed first.</p>\n<table class=\"sortable\"><thead><tr><th class=\"l\">image</th><th class=\"l\">function</th><th>covered</th><th>size</th><th>instructions</th><th>entries</th><th>lines hit</th></tr></thead><tbody>",
+                group(rep.functions.len().min(top) as u64),
+                group(rep.functions.len() as u64)
+            );
             for f in rep.functions.iter().take(top) {
+                let covered = if f.size == 0 {
+                    0.0
+                } else {
+                    100.0 * f.covered_bytes as f64 / f.size as f64
+                };
                 let _ = writeln!(
                     h,
-                    "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    "<tr><td class=\"l\">{}</td><td class=\"l m\">{}</td><td data-v=\"{covered}\">{covered:.1}%</td>{}{}{}<td data-v=\"{}\">{}</td></tr>",
                     esc(&f.image),
                     esc(&f.function),
-                    if f.size == 0 { 0.0 } else { 100.0 * f.covered_bytes as f64 / f.size as f64 },
-                    f.size,
-                    f.instructions,
-                    f.entries,
-                    if f.lines_total == 0 { "-".into() } else { format!("{} / {}", f.lines_hit, f.lines_total) }
+                    num(f.size),
+                    num(f.instructions),
+                    num(f.entries),
+                    f.lines_hit,
+                    if f.lines_total == 0 {
+                        "-".into()
+                    } else {
+                        format!("{} / {}", group(f.lines_hit), group(f.lines_total))
+                    }
                 );
             }
-            h.push_str("</table>\n");
+            h.push_str("</tbody></table>\n");
         }
         None => h.push_str("<p class=\"warn\">Not available: no coverage table.</p>\n"),
     }
+    h.push_str("</section>\n");
 
-    // Flame graph.
-    h.push_str("<h2 id=\"flamegraph\">Flame graph (instructions)</h2>\n");
-    warnings.extend(fw);
-    match flame {
-        Ok((mut st, names)) => {
-            let lines = st.folded(
-                &names,
-                false,
-                crate::stacks::svg_min_weight(st.total(false)),
-            );
-            let mut svg = Vec::new();
-            match write_svg(&lines, "flame graph", false, &mut svg) {
-                Ok(()) if !svg.is_empty() => {
-                    let _ = writeln!(
-                        h,
-                        "<p>{} instructions in {} stacks, {} drawn ({} gaps, {} mismatched returns, {} longjmps, {} interrupt or signal entries).</p>\n<img class=\"flame\" alt=\"flame graph\" src=\"data:image/svg+xml;base64,{}\">",
-                        st.total(false),
-                        st.distinct(false),
-                        lines.len(),
-                        st.gaps,
-                        st.mismatched_returns,
-                        st.longjmps,
-                        st.async_entries,
-                        base64(&svg)
-                    );
-                }
-                Ok(()) => h.push_str("<p class=\"warn\">Not available: no branch rows.</p>\n"),
-                Err(e) => {
-                    let _ = writeln!(
-                        h,
-                        "<p class=\"warn\">Not available: {}</p>",
-                        esc(&format!("{e:#}"))
-                    );
-                }
+    // Timeline.
+    h.push_str("<section id=\"timeline\"><h2>Timeline</h2>\n");
+    match timeline {
+        Ok((json, t)) => {
+            // The timeline's pass opens the bundles again: their warnings are said once.
+            for w in &t.warnings {
+                warn_once(&mut warnings, w.clone());
             }
-        }
-        Err(e) => {
             let _ = writeln!(
                 h,
-                "<p class=\"warn\">Not available: {}</p>",
-                esc(&format!("{e:#}"))
+                "<p class=\"note\">Function calls over time (microseconds at {} TSC ticks per microsecond), callers above callees; {} spans{}. Hover a span for its name and duration. The whole timeline: <code>tracemill report timeline</code>.</p>\n<div class=\"tools\"><button id=\"tl-perfetto\" type=\"button\">Open in Perfetto</button><a id=\"tl-save\" download=\"calls.json\" href=\"#timeline\">Save the trace JSON</a><span class=\"note\">(Perfetto opens its web page, ui.perfetto.dev, and this page sends it the JSON; nothing leaves this page otherwise)</span></div>\n<canvas id=\"tl-canvas\" height=\"0\"></canvas><div id=\"tl-tip\">&nbsp;</div>\n<script type=\"application/json\" id=\"trace-json\">{}</script>",
+                t.tsc_mhz,
+                group(t.spans),
+                if t.dropped > 0 {
+                    format!(", the {} outermost and longest of {}", group(t.spans), group(t.spans + t.dropped))
+                } else {
+                    String::new()
+                },
+                // Inside <script>, only "</" could end the element early.
+                json.replace("</", "<\\/")
             );
         }
+        Err(e) => not_available(&mut h, &e),
     }
+    h.push_str("</section>\n");
 
     if !warnings.is_empty() {
-        h.push_str("<h2 id=\"warnings\">Warnings</h2>\n<ul>\n");
+        h.push_str("<section id=\"warnings\"><h2>Warnings</h2>\n<ul>\n");
         for w in &warnings {
             let _ = writeln!(h, "<li class=\"warn\">{}</li>", esc(w));
         }
-        h.push_str("</ul>\n");
+        h.push_str("</ul></section>\n");
     }
-    h.push_str("</body></html>\n");
-    h
+    let _ = write!(h, "</main>\n<script>{SCRIPT}</script>\n</body></html>\n");
+    Ok(h.replacen("@WARNINGS@", &group(warnings.len() as u64), 1))
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn base64_matches_the_rfc_examples() {
-        // RFC 4648, section 10.
-        for (i, o) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(super::base64(i.as_bytes()), o);
-        }
+/// Catalog columns that are not labels (left out of a dataset's bundle lines).
+const CATALOG_FIXED: [&str; 11] = [
+    "bundle",
+    "source",
+    "status",
+    "error",
+    "seconds",
+    "tracemill_version",
+    "trace_bytes",
+    "branches",
+    "instructions",
+    "gaps",
+    "errors",
+];
+
+/// Spans in the page's timeline at most: some hundred bytes of JSON each.
+const TIMELINE_SPANS: u64 = 10_000;
+
+/// The timeline's trace JSON (its outermost spans) and what was written.
+fn timeline_json(src: &mut Source) -> Result<(String, TimelineSummary)> {
+    let mut json = Vec::new();
+    let opts = crate::timeline::Options {
+        max_spans: TIMELINE_SPANS,
+        outermost: true,
+        ..Default::default()
+    };
+    let mut t = crate::timeline::write(src, &opts, &mut json)?;
+    // The page says how many were left out; the warning would tell to narrow a window
+    // the page has no option for.
+    t.warnings.retain(|w| !w.contains("past the limit"));
+    Ok((String::from_utf8_lossy(&json).into_owned(), t))
+}
+
+/// A number cell: grouped digits, sorted by its value.
+fn num(n: u64) -> String {
+    format!("<td data-v=\"{n}\">{}</td>", group(n))
+}
+
+fn not_available(h: &mut String, e: &anyhow::Error) {
+    let _ = writeln!(
+        h,
+        "<p class=\"warn\">Not available: {}</p>",
+        esc(&format!("{e:#}"))
+    );
+}
+
+/// inferno's SVG as an element of the page: without the XML declaration and doctype,
+/// which belong to a standalone file. Its script and styles stay as they are.
+fn inline_svg(svg: &str) -> String {
+    match svg.find("<svg") {
+        Some(i) => svg[i..].to_string(),
+        None => svg.to_string(),
     }
 }

@@ -11,8 +11,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
@@ -75,7 +75,7 @@ impl Table {
         if path.extension().is_some_and(|e| e == "arrow") {
             let f =
                 File::open(&path).with_context(|| format!("{}: cannot open", path.display()))?;
-            let r = arrow::ipc::reader::FileReader::try_new(f, None)
+            let r = arrow_ipc::reader::FileReader::try_new(f, None)
                 .with_context(|| format!("{}: not an Arrow IPC file", path.display()))?;
             let schema = r.schema();
             let meta: HashMap<String, String> = schema.metadata().clone().into();
@@ -185,7 +185,7 @@ impl Table {
                 .iter()
                 .map(|c| self.schema.index_of(c).expect("checked"))
                 .collect();
-            let r = arrow::ipc::reader::FileReader::try_new(f, Some(idx))?;
+            let r = arrow_ipc::reader::FileReader::try_new(f, Some(idx))?;
             Ok(Box::new(r.map(move |b| {
                 b.with_context(|| format!("{}: cannot read", path.display()))
             })))

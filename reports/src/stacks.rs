@@ -32,8 +32,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, Result};
-use arrow::array::{Array, PrimitiveArray};
-use arrow::datatypes::{UInt32Type, UInt64Type};
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::{Array, PrimitiveArray};
 use tracemill_schemas::{BranchKind, EventKind};
 
 use crate::input::{Input, Table};
@@ -821,7 +821,7 @@ impl<'a> EventReader<'a> {
     ) -> Result<EventBatches<'a>> {
         t.require(&EVENT_COLUMNS)?;
         let shared = resolver.clone();
-        let settled = move |b: Result<arrow::array::RecordBatch>| {
+        let settled = move |b: Result<arrow_array::RecordBatch>| {
             let mut events = events_of(&b?)?;
             let mut r = lock(&shared);
             events.retain_mut(|e| r.keep(e));
@@ -887,7 +887,7 @@ fn matters(kind: EventKind) -> bool {
 }
 
 /// The events that matter in a batch read through arrow-rs.
-fn events_of(b: &arrow::array::RecordBatch) -> Result<Vec<Ev>> {
+fn events_of(b: &arrow_array::RecordBatch) -> Result<Vec<Ev>> {
     let (Ok(seq), Ok(ip), Ok(kinds)) = (
         col::<UInt64Type>(b, "seq"),
         col::<UInt64Type>(b, "ip"),
@@ -1539,16 +1539,16 @@ impl KeyedRows {
 
 /// One batch of `branches` rows as the walk reads them, made by the reader thread.
 struct Rows {
-    ip: arrow::buffer::ScalarBuffer<u64>,
+    ip: arrow_buffer::ScalarBuffer<u64>,
     target: PrimitiveArray<UInt64Type>,
-    insns: arrow::buffer::ScalarBuffer<u32>,
+    insns: arrow_buffer::ScalarBuffer<u32>,
     kinds: Vec<u8>,
     cycles: Option<PrimitiveArray<UInt64Type>>,
     tsc: Option<PrimitiveArray<UInt64Type>>,
 }
 
 impl Rows {
-    fn of(b: &arrow::array::RecordBatch, cycles: bool, tsc: bool) -> Result<Rows> {
+    fn of(b: &arrow_array::RecordBatch, cycles: bool, tsc: bool) -> Result<Rows> {
         // A column of nulls only is no column: the walk then keeps its last value.
         let opt = |read: bool, name: &str| -> Result<Option<PrimitiveArray<UInt64Type>>> {
             Ok(if read {

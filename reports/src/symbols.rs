@@ -84,7 +84,11 @@ impl ImageSymbols {
                     vec![format!("{}: raw image, no symbols", spec.name)],
                 ),
                 Some(path) => match std::fs::read_to_string(path) {
-                    Ok(text) => (parse_symbol_file(&text), Vec::new()),
+                    Ok(text) => {
+                        let mut f = parse_symbol_file(&text);
+                        end_in_segments(&mut f, &[(base, base + bytes.len() as u64)]);
+                        (f, Vec::new())
+                    }
                     Err(e) => (
                         Vec::new(),
                         vec![format!(
@@ -132,13 +136,18 @@ impl ImageSymbols {
             bail!("{}: no executable PT_LOAD segment", spec.path.display());
         }
         let bias = spec.base.map_or(0, |b| b.wrapping_sub(lowest));
-        let segments = exec
+        let segments: Vec<(u64, Vec<u8>)> = exec
             .into_iter()
             .map(|(a, d)| (a.wrapping_add(bias), d))
             .collect();
         let build_id = file.build_id().ok().flatten().map(hex);
         let mut notes = Vec::new();
-        let functions = functions(&file, bias);
+        let mut functions = functions(&file, bias);
+        let ranges: Vec<(u64, u64)> = segments
+            .iter()
+            .map(|(a, d)| (*a, a + d.len() as u64))
+            .collect();
+        end_in_segments(&mut functions, &ranges);
         if functions.is_empty() {
             notes.push(format!(
                 "{}: no function symbols (stripped): its code is shown as {}+0xOFFSET",
@@ -396,6 +405,25 @@ fn function_ranges(mut syms: Vec<(u64, u64, u8, &str)>, bias: u64) -> Vec<Functi
     out
 }
 
+/// A function ends, at the latest, where the executable segment holding its start ends.
+/// An unsized symbol runs to the next one, and the last of an image (`_fini`, typically)
+/// had no next: it ran to the end of the address space, and the coverage report showed
+/// its size as 18446744073704741943. With a load bias the same end wrapped below the
+/// start.
+fn end_in_segments(functions: &mut [Function], segments: &[(u64, u64)]) {
+    for f in functions {
+        let seg_end = segments
+            .iter()
+            .find(|(s, e)| (*s..*e).contains(&f.start))
+            .map(|&(_, e)| e);
+        if let Some(end) = seg_end {
+            if f.end <= f.start || f.end > end {
+                f.end = end;
+            }
+        }
+    }
+}
+
 fn load_dwarf(file: &object::File<'_>) -> Result<Option<addr2line::Context<Reader>>> {
     if file.section_by_name(".debug_info").is_none() {
         return Ok(None);
@@ -525,5 +553,29 @@ mod tests {
                 (0x401100, u64::MAX, "b".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn the_last_unsized_function_ends_with_its_segment() {
+        let mut f = parse_symbol_file("401000 T main\n401080 T _fini\n500000 T elsewhere\n");
+        // The code segment is [0x401000, 0x401090); `elsewhere` is in no segment.
+        end_in_segments(&mut f, &[(0x401000, 0x401090)]);
+        let got: Vec<(u64, u64)> = f.iter().map(|f| (f.start, f.end)).collect();
+        assert_eq!(
+            got,
+            [
+                (0x401000, 0x401080),
+                (0x401080, 0x401090),
+                (0x500000, u64::MAX)
+            ]
+        );
+        // An end that wrapped below its start (a load bias added to u64::MAX) as well.
+        let mut f = vec![Function {
+            start: 0x7000_0080,
+            end: 0x0fff,
+            name: "_fini".into(),
+        }];
+        end_in_segments(&mut f, &[(0x7000_0000, 0x7000_0100)]);
+        assert_eq!(f[0].end, 0x7000_0100);
     }
 }

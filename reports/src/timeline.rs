@@ -24,8 +24,13 @@ pub struct Options {
     pub from: Option<u64>,
     pub to: Option<u64>,
     pub tsc_mhz: Option<f64>,
-    /// Spans written at most (the shortest are not dropped first: the first ones are kept).
+    /// Spans written at most (the first ones are kept, unless `outermost`).
     pub max_spans: u64,
+    /// Past `max_spans`, keep the outermost and then the longest spans instead of the
+    /// first: an overview (the HTML page's preview) rather than a window. Spans are
+    /// emitted when they end, so the first ones are the innermost, and the outer frames
+    /// (`_start`, `main`) would be the ones left out.
+    pub outermost: bool,
 }
 
 impl Default for Options {
@@ -35,6 +40,7 @@ impl Default for Options {
             to: None,
             tsc_mhz: None,
             max_spans: 2_000_000,
+            outermost: false,
         }
     }
 }
@@ -92,10 +98,22 @@ fn spans(
     }
     let mut f = Functions::new(&input.symbols);
     let mut pending: Vec<Span> = Vec::new();
+    // With `outermost`, this input's share of the limit.
+    let budget = opts.max_spans.saturating_sub(*n) as usize;
+    let mut seen = 0u64;
     {
         let mut sink = |s: Span| {
             let (b, e) = (s.begin, s.end);
             if opts.from.is_some_and(|f| e < f) || opts.to.is_some_and(|t| b > t) {
+                return;
+            }
+            if opts.outermost {
+                seen += 1;
+                pending.push(s);
+                // Bounded: pruned to the budget whenever it holds four times as many.
+                if pending.len() >= 4 * budget.max(1) {
+                    keep_outermost(&mut pending, budget);
+                }
                 return;
             }
             if *n >= opts.max_spans {
@@ -107,6 +125,12 @@ fn spans(
         };
         build(input, &mut f, warnings, true, false, &mut sink)?;
     }
+    if opts.outermost {
+        keep_outermost(&mut pending, budget);
+        pending.sort_unstable_by_key(|s| (s.begin, s.depth));
+        *n += pending.len() as u64;
+        *dropped += seen - pending.len() as u64;
+    }
     let origin = opts
         .from
         .unwrap_or_else(|| pending.iter().map(|s| s.begin).min().unwrap_or(0));
@@ -117,6 +141,20 @@ fn spans(
         how,
         origin,
     })
+}
+
+/// Keep the `n` outermost spans, the longest first within a depth.
+fn keep_outermost(spans: &mut Vec<Span>, n: usize) {
+    if spans.len() > n {
+        spans.sort_unstable_by_key(|s| {
+            (
+                s.depth,
+                std::cmp::Reverse(s.end.saturating_sub(s.begin)),
+                s.begin,
+            )
+        });
+        spans.truncate(n);
+    }
 }
 
 /// Write one input's spans as complete events of process `pid`.
@@ -148,12 +186,26 @@ fn write_spans(
     Ok(())
 }
 
+/// A decode's name in the viewers: its bundle directory's name, else its trace file's.
+fn process_name(input: &Input) -> String {
+    let path = input.bundle.clone().or_else(|| {
+        input
+            .meta
+            .get(tracemill_schemas::meta::SOURCE)
+            .map(std::path::PathBuf::from)
+    });
+    path.as_deref()
+        .and_then(|p| p.file_name())
+        .map_or_else(|| "trace".to_string(), |n| n.to_string_lossy().into_owned())
+}
+
 /// Write the timeline of a decode, or of the selected bundles of a dataset, to `out`.
 ///
 /// Over a dataset each bundle is one process (`pid` 1, 2, ... in catalog order, named by
 /// a `process_name` metadata event with the bundle id, source and labels), its time from
 /// its own first span: bundles come from different machines and runs, whose TSCs share
-/// no origin. `--from`/`--to` apply to every bundle's TSC alike.
+/// no origin. `--from`/`--to` apply to every bundle's TSC alike. A single decode is process
+/// 1, named by its bundle directory (or trace file) and labels.
 pub fn write(src: &mut Source, opts: &Options, out: impl Write) -> Result<TimelineSummary> {
     let mut w = std::io::BufWriter::new(out);
     write!(w, "{{\"traceEvents\":[")?;
@@ -172,7 +224,7 @@ pub fn write(src: &mut Source, opts: &Options, out: impl Write) -> Result<Timeli
             crate::source::warn_once(&mut warnings, x);
         }
         pid += 1;
-        if let (true, Some(m)) = (dataset, member) {
+        {
             let labels: Vec<String> = input
                 .meta
                 .iter()
@@ -180,7 +232,13 @@ pub fn write(src: &mut Source, opts: &Options, out: impl Write) -> Result<Timeli
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            let name = format!("{} {}", m.label(), labels.join(" "));
+            // Every process is named, a single decode's too (the viewers otherwise show
+            // "Process 1"): by its bundle in a dataset, else by its bundle directory or trace.
+            let who = match member {
+                Some(m) => m.label(),
+                None => process_name(input),
+            };
+            let name = format!("{who} {}", labels.join(" "));
             write!(
                 w,
                 "{}{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"args\":{{\"name\":{},\"tsc_origin\":\"{:#x}\",\"tsc_mhz\":{}}}}}",

@@ -1,8 +1,9 @@
 //! Small helpers: a fast hasher for address keys, column access, instruction lengths.
 
 use anyhow::{anyhow, Result};
-use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, StringArray};
-use arrow::datatypes::{ArrowPrimitiveType, DataType, Int8Type};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{ArrowPrimitiveType, Int8Type};
+use arrow_array::{Array, ArrayRef, PrimitiveArray, RecordBatch, StringArray};
 
 /// Maps keyed by addresses and ids: the per-row maps of the reports are on the hot path,
 /// where SipHash would cost more than the rest of the row (the decoder's hasher).
@@ -29,8 +30,7 @@ pub fn strings(b: &RecordBatch, name: &str) -> Result<StringArray> {
     let c: &ArrayRef = b
         .column_by_name(name)
         .ok_or_else(|| anyhow!("column {name} missing"))?;
-    let s = arrow::compute::cast(c, &DataType::Utf8).map_err(|e| anyhow!("column {name}: {e}"))?;
-    Ok(s.as_string::<i32>().clone())
+    tracemill_sinks::convert::strings(c.as_ref()).map_err(|e| anyhow!("column {name}: {e}"))
 }
 
 /// A `kind` column as enum codes (`u8::MAX` for null or an unknown name). The tables'
@@ -45,9 +45,8 @@ pub fn kind_codes<E>(
         .column_by_name(name)
         .ok_or_else(|| anyhow!("column {name} missing"))?;
     if let Some(d) = c.as_any_dictionary_opt() {
-        let values = arrow::compute::cast(d.values(), &DataType::Utf8)
+        let values = tracemill_sinks::convert::strings(d.values().as_ref())
             .map_err(|e| anyhow!("column {name}: {e}"))?;
-        let values = values.as_string::<i32>();
         let map: Vec<u8> = (0..values.len())
             .map(|i| {
                 if values.is_null(i) {
@@ -116,6 +115,20 @@ pub fn block_insns(code: &[u8], start: u64, end: u64, max: usize) -> Option<Vec<
         }
     }
     None
+}
+
+/// 1234567 -> "1,234,567": counts in text and HTML reports and the decode summary (CSV
+/// and JSON keep plain numbers, for programs).
+pub fn group(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::with_capacity(d.len() + d.len() / 3);
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Escape text for HTML and SVG.
@@ -221,6 +234,19 @@ mod tests {
     fn batch(col: ArrayRef) -> RecordBatch {
         let schema = Schema::new(vec![Field::new("kind", col.data_type().clone(), true)]);
         RecordBatch::try_new(Arc::new(schema), vec![col]).unwrap()
+    }
+
+    #[test]
+    fn group_puts_separators_every_three_digits() {
+        for (n, t) in [
+            (0, "0"),
+            (999, "999"),
+            (1000, "1,000"),
+            (1447668, "1,447,668"),
+            (u64::MAX, "18,446,744,073,709,551,615"),
+        ] {
+            assert_eq!(group(n), t);
+        }
     }
 
     #[test]

@@ -12,9 +12,9 @@
 
 use std::collections::VecDeque;
 
-use arrow::compute::{concat, concat_batches};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::ArrowError;
+use arrow_select::concat::{concat, concat_batches};
 
 /// `arrays` (one column's consecutive pieces) cut again into arrays of exactly `step` rows
 /// (the last may be shorter).

@@ -15,12 +15,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::compute::cast;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int8Type;
 use arrow_array::{
-    ArrayRef, BooleanArray, DictionaryArray, Int8Array, RecordBatch, StringArray, UInt32Array,
-    UInt64Array, UInt8Array,
+    Array, ArrayRef, BooleanArray, DictionaryArray, Int8Array, RecordBatch, StringArray,
+    UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow_buffer::{Buffer, NullBuffer, ScalarBuffer};
 use arrow_schema::{DataType, SchemaRef};
@@ -232,8 +231,29 @@ fn image_names(batch: &RecordBatch) -> Result<StringArray> {
         table: "coverage",
         source,
     };
-    let strings = cast(batch.column(0), &DataType::Utf8).map_err(arrow)?;
-    Ok(strings.as_string::<i32>().clone())
+    strings(batch.column(0).as_ref()).map_err(arrow)
+}
+
+/// A string column (`Utf8`, `LargeUtf8`, `Utf8View`, or a dictionary of one of them, with
+/// any integer keys) as plain strings; nulls stay null. What arrow's `cast` to `Utf8` does
+/// for these types, without the compute kernels' crates (arrow-cast and arrow-ord, 20% of a
+/// first build): the readers of our own tables and of tables written by pyarrow, polars or
+/// DuckDB need only this.
+pub fn strings(column: &dyn Array) -> std::result::Result<StringArray, arrow_schema::ArrowError> {
+    match column.data_type() {
+        DataType::Utf8 => Ok(column.as_string::<i32>().clone()),
+        DataType::LargeUtf8 => Ok(column.as_string::<i64>().iter().collect()),
+        DataType::Utf8View => Ok(column.as_string_view().iter().collect()),
+        DataType::Dictionary(_, _) => {
+            let d = column.as_any_dictionary();
+            // The keys pick values; a null key gives null, as in `cast`.
+            let picked = arrow_select::take::take(d.values().as_ref(), d.keys(), None)?;
+            strings(picked.as_ref())
+        }
+        other => Err(arrow_schema::ArrowError::CastError(format!(
+            "{other} is not a string type"
+        ))),
+    }
 }
 
 /// The `edges` batch.

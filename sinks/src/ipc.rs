@@ -12,7 +12,7 @@
 use std::fs::File;
 use std::io::BufWriter;
 
-use arrow::ipc::writer::FileWriter;
+use arrow_ipc::writer::FileWriter;
 use arrow_schema::{ArrowError, Schema};
 
 pub(crate) type IpcWriter = FileWriter<BufWriter<File>>;

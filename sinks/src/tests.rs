@@ -920,3 +920,45 @@ fn encoded_row_groups_of_no_rows_and_of_one_row_read_back() {
     assert_eq!(strings(&b, "bundle"), [Some("b".to_string())]);
     assert_eq!(strings(&b, "kind"), strings(&one, "kind"));
 }
+
+// ---------------------------------------------------------------- strings of a column
+
+/// `convert::strings` gives what arrow's `cast` to `Utf8` gives, for every string type a
+/// reader of our tables (or of tables rewritten by pyarrow, polars, DuckDB) meets: plain,
+/// large and view strings, and dictionaries of them with any key type and null keys.
+#[test]
+fn strings_of_a_column_equal_arrow_cast_to_utf8() {
+    use arrow_array::types::{Int16Type, Int8Type, UInt32Type as U32};
+    use arrow_array::{ArrayRef, DictionaryArray, LargeStringArray, StringArray, StringViewArray};
+    use std::sync::Arc;
+    let words = [Some("ret"), None, Some("jcc"), Some("ret"), Some("")];
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(words.to_vec())),
+        Arc::new(LargeStringArray::from(words.to_vec())),
+        Arc::new(StringViewArray::from(words.to_vec())),
+        Arc::new(words.iter().copied().collect::<DictionaryArray<Int8Type>>()),
+        Arc::new(
+            words
+                .iter()
+                .copied()
+                .collect::<DictionaryArray<Int16Type>>(),
+        ),
+        Arc::new(words.iter().copied().collect::<DictionaryArray<U32>>()),
+        // A dictionary whose values are large strings.
+        Arc::new(
+            DictionaryArray::<Int8Type>::try_new(
+                arrow_array::Int8Array::from(vec![Some(1), None, Some(0), Some(1), Some(2)]),
+                Arc::new(LargeStringArray::from(vec!["jcc", "ret", ""])),
+            )
+            .unwrap(),
+        ),
+    ];
+    for c in &columns {
+        let ours = crate::convert::strings(c.as_ref()).unwrap();
+        let theirs = cast(c, &DataType::Utf8).unwrap();
+        assert_eq!(&ours, theirs.as_string::<i32>(), "{}", c.data_type());
+        assert_eq!(ours.iter().collect::<Vec<_>>(), words.to_vec());
+    }
+    let numbers = arrow_array::UInt64Array::from(vec![1u64]);
+    assert!(crate::convert::strings(&numbers).is_err());
+}

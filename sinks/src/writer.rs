@@ -93,6 +93,19 @@ impl FileMeta {
         }
         kv
     }
+
+    /// The Arrow schema of a `table` file: the table's columns (with their documentation)
+    /// and, as schema metadata, the table's own metadata and [`key_values`](Self::key_values),
+    /// as every file embeds it. `None` for a name not in [`TABLES`].
+    pub fn schema(&self, table: &str) -> Option<SchemaRef> {
+        let schema = tracemill_schemas::arrow::by_name(table)?;
+        let mut md = schema.metadata().clone();
+        md.extend(self.key_values(table));
+        Some(Arc::new(Schema::new_with_metadata(
+            schema.fields().clone(),
+            md,
+        )))
+    }
 }
 
 /// Knobs of a [`TableWriter`]; `Default` is what `tracemill decode` uses.
@@ -328,6 +341,10 @@ impl TableWriter {
             .find(|t| *t == table)
             .ok_or_else(|| Error::UnknownTable(table.to_string()))?;
         let schema = tracemill_schemas::arrow::by_name(table).expect("every table has a schema");
+        // The file's Arrow schema carries the metadata too: pyarrow shows only the embedded
+        // Arrow schema's metadata (not the Parquet footer's), and for IPC it is the only
+        // place. Batches keep the bare table schema; the writers do not compare them.
+        let with_meta = meta.schema(table).expect("every table has a schema");
         let kv = meta.key_values(table);
         let parquet_err = |source| Error::Parquet {
             path: path.to_path_buf(),
@@ -336,15 +353,10 @@ impl TableWriter {
         // Settle the properties before creating anything, so a bad option leaves no file.
         let props = match options.format {
             Format::Parquet => {
-                Some(parquet::writer_properties(table, kv.clone(), options).map_err(parquet_err)?)
+                Some(parquet::writer_properties(table, kv, options).map_err(parquet_err)?)
             }
             Format::ArrowIpc => None,
         };
-        // The file's Arrow schema carries the metadata too: pyarrow shows only the embedded
-        // Arrow schema's metadata (not the Parquet footer's), and for IPC it is the only
-        // place. Batches keep the bare table schema; the writers do not compare them.
-        let mut md = schema.metadata().clone();
-        md.extend(kv);
         let constants = Constants::new(&options.constant_columns);
         let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
         for f in &constants.fields {
@@ -357,7 +369,10 @@ impl TableWriter {
             }
             fields.push(f.clone());
         }
-        let file_schema = Arc::new(Schema::new_with_metadata(fields, md));
+        let file_schema = Arc::new(Schema::new_with_metadata(
+            fields,
+            with_meta.metadata().clone(),
+        ));
         let (pending, file) = PendingFile::create(path)?;
         let step = props.as_ref().map_or(1, |p| p.write_batch_size());
         let sink = match props {

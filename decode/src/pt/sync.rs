@@ -22,41 +22,7 @@ fn finder() -> &'static memchr::memmem::Finder<'static> {
 /// The first place in `from..to` where the 16 PSB bytes start (a PSB or the start of a
 /// longer run). Reads at most the bytes up to `to` plus 15.
 fn find_pattern(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u64> {
-    let f = finder();
-    let n = PSB_LEN;
-    let to = to.min(stream.len());
-    if from >= to {
-        return None;
-    }
-    // A match starting before `to` ends by `end`.
-    let end = (to + n - 1).min(stream.len());
-    let [(_, p0), (b1, p1)] = stream.parts();
-    let mut hit = None;
-    if from < b1 {
-        let i = from as usize;
-        hit = f
-            .find(&p0[i..end.min(b1) as usize])
-            .map(|k| from + k as u64);
-        if hit.is_none() && end > b1 {
-            // A match may straddle the ring seam: it starts in the last n - 1 bytes of
-            // the first part.
-            let tail = (b1 as usize).saturating_sub(n as usize - 1).max(i);
-            let mut seam = [0u8; 2 * PSB_BYTES.len()];
-            let a = b1 as usize - tail;
-            let b = p1.len().min(n as usize - 1).min((end - b1) as usize);
-            seam[..a].copy_from_slice(&p0[tail..]);
-            seam[a..a + b].copy_from_slice(&p1[..b]);
-            hit = f.find(&seam[..a + b]).map(|k| (tail + k) as u64);
-        }
-    }
-    if hit.is_none() {
-        let start = from.max(b1);
-        if start < end {
-            let (i, e) = ((start - b1) as usize, (end - b1) as usize);
-            hit = f.find(&p1[i..e]).map(|k| start + k as u64);
-        }
-    }
-    hit.filter(|&h| h < to)
+    stream.find(finder(), from, to)
 }
 
 /// The PSB of the run of `02 82` pairs whose first 16 bytes start at `q`: its last 16

@@ -72,12 +72,18 @@ pub struct IngestArgs {
     #[arg(long, value_name = "DEST")]
     pub dataset: String,
     /// Bundle labels to partition the tables by, comma-separated (e.g. date,host). Every
-    /// run into a dataset must give the same keys.
+    /// run into a dataset must give the same keys. A key that no bundle found has as a
+    /// label is refused (a misspelling), unless --allow-missing-keys.
     #[arg(long, value_name = "KEYS", default_value = "")]
     pub partition_by: String,
-    /// Worker threads (default: all cores). Small bundles decode side by side, one
-    /// thread each; large ones (8 MiB of trace and more) one at a time on all threads.
-    #[arg(long, short)]
+    /// Accept --partition-by keys that no bundle of this run has: their bundles go under
+    /// <key>=__HIVE_DEFAULT_PARTITION__.
+    #[arg(long)]
+    pub allow_missing_keys: bool,
+    /// Worker threads, 1 to 256; 0 means all cores [default: all cores]. Small bundles
+    /// decode side by side, one thread each; large ones (8 MiB of trace and more) one at
+    /// a time on all threads.
+    #[arg(long, short, value_name = "N", value_parser = crate::cli::parse_jobs)]
     pub jobs: Option<usize>,
     /// Take shard I of N (0-based) of the bundles, chosen by bundle id. Read from
     /// SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, or JOB_COMPLETION_INDEX with --shards,
@@ -93,8 +99,11 @@ pub struct IngestArgs {
     /// Local directory to decode into before uploading (S3 only; default: under $TMPDIR).
     #[arg(long, value_name = "DIR")]
     pub staging: Option<PathBuf>,
-    /// ZSTD level of the Parquet tables.
-    #[arg(long, default_value_t = tracemill_sinks::parquet::DEFAULT_ZSTD_LEVEL)]
+    /// ZSTD level of the Parquet tables: 1 (fastest) to 22 (smallest), 0 for zstd's
+    /// default (3), negative for faster than 1.
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = crate::cli::parse_zstd_level,
+          default_value_t = tracemill_sinks::parquet::DEFAULT_ZSTD_LEVEL)]
     pub zstd_level: i32,
     /// No progress bar (the bar only shows on a terminal anyway).
     #[arg(long, short)]
@@ -247,6 +256,8 @@ impl Summary {
 pub struct Options {
     pub dest: Dest,
     pub partition_by: Vec<String>,
+    /// Partition keys no bundle has are accepted (else an error before anything is written).
+    pub allow_missing_keys: bool,
     pub jobs: usize,
     pub shard: Shard,
     pub retry_failed: bool,
@@ -259,6 +270,15 @@ pub struct Options {
 /// `tracemill ingest`: the exit status, or an error when nothing could be done (bad
 /// arguments, a dataset that cannot be written).
 pub fn main(a: IngestArgs) -> Result<ExitCode> {
+    let opts = options(&a)?;
+    let summary = ingest(&a.sources, &opts)?;
+    eprint!("{}", summary.text(&opts.dest.display()));
+    Ok(ExitCode::from(summary.exit_code()))
+}
+
+/// The run's options from the arguments, checked before anything is read (a bad value
+/// fails here, with the reason).
+pub fn options(a: &IngestArgs) -> Result<Options> {
     let partition_by = parse_partition_keys(&a.partition_by)?;
     let shard = Shard::from_args_and_env(a.shard.as_deref(), a.shards, |k| std::env::var(k).ok())?;
     tracemill_sinks::parquet::writer_properties(
@@ -270,23 +290,26 @@ pub fn main(a: IngestArgs) -> Result<ExitCode> {
         },
     )
     .with_context(|| format!("--zstd-level {}", a.zstd_level))?;
+    if !a.dataset.contains("://") && Path::new(&a.dataset).is_file() {
+        bail!(
+            "--dataset {}: is a file, not a directory (the dataset is a directory, created \
+             when missing, or s3://bucket/prefix)",
+            a.dataset
+        );
+    }
     let dest = Dest::new(&a.dataset, a.staging.clone())?;
     let opts = Options {
         dest,
         partition_by,
-        jobs: a
-            .jobs
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-            .max(1),
+        allow_missing_keys: a.allow_missing_keys,
+        jobs: a.jobs.unwrap_or_else(crate::cli::all_cores),
         shard,
         retry_failed: a.retry_failed,
         zstd_level: a.zstd_level,
         progress: !a.quiet,
         allow_outside_paths: a.allow_outside_paths,
     };
-    let summary = ingest(&a.sources, &opts)?;
-    eprint!("{}", summary.text(&opts.dest.display()));
-    Ok(ExitCode::from(summary.exit_code()))
+    Ok(opts)
 }
 
 /// Ingest the bundles of `sources` into `opts.dest`.
@@ -306,12 +329,15 @@ pub fn ingest(sources: &[PathBuf], opts: &Options) -> Result<Summary> {
                 .join(", ")
         );
     }
+    // Identify every bundle (its id decides its shard), on all threads; their labels are
+    // checked against the partition keys before the dataset is made and locked to them.
+    let idents = parallel_map(&found, opts.jobs, |p| identify(p));
+    if !opts.allow_missing_keys {
+        check_partition_keys(&opts.partition_by, &idents)?;
+    }
     opts.dest
         .init(&opts.partition_by)
         .with_context(|| format!("dataset {} cannot be written", opts.dest.display()))?;
-
-    // Identify every bundle (its id decides its shard), on all threads.
-    let idents = parallel_map(&found, opts.jobs, |p| identify(p));
     let mut seen: HashMap<String, PathBuf> = HashMap::new();
     let mut summary = Summary {
         found: found.len(),
@@ -438,6 +464,50 @@ fn claimed(
         let _side_by_side = lane.read().unwrap_or_else(|e| e.into_inner());
         ingest_one(opts, path, ident, &claim, 1)
     }
+}
+
+/// Every partition key must be a label of at least one bundle: a key none has is almost
+/// always a misspelling, and would put every bundle under `__HIVE_DEFAULT_PARTITION__` and
+/// lock the dataset to that key.
+fn check_partition_keys(keys: &[String], idents: &[Identity]) -> Result<()> {
+    let has = |k: &str| {
+        idents.iter().any(|i| {
+            i.manifest
+                .as_ref()
+                .is_some_and(|m| m.labels.get(k).is_some_and(|v| !v.is_empty()))
+        })
+    };
+    let missing: Vec<&str> = keys
+        .iter()
+        .map(String::as_str)
+        .filter(|k| !has(k))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut labels: Vec<&str> = idents
+        .iter()
+        .filter_map(|i| i.manifest.as_ref())
+        .flat_map(|m| m.labels.keys().map(String::as_str))
+        .collect();
+    labels.sort_unstable();
+    labels.dedup();
+    bail!(
+        "--partition-by {}: no bundle of the {} found has {} (their labels: {}); check the \
+         spelling, or give --allow-missing-keys to put them all under {NULL_PARTITION}",
+        missing.join(","),
+        idents.len(),
+        if missing.len() == 1 {
+            "this label"
+        } else {
+            "these labels"
+        },
+        if labels.is_empty() {
+            "none".to_string()
+        } else {
+            labels.join(", ")
+        }
+    )
 }
 
 fn progress_bar(show: bool, bytes: u64, bundles: usize) -> indicatif::ProgressBar {
@@ -643,6 +713,7 @@ fn decode_and_publish(
             ..Default::default()
         },
         progress: false,
+        batches: None,
     };
     let report = run::decode(&b, &ropts)?;
     let (set, set_problems) = b.image_set();

@@ -16,6 +16,17 @@ use tracemill_decode::rows::{BranchColumns, BranchRow, PartialBlock};
 use tracemill_decode::stream::TraceStream;
 use tracemill_schemas::BranchKind;
 
+/// The Python the tests run: the repository's virtual environment (`.venv`, made by the
+/// README's install line) when there is one, else `python3` from PATH.
+pub fn python() -> PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python3");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
 pub fn samples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/samples")
 }

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Streaming decode from Python against `tracemill decode` without output (issue #28's
+aim: within 10%).
+
+    .venv/bin/python benches/scripts/python-stream-bench.py BUNDLE [RUNS] [JOBS]
+
+Each run is a fresh process, the two kinds interleaved (CLI, Python, CLI, Python, ...):
+`tracemill decode BUNDLE -j JOBS -q` (decodes every table, writes nothing), and a Python
+process that decodes the same bundle with `tracemill.decode(BUNDLE, jobs=JOBS)` and reads
+every batch of every table as pyarrow RecordBatches (iterating the Decoding), touching
+each batch's row count. Prints wall and CPU (user + sys, children's) seconds per run and
+the medians, and the load average before and after. The CLI is TRACEMILL_BIN, else
+target/dist/tracemill, else target/release/tracemill.
+"""
+
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CONSUMER = """
+import sys, time, tracemill
+t0 = time.perf_counter()
+rows = 0
+for table, batch in tracemill.decode(sys.argv[1], jobs=int(sys.argv[2])):
+    rows += batch.num_rows
+print(f"{rows} {time.perf_counter() - t0:.3f}")
+"""
+
+
+def timed(cmd):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if r.returncode != 0:
+        sys.exit(f"{cmd[0]} failed:\n{r.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, r.stdout
+
+
+def main():
+    bundle = sys.argv[1]
+    runs = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    jobs = sys.argv[3] if len(sys.argv) > 3 else "2"
+    cli = os.environ.get("TRACEMILL_BIN")
+    if not cli:
+        for p in ["target/dist/tracemill", "target/release/tracemill"]:
+            if (ROOT / p).exists():
+                cli = str(ROOT / p)
+                break
+    print(f"bundle {bundle}, {runs} runs each, -j {jobs}, CLI {cli}")
+    print(f"load average before: {os.getloadavg()}")
+    res = {"cli": [], "python": []}
+    for i in range(runs):
+        w, c, _ = timed([cli, "decode", bundle, "-j", jobs, "-q"])
+        res["cli"].append((w, c))
+        print(f"  run {i + 1}  cli     wall {w:7.3f} s  cpu {c:7.3f} s")
+        w, c, out = timed([sys.executable, "-c", CONSUMER, bundle, jobs])
+        rows, loop = out.split()
+        res["python"].append((w, c))
+        print(f"  run {i + 1}  python  wall {w:7.3f} s  cpu {c:7.3f} s  ({int(rows):,} rows in all tables, decode loop {float(loop):.3f} s)")
+    print(f"load average after: {os.getloadavg()}")
+    med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for k, v in res.items()}
+    for k, (w, c) in med.items():
+        print(f"median {k:<7} wall {w:7.3f} s  cpu {c:7.3f} s")
+    (cw, cc), (pw, pc) = med["cli"], med["python"]
+    print(f"python against cli: wall {100 * (pw / cw - 1):+.1f}%, cpu {100 * (pc / cc - 1):+.1f}%")
+
+
+if __name__ == "__main__":
+    main()

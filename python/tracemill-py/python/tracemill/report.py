@@ -1,0 +1,129 @@
+"""The reports of ``tracemill report``, as ``pyarrow.Table``\\ s.
+
+Each takes ``source``: a ``tracemill decode --out`` directory (its bundle found through
+the tables' metadata, or ``bundle=``), or a dataset made by ``tracemill ingest`` (a local
+directory), added up over the bundles that ``where`` selects (``"host IN ('h1', 'h2')
+AND program = 'recursion'"``: the CLI's ``--where``). Symbols and source lines come from
+the code images. A table's schema metadata names the report (``tracemill.report``) and
+carries its totals. Warnings are :class:`~tracemill.TracemillWarning`; a report that
+cannot be made raises :class:`~tracemill.ReportError` (:class:`~tracemill.FilterError`
+for a bad ``where``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Union
+
+from . import _tracemill
+
+Source = Union[str, os.PathLike]
+
+
+class Svg(str):
+    """SVG text that Jupyter and IPython show as a picture (``_repr_svg_``)."""
+
+    def _repr_svg_(self) -> str:
+        return str(self)
+
+
+class Html(str):
+    """HTML text that Jupyter shows as a page (``_repr_html_``)."""
+
+    def _repr_html_(self) -> str:
+        return str(self)
+
+
+def _p(p: Optional[Source]) -> Optional[str]:
+    return None if p is None else os.fspath(p)
+
+
+def hotspots(
+    source: Source,
+    *,
+    by: str = "function",
+    weight: str = "instructions",
+    where: Optional[str] = None,
+    bundle: Optional[Source] = None,
+):
+    """Where the instructions (or cycles, or branches) went: one row per function,
+    source line (``by="line"``) or block (``by="block"``), heaviest first, with
+    ``instructions``, ``cycles``, ``branches``, ``calls`` and ``share`` of the weight."""
+    return _tracemill.hotspots(os.fspath(source), by=by, weight=weight, where=where, bundle=_p(bundle))
+
+
+def flamegraph(
+    source: Source,
+    *,
+    weight: str = "instructions",
+    where: Optional[str] = None,
+    bundle: Optional[Source] = None,
+):
+    """The call stacks rebuilt from the ``call``/``ret`` rows, folded: one row per distinct
+    stack (``stack``: ``outer;...;inner``) and its ``weight`` (instructions or cycles), as
+    ``--folded`` writes them. :func:`flamegraph_svg` draws them."""
+    return _tracemill.flamegraph(os.fspath(source), weight=weight, where=where, bundle=_p(bundle))
+
+
+def flamegraph_svg(
+    source: Source,
+    *,
+    weight: str = "instructions",
+    where: Optional[str] = None,
+    bundle: Optional[Source] = None,
+) -> Svg:
+    """The flame graph (inferno's interactive SVG); a notebook shows it inline. Save it
+    with ``open("fg.svg", "w").write(svg)``."""
+    return Svg(_tracemill.flamegraph_svg(os.fspath(source), weight=weight, where=where, bundle=_p(bundle)))
+
+
+def coverage(
+    source: Source,
+    *,
+    by: str = "function",
+    where: Optional[str] = None,
+    bundle: Optional[Source] = None,
+):
+    """Coverage per function (``by="function"``: size, covered bytes, instructions,
+    entries, lines) or per image (``by="image"``: blocks, instructions, functions hit,
+    code and covered bytes). drcov and lcov files: ``tracemill report coverage``."""
+    return _tracemill.coverage(os.fspath(source), by=by, where=where, bundle=_p(bundle))
+
+
+def timeline(
+    source: Source,
+    *,
+    where: Optional[str] = None,
+    bundle: Optional[Source] = None,
+    start: Optional[int] = None,
+    end: Optional[int] = None,
+    tsc_mhz: Optional[float] = None,
+    max_spans: int = 2_000_000,
+):
+    """Function call spans in time: one row per frame (``pid`` per bundle, ``process``,
+    ``function``, ``depth``, ``start_us``, ``duration_us``), between TSCs ``start`` and
+    ``end``; the TSC origin and rate in the schema metadata."""
+    return _tracemill.timeline(
+        os.fspath(source),
+        where=where,
+        bundle=_p(bundle),
+        start=start,
+        end=end,
+        tsc_mhz=tsc_mhz,
+        max_spans=max_spans,
+    )
+
+
+def html(
+    source: Source,
+    *,
+    top: int = 50,
+    where: Optional[str] = None,
+    bundle: Optional[Source] = None,
+) -> Html:
+    """The one-page report (summary, interactive flame graph, hotspots, coverage,
+    timeline preview), self-contained; a notebook shows it inline."""
+    return Html(_tracemill.html(os.fspath(source), top=top, where=where, bundle=_p(bundle)))
+
+
+__all__ = ["hotspots", "flamegraph", "flamegraph_svg", "coverage", "timeline", "html", "Svg", "Html"]

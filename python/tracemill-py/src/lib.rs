@@ -1,0 +1,140 @@
+//! `tracemill._tracemill`: the native half of the `tracemill` Python package.
+//!
+//! The package's Python modules (`python/tracemill/`) give the API its shape (argument
+//! defaults, progress bars, the exception classes); this module does the work with the
+//! tracemill crates:
+//!
+//! - [`decode`]: a bundle (a directory, a bare trace, or a trace already in memory) decoded
+//!   on the pipeline's threads, its tables handed over as Arrow record batches while they
+//!   are decoded ([`stream`]; `tracemill::stream` in the pipeline);
+//! - [`arrow_export`]: batches and streams handed to Python through the Arrow C data and
+//!   stream interfaces, without a copy;
+//! - [`reports`]: `tracemill report`'s reports as Arrow tables (and the flame graph's SVG,
+//!   the HTML page);
+//! - [`tools`]: `tracemill dump` and `tracemill ingest`.
+//!
+//! Errors are raised as the package's exception classes (`tracemill.errors`) with the
+//! command line's message (the text after `tracemill: error:`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+mod arrow_export;
+mod reports;
+mod stream;
+mod tools;
+
+/// The CLI's allocator (`pipeline/src/main.rs` says why); here it serves the Rust side of
+/// the module: the decode's rows and the Arrow buffers handed to Python, which are freed
+/// through the release callbacks of the C data interface, by this same allocator.
+#[cfg(all(target_os = "linux", not(target_env = "msvc")))]
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// The exception class `name` of `tracemill.errors`, raised with `msg`.
+pub(crate) fn error(py: Python<'_>, name: &str, msg: impl Into<String>) -> PyErr {
+    let msg = msg.into();
+    match py
+        .import("tracemill.errors")
+        .and_then(|m| m.getattr(name))
+        .and_then(|c| c.cast_into::<PyType>().map_err(PyErr::from))
+    {
+        Ok(class) => PyErr::from_type(class, msg),
+        // The package's Python half is missing (the module imported on its own).
+        Err(_) => pyo3::exceptions::PyRuntimeError::new_err(msg),
+    }
+}
+
+/// `error` with the CLI's one-line text of `e`.
+pub(crate) fn error_from(py: Python<'_>, name: &str, e: &anyhow::Error) -> PyErr {
+    error(py, name, tracemill::errors::error_text(e))
+}
+
+/// Issue `msg` as a `tracemill.errors.TracemillWarning`.
+pub(crate) fn warn(py: Python<'_>, msg: &str) -> PyResult<()> {
+    let class = py.import("tracemill.errors")?.getattr("TracemillWarning")?;
+    py.import("warnings")?
+        .call_method1("warn", (msg, class, 2))
+        .map(|_| ())
+}
+
+/// A path argument: `str` or `os.PathLike`.
+pub(crate) fn path_arg(obj: &Bound<'_, PyAny>) -> PyResult<PathBuf> {
+    obj.extract::<PathBuf>()
+}
+
+/// `--image` specs (`PATH`, `PATH@ADDR`, `PATH@ADDR@CR3`), relative paths taken from the
+/// current directory, as the command line does.
+pub(crate) fn image_args(
+    py: Python<'_>,
+    specs: &[String],
+) -> PyResult<Vec<tracemill_datasets::bundle::ImageEntry>> {
+    specs
+        .iter()
+        .map(|s| {
+            let mut e = tracemill::bundle::parse_image_arg(s)
+                .map_err(|e| error_from(py, "OptionError", &e))?;
+            if Path::new(&e.path).is_relative() {
+                let abs = std::path::absolute(&e.path)
+                    .with_context(|| format!("--image {s}: no current directory"))
+                    .map_err(|e| error_from(py, "OptionError", &e))?;
+                e.path = abs.to_string_lossy().into_owned();
+            }
+            Ok(e)
+        })
+        .collect()
+}
+
+/// The tracemill version this module was built from.
+#[pyfunction]
+fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+/// A fingerprint of the sources this module was built from (build.rs): the test command
+/// compares it with the working tree's, to refuse testing a stale installed package.
+#[pyfunction]
+fn _source_fingerprint() -> &'static str {
+    env!("TRACEMILL_SOURCE_FINGERPRINT")
+}
+
+/// The schema of a table (`branches`, ...), with its columns' documentation, as an
+/// `arrow_schema` capsule holder for `pyarrow.schema(...)`. (A decode's streams carry the
+/// file metadata besides.)
+#[pyfunction]
+fn table_schema(py: Python<'_>, table: &str) -> PyResult<Py<arrow_export::ArrowStream>> {
+    let schema = tracemill_schemas::arrow::by_name(table).ok_or_else(|| {
+        error(
+            py,
+            "OptionError",
+            format!(
+                "unknown table {table:?}: choose from branches, events, timing, coverage, edges"
+            ),
+        )
+    })?;
+    Py::new(py, arrow_export::ArrowStream::new(schema, Vec::new()))
+}
+
+#[pymodule]
+fn _tracemill(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(_source_fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(stream::decode, m)?)?;
+    m.add_function(wrap_pyfunction!(table_schema, m)?)?;
+    m.add_class::<stream::Decoding>()?;
+    m.add_class::<stream::TableStream>()?;
+    m.add_class::<arrow_export::ArrowArray>()?;
+    m.add_class::<arrow_export::ArrowStream>()?;
+    m.add_function(wrap_pyfunction!(tools::dump, m)?)?;
+    m.add_function(wrap_pyfunction!(tools::ingest, m)?)?;
+    m.add_function(wrap_pyfunction!(reports::hotspots, m)?)?;
+    m.add_function(wrap_pyfunction!(reports::flamegraph, m)?)?;
+    m.add_function(wrap_pyfunction!(reports::flamegraph_svg, m)?)?;
+    m.add_function(wrap_pyfunction!(reports::coverage, m)?)?;
+    m.add_function(wrap_pyfunction!(reports::timeline, m)?)?;
+    m.add_function(wrap_pyfunction!(reports::html, m)?)?;
+    Ok(())
+}

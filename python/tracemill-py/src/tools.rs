@@ -1,0 +1,400 @@
+//! `tracemill.dump` (the packet listing) and `tracemill.ingest` (bundles into a dataset),
+//! as Arrow tables.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow_array::types::Int32Type;
+use arrow_array::{
+    builder::BinaryBuilder, ArrayRef, DictionaryArray, Float64Array, RecordBatch, StringArray,
+    UInt64Array,
+};
+use arrow_schema::{DataType, Field, Schema};
+use pyo3::prelude::*;
+use tracemill::bundle::{map_file, Bundle};
+use tracemill::dump::Entry;
+use tracemill::ingest::{IngestArgs, Outcome, Status};
+use tracemill_datasets::bundle::{Manifest, TraceFormat};
+use tracemill_decode::config::TraceConfig;
+use tracemill_decode::pt::PtConfig;
+use tracemill_decode::sniff::{self, TraceFormat as Sniffed};
+use tracemill_decode::stream::TraceStream;
+
+use crate::arrow_export::ArrowStream;
+use crate::{error, error_from, warn};
+
+/// The listing's columns as they are gathered.
+#[derive(Default)]
+struct Listing {
+    offset: Vec<u64>,
+    bytes: BinaryBuilder,
+    packet: Vec<String>,
+    fields: Vec<String>,
+    no_psb: bool,
+}
+
+impl Listing {
+    fn push(&mut self, e: Entry<'_>) -> std::io::Result<()> {
+        let (offset, bytes, packet, fields): (u64, &[u8], &str, String) = match e {
+            Entry::NoPsb => {
+                self.no_psb = true;
+                return Ok(());
+            }
+            Entry::Skipped(n) => (0, &[], "skipped", format!("{n} bytes before the first PSB")),
+            Entry::Error { offset, message } => (offset, &[], "error", message.to_string()),
+            Entry::Packet {
+                offset,
+                bytes,
+                name,
+                fields,
+            } => (offset, bytes, name, fields.to_string()),
+        };
+        self.offset.push(offset);
+        self.bytes.append_value(bytes);
+        self.packet.push(packet.to_string());
+        self.fields.push(fields);
+        Ok(())
+    }
+
+    fn into_batch(mut self, format: &str) -> (Arc<Schema>, RecordBatch) {
+        let packet: DictionaryArray<Int32Type> = self.packet.iter().map(String::as_str).collect();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(UInt64Array::from(self.offset)),
+            Arc::new(self.bytes.finish()),
+            Arc::new(packet),
+            Arc::new(StringArray::from(self.fields)),
+        ];
+        let schema = Arc::new(Schema::new_with_metadata(
+            vec![
+                Field::new("offset", DataType::UInt64, false),
+                Field::new("bytes", DataType::Binary, false),
+                Field::new(
+                    "packet",
+                    DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                    false,
+                ),
+                Field::new("fields", DataType::Utf8, false),
+            ],
+            [
+                ("tracemill.report".to_string(), "dump".to_string()),
+                ("tracemill.format".to_string(), format.to_string()),
+            ]
+            .into_iter()
+            .collect::<std::collections::HashMap<_, _>>(),
+        ));
+        let b = RecordBatch::try_new(schema.clone(), columns).expect("the columns match");
+        (schema, b)
+    }
+}
+
+/// Which listing a trace gets, as `tracemill dump` decides it.
+fn format_of(path: &std::path::Path, given: Option<&str>) -> Option<Sniffed> {
+    match given {
+        Some("pt") => Some(Sniffed::Pt),
+        Some("rtit") => Some(Sniffed::Rtit),
+        Some(_) => None,
+        None if path.is_dir() => match Manifest::load(path).map(|m| m.format) {
+            Ok(TraceFormat::Pt) => Some(Sniffed::Pt),
+            _ => Some(Sniffed::Rtit),
+        },
+        None if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("pt")) =>
+        {
+            Some(Sniffed::Pt)
+        }
+        None => Some(Sniffed::Rtit),
+    }
+}
+
+/// The packet listing of a bundle or bare trace (RTIT or Intel PT): one row per packet
+/// (its offset, bytes, name and fields), or with `stats` one row per packet type.
+#[pyfunction]
+#[pyo3(signature = (bundle, *, ctl=None, images=None, format=None, stats=false))]
+pub(crate) fn dump(
+    py: Python<'_>,
+    bundle: &Bound<'_, PyAny>,
+    ctl: Option<u64>,
+    images: Option<Vec<String>>,
+    format: Option<&str>,
+    stats: bool,
+) -> PyResult<Py<PyAny>> {
+    let path: PathBuf = crate::path_arg(bundle)?;
+    let extra = crate::image_args(py, images.as_deref().unwrap_or(&[]))?;
+    let fmt = format_of(&path, format).ok_or_else(|| {
+        error(
+            py,
+            "OptionError",
+            format!("format={:?}: choose rtit or pt", format.unwrap_or("")),
+        )
+    })?;
+    let bundle_err = |e: anyhow::Error| error_from(py, "BundleError", &e);
+    let refuse = |stream: &TraceStream<'_>, f: Sniffed| -> PyResult<()> {
+        match sniff::mismatch(stream, f) {
+            Some(msg) => Err(error(
+                py,
+                "BundleError",
+                format!("{}: {msg}", path.display()),
+            )),
+            None => Ok(()),
+        }
+    };
+    let mut listing = Listing::default();
+    let name = match fmt {
+        Sniffed::Rtit => "rtit",
+        Sniffed::Pt => "pt",
+    };
+    let mut counts: Option<tracemill::dump::Stats> = None;
+    match fmt {
+        Sniffed::Rtit => {
+            if !path.is_dir() {
+                // Before a bare RTIT trace is asked for its ctl: an Intel PT trace needs none.
+                let bytes = map_file(&path).map_err(bundle_err)?;
+                refuse(&TraceStream::linear(&bytes), Sniffed::Rtit)?;
+            }
+            let b = Bundle::open(&path, ctl, &extra).map_err(bundle_err)?;
+            let stream = b.stream();
+            refuse(&stream, Sniffed::Rtit)?;
+            let cfg = TraceConfig::from_ctl(b.manifest.rtit_ctl);
+            if stats {
+                counts = Some(tracemill::dump::stats(&stream, &cfg));
+            } else {
+                let _ = tracemill::dump::entries(&stream, &cfg, &mut |e| listing.push(e));
+            }
+        }
+        Sniffed::Pt => {
+            let run = |stream: &TraceStream<'_>, cfg: PtConfig, listing: &mut Listing| {
+                if stats {
+                    Some(tracemill::dump::pt_stats(stream, &cfg))
+                } else {
+                    let _ = tracemill::dump::pt_entries(stream, &cfg, &mut |e| listing.push(e));
+                    None
+                }
+            };
+            if path.is_dir() {
+                let b = Bundle::open(&path, ctl, &extra).map_err(bundle_err)?;
+                refuse(&b.stream(), Sniffed::Pt)?;
+                let cfg = b.manifest.pt_config().map_err(|e| {
+                    error(
+                        py,
+                        "BundleError",
+                        format!("{}: {e}", path.join("bundle.toml").display()),
+                    )
+                })?;
+                counts = run(&b.stream(), cfg, &mut listing);
+            } else {
+                let bytes = map_file(&path).map_err(bundle_err)?;
+                let stream = TraceStream::linear(&bytes);
+                refuse(&stream, Sniffed::Pt)?;
+                let cfg = ctl.map(PtConfig::from_rtit_ctl).unwrap_or_default();
+                counts = run(&stream, cfg, &mut listing);
+            }
+        }
+    }
+    if let Some(s) = counts {
+        let names: Vec<&str> = match fmt {
+            Sniffed::Rtit => tracemill_decode::packet::Packet::NAMES.to_vec(),
+            Sniffed::Pt => tracemill_decode::pt::Packet::NAMES.to_vec(),
+        };
+        let count: Vec<u64> = names
+            .iter()
+            .map(|n| s.by_type.get(n).copied().unwrap_or(0))
+            .collect();
+        let schema = Arc::new(Schema::new_with_metadata(
+            vec![
+                Field::new("packet", DataType::Utf8, false),
+                Field::new("count", DataType::UInt64, false),
+            ],
+            [
+                ("tracemill.report", "dump stats".to_string()),
+                ("tracemill.format", name.to_string()),
+                ("tracemill.bytes", s.bytes.to_string()),
+                ("tracemill.skipped", s.skipped.to_string()),
+                ("tracemill.errors", s.errors.to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect::<std::collections::HashMap<_, _>>(),
+        ));
+        let b = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(names)),
+                Arc::new(UInt64Array::from(count)),
+            ],
+        )
+        .expect("the columns match");
+        return ArrowStream::new(schema, vec![b]).into_table(py);
+    }
+    if listing.no_psb {
+        let b = Bundle::open(&path, ctl.or(Some(0)), &[]).ok();
+        let len = b.map_or(0, |b| b.stream().len());
+        warn(py, &format!("no PSB in {len} bytes: nothing to parse"))?;
+    }
+    let (schema, b) = listing.into_batch(name);
+    ArrowStream::new(schema, vec![b]).into_table(py)
+}
+
+/// Ingest bundles into a dataset, as `tracemill ingest` does; one row per bundle of this
+/// run (its share): what happened to it, and its catalog facts.
+#[pyfunction]
+#[pyo3(signature = (sources, dataset, *, partition_by=None, allow_missing_keys=false, jobs=None, shard=None, retry_failed=false, staging=None, zstd_level=3, allow_outside_paths=false))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ingest(
+    py: Python<'_>,
+    sources: Vec<PathBuf>,
+    dataset: String,
+    partition_by: Option<Vec<String>>,
+    allow_missing_keys: bool,
+    jobs: Option<i64>,
+    shard: Option<String>,
+    retry_failed: bool,
+    staging: Option<PathBuf>,
+    zstd_level: i32,
+    allow_outside_paths: bool,
+) -> PyResult<Py<PyAny>> {
+    let jobs = crate::stream::jobs_arg(py, jobs)?;
+    tracemill::cli::parse_zstd_level(&zstd_level.to_string())
+        .map_err(|e| error(py, "OptionError", format!("zstd_level={zstd_level}: {e}")))?;
+    let args = IngestArgs {
+        sources,
+        dataset,
+        partition_by: partition_by.unwrap_or_default().join(","),
+        allow_missing_keys,
+        jobs: Some(jobs),
+        shard,
+        shards: None,
+        retry_failed,
+        staging,
+        zstd_level,
+        quiet: true,
+        allow_outside_paths,
+    };
+    let opts = tracemill::ingest::options(&args).map_err(|e| error_from(py, "IngestError", &e))?;
+    let sources = args.sources.clone();
+    let summary = py
+        .detach(|| tracemill::ingest::ingest(&sources, &opts))
+        .map_err(|e| error_from(py, "IngestError", &e))?;
+    for (dup, first) in &summary.duplicates {
+        warn(
+            py,
+            &format!(
+                "duplicate: {} has the bytes of {}: ingested once",
+                dup.display(),
+                first.display()
+            ),
+        )?;
+    }
+    let n = summary.outcomes.len();
+    let mut source = Vec::with_capacity(n);
+    let mut bundle = Vec::with_capacity(n);
+    let mut outcome = Vec::with_capacity(n);
+    let mut status: Vec<Option<&str>> = Vec::with_capacity(n);
+    let mut err: Vec<Option<String>> = Vec::with_capacity(n);
+    let (mut tb, mut br, mut ins, mut gaps, mut errs, mut secs) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
+    for (path, id, o) in &summary.outcomes {
+        source.push(path.display().to_string());
+        bundle.push(id.clone());
+        let row = match o {
+            Outcome::Committed(r) => {
+                outcome.push("committed");
+                status.push(Some(r.status.name()));
+                err.push(r.error.clone());
+                Some(r)
+            }
+            Outcome::Skipped(s) => {
+                outcome.push("already committed");
+                status.push(Some(s.name()));
+                err.push(None);
+                None
+            }
+            Outcome::NotCommitted(e) => {
+                outcome.push("not committed");
+                status.push(None);
+                err.push(Some(e.clone()));
+                None
+            }
+        };
+        tb.push(row.and_then(|r| r.trace_bytes));
+        br.push(row.and_then(|r| r.branches));
+        ins.push(row.and_then(|r| r.instructions));
+        gaps.push(row.and_then(|r| r.gaps));
+        errs.push(row.and_then(|r| r.errors));
+        secs.push(row.map(|r| r.seconds));
+    }
+    let failed = summary
+        .outcomes
+        .iter()
+        .filter(|(_, _, o)| match o {
+            Outcome::Committed(r) => r.status == Status::Failed,
+            Outcome::Skipped(s) => *s == Status::Failed,
+            Outcome::NotCommitted(_) => true,
+        })
+        .count();
+    if failed > 0 {
+        warn(
+            py,
+            &format!(
+                "{failed} of {n} bundles failed or were not committed (tracemill ingest would \
+                 exit {}): see the rows' status and error",
+                summary.exit_code()
+            ),
+        )?;
+    }
+    let u64col = |v: Vec<Option<u64>>| Arc::new(UInt64Array::from(v)) as ArrayRef;
+    let schema = Arc::new(Schema::new_with_metadata(
+        vec![
+            Field::new("source", DataType::Utf8, false),
+            Field::new("bundle", DataType::Utf8, false),
+            Field::new("outcome", DataType::Utf8, false),
+            Field::new("status", DataType::Utf8, true),
+            Field::new("error", DataType::Utf8, true),
+            Field::new("trace_bytes", DataType::UInt64, true),
+            Field::new("branches", DataType::UInt64, true),
+            Field::new("instructions", DataType::UInt64, true),
+            Field::new("gaps", DataType::UInt64, true),
+            Field::new("errors", DataType::UInt64, true),
+            Field::new("seconds", DataType::Float64, true),
+        ],
+        [
+            ("tracemill.report".to_string(), "ingest".to_string()),
+            ("tracemill.dataset".to_string(), opts.dest.display()),
+            ("tracemill.found".to_string(), summary.found.to_string()),
+            (
+                "tracemill.exit_code".to_string(),
+                summary.exit_code().to_string(),
+            ),
+            (
+                "tracemill.summary".to_string(),
+                summary.text(&opts.dest.display()),
+            ),
+        ]
+        .into_iter()
+        .collect::<std::collections::HashMap<_, _>>(),
+    ));
+    let b = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(source)),
+            Arc::new(StringArray::from(bundle)),
+            Arc::new(StringArray::from(outcome)),
+            Arc::new(StringArray::from(status)),
+            Arc::new(StringArray::from(err)),
+            u64col(tb),
+            u64col(br),
+            u64col(ins),
+            u64col(gaps),
+            u64col(errs),
+            Arc::new(Float64Array::from(secs)),
+        ],
+    )
+    .expect("the columns match");
+    ArrowStream::new(schema, vec![b]).into_table(py)
+}

@@ -1,0 +1,146 @@
+"""tracemill.report, dump and ingest against the CLI's own output."""
+
+import csv
+import io
+import json
+import warnings
+
+import pyarrow as pa
+import pytest
+
+import tracemill
+from conftest import SAMPLES, cli_error, run_cli
+
+RECURSION = SAMPLES / "recursion"
+
+
+@pytest.fixture(scope="module")
+def out(cli, tmp_path_factory):
+    d = tmp_path_factory.mktemp("recursion")
+    run_cli(cli, "decode", RECURSION, "--out", d, "-q")
+    return d
+
+
+@pytest.fixture(scope="module")
+def dataset(cli, tmp_path_factory):
+    base = tmp_path_factory.mktemp("fleet")
+    run_cli(cli, "synth", "fleet", "--out", base / "fleet", "--samples", SAMPLES)
+    t = tracemill.ingest(base / "fleet", base / "ds", partition_by="date,host", jobs=2)
+    assert t.num_rows == 12
+    assert t.column("status").to_pylist() == ["ok"] * 12
+    assert set(t.column("outcome").to_pylist()) == {"committed"}
+    again = tracemill.ingest(base / "fleet", base / "ds", partition_by=["date", "host"])
+    assert set(again.column("outcome").to_pylist()) == {"already committed"}
+    return base / "ds"
+
+
+@pytest.mark.parametrize("by", ["function", "line", "block"])
+def test_hotspots_equal_the_cli_csv(cli, out, by):
+    t = tracemill.report.hotspots(out, by=by)
+    r = run_cli(cli, "report", "hotspots", out, "--by", by, "--format", "csv", "--top", "0")
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert t.num_rows == len(rows)
+    got = t.to_pylist()
+    for g, w in zip(got, rows):
+        assert g["function"] == w["function"] and g["image"] == w["image"]
+        assert g["instructions"] == int(w["instructions"]) and g["calls"] == int(w["calls"])
+        if by != "function":
+            assert g[by] == w[by]
+    md = t.schema.metadata
+    assert md[b"tracemill.report"] == b"hotspots"
+    assert int(md[b"tracemill.total_instructions"]) == 1_447_668
+
+
+def test_flamegraph_equals_the_cli_folded_stacks(cli, out, tmp_path):
+    folded = tmp_path / "fg.folded"
+    run_cli(cli, "report", "flamegraph", out, "--folded", folded)
+    t = tracemill.report.flamegraph(out)
+    want = [l.rsplit(" ", 1) for l in folded.read_text().splitlines()]
+    assert [[s, str(w)] for s, w in zip(t.column("stack").to_pylist(), t.column("weight").to_pylist())] == want
+    assert sum(t.column("weight").to_pylist()) == int(t.schema.metadata[b"tracemill.total"]) == 1_447_668
+    svg = tracemill.report.flamegraph_svg(out)
+    assert svg.startswith("<?xml") and "insert" in svg and svg._repr_svg_() == svg
+
+
+def test_coverage_timeline_and_html(cli, out, tmp_path):
+    f = tracemill.report.coverage(out)
+    assert {"function", "instructions", "lines_hit"} <= set(f.column_names)
+    assert sum(f.column("instructions").to_pylist()) == 1_447_668
+    i = tracemill.report.coverage(out, by="image")
+    assert i.column("image").to_pylist() == ["recursion"]
+    tl = tracemill.report.timeline(out)
+    js = tmp_path / "t.json"
+    run_cli(cli, "report", "timeline", out, "--out", js)
+    spans = [e for e in json.loads(js.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert tl.num_rows == len(spans) > 0
+    assert tl.column("function").to_pylist() == [e["name"] for e in spans]
+    page = tracemill.report.html(out, top=5)
+    assert page.lstrip().lower().startswith("<!doctype html") and page._repr_html_() == page
+
+
+def test_reports_over_a_dataset_with_where(cli, dataset):
+    where = "host IN ('h1', 'h2') AND program = 'recursion'"
+    t = tracemill.report.hotspots(dataset, where=where)
+    r = run_cli(cli, "report", "hotspots", dataset, "--where", where, "--format", "csv", "--top", "0")
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [(g["function"], g["instructions"]) for g in t.to_pylist()] == [
+        (w["function"], int(w["instructions"])) for w in rows
+    ]
+    assert int(t.schema.metadata[b"tracemill.total_instructions"]) == 4 * 1_447_668
+    with pytest.raises(tracemill.FilterError) as e:
+        tracemill.report.hotspots(dataset, where="nohost = 'x'")
+    assert isinstance(e.value, ValueError)
+    assert str(e.value) == cli_error(cli, "report", "hotspots", dataset, "--where", "nohost = 'x'")
+
+
+def test_report_errors_carry_the_cli_message(cli, tmp_path):
+    with pytest.raises(tracemill.ReportError) as e:
+        tracemill.report.hotspots(tmp_path)
+    assert str(e.value) == cli_error(cli, "report", "hotspots", tmp_path)
+
+
+def test_ingest_failures_are_rows_and_a_warning(tmp_path):
+    bad = tmp_path / "src" / "bad"
+    bad.mkdir(parents=True)
+    (bad / "bundle.toml").write_text('rtit_ctl = "0x2e0d"\n')
+    (bad / "trace.rtit").write_bytes(b"\1" * 100)
+    with pytest.warns(tracemill.TracemillWarning, match="1 of 1 bundles failed"):
+        t = tracemill.ingest(tmp_path / "src", tmp_path / "ds")
+    row = t.to_pylist()[0]
+    assert row["status"] == "failed" and "no PSB packet" in row["error"]
+    # A source that does not exist is named; one that holds no bundle says so.
+    with pytest.raises(tracemill.IngestError, match="nothing-here-: No such file or directory"):
+        tracemill.ingest(tmp_path / "nothing-here-", tmp_path / "ds2")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(tracemill.IngestError, match="no bundle found"):
+        tracemill.ingest(tmp_path / "empty", tmp_path / "ds2")
+
+
+def test_dump_equals_the_cli_listing(cli):
+    for bundle in [RECURSION, SAMPLES / "topa-wrapped"]:
+        t = tracemill.dump(bundle)
+        text = run_cli(cli, "dump", bundle).stdout.splitlines()
+        lines = []
+        for r in t.to_pylist():
+            if r["packet"] == "skipped":
+                lines.append(f"{0:016x}  {'':<30} skipped {r['fields'].split()[0]} bytes before the first PSB")
+            elif r["packet"] == "error":
+                lines.append(f"{r['offset']:016x}  {'':<30} error: {r['fields']}")
+            else:
+                hexb = " ".join(f"{b:02x}" for b in r["bytes"])
+                lines.append(f"{r['offset']:016x}  {hexb:<30} {r['packet']:<12} {r['fields']}")
+        assert lines == text
+    s = tracemill.dump(RECURSION, stats=True)
+    counts = dict(zip(s.column("packet").to_pylist(), s.column("count").to_pylist()))
+    assert counts["psb"] == 59
+    st = run_cli(cli, "dump", RECURSION, "--stats").stdout
+    for name, n in counts.items():
+        assert f"{name:<14} {n}" in st
+
+
+def test_dump_errors_carry_the_cli_message(cli, tmp_path):
+    bare = tmp_path / "t.rtit"
+    bare.write_bytes(b"\1" * 64)
+    with pytest.raises(tracemill.BundleError) as e:
+        tracemill.dump(bare)
+    assert str(e.value) == cli_error(cli, "dump", bare)
