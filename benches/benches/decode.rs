@@ -32,9 +32,9 @@ use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_all, decode_body, plan_chunks, Body, Input, Piece, Stitcher};
 use tracemill_decode::coverage::Coverage;
 use tracemill_decode::flow::{CountSink, RowSink};
-use tracemill_decode::packet::PacketReader;
+use tracemill_decode::rtit::packet::PacketReader;
 use tracemill_decode::rows::{BranchColumns, BranchRow};
-use tracemill_decode::sync::next_psb;
+use tracemill_decode::rtit::sync::next_psb;
 use tracemill_decode::timing::Timeline;
 
 /// Branch columns without the coverage aggregation.
@@ -99,13 +99,13 @@ fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
     let first_psb = next_psb(&stream, 0).expect("a PSB");
     let (images, _) = b.image_set();
     let cfg = b.trace_config();
-    let input = Input {
+    let input = Input::<tracemill_decode::Rtit> {
         stream: &stream,
         images: &images,
         cfg,
         timing: b.timing_config(),
     };
-    let whole = plan_chunks(&stream, u64::MAX)[0];
+    let whole = plan_chunks::<tracemill_decode::Rtit>(&stream, u64::MAX)[0];
     let packets_expected: u64 = summary.packets_by_type.values().sum();
 
     let count_packets = || {
@@ -120,7 +120,7 @@ fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
     assert_eq!(count_packets(), packets_expected, "packet count");
 
     let count_flow = |cache: &mut BlockCache| {
-        let body: Body<CountSink> = decode_body(&input, cache, whole);
+        let body: Body<tracemill_decode::Rtit, CountSink> = decode_body(&input, cache, whole);
         (body.out.rows.rows as u64, body.out.rows.insns)
     };
     let mut warm = BlockCache::new();
@@ -145,7 +145,7 @@ fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
         bn.iter_batched(
             BlockCache::new,
             |mut cache| {
-                let body: Body<BranchColumns> = decode_body(&input, &mut cache, whole);
+                let body: Body<tracemill_decode::Rtit, BranchColumns> = decode_body(&input, &mut cache, whole);
                 assert_eq!(body.out.rows.len() as u64, summary.branches);
                 body
             },
@@ -156,7 +156,7 @@ fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
         bn.iter_batched(
             BlockCache::new,
             |mut cache| {
-                let body: Body<NoCoverage> = decode_body(&input, &mut cache, whole);
+                let body: Body<tracemill_decode::Rtit, NoCoverage> = decode_body(&input, &mut cache, whole);
                 assert_eq!(body.out.rows.len() as u64, summary.branches);
                 body
             },
@@ -170,7 +170,7 @@ fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
         bn.iter_batched(
             || pieces.clone(),
             |pieces| {
-                let mut tl = Timeline::new(input.timing);
+                let mut tl = Timeline::<tracemill_decode::rtit::clock::RtitClock>::new(&input.timing);
                 let mut out = Vec::new();
                 for p in pieces {
                     out.extend(tl.push(p));

@@ -4,7 +4,7 @@
 //! round-trip tests check one against the other. It also holds the hardware's side of LIP
 //! compression: which CNT/Zext a LIP is sent with, given RTIT_LAST_LIP (Table 18).
 
-use tracemill_decode::packet::{FupKind, IpPayload, Packet, Tnt};
+use tracemill_decode::rtit::packet::{FupKind, IpPayload, Packet, Tnt};
 
 /// Choose the payload for `ip` (48 bits significant) against RTIT_LAST_LIP `last`
 /// (`None` when its valid bit is clear), following Table 18:

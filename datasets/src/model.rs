@@ -31,10 +31,10 @@
 use std::collections::BTreeMap;
 
 use tracemill_decode::block::BlockCache;
-use tracemill_decode::config::{mtc_shift, TraceConfig};
+use tracemill_decode::rtit::config::{mtc_shift, TraceConfig};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::insn::InsnClass;
-use tracemill_decode::packet::{FupKind, IpPayload, Packet, Tnt};
+use tracemill_decode::rtit::packet::{FupKind, IpPayload, Packet, Tnt};
 use tracemill_decode::rows::{BranchColumns, BranchRow, PartialBlock};
 
 use crate::encode::{compress_ip, cyc, write_packet};
@@ -105,7 +105,7 @@ fn yes() -> bool {
 
 impl Default for ModelOptions {
     fn default() -> Self {
-        use tracemill_decode::config::ctl::*;
+        use tracemill_decode::rtit::config::ctl::*;
         ModelOptions {
             ctl: TRACE_EN | TRACE_ACTIVE | USER | CMPRS_RET | DEST,
             pkt_mask: 1,

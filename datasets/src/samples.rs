@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use arrow_array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
-use tracemill_decode::config::ctl;
+use tracemill_decode::rtit::config::ctl;
 use tracemill_decode::image::ImageSet;
 use tracemill_sinks::{FileMeta, TableWriter};
 

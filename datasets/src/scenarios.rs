@@ -12,7 +12,7 @@
 
 use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;
-use tracemill_decode::config::ctl;
+use tracemill_decode::rtit::config::ctl;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::insn::decode_insn;
 
@@ -315,7 +315,7 @@ pub fn all() -> Vec<Scenario> {
 mod tests {
     use super::*;
     use crate::encode::compress_ip;
-    use tracemill_decode::packet::{FupKind, Packet};
+    use tracemill_decode::rtit::packet::{FupKind, Packet};
 
     /// Packet kinds and decompressed IPs, without CYC/timing (the scenarios run with
     /// those off anyway).
@@ -326,7 +326,7 @@ mod tests {
             .map(|(_, p)| {
                 let ip = match p {
                     Packet::Tip(pl) | Packet::Fup(_, pl) => {
-                        let ip = tracemill_decode::last_ip::resolve(pl, last).unwrap();
+                        let ip = tracemill_decode::rtit::last_ip::resolve(pl, last).unwrap();
                         last = Some(ip);
                         Some(ip)
                     }

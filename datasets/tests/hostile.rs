@@ -6,9 +6,9 @@
 use tracemill_datasets::encode::{compress_ip, to_bytes};
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::image::ImageSet;
-use tracemill_decode::packet::{FupKind, Packet, Tnt};
+use tracemill_decode::rtit::packet::{FupKind, Packet, Tnt};
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::timing::TimingConfig;
+use tracemill_decode::rtit::clock::TimingConfig;
 use tracemill_decode::TraceConfig;
 use tracemill_schemas::EventKind;
 
@@ -18,7 +18,7 @@ const CTL: u64 = 0x9;
 fn decode(images: &ImageSet<'_>, bytes: &[u8], chunk: u64) -> Decoded {
     let stream = TraceStream::linear(bytes);
     let cfg = TraceConfig::from_ctl(CTL);
-    let input = Input {
+    let input = Input::<tracemill_decode::Rtit> {
         stream: &stream,
         images,
         cfg,
@@ -35,7 +35,7 @@ fn errors(d: &Decoded) -> Vec<(u64, String)> {
         .collect()
 }
 
-fn ip(x: u64) -> tracemill_decode::IpPayload {
+fn ip(x: u64) -> tracemill_decode::rtit::IpPayload {
     compress_ip(x, None)
 }
 

@@ -5,7 +5,7 @@
 use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
 use tracemill_datasets::model::{Model, ModelOptions, Output, OverflowPlan};
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
-use tracemill_decode::config::{ctl, TraceConfig};
+use tracemill_decode::rtit::config::{ctl, TraceConfig};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::BranchColumns;
 use tracemill_decode::stream::TraceStream;
@@ -28,11 +28,11 @@ fn decode(elf: &[u8], bytes: &[u8], ctl: u64, chunk: u64) -> Decoded {
     let mut images = ImageSet::new();
     images.add_elf("busybox", elf, None, None).unwrap();
     let stream = TraceStream::linear(bytes);
-    let input = Input {
+    let input = Input::<tracemill_decode::Rtit> {
         stream: &stream,
         images: &images,
         cfg: TraceConfig::from_ctl(ctl),
-        timing: tracemill_decode::timing::TimingConfig::new(
+        timing: tracemill_decode::rtit::clock::TimingConfig::new(
             &TraceConfig::from_ctl(ctl),
             Some(20),
             true,

@@ -95,7 +95,7 @@ fn synth_rtit(size: usize) -> Vec<u8> {
         x ^= x << 17;
         if out.len() >= next_psb {
             next_psb = out.len() + 4096;
-            out.extend_from_slice(&tracemill_decode::packet::PSB_BYTES);
+            out.extend_from_slice(&tracemill_decode::rtit::packet::PSB_BYTES);
             continue;
         }
         match x % 100 {
@@ -229,7 +229,7 @@ fn main() {
         "RTIT PacketReader, same shape (comparison)",
         rtit.len(),
         || {
-            tracemill_decode::packet::PacketReader::new(&rs, 0, rs.len(), false)
+            tracemill_decode::rtit::packet::PacketReader::new(&rs, 0, rs.len(), false)
                 .filter(|p| p.is_ok())
                 .count()
         },

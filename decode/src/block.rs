@@ -6,6 +6,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use iced_x86::{Decoder, DecoderOptions, Instruction};
 
+use crate::front::Bits;
 use crate::image::{ImageSet, Lookup};
 use crate::insn::{info_of, InsnClass};
 
@@ -81,8 +82,13 @@ impl Block {
     }
 }
 
-/// Decode the block starting at `start`.
+/// Decode the block starting at `start` in 64-bit mode.
 pub fn build_block(images: &ImageSet<'_>, start: u64, cr3: Option<u64>) -> Block {
+    build_block_in(images, start, cr3, Bits::B64)
+}
+
+/// Decode the block starting at `start`, instructions decoded as `bits` code.
+pub fn build_block_in(images: &ImageSet<'_>, start: u64, cr3: Option<u64>, bits: Bits) -> Block {
     let mut lens = Vec::new();
     let mut ip = start;
     let mut ins = Instruction::default();
@@ -101,7 +107,7 @@ pub fn build_block(images: &ImageSet<'_>, start: u64, cr3: Option<u64>) -> Block
             Err(Lookup::Missing) => return stop(lens, BlockEnd::NoImage, ip),
             Err(Lookup::Ambiguous) => return stop(lens, BlockEnd::Ambiguous, ip),
         };
-        let mut dec = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
+        let mut dec = Decoder::with_ip(bits.bitness(), code, ip, DecoderOptions::NONE);
         while dec.can_decode() {
             if lens.len() >= MAX_BLOCK_INSNS {
                 return stop(lens, BlockEnd::Split, ip);
@@ -179,17 +185,17 @@ const NO_CR3: u64 = u64::MAX;
 const UNLINKED: u32 = u32::MAX;
 const FRONT_BITS: u32 = 12;
 
-/// Blocks by (start address, CR3), with their successors linked once seen, so walking a
-/// direct branch is an array index, not a hash lookup. One cache per worker thread; it
-/// lives across chunks.
+/// Blocks by (start address, CR3, execution mode), with their successors linked once seen,
+/// so walking a direct branch is an array index, not a hash lookup. One cache per worker
+/// thread; it lives across chunks.
 pub struct BlockCache {
     blocks: Vec<Block>,
     hot: Vec<Hot>,
-    /// CR3 key each block was built for.
-    keys: Vec<u64>,
-    index: AddrMap<(u64, u64), u32>,
-    /// Direct-mapped front of `index`: (address, cr3 key, block).
-    front: Box<[(u64, u64, u32)]>,
+    /// CR3 key and execution mode each block was built for.
+    keys: Vec<(u64, Bits)>,
+    index: AddrMap<(u64, u64, Bits), u32>,
+    /// Direct-mapped front of `index`: (address, cr3 key, mode, block).
+    front: Box<[(u64, u64, Bits, u32)]>,
     /// Blocks decoded (cache misses), for statistics.
     pub misses: u64,
     /// Bytes held by the blocks (for [`BlockCache::trim`]).
@@ -213,7 +219,7 @@ impl Default for BlockCache {
             hot: Vec::new(),
             keys: Vec::new(),
             index: AddrMap::default(),
-            front: vec![(u64::MAX, 0, 0); 1 << FRONT_BITS].into_boxed_slice(),
+            front: vec![(u64::MAX, 0, Bits::B64, 0); 1 << FRONT_BITS].into_boxed_slice(),
             misses: 0,
             bytes: 0,
         }
@@ -233,21 +239,21 @@ impl BlockCache {
         }
     }
 
-    /// Index of the block at `start` in address space `cr3`. When the images carry no CR3
-    /// tags, the CR3 plays no part.
+    /// Index of the block at `start` in address space `cr3`, decoded as `bits` code. When
+    /// the images carry no CR3 tags, the CR3 plays no part.
     #[inline]
-    pub fn index(&mut self, images: &ImageSet<'_>, start: u64, cr3: Option<u64>) -> u32 {
+    pub fn index(&mut self, images: &ImageSet<'_>, start: u64, cr3: Option<u64>, bits: Bits) -> u32 {
         let (key, lookup_cr3) = Self::key(images, cr3);
         let slot = (start.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FRONT_BITS)) as usize;
         let f = self.front[slot];
-        if f.0 == start && f.1 == key {
-            return f.2;
+        if f.0 == start && f.1 == key && f.2 == bits {
+            return f.3;
         }
-        let idx = match self.index.get(&(start, key)) {
+        let idx = match self.index.get(&(start, key, bits)) {
             Some(&i) => i,
             None => {
                 self.misses += 1;
-                let b = build_block(images, start, lookup_cr3);
+                let b = build_block_in(images, start, lookup_cr3, bits);
                 let i = self.blocks.len() as u32;
                 self.hot.push(Hot {
                     last_ip: b.last_ip,
@@ -260,12 +266,12 @@ impl BlockCache {
                 });
                 self.bytes += BLOCK_OVERHEAD + b.lens.len();
                 self.blocks.push(b);
-                self.keys.push(key);
-                self.index.insert((start, key), i);
+                self.keys.push((key, bits));
+                self.index.insert((start, key, bits), i);
                 i
             }
         };
-        self.front[slot] = (start, key, idx);
+        self.front[slot] = (start, key, bits, idx);
         idx
     }
 
@@ -310,7 +316,8 @@ impl BlockCache {
     }
 
     /// The block at the start address of successor `which` (0: fall-through, 1: direct
-    /// target) of block `idx`, linked on first use.
+    /// target) of block `idx`, linked on first use. It is decoded in `idx`'s execution mode
+    /// (a mode change drops the walker's link before it is followed).
     #[inline]
     pub fn successor(
         &mut self,
@@ -322,19 +329,31 @@ impl BlockCache {
         let h = &self.hot[idx as usize];
         let s = h.succ[which];
         if s != UNLINKED
-            && (!images.has_cr3_tags() || self.keys[s as usize] == Self::key(images, cr3).0)
+            && (!images.has_cr3_tags() || self.keys[s as usize].0 == Self::key(images, cr3).0)
         {
             return s;
         }
         let addr = if which == 0 { h.next } else { h.target };
-        let s = self.index(images, addr, cr3);
+        let bits = self.keys[idx as usize].1;
+        let s = self.index(images, addr, cr3, bits);
         self.hot[idx as usize].succ[which] = s;
         s
     }
 
-    /// The block at `start` (builds it if needed).
+    /// The 64-bit block at `start` (builds it if needed).
     pub fn get(&mut self, images: &ImageSet<'_>, start: u64, cr3: Option<u64>) -> &Block {
-        let i = self.index(images, start, cr3);
+        self.get_in(images, start, cr3, Bits::B64)
+    }
+
+    /// The block at `start` decoded as `bits` code (builds it if needed).
+    pub fn get_in(
+        &mut self,
+        images: &ImageSet<'_>,
+        start: u64,
+        cr3: Option<u64>,
+        bits: Bits,
+    ) -> &Block {
+        let i = self.index(images, start, cr3, bits);
         &self.blocks[i as usize]
     }
 
@@ -391,7 +410,7 @@ mod tests {
         set.add_raw("t", &code, 0x1000, None);
         let mut cache = BlockCache::new();
         for a in 0x1000..0x1004 {
-            cache.index(&set, a, None);
+            cache.index(&set, a, None, Bits::B64);
         }
         assert_eq!(cache.len(), 4);
         let held = cache.bytes();

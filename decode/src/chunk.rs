@@ -14,17 +14,15 @@
 //! thread pool and stitches in order as they arrive.
 
 use crate::block::BlockCache;
-use crate::config::TraceConfig;
 use crate::coverage::Coverage;
-use crate::flow::{FlowState, LastCall, Role, RowSink, Stop, Target, TimingFact, Walker};
+use crate::flow::{FlowState, RetStack, Role, RowSink, Stop, Target, TimingFact, Walker};
+use crate::front::Format;
 use crate::image::ImageSet;
-use crate::packet::PSB_BYTES;
 pub use crate::piece::{Piece, PieceStats};
 use crate::rows::TimingColumns;
 use crate::rows::{BranchColumns, EventRow};
 use crate::stream::TraceStream;
-use crate::sync::next_psb_before;
-use crate::timing::{Timeline, TimingConfig};
+use crate::timing::{Clock, Timeline};
 
 /// A range of the stream from one PSB to another (or the end).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,20 +32,20 @@ pub struct Chunk {
     pub end: u64,
 }
 
-/// Cut the stream into chunks of at least `target` bytes, at PSBs: each chunk ends at the
-/// first PSB `target` bytes or more past its start. The bytes before the first PSB cannot
-/// be parsed (packet boundaries are unknown there) and belong to no chunk; with no PSB at
-/// all there is nothing to decode. Only the bytes from each cut to the PSB after it are
-/// searched, not the whole trace.
-pub fn plan_chunks(stream: &TraceStream<'_>, target: u64) -> Vec<Chunk> {
-    plan_chunks_with(stream, target, |_| {})
+/// Cut the stream into chunks of at least `target` bytes, at the format's PSBs: each chunk
+/// ends at the first PSB `target` bytes or more past its start. The bytes before the first
+/// PSB cannot be parsed (packet boundaries are unknown there) and belong to no chunk; with
+/// no PSB at all there is nothing to decode. Only the bytes from each cut to the PSB after
+/// it are searched, not the whole trace.
+pub fn plan_chunks<F: Format>(stream: &TraceStream<'_>, target: u64) -> Vec<Chunk> {
+    plan_chunks_with::<F>(stream, target, |_| {})
 }
 
 /// [`plan_chunks`], reporting progress: `searched(offset)` after each chunk is cut, with
 /// the offset the search has reached, so that a caller reading a memory map can let the
 /// pages the search touched go (the kernel maps pages around each fault, so even short
 /// searches spread over the whole trace would make much of it resident).
-pub fn plan_chunks_with(
+pub fn plan_chunks_with<F: Format>(
     stream: &TraceStream<'_>,
     target: u64,
     mut searched: impl FnMut(u64),
@@ -60,8 +58,8 @@ pub fn plan_chunks_with(
         let mut at = from;
         while at < len {
             let to = at.saturating_add(STEP);
-            let hit = next_psb_before(stream, at, to);
-            searched(hit.map_or(to.min(len), |p| p + PSB_BYTES.len() as u64));
+            let hit = F::next_psb_before(stream, at, to);
+            searched(hit.map_or(to.min(len), |p| p + F::PSB_LEN));
             if hit.is_some() {
                 return hit;
             }
@@ -88,25 +86,25 @@ pub fn plan_chunks_with(
     }
 }
 
-/// Shared inputs of every piece of a decode.
-#[derive(Clone, Copy)]
-pub struct Input<'a> {
+/// Shared inputs of every piece of a decode in format `F`.
+#[derive(Clone)]
+pub struct Input<'a, F: Format> {
     pub stream: &'a TraceStream<'a>,
     pub images: &'a ImageSet<'a>,
-    pub cfg: TraceConfig,
-    /// How to turn timing packets into time (bundle facts beyond RTIT_CTL).
-    pub timing: TimingConfig,
+    pub cfg: F::Config,
+    /// How to turn timing packets into time (bundle facts beyond the recording settings).
+    pub timing: <F::Clock as Clock>::Config,
 }
 
 /// A chunk body's result.
 #[derive(Clone, Debug)]
-pub struct Body<S> {
+pub struct Body<F: Format, S> {
     pub chunk: Chunk,
     pub out: Piece<S>,
     /// Where its output starts (None: no resume point in the chunk, or failed).
-    pub start: Option<Target>,
+    pub start: Option<Target<F::State>>,
     /// State at the end of the chunk.
-    pub exit: FlowState,
+    pub exit: FlowState<F::State>,
     /// Decode this chunk sequentially (the body met something it cannot do alone).
     pub failed: bool,
     /// A gap after the body's start, before its first row, discarded the open count
@@ -115,20 +113,25 @@ pub struct Body<S> {
 }
 
 /// Decode a chunk's body. The first chunk is decoded like a sequential decode.
-pub fn decode_body<S: RowSink + Default>(
-    input: &Input<'_>,
+pub fn decode_body<F: Format, S: RowSink + Default>(
+    input: &Input<'_, F>,
     cache: &mut BlockCache,
     chunk: Chunk,
-) -> Body<S> {
+) -> Body<F, S> {
     cache.trim(crate::block::CACHE_BUDGET);
     let first = chunk.index == 0;
-    let st = FlowState::start(chunk.start, !first);
+    let st = FlowState::start(
+        chunk.start,
+        !first,
+        F::rules(&input.cfg).ret,
+        F::start_state(&input.cfg, !first),
+    );
     let role = if first { Role::Chain } else { Role::Body };
-    let mut w = Walker::new(
+    let mut w = Walker::<F, S>::new(
         input.images,
         cache,
         input.stream,
-        input.cfg,
+        &input.cfg,
         chunk.end,
         st,
         role,
@@ -147,9 +150,11 @@ pub fn decode_body<S: RowSink + Default>(
         Some(Target {
             cursor: chunk.start,
             ip: 0,
+            bits: Default::default(),
+            fe: F::start_state(&input.cfg, false),
         })
     } else {
-        w.body_start
+        w.body_start.take()
     };
     Body {
         chunk,
@@ -161,21 +166,21 @@ pub fn decode_body<S: RowSink + Default>(
     }
 }
 
-fn finish_piece<S: RowSink + Default>(w: &mut Walker<'_, '_, S>) -> Piece<S> {
+fn finish_piece<F: Format, S: RowSink + Default>(w: &mut Walker<'_, '_, F, S>) -> Piece<S> {
     let mut rows = std::mem::take(&mut w.rows);
     let (stats, coverage) = rows.finish();
     Piece {
         rows,
         stats,
         coverage,
-        events: std::mem::take(&mut w.events),
-        timing: std::mem::take(&mut w.timing),
+        events: std::mem::take(&mut w.facts.events),
+        timing: std::mem::take(&mut w.facts.timing),
     }
 }
 
 /// The result of stitching chunk `i` onto the state chunk `i-1` left.
 #[derive(Clone, Debug)]
-pub struct Stitched<S> {
+pub struct Stitched<F: Format, S> {
     /// Rows, events and timing from the previous exit up to the body's start (or the
     /// whole chunk, when the stitch had to decode it alone).
     pub prefix: Piece<S>,
@@ -183,36 +188,40 @@ pub struct Stitched<S> {
     pub use_body: bool,
     /// Instructions to add to the body's first row.
     pub carry_insns: u32,
-    /// LAST_CALL_NLIP and CR3 at the body's start (for the body's unknowns).
-    pub last_call: LastCall,
+    /// The return-compression state and CR3 at the body's start (for the body's
+    /// unknowns).
+    pub ret: RetStack,
     pub cr3: Option<u64>,
     /// State after this chunk.
-    pub exit: FlowState,
+    pub exit: FlowState<F::State>,
 }
 
 /// Stitch: walk from `prev_exit` (the previous chunk's exit, with its unknowns already
 /// filled in) through `body.chunk` until meeting the body's initial state.
-pub fn stitch<S: RowSink + Default>(
-    input: &Input<'_>,
+pub fn stitch<F: Format, S: RowSink + Default>(
+    input: &Input<'_, F>,
     cache: &mut BlockCache,
-    prev_exit: FlowState,
-    body: &Body<S>,
-) -> Stitched<S> {
-    let target = if body.failed { None } else { body.start };
-    let role = match target {
-        Some(t) => Role::Stitch(t),
-        None => Role::Chain,
+    prev_exit: FlowState<F::State>,
+    body: &Body<F, S>,
+) -> Stitched<F, S> {
+    let target = if body.failed {
+        None
+    } else {
+        body.start.clone()
     };
-    let mut w = Walker::new(
+    let mut w = Walker::<F, S>::new(
         input.images,
         cache,
         input.stream,
-        input.cfg,
+        &input.cfg,
         body.chunk.end,
         prev_exit,
-        role,
+        Role::Chain,
         S::default(),
     );
+    if let Some(t) = target {
+        w = w.with_target(t);
+    }
     let stop = w.run();
     let converged = stop == Stop::Converged;
     if !converged && stop != Stop::End {
@@ -228,10 +237,9 @@ pub fn stitch<S: RowSink + Default>(
         w.exit_state()
     };
     if converged {
-        // The body did not know these; at its start they were the stitch's.
-        if exit.last_call == LastCall::FromChunkStart {
-            exit.last_call = at.last_call;
-        }
+        // The body did not know these; at its start they were the stitch's. The body's
+        // return entries lie on the stitch's (RTIT: its last call, if it saw one).
+        exit.ret = exit.ret.over(&at.ret);
         if exit.cr3.is_none() {
             exit.cr3 = at.cr3;
         }
@@ -267,7 +275,7 @@ pub fn stitch<S: RowSink + Default>(
         } else {
             0
         },
-        last_call: at.last_call,
+        ret: at.ret.clone(),
         cr3: at.cr3,
         exit,
         prefix: finish_piece(&mut w),
@@ -354,16 +362,16 @@ impl Decoded {
 
 /// Stitches chunk bodies in order and hands out pieces in trace order. Feed it bodies in
 /// chunk order ([`Stitcher::push`]); it calls `emit` with each piece.
-pub struct Stitcher<'i, 'a> {
-    input: &'i Input<'a>,
+pub struct Stitcher<'i, 'a, F: Format> {
+    input: &'i Input<'a, F>,
     cache: BlockCache,
-    prev_exit: Option<FlowState>,
+    prev_exit: Option<FlowState<F::State>>,
     /// Chunks whose stitch had to decode them alone.
     pub fallbacks: usize,
 }
 
-impl<'i, 'a> Stitcher<'i, 'a> {
-    pub fn new(input: &'i Input<'a>) -> Self {
+impl<'i, 'a, F: Format> Stitcher<'i, 'a, F> {
+    pub fn new(input: &'i Input<'a, F>) -> Self {
         Stitcher {
             input,
             cache: BlockCache::new(),
@@ -375,7 +383,7 @@ impl<'i, 'a> Stitcher<'i, 'a> {
     /// The next chunk's body; `emit` receives its stitch prefix and then its rows.
     pub fn push(
         &mut self,
-        mut body: Body<BranchColumns>,
+        mut body: Body<F, BranchColumns>,
         mut emit: impl FnMut(Piece<BranchColumns>),
     ) {
         match self.prev_exit.take() {
@@ -402,7 +410,7 @@ impl<'i, 'a> Stitcher<'i, 'a> {
 }
 
 /// Apply a stitch's findings to its body's output.
-pub fn fix_body(body: &mut Body<BranchColumns>, s: &Stitched<BranchColumns>) {
+pub fn fix_body<F: Format>(body: &mut Body<F, BranchColumns>, s: &Stitched<F, BranchColumns>) {
     if !body.out.rows.is_empty() {
         body.out.rows.insns[0] += s.carry_insns;
         body.out.stats.insns += s.carry_insns as u64;
@@ -420,14 +428,14 @@ pub fn fix_body(body: &mut Body<BranchColumns>, s: &Stitched<BranchColumns>) {
 
 /// Decode the whole trace one chunk after another on this thread, with chunks of at
 /// least `chunk_bytes` (`u64::MAX`: one chunk, a plain sequential decode).
-pub fn decode_all(input: &Input<'_>, chunk_bytes: u64) -> Decoded {
-    let chunks = plan_chunks(input.stream, chunk_bytes);
+pub fn decode_all<F: Format>(input: &Input<'_, F>, chunk_bytes: u64) -> Decoded {
+    let chunks = plan_chunks::<F>(input.stream, chunk_bytes);
     let mut cache = BlockCache::new();
     let mut out = Decoded::default();
     let mut st = Stitcher::new(input);
-    let mut timeline = Timeline::new(input.timing);
+    let mut timeline = Timeline::<F::Clock>::new(&input.timing);
     for c in chunks {
-        let body: Body<BranchColumns> = decode_body(input, &mut cache, c);
+        let body: Body<F, BranchColumns> = decode_body(input, &mut cache, c);
         st.push(body, |p| {
             for (p, t) in timeline.push(p) {
                 out.append(p, t);

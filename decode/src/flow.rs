@@ -1,66 +1,57 @@
 //! Instruction flow: walk the code images along the trace and emit one row per executed
-//! branch (spec 2.2, Table 19).
+//! branch. This walker is shared by every format: it reads format-neutral flow items from
+//! a front end ([`crate::front::Front`]) and follows the few rules in which the formats
+//! differ as [`Rules`] set once per decode (see [`crate::front`] for the table).
 //!
-//! The walker keeps the small decoding states — LAST_LIP ([`LastIp`]), queued TNT bits
-//! ([`TntQueue`]), the last call's return address ([`LastCall`]) — and consumes *flow items*
-//! (TNT, TIP, FUP.FAR+TIP, FUP.PGD[+TIP], FUP.PGE, FUP.BuffOvf, TraceSTOP) as the code
-//! needs them. Timing packets, PSB and PIP are taken in stream order along the way.
+//! The walker keeps the small decoding states — queued TNT bits ([`TntQueue`]), the
+//! return-compression state ([`RetStack`]), the execution mode, CR3 — and consumes flow
+//! items as the code needs them. What the front end reads on the way (PSBs, timing
+//! packets, paging) arrives as facts ([`Facts`]).
 //!
-//! Rules that decide where a packet applies:
+//! Rules that decide where an item applies:
 //! - a cond branch takes the next TNT bit; a RET takes a bit when one is queued or the next
-//!   flow packet is a TNT (return compression), else a TIP; indirect JMP/CALL take a TIP;
-//!   far transfers take FUP.FAR + TIP, or FUP.PGD (leaving the traced context);
-//! - when no TNT bit is queued, the next flow packet is read at once. A FUP.FAR or FUP.PGD
-//!   with IP X then applies at the first instruction boundary where IP == X (interrupts,
-//!   walking out of the filter region), or right after the branch whose sequential NLIP
-//!   is X (the other reading of "NLIP" for a jump out of the region); FUP.PGE,
-//!   FUP.BuffOvf and TraceSTOP apply at once;
-//! - E1: a FUP.FAR pointing inside the far transfer instruction counts as its NLIP;
-//!   E2: a FUP.PGD after a FUP.PGD with no FUP.PGE between is ignored;
-//!   E5: a TIP right after a FUP.BuffOvf with the same IP is ignored;
-//!   E8 and any other inconsistency (a TIP where a TNT bit is due, code no image covers):
-//!   an `error` event, the rows since the last decided one dropped, and a resync.
+//!   flow item is a TNT (return compression), else a TIP; indirect JMP/CALL take a TIP (with
+//!   deferred TIPs, [`Rules::deferred_tips`], after the TNT bits of later branches); far
+//!   branches take FUP.FAR + TIP or FUP.PGD ([`FarRule::FupAndTip`], RTIT) or a TIP or
+//!   TIP.PGD ([`FarRule::TipOnly`], Intel PT);
+//! - when no TNT bit is queued, the next flow item is read at once. A FUP-led item (an
+//!   interrupt, a disable), a PSB+ state, an event bound to an IP or a TIP.PGD naming an
+//!   IP then applies at the first instruction boundary where IP == X; with RTIT's far rule,
+//!   a PGD may also apply right after the branch whose sequential NLIP is X (the other
+//!   reading of "NLIP" for a jump out of the filter region); enables, overflows and
+//!   TraceStop apply at once, and so do events bound to no IP;
+//! - a TIP.PGD binds to the next branch that needs trace, if the walk does not reach its
+//!   IP before (SDM 36.4.2.5);
+//! - E1 (RTIT): a FUP.FAR pointing inside the far transfer instruction counts as its NLIP;
+//!   E2 (RTIT): a PGD after a PGD with no PGE between is ignored; any inconsistency (a TIP
+//!   where a TNT bit is due, code no image covers): an `error` event, the rows since the
+//!   last decided one dropped, and a resync.
 //!
-//! Resync (at the start, after an error, at a chunk start): tracing resumes at a FUP.PGE,
-//! a FUP.BuffOvf, or a TIP whose previous flow packet is known and not a FUP.PGD (a TIP
-//! after a PGD is the target of a far transfer out of the traced region, 4.2.9).
+//! Resync (at the start, after an error, at a chunk start): tracing resumes at an enable,
+//! an overflow with its IP, a PSB+ that says where tracing is, or a TIP the front end
+//! marks as an anchor (for RTIT: one whose previous flow packet is known and not a PGD,
+//! since a TIP after a PGD is the target of a far transfer out of the traced region).
 
-use tracemill_schemas::{BranchKind, EventKind, TimingKind};
+use tracemill_schemas::{BranchKind, EventKind};
 
 use crate::block::{BlockCache, BlockEnd};
-use crate::config::TraceConfig;
+use crate::front::{Bits, Bound, Facts, FarRule, Format, Front, FupRole, Raw, Rules, TntBits};
 use crate::image::ImageSet;
 use crate::insn::InsnClass;
-use crate::last_ip::LastIp;
 use crate::loop_guard::LoopGuard;
-use crate::packet::{FupKind, Packet, PacketError, PacketReader, Tnt};
 use crate::piece::PieceStats;
 pub use crate::piece::TimingFact;
-use crate::rows::{BranchColumns, BranchRow, EventRow, PartialBlock};
+pub use crate::retstack::{Below, NoTarget, RetModel, RetStack};
+use crate::rows::{BranchColumns, BranchRow, PartialBlock};
 use crate::stream::TraceStream;
 use crate::tnt::TntQueue;
-
-/// What the decoder knows of RTIT_LAST_CALL_NLIP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LastCall {
-    /// The NLIP of the last traced near call.
-    Known(u64),
-    /// Cleared (after FUP.BuffOvf): no RET can be compressed.
-    None,
-    /// Unknown because a parallel chunk started here: the true value is in the previous
-    /// chunk. A compressed RET now means this chunk's body started too early.
-    FromChunkStart,
-    /// Unknown after a gap (start of the trace, an error): a compressed RET cannot be
-    /// resolved.
-    AfterGap,
-}
 
 /// Tracing state of the walker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Position unknown: waiting for a resume point.
     Unsynced,
-    /// Packet generation disabled (after FUP.PGD).
+    /// Packet generation disabled (after a PGD).
     Disabled,
     /// TraceSTOP seen: waiting for a new enable.
     Stopped,
@@ -68,29 +59,20 @@ pub enum Mode {
     Tracing,
 }
 
-/// The previous flow packet (what a TIP after it means; E2 and E5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PrevFlow {
-    Unknown,
-    Tnt,
-    Tip,
-    Pge,
-    Pgd,
-    BuffOvf(Option<u64>),
-    Far,
-    TraceStop,
-}
-
 /// Everything the walk depends on: a chunk's exit state is the next stitch's start.
+/// `P` is the front end's own part (RTIT: LAST_LIP, the previous flow packet; Intel PT:
+/// Last IP, the events waiting for the packet they bind to).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FlowState {
+pub struct FlowState<P> {
     pub mode: Mode,
     pub ip: u64,
     pub tnt: TntQueue,
     /// Offset of the TNT packet the queued bits came from.
     pub tnt_off: u64,
-    pub last_ip: LastIp,
-    pub last_call: LastCall,
+    /// What compressed RETs return to.
+    pub ret: RetStack,
+    /// How instructions decode (the execution mode).
+    pub bits: Bits,
     pub cr3: Option<u64>,
     /// CR3 as of the last packet consumed: what rows are stamped with (a row's CR3 is the
     /// one from the last PIP before the packet that decided it).
@@ -108,32 +90,36 @@ pub struct FlowState {
     pub partials: Partials,
     /// Offset of the packet that decided the last decided row (or resumed tracing).
     pub decision: u64,
-    pub prev: PrevFlow,
     /// Sequential NLIP of the last branch walked (for FUP.PGD's second reading).
     pub prev_nlip: u64,
     /// Tracing resumed here and no instruction has been walked since.
     pub resumed_at: Option<u64>,
     /// The last thing walked was a branch (for FUP.PGD's second reading).
     pub after_branch: bool,
-    /// Reader position (a packet boundary) and whether a CYC is due there.
+    /// Reader position (a packet boundary).
     pub cursor: u64,
-    pub want_cyc: bool,
+    /// The front end's state.
+    pub fe: P,
 }
 
-impl FlowState {
-    /// State at the start of a trace or of a parallel chunk at `cursor`.
-    pub fn start(cursor: u64, chunk_start: bool) -> Self {
+impl<P> FlowState<P> {
+    /// State at the start of a trace or of a parallel chunk at `cursor`, with the front
+    /// end's state `fe` and return-compression model `ret`.
+    pub fn start(cursor: u64, chunk_start: bool, ret: RetModel, fe: P) -> Self {
         FlowState {
             mode: Mode::Unsynced,
             ip: 0,
             tnt: TntQueue::new(),
             tnt_off: 0,
-            last_ip: LastIp::unknown(),
-            last_call: if chunk_start {
-                LastCall::FromChunkStart
-            } else {
-                LastCall::AfterGap
-            },
+            ret: RetStack::new(
+                ret,
+                if chunk_start {
+                    Below::FromChunkStart
+                } else {
+                    Below::AfterGap
+                },
+            ),
+            bits: Bits::B64,
             cr3: None,
             cr3_row: None,
             open_insns: 0,
@@ -142,12 +128,11 @@ impl FlowState {
             last_insn: 0,
             partials: Partials::default(),
             decision: cursor,
-            prev: PrevFlow::Unknown,
             prev_nlip: 0,
             resumed_at: None,
             after_branch: false,
             cursor,
-            want_cyc: false,
+            fe,
         }
     }
 }
@@ -208,31 +193,38 @@ impl Partials {
     }
 }
 
-/// One flow item.
+/// One flow item, as the walker uses it: a front end's [`Raw`] item, with a FUP paired
+/// with the TIP after it.
 #[derive(Clone, Copy, Debug)]
-enum Item {
+enum Item<E> {
     Tnt {
-        tnt: Tnt,
+        tnt: TntBits,
         off: u64,
     },
-    /// `anchor`: the flow packet before it is known and is not a PGD, so tracing can
-    /// resume here.
+    /// `anchor`: tracing can resume here.
     Tip {
         ip: Option<u64>,
         off: u64,
         anchor: bool,
     },
-    /// FUP.FAR and the TIP after it (None: the next flow packet was not a TIP).
+    /// A far transfer from `ip` (FUP) and the TIP after it (None: the next flow item was
+    /// not a TIP).
     Far {
         ip: Option<u64>,
         off: u64,
         tip: Option<(Option<u64>, u64)>,
     },
-    /// FUP.PGD and a TIP right after it (a far transfer out of the region, rows 30/31).
+    /// Tracing stops at `ip` (FUP); a TIP (RTIT) or the TIP.PGD (Intel PT) after it says
+    /// where execution went.
     Pgd {
         ip: Option<u64>,
         off: u64,
         tip: Option<(Option<u64>, u64)>,
+    },
+    /// Tracing stops at the next branch that needs trace, or on reaching `ip` (TIP.PGD).
+    SyncPgd {
+        ip: Option<u64>,
+        off: u64,
     },
     Pge {
         ip: Option<u64>,
@@ -245,12 +237,78 @@ enum Item {
     TraceStop {
         off: u64,
     },
-    Error(PacketError),
-    /// (Look-ahead only) the next flow packet is a FUP.FAR or FUP.PGD, left unread.
+    /// A PSB+ says tracing is at `ip` (or off), in mode `bits`.
+    Status {
+        ip: Option<u64>,
+        bits: Option<Bits>,
+        off: u64,
+    },
+    /// An event at `ip`, or where the walk is.
+    At {
+        ip: Option<u64>,
+        off: u64,
+        what: Bound,
+    },
+    Error {
+        off: u64,
+        e: E,
+    },
+    /// (Look-ahead only) the next flow item is a FUP, left unread.
     FupNext,
-    /// (Look-ahead only) no flow packet within [`MAX_LOOKAHEAD_BYTES`] of the FUP.
+    /// (Look-ahead only) no flow item within [`MAX_LOOKAHEAD_BYTES`] of the FUP.
     NoneNear,
     End,
+}
+
+impl<E> Item<E> {
+    /// The stream offset of the packet this item came from.
+    fn offset(&self) -> Option<u64> {
+        match *self {
+            Item::Tnt { off, .. }
+            | Item::Tip { off, .. }
+            | Item::Far { off, .. }
+            | Item::Pgd { off, .. }
+            | Item::SyncPgd { off, .. }
+            | Item::Pge { off, .. }
+            | Item::BuffOvf { off, .. }
+            | Item::TraceStop { off }
+            | Item::Status { off, .. }
+            | Item::At { off, .. }
+            | Item::Error { off, .. } => Some(off),
+            Item::FupNext | Item::NoneNear | Item::End => None,
+        }
+    }
+
+    /// What it is, for error messages.
+    fn name(&self) -> &'static str {
+        match self {
+            Item::Tnt { .. } => "a TNT packet",
+            Item::Tip { .. } => "a TIP",
+            Item::Far { .. } => "a FUP.FAR",
+            Item::Pgd { .. } => "a FUP.PGD",
+            Item::SyncPgd { .. } => "a TIP.PGD",
+            Item::Pge { .. } => "an enable",
+            Item::BuffOvf { .. } => "an overflow",
+            Item::TraceStop { .. } => "TraceSTOP",
+            Item::Status { .. } => "a PSB+",
+            Item::At { .. } => "an event bound to an IP",
+            Item::Error { .. } => "a packet error",
+            Item::FupNext | Item::NoneNear | Item::End => "nothing usable",
+        }
+    }
+
+    /// An item that applies where the walk reaches its IP (`x`): a FUP-led transfer or
+    /// disable, a TIP.PGD naming its IP, a PSB+ state, an event bound to an IP.
+    fn applies_at(&self) -> Option<u64> {
+        match *self {
+            Item::Far { ip: Some(x), .. }
+            | Item::Pgd { ip: Some(x), .. }
+            | Item::SyncPgd { ip: Some(x), .. }
+            | Item::Status { ip: Some(x), .. }
+            | Item::At { ip: Some(x), .. } => Some(x),
+            _ => None,
+        }
+    }
 }
 
 thread_local! {
@@ -307,15 +365,18 @@ pub enum Role {
     /// A parallel chunk body: output starts after its first resume point (the stitch
     /// covers what comes before).
     Body,
-    /// A stitch: walks until its state equals `Target`'s.
-    Stitch(Target),
+    /// A stitch: walks until its state equals the body's start ([`Walker::target`]).
+    Stitch,
 }
 
 /// A body's initial state, which the stitch must meet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Target {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target<P> {
     pub cursor: u64,
     pub ip: u64,
+    pub bits: Bits,
+    /// The front end's state there.
+    pub fe: P,
 }
 
 /// Receives branch rows. The columns builder is the normal sink; a counting sink measures
@@ -415,30 +476,31 @@ impl RowSink for CountSink {
 }
 
 /// The instruction-flow walker over one range of the stream.
-pub struct Walker<'a, 'c, S: RowSink> {
+pub struct Walker<'a, 'c, F: Format, S: RowSink> {
     images: &'a ImageSet<'a>,
     cache: &'c mut BlockCache,
-    reader: PacketReader<'a>,
-    #[allow(dead_code)]
-    cfg: TraceConfig,
-    pub st: FlowState,
-    la: Option<Item>,
-    pending: Option<Item>,
+    front: F::Front<'a>,
+    rules: Rules,
+    pub st: FlowState<F::State>,
+    la: Option<Item<<F::Front<'a> as Front>::Error>>,
+    pending: Option<Item<<F::Front<'a> as Front>::Error>>,
     /// The CR3 of PIPs read between a FUP.FAR or FUP.PGD and its TIP, while the FUP's item
     /// waits in `la`. Such a PIP belongs to the transfer: the code up to the FUP's IP still
     /// runs in the old address space, so it takes effect when the item is consumed
     /// (fuzz finding cr3-across-psb: a block looked up with the new CR3 found no image).
     cr3_after_fup: Option<Option<u64>>,
     role: Role,
+    /// (Stitch) the body's initial state.
+    target: Option<Target<F::State>>,
     /// (Body) has resumed once; output before that is dropped.
     started: bool,
     /// Rows from here on are not decided by a packet yet.
     tail_start: usize,
     pub rows: S,
-    pub events: Vec<EventRow>,
-    pub timing: Vec<TimingFact>,
-    /// (Body) cursor and IP right after the resume point its output starts from.
-    pub body_start: Option<Target>,
+    /// Events, timing facts, and what the front end reads on the way.
+    pub facts: Facts,
+    /// (Body) cursor, IP and state right after the resume point its output starts from.
+    pub body_start: Option<Target<F::State>>,
     /// Rows and NLIP right after the last branch (for FUP.PGD's second reading).
     alt_pgd: Option<(usize, u64)>,
     /// The block at this address, from the last block's successor link.
@@ -447,86 +509,85 @@ pub struct Walker<'a, 'c, S: RowSink> {
     spin: LoopGuard,
     /// The guard fired inside the hot loop: report it from the general walk.
     stuck: bool,
-    /// Reading the packet after a FUP.FAR / FUP.PGD: a further FUP is left unread
-    /// (look-ahead never nests, so a run of FUPs cannot exhaust the stack).
-    looking_ahead: bool,
-    /// While looking ahead: no packet starting past this offset is read for the FUP.
-    la_limit: u64,
-    /// Where the reader started, and the bytes read then undone (a look-ahead), for
-    /// [`bytes_read_on_this_thread`].
-    read_from: u64,
-    undone: u64,
-    /// Events of packets read during that look-ahead (PSB, STS, PIP). They follow the
-    /// FUP in the stream, but the FUP's own event, and the rows walked up to its IP,
-    /// come out only once the FUP is applied: these wait until then, so that `events`
-    /// stays in stream order and their `seq` counts those rows.
-    deferred: Vec<EventRow>,
     /// (Body) the open instruction count was discarded (a gap) after the body's start and
     /// before any row that is kept: the stitch's open count and partial blocks do not
     /// reach the body's first row (the sequential decode loses them at that gap too).
     pub open_forgotten: bool,
+    /// Where the reader started, and the bytes read then undone (a look-ahead), for
+    /// [`bytes_read_on_this_thread`].
+    read_from: u64,
+    undone: u64,
 }
 
-impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
+type ItemOf<'a, F> = Item<<<F as Format>::Front<'a> as Front>::Error>;
+
+impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         images: &'a ImageSet<'a>,
         cache: &'c mut BlockCache,
         stream: &'a TraceStream<'a>,
-        cfg: TraceConfig,
+        cfg: &F::Config,
         end: u64,
-        st: FlowState,
+        st: FlowState<F::State>,
         role: Role,
         rows: S,
     ) -> Self {
-        let mut reader = PacketReader::new(stream, st.cursor, end, cfg.cycle_acc);
-        reader.seek(st.cursor, st.want_cyc);
-        let st_cursor = st.cursor;
+        let mut front = F::front(stream, cfg, st.cursor, end);
+        front.seek(st.cursor, &st.fe);
+        let read_from = st.cursor;
         Walker {
             images,
             cache,
-            reader,
-            cfg,
+            front,
+            rules: F::rules(cfg),
             st,
             la: None,
             cr3_after_fup: None,
             pending: None,
             role,
+            target: None,
             started: role != Role::Body,
             tail_start: 0,
             rows,
-            events: Vec::new(),
-            timing: Vec::new(),
+            facts: Facts::default(),
             body_start: None,
             alt_pgd: None,
             hint: None,
             spin: LoopGuard::default(),
             stuck: false,
-            looking_ahead: false,
-            la_limit: u64::MAX,
-            read_from: st_cursor,
-            undone: 0,
-            deferred: Vec::new(),
             open_forgotten: false,
+            read_from,
+            undone: 0,
         }
     }
 
+    /// A stitch meeting `target` (a body's start).
+    pub fn with_target(mut self, target: Target<F::State>) -> Self {
+        self.role = Role::Stitch;
+        self.target = Some(target);
+        self
+    }
+
     /// The state to hand on (valid after `Stop::End`, when nothing is looked ahead).
-    pub fn exit_state(&self) -> FlowState {
+    pub fn exit_state(&self) -> FlowState<F::State> {
         let mut s = self.st.clone();
-        s.cursor = self.reader.pos();
-        s.want_cyc = self.reader.wants_cyc();
+        s.cursor = self.front.pos();
+        self.front.save(&mut s.fe);
         s
     }
 
     /// Let the stitch read further (into the next chunk).
     pub fn end(&self) -> u64 {
-        self.reader.end()
+        self.front.end()
     }
 
     pub fn extend(&mut self, end: u64, role: Role) {
-        self.reader.set_end(end);
+        self.front.set_end(end);
         self.role = role;
+        if role != Role::Stitch {
+            self.target = None;
+        }
     }
 
     /// Walk until the range ends or the role says stop.
@@ -537,7 +598,8 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 _ => self.idle(),
             };
             if let Some(stop) = r {
-                self.flush_deferred(u64::MAX);
+                self.facts.seq = self.rows.len() as u64;
+                self.facts.flush_deferred(u64::MAX);
                 if stop == Stop::End && self.role == Role::Sequential {
                     // End of the trace: rows after the last decided one are unproven.
                     self.drop_tail();
@@ -550,35 +612,8 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     // ----- output -------------------------------------------------------------------
 
     fn event(&mut self, offset: u64, kind: EventKind, ip: Option<u64>, detail: String) {
-        let e = EventRow {
-            seq: self.rows.len() as u64,
-            offset,
-            kind,
-            ip,
-            tsc: None,
-            detail,
-        };
-        if self.looking_ahead {
-            self.deferred.push(e);
-        } else {
-            self.flush_deferred(offset);
-            self.events.push(e);
-        }
-    }
-
-    /// Emit the deferred look-ahead events that precede stream offset `before`, counting
-    /// the rows walked since they were read.
-    #[inline]
-    fn flush_deferred(&mut self, before: u64) {
-        if self.deferred.is_empty() {
-            return;
-        }
-        let seq = self.rows.len() as u64;
-        let k = self.deferred.partition_point(|e| e.offset < before);
-        for mut e in self.deferred.drain(..k) {
-            e.seq = seq;
-            self.events.push(e);
-        }
+        self.facts.seq = self.rows.len() as u64;
+        self.facts.event(offset, kind, ip, detail);
     }
 
     #[inline]
@@ -634,9 +669,9 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     }
 
     /// Execution leaves the current block at `st.ip` without its branch (an interrupt,
-    /// FUP.PGD, FUP.BuffOvf, TraceSTOP, a FUP.PGE while tracing): the instructions it ran
-    /// make a partial block, from `block_start` through `last_insn`. It counts in
-    /// coverage with the next row, which carries its instructions.
+    /// a disable, an overflow, TraceSTOP, an enable while tracing): the instructions it ran
+    /// make a partial block, from `block_start` through `last_insn`. It counts in coverage
+    /// with the next row, which carries its instructions.
     fn close_block(&mut self) {
         let n = self.st.open_insns.saturating_sub(self.st.block_base);
         if n > 0 {
@@ -672,10 +707,10 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         if self.rows.len() > self.tail_start {
             self.rows.truncate(self.tail_start);
             let n = self.tail_start as u64;
-            for e in self.events.iter_mut().chain(&mut self.deferred) {
+            for e in self.facts.events.iter_mut().chain(&mut self.facts.deferred) {
                 e.seq = e.seq.min(n);
             }
-            for t in &mut self.timing {
+            for t in &mut self.facts.timing {
                 t.row = t.row.min(n);
             }
         }
@@ -691,7 +726,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         // Whatever it was, even unknown at a chunk's start: after a gap the sequential
         // decode has lost it too, and a stitch that converged before the gap must not
         // hand its own value on past it (fuzz finding stitch-last-call).
-        self.st.last_call = LastCall::AfterGap;
+        self.st.ret.reset(Below::AfterGap);
     }
 
     /// Tracing resumes at `ip`, decided by the packet at `off`.
@@ -706,163 +741,137 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             // A body's output starts here; the stitch covers everything before.
             self.started = true;
             self.rows.truncate(0);
-            self.events.clear();
-            self.deferred.clear();
-            self.timing.clear();
+            self.facts.events.clear();
+            self.facts.deferred.clear();
+            self.facts.timing.clear();
             self.tail_start = 0;
             self.forget_open();
             // That was the body's start, not a gap after it.
             self.open_forgotten = false;
+            let mut fe = self.st.fe.clone();
+            self.front.save(&mut fe);
             self.body_start = Some(Target {
-                cursor: self.reader.pos(),
+                cursor: self.front.pos(),
                 ip,
+                bits: self.st.bits,
+                fe,
             });
+        }
+    }
+
+    /// The execution mode changes: blocks are looked up in the new mode from here on.
+    fn set_bits(&mut self, bits: Bits) {
+        if self.st.bits != bits {
+            self.st.bits = bits;
+            self.hint = None;
         }
     }
 
     // ----- packets ----------------------------------------------------------------
 
-    /// Next flow item; timing packets, PSB and PIP on the way are taken in order.
-    fn next_item(&mut self) -> Item {
-        if !self.looking_ahead {
+    /// Next flow item; what the front end reads on the way goes to `facts`.
+    fn next_item(&mut self) -> ItemOf<'a, F> {
+        self.facts.seq = self.rows.len() as u64;
+        if !self.facts.looking_ahead {
             // The FUP whose look-ahead read them has been applied.
-            self.flush_deferred(u64::MAX);
+            self.facts.flush_deferred(u64::MAX);
         }
         if let Some(it) = self.pending.take() {
             return it;
         }
-        loop {
-            let (pos, want_cyc) = (self.reader.pos(), self.reader.wants_cyc());
-            if self.looking_ahead && pos > self.la_limit {
-                return Item::NoneNear;
-            }
-            let p = match self.reader.next_packet() {
-                None => return Item::End,
-                Some(Err(e)) => {
-                    self.st.last_ip.forget();
-                    self.st.prev = PrevFlow::Unknown;
-                    return Item::Error(e);
+        // What to restore if this is a FUP whose look-ahead runs off the range: the state
+        // before this call (the packets before the FUP are read again, with the same
+        // result).
+        let before_pos = self.front.pos();
+        let before_fe = self.st.fe.clone();
+        let before_cr3 = self.st.cr3;
+        let (ne, nd, nt) = (
+            self.facts.events.len(),
+            self.facts.deferred.len(),
+            self.facts.timing.len(),
+        );
+        let raw = self.front.next(&mut self.st.fe, &mut self.facts);
+        if let Some(cr3) = self.facts.cr3.take() {
+            self.set_cr3(cr3);
+        }
+        match raw {
+            Raw::Tnt { tnt, off } => Item::Tnt { tnt, off },
+            Raw::Tip { ip, off, anchor } => Item::Tip { ip, off, anchor },
+            Raw::TipPgd { ip, off } => Item::SyncPgd { ip, off },
+            Raw::Pge { ip, off } => Item::Pge { ip, off },
+            Raw::Ovf { ip, off } => Item::BuffOvf { ip, off },
+            Raw::Stop { off } => Item::TraceStop { off },
+            Raw::Status { ip, bits, off } => Item::Status { ip, bits, off },
+            Raw::At { ip, off, what } => Item::At { ip, off, what },
+            Raw::Error { off, e } => Item::Error { off, e },
+            Raw::Limit => Item::NoneNear,
+            Raw::End => Item::End,
+            Raw::Fup { ip, off, role } => {
+                let mut st = self.st.clone();
+                st.fe = before_fe;
+                st.cr3 = before_cr3;
+                let before = Snapshot {
+                    pos: before_pos,
+                    st,
+                    events: ne,
+                    deferred: nd,
+                    timing: nt,
+                };
+                if self.facts.looking_ahead {
+                    // Right after another FUP: leave it unread for the next item.
+                    self.undo(&before);
+                    return Item::FupNext;
                 }
-                Some(Ok(p)) => p,
-            };
-            let off = p.offset;
-            match p.packet {
-                Packet::Psb => self.event(off, EventKind::Psb, None, String::new()),
-                Packet::Mtc { tsc, .. } => self.timing_fact(off, TimingKind::Mtc, tsc as u64, None),
-                Packet::Cyc { value, .. } => {
-                    self.timing_fact(off, TimingKind::Cyc, value as u64, None)
-                }
-                Packet::Sts { acbr, tsc, .. } => {
-                    // Whether the ratio changed is known only in stream order, which a
-                    // chunk does not have: every STS is reported here and the emitter
-                    // keeps those that change it (see `chunk::Decoded::append`).
-                    self.timing_fact(off, TimingKind::Sts, tsc, Some(acbr));
-                    self.event(off, EventKind::FreqChange, None, acbr.to_string());
-                }
-                Packet::Pip { cr3, pg } => {
-                    self.set_cr3(Some(cr3));
-                    let detail = format!("cr3={cr3:#x} pg={}", pg as u8);
-                    self.event(off, EventKind::Paging, None, detail);
-                }
-                Packet::Fup(FupKind::Pcc, pl) => {
-                    let ip = self.st.last_ip.update(&pl);
-                    self.timing_fact(off, TimingKind::Pcc, ip.unwrap_or(0), None);
-                }
-                Packet::Tnt(tnt) => {
-                    self.st.prev = PrevFlow::Tnt;
-                    return Item::Tnt { tnt, off };
-                }
-                Packet::Tip(pl) => {
-                    let ip = self.st.last_ip.update(&pl);
-                    if let PrevFlow::BuffOvf(Some(x)) = self.st.prev {
-                        if ip == Some(x) {
-                            // E5: a spurious TIP after FUP.BuffOvf, with its IP: ignored.
-                            self.st.prev = PrevFlow::Tip;
-                            continue;
+                // PIPs read with the FUP came before it; those read looking for its TIP
+                // belong to the transfer.
+                let cr3_at_fup = self.st.cr3;
+                match self.tip_after(&before, off) {
+                    None => Item::End,
+                    Some(tip) => {
+                        self.hold_cr3(cr3_at_fup);
+                        match (role, tip) {
+                            (FupRole::Pgd, t) => Item::Pgd {
+                                ip,
+                                off,
+                                tip: t.map(|t| (t.0, t.1)),
+                            },
+                            (FupRole::Async, Some((t, toff, true))) => Item::Pgd {
+                                ip,
+                                off,
+                                tip: Some((t, toff)),
+                            },
+                            (FupRole::Far | FupRole::Async, t) => Item::Far {
+                                ip,
+                                off,
+                                tip: t.filter(|t| !t.2).map(|t| (t.0, t.1)),
+                            },
                         }
                     }
-                    let anchor = !matches!(self.st.prev, PrevFlow::Unknown | PrevFlow::Pgd);
-                    self.st.prev = PrevFlow::Tip;
-                    return Item::Tip { ip, off, anchor };
-                }
-                Packet::Fup(FupKind::Far, pl) => {
-                    let before = self.snapshot(pos, want_cyc);
-                    if self.looking_ahead {
-                        // Right after another FUP: leave it unread for the next item.
-                        self.undo(&before);
-                        return Item::FupNext;
-                    }
-                    let ip = self.st.last_ip.update(&pl);
-                    self.st.prev = PrevFlow::Far;
-                    return match self.tip_after(&before) {
-                        Some(tip) => {
-                            self.hold_cr3(before.st.cr3);
-                            Item::Far { ip, off, tip }
-                        }
-                        None => Item::End,
-                    };
-                }
-                Packet::Fup(FupKind::Pgd, pl) => {
-                    let before = self.snapshot(pos, want_cyc);
-                    if self.looking_ahead {
-                        // Right after another FUP: leave it unread for the next item.
-                        self.undo(&before);
-                        return Item::FupNext;
-                    }
-                    let ip = self.st.last_ip.update(&pl);
-                    self.st.prev = PrevFlow::Pgd;
-                    return match self.tip_after(&before) {
-                        Some(tip) => {
-                            self.hold_cr3(before.st.cr3);
-                            Item::Pgd { ip, off, tip }
-                        }
-                        None => Item::End,
-                    };
-                }
-                Packet::Fup(FupKind::Pge, pl) => {
-                    let ip = self.st.last_ip.update(&pl);
-                    self.st.prev = PrevFlow::Pge;
-                    return Item::Pge { ip, off };
-                }
-                Packet::Fup(FupKind::BuffOvf, pl) => {
-                    let ip = self.st.last_ip.update(&pl);
-                    self.st.prev = PrevFlow::BuffOvf(ip);
-                    return Item::BuffOvf { ip, off };
-                }
-                Packet::TraceStop => {
-                    self.st.prev = PrevFlow::TraceStop;
-                    return Item::TraceStop { off };
                 }
             }
         }
     }
 
-    /// What to restore if the look-ahead after a FUP runs off the end of the range.
-    fn snapshot(&self, pos: u64, want_cyc: bool) -> Snapshot {
-        Snapshot {
-            pos,
-            want_cyc,
-            st: self.st.clone(),
-            events: self.events.len(),
-            deferred: self.deferred.len(),
-            timing: self.timing.len(),
-        }
-    }
-
-    /// After a FUP.FAR or FUP.PGD: the TIP that follows, if the next flow packet is one
-    /// (another item is kept for later). `None` when the range ends first: everything
-    /// since `before` is undone, so the FUP is read again by whoever reads on.
-    #[allow(clippy::option_option)]
-    fn tip_after(&mut self, before: &Snapshot) -> Option<Option<(Option<u64>, u64)>> {
-        self.looking_ahead = true;
-        self.la_limit = before.pos.saturating_add(MAX_LOOKAHEAD_BYTES);
+    /// After a FUP at `fup_off`: the TIP (or, last field true, TIP.PGD) that follows, if
+    /// the next flow item is one (another item is kept for later). `None` when the range
+    /// ends first: everything since `before` is undone, so the FUP is read again by
+    /// whoever reads on.
+    #[allow(clippy::option_option, clippy::type_complexity)]
+    fn tip_after(
+        &mut self,
+        before: &Snapshot<F::State>,
+        fup_off: u64,
+    ) -> Option<Option<(Option<u64>, u64, bool)>> {
+        self.facts.looking_ahead = true;
+        self.facts.limit = fup_off.saturating_add(MAX_LOOKAHEAD_BYTES);
         let next = self.next_item();
-        self.looking_ahead = false;
-        self.la_limit = u64::MAX;
+        self.facts.looking_ahead = false;
+        self.facts.limit = u64::MAX;
         match next {
-            Item::Tip { ip, off, .. } => Some(Some((ip, off))),
+            Item::Tip { ip, off, .. } => Some(Some((ip, off, false))),
+            Item::SyncPgd { ip, off } => Some(Some((ip, off, true))),
             // At the end of the trace nothing follows: no TIP.
-            Item::End if self.reader.ends_at_stream_end() => Some(None),
+            Item::End if self.front.ends_at_stream_end() => Some(None),
             Item::End => {
                 self.undo(before);
                 None
@@ -897,27 +906,18 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     }
 
     /// Go back to `before`: the packets read since are read again by whoever reads on.
-    fn undo(&mut self, before: &Snapshot) {
-        self.events.truncate(before.events);
-        self.deferred.truncate(before.deferred);
-        self.timing.truncate(before.timing);
+    fn undo(&mut self, before: &Snapshot<F::State>) {
+        self.facts.events.truncate(before.events);
+        self.facts.deferred.truncate(before.deferred);
+        self.facts.timing.truncate(before.timing);
         self.st = before.st.clone();
-        self.undone += self.reader.pos().saturating_sub(before.pos);
-        self.reader.seek(before.pos, before.want_cyc);
-    }
-
-    fn timing_fact(&mut self, offset: u64, kind: TimingKind, raw: u64, ratio: Option<u8>) {
-        self.timing.push(TimingFact {
-            offset,
-            kind,
-            raw,
-            ratio,
-            row: self.rows.len() as u64,
-        });
+        self.undone += self.front.pos().saturating_sub(before.pos);
+        self.front.seek(before.pos, &self.st.fe);
+        self.hint = None;
     }
 
     /// The next item without consuming it.
-    fn peek(&mut self) -> Item {
+    fn peek(&mut self) -> ItemOf<'a, F> {
         if let Some(it) = self.la {
             return it;
         }
@@ -942,8 +942,8 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         self.consume();
         match it {
             Item::End => return Some(Stop::End),
-            Item::Error(e) => {
-                self.event(e.offset, EventKind::Error, None, e.kind.to_string());
+            Item::Error { off, e } => {
+                self.event(off, EventKind::Error, None, e.to_string());
                 self.st.mode = Mode::Unsynced;
             }
             Item::Pge { ip, off } => match ip {
@@ -956,11 +956,12 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             Item::BuffOvf { ip, off } => {
                 self.event(off, EventKind::Overflow, ip, String::new());
                 if ip.is_some() || self.started || self.role != Role::Body {
-                    self.st.last_call = LastCall::None;
+                    // No RET is compressed across an overflow (RTIT 4.2.5, SDM 36.4.2.16).
+                    self.st.ret.reset(Below::Empty);
                 } else {
                     // A body that cannot read this FUP's IP stays unsynced, and the
                     // sequential decode, which could, may trace calls before the body's
-                    // first resume point: there LAST_CALL_NLIP is still unknown, not
+                    // first resume point: there the return state is still unknown, not
                     // cleared (fuzz finding buffovf-before-body-start).
                 }
                 match ip {
@@ -980,7 +981,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     self.resume(t, toff);
                 }
             }
-            Item::Pgd { ip, off, .. } => {
+            Item::Pgd { ip, off, .. } | Item::SyncPgd { ip, off } => {
                 if self.st.mode != Mode::Disabled {
                     self.event(off, EventKind::Disable, ip, String::new());
                 }
@@ -989,6 +990,24 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     self.st.mode = Mode::Disabled;
                 }
             }
+            Item::Status { ip, bits, off } => {
+                if let Some(b) = bits {
+                    self.set_bits(b);
+                }
+                match ip {
+                    // The PSB+ says where execution is: tracing was on all along.
+                    Some(ip) => {
+                        self.event(off, EventKind::Resync, Some(ip), String::new());
+                        self.resume(ip, off);
+                    }
+                    None => {
+                        if self.st.mode == Mode::Unsynced {
+                            self.st.mode = Mode::Disabled;
+                        }
+                    }
+                }
+            }
+            Item::At { ip, off, what } => self.bound_event(ip, off, what),
             Item::Tnt { tnt, off } => {
                 if self.st.mode == Mode::Disabled {
                     self.event(
@@ -1009,15 +1028,22 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         None
     }
 
+    /// An event bound to an IP is applied (the walk is there, or not tracing).
+    fn bound_event(&mut self, ip: Option<u64>, off: u64, what: Bound) {
+        if let Bound::ExecMode(b) = what {
+            self.set_bits(b);
+        }
+        let (kind, detail) = what.event();
+        self.event(off, kind, ip, detail);
+    }
+
     // ----- tracing -------------------------------------------------------------------
 
     /// For a stitch: has the walk met the body's initial state, or passed it?
     #[inline]
     fn at_target(&self) -> Option<Stop> {
-        let Role::Stitch(t) = self.role else {
-            return None;
-        };
-        let pos = self.reader.pos();
+        let t = self.target.as_ref()?;
+        let pos = self.front.pos();
         if self.la.is_some() || self.pending.is_some() {
             return None;
         }
@@ -1025,8 +1051,14 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             && self.st.mode == Mode::Tracing
             && self.st.tnt.is_empty()
             && self.st.ip == t.ip
+            && self.st.bits == t.bits
         {
-            return Some(Stop::Converged);
+            let mut fe = self.st.fe.clone();
+            self.front.save(&mut fe);
+            if fe == t.fe {
+                return Some(Stop::Converged);
+            }
+            return Some(Stop::Diverged);
         }
         if pos > t.cursor {
             return Some(Stop::Diverged);
@@ -1034,45 +1066,27 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         None
     }
 
-    /// Something the trace and the code disagree on: report it with the offset of the
-    /// packet involved and resync.
     /// Offset of the packet read ahead and not yet used.
     fn la_offset(&self) -> Option<u64> {
-        match self.la {
-            Some(
-                Item::Tnt { off, .. }
-                | Item::Tip { off, .. }
-                | Item::Far { off, .. }
-                | Item::Pgd { off, .. }
-                | Item::Pge { off, .. }
-                | Item::BuffOvf { off, .. }
-                | Item::TraceStop { off },
-            ) => Some(off),
-            Some(Item::Error(e)) => Some(e.offset),
-            Some(Item::FupNext | Item::NoneNear | Item::End) | None => None,
-        }
+        self.la.and_then(|it| it.offset())
     }
 
+    /// Something the trace and the code disagree on: report it with the offset of the
+    /// packet involved and resync.
     fn inconsistent(&mut self, what: &str) {
         if self.pgd_second_reading() {
             return;
         }
         let (off, found) = match self.la {
-            Some(Item::Tnt { off, .. }) => (off, "a TNT packet"),
-            Some(Item::Tip { off, .. }) => (off, "a TIP"),
-            Some(Item::Far { off, .. }) => (off, "a FUP.FAR"),
-            Some(Item::Pgd { off, .. }) => (off, "a FUP.PGD"),
-            Some(Item::Pge { off, .. }) => (off, "a FUP.PGE"),
-            Some(Item::BuffOvf { off, .. }) => (off, "a FUP.BuffOvf"),
-            Some(Item::TraceStop { off }) => (off, "TraceSTOP"),
-            _ => (self.reader.pos(), "nothing usable"),
+            Some(it) if it.offset().is_some() => (it.offset().unwrap_or(0), it.name()),
+            _ => (self.front.pos(), "nothing usable"),
         };
         self.consume();
         let ip = self.st.ip;
         self.gap(off, format!("{what} at {ip:#x}, found {found}"));
     }
 
-    /// Make sure a TNT bit is queued, reading the next flow packet if needed.
+    /// Make sure a TNT bit is queued, reading the next flow item if needed.
     #[inline]
     fn need_bit(&mut self) -> Result<(), Option<Stop>> {
         if !self.st.tnt.is_empty() {
@@ -1080,8 +1094,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         }
         if self.la.is_none() && self.pending.is_none() {
             // The common case, a TNT byte next: skip the general packet path.
-            if let Some((tnt, off)) = self.reader.try_tnt() {
-                self.st.prev = PrevFlow::Tnt;
+            if let Some((tnt, off)) = self.front.try_tnt(&mut self.st.fe) {
                 self.st.cr3_row = self.st.cr3;
                 self.st.tnt.push(tnt);
                 self.st.tnt_off = off;
@@ -1100,6 +1113,27 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         }
     }
 
+    /// The TIP an indirect branch (or, with [`FarRule::TipOnly`], a far branch) needs.
+    /// With deferred TIPs (SDM 36.4.2.3) it may come after the TNT bits of the branches
+    /// that followed: queued already, or in the TNT packet next, whose bits are queued.
+    /// Returns the next item, for the caller to match (not consumed).
+    fn tip_for_indirect(&mut self) -> Result<ItemOf<'a, F>, ()> {
+        if !self.st.tnt.is_empty() && !self.rules.deferred_tips {
+            return Err(());
+        }
+        let it = self.peek();
+        if let (Item::Tnt { tnt, off }, true) = (it, self.rules.deferred_tips) {
+            if self.st.tnt.is_empty() {
+                // The in-progress TNT, then the deferred TIP after it.
+                self.consume();
+                self.st.tnt.push(tnt);
+                self.st.tnt_off = off;
+                return Ok(self.peek());
+            }
+        }
+        Ok(it)
+    }
+
     /// Walk instructions while tracing.
     fn walk(&mut self) -> Option<Stop> {
         loop {
@@ -1112,13 +1146,13 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 return Some(s);
             }
             if self.st.tnt.is_empty() {
-                // Nothing queued: the next flow packet says what happens next.
+                // Nothing queued: the next flow item says what happens next.
                 match self.peek() {
                     Item::Tnt { .. } | Item::Tip { .. } | Item::FupNext | Item::NoneNear => {}
                     Item::End => return Some(Stop::End),
-                    Item::Error(e) => {
+                    Item::Error { off, e } => {
                         self.consume();
-                        self.gap(e.offset, e.kind.to_string());
+                        self.gap(off, e.to_string());
                         return None;
                     }
                     Item::Pge { .. } | Item::BuffOvf { .. } | Item::TraceStop { .. } => {
@@ -1135,9 +1169,9 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                             // An asynchronous far transfer (interrupt, exception) before
                             // the instruction at X.
                             self.consume();
-                            self.event(off, EventKind::Interrupt, Some(x), String::new());
                             match tip {
                                 Some((Some(t), _)) => {
+                                    self.event(off, EventKind::Interrupt, Some(x), went_to(tip));
                                     self.close_block();
                                     self.st.ip = t;
                                     self.enter_block(t);
@@ -1146,6 +1180,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                                     continue;
                                 }
                                 _ => {
+                                    self.event(off, EventKind::Interrupt, Some(x), String::new());
                                     self.gap(off, "FUP.FAR without a TIP".to_string());
                                     return None;
                                 }
@@ -1153,9 +1188,28 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                         }
                     }
                     Item::Pgd {
-                        ip: Some(x), off, ..
+                        ip: Some(x),
+                        off,
+                        tip,
                     } => {
                         if x == self.st.ip && !self.far_ahead(x) {
+                            self.consume();
+                            self.close_block();
+                            self.event(off, EventKind::Disable, Some(x), went_to(tip));
+                            self.decided(off);
+                            self.st.mode = Mode::Disabled;
+                            return None;
+                        }
+                        if self.st.after_branch && self.rules.far == FarRule::FupAndTip {
+                            // If the walk cannot reach X, the PGD may name the sequential
+                            // NLIP of this branch (a jump out of the region): remember it.
+                            self.alt_pgd = Some((self.rows.len(), self.st.prev_nlip));
+                        }
+                    }
+                    Item::SyncPgd { ip: Some(x), off } => {
+                        if x == self.st.ip {
+                            // Tracing stopped on reaching X (a direct branch out of the
+                            // region, SDM 36.4.2.5).
                             self.consume();
                             self.close_block();
                             self.event(off, EventKind::Disable, Some(x), String::new());
@@ -1163,11 +1217,41 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                             self.st.mode = Mode::Disabled;
                             return None;
                         }
-                        if self.st.after_branch {
-                            // If the walk cannot reach X, the PGD may name the sequential
-                            // NLIP of this branch (a jump out of the region): remember it.
-                            self.alt_pgd = Some((self.rows.len(), self.st.prev_nlip));
+                    }
+                    // Binds to the next branch that needs trace (below).
+                    Item::SyncPgd { ip: None, .. } => {}
+                    Item::Status { ip: Some(x), bits, off } => {
+                        if x == self.st.ip {
+                            // A PSB+ while tracing: the walk is where it says.
+                            self.consume();
+                            if let Some(b) = bits {
+                                self.set_bits(b);
+                            }
+                            self.decided(off);
+                            continue;
                         }
+                    }
+                    Item::Status { ip: None, off, .. } => {
+                        self.consume();
+                        self.close_block();
+                        self.gap(off, "a PSB+ says tracing is off while tracing".to_string());
+                        return None;
+                    }
+                    Item::At {
+                        ip: Some(x),
+                        off,
+                        what,
+                    } => {
+                        if x == self.st.ip {
+                            self.consume();
+                            self.bound_event(Some(x), off, what);
+                            continue;
+                        }
+                    }
+                    Item::At { ip: None, off, what } => {
+                        self.consume();
+                        self.bound_event(None, off, what);
+                        continue;
                     }
                     Item::Far { ip: None, .. } | Item::Pgd { ip: None, .. } => {
                         self.inconsistent("a FUP whose IP is unknown");
@@ -1183,17 +1267,18 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             // Walk one block: the successor link of the last one, or a lookup.
             let bi = match self.hint {
                 Some((ip, bi)) if ip == self.st.ip => bi,
-                _ => self.cache.index(self.images, self.st.ip, self.st.cr3),
+                _ => self
+                    .cache
+                    .index(self.images, self.st.ip, self.st.cr3, self.st.bits),
             };
             self.hint = None;
             let h = self.cache.hot(bi);
             let (start, n, end, class, last_ip, target, next) = (
                 self.st.ip, h.insns, h.end, h.class, h.last_ip, h.target, h.next,
             );
-            // A pending FUP.FAR / FUP.PGD inside this block applies at its address.
+            // An item pending at an address inside this block applies there.
             if self.st.tnt.is_empty() {
-                if let Some(Item::Far { ip: Some(x), .. } | Item::Pgd { ip: Some(x), .. }) = self.la
-                {
+                if let Some(x) = self.la.and_then(|it| it.applies_at()) {
                     if x > start && x <= last_ip {
                         let b = self.cache.block(bi);
                         if let Some(k) = b.index_of(x) {
@@ -1230,7 +1315,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     };
                     // Where the decode stands: at a packet read ahead, if any (it is
                     // still to be used, e.g. as the resume point), else the reader.
-                    let off = self.la_offset().unwrap_or(self.reader.pos());
+                    let off = self.la_offset().unwrap_or(self.front.pos());
                     self.st.ip = next;
                     self.gap(off, format!("{why} {next:#x}"));
                     return None;
@@ -1238,6 +1323,24 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
             }
             self.st.open_insns += n;
             self.st.prev_nlip = next;
+            // A TIP.PGD waiting binds to this branch if it needs trace.
+            if self.st.tnt.is_empty() && class.needs_trace() {
+                if let Some(Item::SyncPgd { ip, off }) = self.la {
+                    {
+                        self.consume();
+                        let kind = class.branch_kind().expect("a branch");
+                        let taken = class != InsnClass::Cond || ip == Some(target);
+                        self.row(last_ip, ip, kind, taken, off);
+                        self.decided(off);
+                        if class.is_near_call() {
+                            self.st.ret.call(next, false);
+                        }
+                        self.event(off, EventKind::Disable, ip, String::new());
+                        self.st.mode = Mode::Disabled;
+                        return None;
+                    }
+                }
+            }
             match class {
                 InsnClass::Cond => {
                     if let Err(stop) = self.need_bit() {
@@ -1267,7 +1370,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 InsnClass::Call => {
                     let off = self.st.decision;
                     self.row(last_ip, Some(target), BranchKind::Call, true, off);
-                    self.st.last_call = LastCall::Known(next);
+                    self.st.ret.call(next, target == next);
                     self.st.ip = target;
                     self.link(bi, 1, target);
                     self.stuck = self.moved_without_packet(target);
@@ -1293,19 +1396,21 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                             );
                             return None;
                         }
-                        match self.st.last_call {
-                            LastCall::Known(to) => {
+                        match self.st.ret.ret() {
+                            Ok(to) => {
                                 self.push_row(last_ip, Some(to), BranchKind::Ret, true, true, off);
                                 self.decided(off);
                                 self.st.ip = to;
                             }
-                            LastCall::FromChunkStart if self.role == Role::Body => {
+                            Err(NoTarget::Below(Below::FromChunkStart))
+                                if self.role == Role::Body =>
+                            {
                                 // The return address is in an earlier chunk: this body
                                 // started too early. Start over after this TNT packet.
                                 self.restart();
                                 return None;
                             }
-                            _ => {
+                            Err(_) => {
                                 self.st.open_insns -= n;
                                 self.gap(
                                     off,
@@ -1340,7 +1445,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                     } else {
                         BranchKind::CallInd
                     };
-                    if !self.st.tnt.is_empty() {
+                    let Ok(it) = self.tip_for_indirect() else {
                         self.st.open_insns -= n;
                         let off = self.st.tnt_off;
                         self.gap(
@@ -1348,8 +1453,8 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                             format!("TNT bits left at the indirect branch at {last_ip:#x}"),
                         );
                         return None;
-                    }
-                    match self.peek() {
+                    };
+                    match it {
                         Item::Tip {
                             ip: Some(to), off, ..
                         } => {
@@ -1357,7 +1462,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                             self.row(last_ip, Some(to), kind, true, off);
                             self.decided(off);
                             if class == InsnClass::CallInd {
-                                self.st.last_call = LastCall::Known(next);
+                                self.st.ret.call(next, false);
                             }
                             self.st.ip = to;
                         }
@@ -1368,6 +1473,37 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                         _ => {
                             self.st.open_insns -= n;
                             self.inconsistent("expected a TIP for the indirect branch");
+                            return None;
+                        }
+                    }
+                }
+                InsnClass::Far | InsnClass::Syscall if self.rules.far == FarRule::TipOnly => {
+                    let kind = class.branch_kind().expect("far");
+                    let Ok(it) = self.tip_for_indirect() else {
+                        self.st.open_insns -= n;
+                        let off = self.st.tnt_off;
+                        self.gap(
+                            off,
+                            format!("TNT bits left at the far transfer at {last_ip:#x}"),
+                        );
+                        return None;
+                    };
+                    match it {
+                        Item::Tip {
+                            ip: Some(to), off, ..
+                        } => {
+                            self.consume();
+                            self.row(last_ip, Some(to), kind, true, off);
+                            self.decided(off);
+                            self.st.ip = to;
+                        }
+                        Item::End => {
+                            self.st.open_insns -= n;
+                            return Some(Stop::End);
+                        }
+                        _ => {
+                            self.st.open_insns -= n;
+                            self.inconsistent("expected a TIP for the far transfer");
                             return None;
                         }
                     }
@@ -1432,14 +1568,15 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     /// before any instruction ran, or the far transfer that ends a loop back here with no
     /// packet on the way (a syscall whose NLIP is `x`, as in `_exit`'s `syscall; jmp`
     /// loop). The second reading wins when the code from `x` reaches such a far transfer
-    /// through direct branches only.
+    /// through direct branches only. Only where far branches send a FUP at their NLIP
+    /// ([`FarRule::FupAndTip`]); elsewhere a FUP names where an event struck.
     fn far_ahead(&mut self, x: u64) -> bool {
-        if self.st.resumed_at != Some(x) {
+        if self.st.resumed_at != Some(x) || self.rules.far != FarRule::FupAndTip {
             return false;
         }
         let mut ip = x;
         for _ in 0..64 {
-            let bi = self.cache.index(self.images, ip, self.st.cr3);
+            let bi = self.cache.index(self.images, ip, self.st.cr3, self.st.bits);
             let b = self.cache.block(bi);
             if b.end != BlockEnd::Branch {
                 return false;
@@ -1466,7 +1603,9 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         let (
             Some((rows, nlip)),
             Some(Item::Pgd {
-                ip: Some(x), off, ..
+                ip: Some(x),
+                off,
+                tip,
             }),
         ) = (self.alt_pgd, self.la)
         else {
@@ -1478,7 +1617,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
         self.consume();
         self.rows.truncate(rows);
         self.forget_open();
-        self.event(off, EventKind::Disable, Some(x), String::new());
+        self.event(off, EventKind::Disable, Some(x), went_to(tip));
         self.decided(off);
         self.st.mode = Mode::Disabled;
         self.alt_pgd = None;
@@ -1486,17 +1625,18 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     }
 
     /// The hot loop: while TNT bits are queued, walk blocks that end in a conditional
-    /// branch, a direct jump or call, or a compressed return, without looking at packets
-    /// (no asynchronous FUP can apply while bits are queued, and a stitch cannot meet its
-    /// target). Returns whether it walked anything; anything else goes to the general
-    /// walk.
+    /// branch, a direct jump or call, without looking at packets (no asynchronous event
+    /// can apply while bits are queued, and a stitch cannot meet its target). Returns
+    /// whether it walked anything; anything else goes to the general walk.
     #[inline]
     fn fast_walk(&mut self) -> bool {
         let mut walked = false;
         while !self.st.tnt.is_empty() {
             let bi = match self.hint {
                 Some((ip, bi)) if ip == self.st.ip => bi,
-                _ => self.cache.index(self.images, self.st.ip, self.st.cr3),
+                _ => self
+                    .cache
+                    .index(self.images, self.st.ip, self.st.cr3, self.st.bits),
             };
             let h = self.cache.hot(bi);
             if h.end != BlockEnd::Branch {
@@ -1513,7 +1653,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
                 }
                 InsnClass::Jmp => (1, h.target, BranchKind::Jmp, true, self.st.decision),
                 InsnClass::Call => {
-                    self.st.last_call = LastCall::Known(h.next);
+                    self.st.ret.call(h.next, h.target == h.next);
                     (1, h.target, BranchKind::Call, true, self.st.decision)
                 }
                 _ => {
@@ -1546,7 +1686,7 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     /// true when that proves it is going round a cycle (see [`LoopGuard`]).
     #[inline]
     fn moved_without_packet(&mut self, to: u64) -> bool {
-        self.spin.step(to, self.reader.pos(), self.st.tnt)
+        self.spin.step(to, self.front.pos(), self.st.tnt)
     }
 
     /// The walk is in a cycle of direct branches that never reaches the packet it waits
@@ -1583,31 +1723,40 @@ impl<'a, 'c, S: RowSink> Walker<'a, 'c, S> {
     /// (Body) discard everything and look for a resume point again.
     fn restart(&mut self) {
         self.rows.truncate(0);
-        self.events.clear();
-        self.deferred.clear();
-        self.timing.clear();
+        self.facts.events.clear();
+        self.facts.deferred.clear();
+        self.facts.timing.clear();
         self.tail_start = 0;
         self.started = false;
         self.body_start = None;
         self.st.mode = Mode::Unsynced;
         self.st.tnt.clear();
+        // What the next resume point's return state lies on is the stitch's again.
+        self.st.ret.reset(Below::FromChunkStart);
         self.forget_open();
         self.open_forgotten = false;
     }
 }
 
-impl<S: RowSink> Drop for Walker<'_, '_, S> {
+impl<F: Format, S: RowSink> Drop for Walker<'_, '_, F, S> {
     fn drop(&mut self) {
-        let read = self.reader.pos().saturating_sub(self.read_from) + self.undone;
+        let read = self.front.pos().saturating_sub(self.read_from) + self.undone;
         READ.with(|r| r.set(r.get() + read));
     }
 }
 
+/// An `events` detail naming where a transfer went (the TIP after a FUP), if it says.
+fn went_to(tip: Option<(Option<u64>, u64)>) -> String {
+    match tip.and_then(|t| t.0) {
+        Some(t) => format!("to {t:#x}"),
+        None => String::new(),
+    }
+}
+
 /// What to restore when a look-ahead runs off the end of the range.
-struct Snapshot {
+struct Snapshot<P> {
     pos: u64,
-    want_cyc: bool,
-    st: FlowState,
+    st: FlowState<P>,
     events: usize,
     deferred: usize,
     timing: usize,
@@ -1616,11 +1765,11 @@ struct Snapshot {
 #[cfg(test)]
 mod tests {
     use crate::chunk::{decode_all, Input};
-    use crate::config::TraceConfig;
     use crate::image::ImageSet;
-    use crate::packet::PSB_BYTES;
+    use crate::rtit::clock::TimingConfig;
+    use crate::rtit::packet::PSB_BYTES;
+    use crate::rtit::{Rtit, TraceConfig};
     use crate::stream::TraceStream;
-    use crate::timing::TimingConfig;
     use tracemill_schemas::EventKind;
 
     /// `trace` over `images` decoded sequentially and in chunks of one PSB each (RTIT_CTL
@@ -1631,7 +1780,7 @@ mod tests {
     ) -> Vec<(u64, crate::chunk::Decoded)> {
         let stream = TraceStream::linear(trace);
         let cfg = TraceConfig::from_ctl(0);
-        let input = Input {
+        let input = Input::<Rtit> {
             stream: &stream,
             images,
             cfg,

@@ -41,6 +41,10 @@ impl InsnClass {
     pub fn is_far(self) -> bool {
         matches!(self, InsnClass::Far | InsnClass::Syscall)
     }
+    /// The branch needs a packet to be followed (all but direct jumps and calls).
+    pub fn needs_trace(self) -> bool {
+        !matches!(self, InsnClass::Other | InsnClass::Jmp | InsnClass::Call)
+    }
     pub fn branch_kind(self) -> Option<BranchKind> {
         Some(match self {
             InsnClass::Other => return None,
@@ -130,10 +134,20 @@ pub fn classify(ins: &Instruction) -> InsnClass {
     }
 }
 
-/// Decode the instruction at `ip` whose bytes start `bytes`.
+/// Decode the 64-bit instruction at `ip` whose bytes start `bytes`.
 #[inline]
 pub fn decode_insn(bytes: &[u8], ip: u64) -> Result<InsnInfo, InsnError> {
-    let mut dec = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    decode_insn_in(bytes, ip, crate::front::Bits::B64)
+}
+
+/// Decode the instruction at `ip` whose bytes start `bytes`, as `bits` code.
+#[inline]
+pub fn decode_insn_in(
+    bytes: &[u8],
+    ip: u64,
+    bits: crate::front::Bits,
+) -> Result<InsnInfo, InsnError> {
+    let mut dec = Decoder::with_ip(bits.bitness(), bytes, ip, DecoderOptions::NONE);
     let mut ins = Instruction::default();
     dec.decode_out(&mut ins);
     info_of(&ins).ok_or(InsnError::Invalid)

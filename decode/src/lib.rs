@@ -1,21 +1,39 @@
 //! # tracemill-decode
 //!
-//! Pure decoding of Intel RTIT traces (Real Time Instruction Trace, the Silvermont/Airmont
-//! Atom trace) over byte slices. No files, no Arrow: bytes in, packets and rows out.
-//! Intel PT's packet layer sits beside RTIT's in [`pt`] (packets, PSB search, Last IP,
-//! timing, and a ptdump-compatible listing); [`sniff`] tells the two formats apart.
+//! Pure decoding of processor traces over byte slices: Intel RTIT (Real Time Instruction
+//! Trace, the Silvermont/Airmont Atom trace) and Intel PT (Processor Trace, every Intel
+//! core since Broadwell). No files, no Arrow: bytes in, packets and rows out.
+//!
+//! Two front ends over one core:
+//!
+//! ```text
+//!   rtit/ (packet, sync, last_ip, config, clock)    pt/ (packet, sync, last_ip, cpu, config,
+//!        Rtit: Format, RtitFront: Front                 time, clock, front) Pt: Format
+//!                    \                                   /
+//!                     `-- front: Raw flow items, Facts, Rules --'
+//!                                      |
+//!   flow (Walker, FlowState)  block (BlockCache)  retstack  tnt  loop_guard
+//!   chunk (plan, bodies, stitch, Stitcher)  timing (Timeline over a format's Clock)
+//!   rows, piece, coverage: the output
+//! ```
+//!
+//! The core is generic over [`front::Format`] and knows neither format by name: what
+//! differs is a front end's business, or one of the few [`front::Rules`] it sets.
 //!
 //! Layers, bottom up (each a module with its own tests):
-//! - [`packet`]: the packet codec (spec chapter 4) and a zero-copy [`packet::PacketReader`];
-//! - [`sync`]: PSB search, the only way to find packet boundaries in raw bytes;
 //! - [`stream`]: the trace bytes in time order (plain file or rotated ring dump);
-//! - [`last_ip`], [`tnt`]: the small decoding states (LAST_LIP, queued TNT bits);
+//! - [`rtit`], [`pt`]: each format's packets, PSB search, IP decompression, settings,
+//!   clock and front end; [`sniff`] tells the two apart;
+//! - [`front`]: the flow items and the traits a format implements;
+//! - [`tnt`], [`retstack`]: the small decoding states (queued TNT bits, return
+//!   compression);
 //! - [`image`], [`insn`], [`block`]: code images, instruction classes, the basic-block cache;
+//! - [`flow`], [`chunk`], [`timing`]: the walker, parallel chunks and stitching, time;
 //! - [`rows`]: output columns.
 //!
 //! ```
-//! use tracemill_decode::{packet::Packet, stream::TraceStream};
-//! use tracemill_decode::packet::PacketReader;
+//! use tracemill_decode::{rtit::packet::Packet, stream::TraceStream};
+//! use tracemill_decode::rtit::packet::PacketReader;
 //!
 //! // PSB, then a one-bit TNT (taken).
 //! let bytes = [0xC0, 0, 0, 0, 0, 0, 0, 0, 0, 0b11];
@@ -29,23 +47,23 @@
 
 pub mod block;
 pub mod chunk;
-pub mod config;
 pub mod coverage;
 pub mod flow;
+pub mod front;
 pub mod image;
 pub mod insn;
-pub mod last_ip;
 pub mod loop_guard;
-pub mod packet;
 pub mod piece;
 pub mod pt;
+pub mod retstack;
 pub mod rows;
+pub mod rtit;
 pub mod sniff;
 pub mod stream;
-pub mod sync;
 pub mod timing;
 pub mod tnt;
 
-pub use config::TraceConfig;
-pub use packet::{FupKind, IpPayload, Packet, PacketError, Parsed, Tnt};
+pub use front::Format;
+pub use pt::Pt;
+pub use rtit::{Rtit, TraceConfig};
 pub use stream::TraceStream;

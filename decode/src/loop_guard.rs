@@ -68,7 +68,7 @@ impl LoopGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::Tnt;
+    use crate::front::TntBits as Tnt;
 
     /// Walk a function `next` from `start` without consuming anything; the step at which
     /// the guard fires, if within `limit`.

@@ -46,7 +46,7 @@ pub struct Sniffed {
 /// one search per pattern, the second bounded by the first's hit).
 pub fn sniff(stream: &TraceStream<'_>) -> Option<Sniffed> {
     let pt = crate::pt::sync::next_psb(stream, 0);
-    let rtit = crate::sync::next_psb_before(stream, 0, pt.unwrap_or(u64::MAX));
+    let rtit = crate::rtit::sync::next_psb_before(stream, 0, pt.unwrap_or(u64::MAX));
     match (rtit, pt) {
         (Some(r), _) => Some(Sniffed {
             format: TraceFormat::Rtit,
@@ -83,7 +83,7 @@ mod tests {
 
     #[test]
     fn the_first_psb_names_the_format() {
-        let rtit = crate::packet::PSB_BYTES;
+        let rtit = crate::rtit::packet::PSB_BYTES;
         let pt = crate::pt::packet::PSB_BYTES;
         let mut d = vec![0x55, 0x00];
         d.extend_from_slice(&pt);

@@ -3,7 +3,7 @@
 //! packets (only FUP, TIP and PIP force out a partial TNT), so the queue does not care
 //! where one TNT packet ends and the next begins.
 
-use crate::packet::Tnt;
+use crate::front::TntBits;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TntQueue {
@@ -28,10 +28,14 @@ impl TntQueue {
 
     /// Append the bits of a TNT packet after those already queued.
     #[inline]
-    pub fn push(&mut self, t: Tnt) {
+    pub fn push(&mut self, t: TntBits) {
+        // The walker queues a packet's bits only when the queue is empty, or (deferred
+        // TIPs) one packet on top of fewer bits than a TNT-8 holds: never more than 64.
         debug_assert!(self.len + t.len <= 64);
-        self.bits = (self.bits << t.len) | t.bits as u64;
-        self.len += t.len;
+        let t_len = t.len.min(64 - self.len);
+        let oldest = t.bits.checked_shr((t.len - t_len) as u32).unwrap_or(0);
+        self.bits = self.bits.checked_shl(t_len as u32).unwrap_or(0) | oldest;
+        self.len += t_len;
     }
 
     /// Take the oldest bit.
@@ -54,12 +58,12 @@ mod tests {
     #[test]
     fn bits_come_out_oldest_first_across_packets() {
         let mut q = TntQueue::new();
-        q.push(Tnt {
+        q.push(TntBits {
             bits: 0b101,
             len: 3,
         });
         assert_eq!(q.pop(), Some(true));
-        q.push(Tnt { bits: 0b0, len: 1 });
+        q.push(TntBits { bits: 0b0, len: 1 });
         assert_eq!(q.len(), 3);
         assert_eq!(q.pop(), Some(false));
         assert_eq!(q.pop(), Some(true));

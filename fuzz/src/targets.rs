@@ -11,10 +11,10 @@ use std::sync::OnceLock;
 use tracemill_decode::block::{build_block, BlockCache, BlockEnd};
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::image::ImageSet;
-use tracemill_decode::packet::{parse_one, Packet, PacketError, PacketReader, Parsed, PSB_BYTES};
+use tracemill_decode::rtit::packet::{parse_one, Packet, PacketError, PacketReader, Parsed, PSB_BYTES};
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::sync::{find_psbs, next_psb};
-use tracemill_decode::timing::TimingConfig;
+use tracemill_decode::rtit::sync::{find_psbs, next_psb};
+use tracemill_decode::rtit::clock::TimingConfig;
 use tracemill_decode::TraceConfig;
 
 use tracemill_decode::pt;
@@ -279,7 +279,7 @@ impl Case {
     pub fn decode(&self, chunk_bytes: u64) -> Decoded {
         let stream = TraceStream::linear(&self.trace);
         let cfg = TraceConfig::from_ctl(self.ctl);
-        let input = Input {
+        let input = Input::<tracemill_decode::Rtit> {
             stream: &stream,
             images: images(self.images),
             cfg,
@@ -724,7 +724,7 @@ pub fn elf(file: &[u8]) {
                     );
                 }
                 let _ = set.image_of(a, c);
-                let i = cache.index(&set, a, c);
+                let i = cache.index(&set, a, c, tracemill_decode::front::Bits::B64);
                 let _ = cache.block(i);
             }
         }

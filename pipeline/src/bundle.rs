@@ -8,10 +8,10 @@ use tracemill_datasets::bundle::{
     open_regular, read_manifest_text, ImageEntry, ImageKind, Manifest,
 };
 use tracemill_datasets::collected;
-use tracemill_decode::config::TraceConfig;
+use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_decode::image::{ImageError, ImageSet};
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::timing::TimingConfig;
+use tracemill_decode::rtit::clock::TimingConfig;
 
 /// A file's bytes: memory-mapped when it has any (an empty file cannot be mapped), or
 /// assembled in memory (a trace collected as a ToPA dump or a trace-hub capture), or bytes
@@ -345,6 +345,13 @@ impl Bundle {
             path_warnings,
             in_memory: false,
         })
+    }
+
+    /// The Intel PT configuration (`format = "pt"`): IA32_RTIT_CTL and `[pt]`.
+    pub fn pt_config(&self) -> Result<tracemill_decode::pt::PtConfig> {
+        self.manifest
+            .pt_config()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.dir.join("bundle.toml").display()))
     }
 
     /// The trace configuration from the bundle's RTIT_CTL.

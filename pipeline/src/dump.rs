@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::Result;
-use tracemill_decode::config::{mtc_shift, TraceConfig};
-use tracemill_decode::last_ip::LastIp;
-use tracemill_decode::packet::{Packet, PacketReader};
+use tracemill_decode::rtit::config::{mtc_shift, TraceConfig};
+use tracemill_decode::rtit::last_ip::LastIp;
+use tracemill_decode::rtit::packet::{Packet, PacketReader};
 use tracemill_decode::pt::{
     self,
     last_ip::LastIp as PtLastIp,
@@ -17,7 +17,7 @@ use tracemill_decode::pt::{
     PtConfig,
 };
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::sync::next_psb;
+use tracemill_decode::rtit::sync::next_psb;
 
 /// Counts for `--stats`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

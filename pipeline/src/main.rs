@@ -10,7 +10,7 @@ use tracemill::bundle::{map_file, parse_image_arg, Bundle};
 use tracemill::errors::error_text;
 use tracemill::run::{self, Tables};
 use tracemill_datasets::bundle::{parse_u64, Manifest, TraceFormat as BundleFormat};
-use tracemill_decode::config::TraceConfig;
+use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_decode::pt::{listing::ListingOptions, PtConfig};
 use tracemill_decode::sniff::{self, TraceFormat as SniffedFormat};
 use tracemill_decode::stream::TraceStream;

@@ -24,10 +24,15 @@ use tracemill_decode::chunk::{
     decode_body, plan_chunks_with, Body, Chunk, Input, Piece, Sequencer, Stitcher,
 };
 use tracemill_decode::coverage::Coverage;
+use tracemill_decode::front::Format as TraceFormat;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns};
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::timing::Timeline;
+use tracemill_decode::pt::clock::PtTiming;
+use tracemill_decode::pt::cpu::Errata;
+use tracemill_decode::sniff::{self, TraceFormat as SniffedFormat};
+use tracemill_decode::timing::{Clock, Timeline};
+use tracemill_decode::{Pt, Rtit};
 use tracemill_schemas::{BranchKind, EventKind, TABLES};
 use tracemill_sinks::{
     EncodedRowGroup, FileMeta, Format, RowGroupEncoder, TableWriter, WriterOptions, Written,
@@ -189,6 +194,47 @@ const RELEASE_STEP: u64 = 16 << 20;
 /// the writer thread ([`Writers`]: append encoded row groups and small tables, rename
 /// into place at the end).
 pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
+    let format = bundle.manifest.format.decode_format();
+    // A trace of the other format would decode into garbage: refuse it by name.
+    if let Some(msg) = sniff::mismatch(&bundle.stream(), format) {
+        bail!("{}: {msg}", bundle.trace_path.display());
+    }
+    let mut warnings = Vec::new();
+    match format {
+        SniffedFormat::Rtit => {
+            let cfg = bundle.trace_config();
+            if cfg.reserved_bits() != 0 {
+                warnings.push(format!(
+                    "rtit_ctl {:#x} sets reserved bits {:#x}; decoding as given",
+                    cfg.ctl,
+                    cfg.reserved_bits()
+                ));
+            }
+            decode_as::<Rtit>(bundle, opts, cfg, bundle.timing_config(), warnings)
+        }
+        SniffedFormat::Pt => {
+            let cfg = bundle.pt_config()?;
+            if let Some(cpu) = cfg.cpu {
+                if Errata::for_cpu(&cpu).is_err() {
+                    warnings.push(format!(
+                        "no Intel PT errata known for cpu {cpu}; decoding without workarounds"
+                    ));
+                }
+            }
+            let timing = PtTiming::new(&cfg);
+            decode_as::<Pt>(bundle, opts, cfg, timing, warnings)
+        }
+    }
+}
+
+/// [`decode`] in format `F`, with its configuration and the warnings choosing it raised.
+fn decode_as<F: TraceFormat>(
+    bundle: &Bundle,
+    opts: &Options,
+    cfg: F::Config,
+    timing: <F::Clock as Clock>::Config,
+    warnings: Vec<String>,
+) -> Result<Report> {
     let t0 = Instant::now();
     if opts.out.is_some() && opts.batches.is_some() {
         bail!("decode writes files (out) or hands batches to a consumer (batches), not both");
@@ -196,13 +242,13 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     let stream = bundle.stream();
     let images_and_problems = bundle.image_set();
     let images = &images_and_problems.0;
-    let plan = plan(bundle, &stream, images, images_and_problems.1, opts)?;
+    let plan = plan::<F>(bundle, &stream, images, images_and_problems.1, warnings, opts)?;
     let mut report = plan.report.clone();
-    let input = Input {
+    let input = Input::<F> {
         stream: &stream,
         images,
-        cfg: bundle.trace_config(),
-        timing: bundle.timing_config(),
+        cfg,
+        timing,
     };
 
     let meta = file_meta(bundle);
@@ -259,7 +305,8 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
         for _ in 0..window {
             slot_tx.send(()).expect("room for every slot");
         }
-        let (body_tx, body_rx) = crossbeam_channel::unbounded::<(usize, Body<BranchColumns>)>();
+        let (body_tx, body_rx) =
+            crossbeam_channel::unbounded::<(usize, Body<F, BranchColumns>)>();
         let (input_ref, pool_ref, chunks_ref, caches_ref) = (&input, &pool, &plan.chunks, &caches);
         let producer = s.spawn(move || {
             produce(
@@ -310,14 +357,14 @@ struct Plan {
 /// Fails only when nothing can be decoded (no PSB at all). Only the bytes from each cut
 /// to the next PSB are searched (the readers find the PSBs inside a chunk as they go), so
 /// planning neither reads the whole trace nor holds a list that grows with it.
-fn plan(
+fn plan<F: TraceFormat>(
     bundle: &Bundle,
     stream: &TraceStream<'_>,
     images: &ImageSet<'_>,
     image_problems: Vec<String>,
+    format_warnings: Vec<String>,
     opts: &Options,
 ) -> Result<Plan> {
-    let cfg = bundle.trace_config();
     let mut report = Report {
         trace_bytes: stream.len(),
         jobs: opts.jobs.max(1),
@@ -326,17 +373,11 @@ fn plan(
             .iter()
             .chain(&bundle.trace_problems)
             .cloned()
+            .chain(format_warnings)
             .chain(image_problems)
             .collect(),
         ..Report::default()
     };
-    if cfg.reserved_bits() != 0 {
-        report.warnings.push(format!(
-            "rtit_ctl {:#x} sets reserved bits {:#x}; decoding as given",
-            cfg.ctl,
-            cfg.reserved_bits()
-        ));
-    }
     if images.segments().is_empty() {
         report
             .warnings
@@ -346,7 +387,7 @@ fn plan(
         .chunk_bytes
         .unwrap_or_else(|| default_chunk_bytes(stream.len(), report.jobs));
     let mut released = 0;
-    let chunks = plan_chunks_with(stream, chunk_bytes, |done| {
+    let chunks = plan_chunks_with::<F>(stream, chunk_bytes, |done| {
         if done >= released + RELEASE_STEP {
             bundle.release_trace_before(done);
             released = done;
@@ -370,13 +411,13 @@ fn plan(
 /// producer waits for slots outside the pool, so no pool thread ever blocks on a channel:
 /// the row-group encodings the consumer spawns on the same pool always find a thread
 /// (with one job, blocking inside the pool would deadlock).
-fn produce(
-    input: &Input<'_>,
+fn produce<F: TraceFormat>(
+    input: &Input<'_, F>,
     pool: &rayon::ThreadPool,
     chunks: &[Chunk],
     caches: &[Mutex<BlockCache>],
     slots: crossbeam_channel::Receiver<()>,
-    bodies: crossbeam_channel::Sender<(usize, Body<BranchColumns>)>,
+    bodies: crossbeam_channel::Sender<(usize, Body<F, BranchColumns>)>,
 ) {
     pool.in_place_scope(|sc| {
         for (i, c) in chunks.iter().enumerate() {
@@ -398,20 +439,20 @@ fn produce(
 
 /// Stage 3, on the calling thread: bodies in chunk order are stitched, timed, numbered,
 /// counted, and sent on to the writer.
-struct Ordered<'r, 'a> {
+struct Ordered<'r, 'a, F: TraceFormat> {
     bundle: &'r Bundle,
-    input: &'r Input<'a>,
+    input: &'r Input<'a, F>,
     plan: &'r Plan,
     pool: &'r rayon::ThreadPool,
     tx: crossbeam_channel::Sender<ToWriter>,
     progress: bool,
 }
 
-impl Ordered<'_, '_> {
+impl<F: TraceFormat> Ordered<'_, '_, F> {
     fn run(
         self,
         mut out: Emitter,
-        bodies: crossbeam_channel::Receiver<(usize, Body<BranchColumns>)>,
+        bodies: crossbeam_channel::Receiver<(usize, Body<F, BranchColumns>)>,
         slots: crossbeam_channel::Sender<()>,
         report: &mut Report,
     ) {
@@ -427,7 +468,7 @@ impl Ordered<'_, '_> {
             );
             b
         });
-        let mut timeline = Timeline::new(self.input.timing);
+        let mut timeline = Timeline::<F::Clock>::new(&self.input.timing);
         let mut stitcher = Stitcher::new(self.input);
         let first_psb = self.plan.chunks[0].start;
         let mut junk = (first_psb > 0).then(|| EventRow {

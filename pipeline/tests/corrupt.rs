@@ -13,11 +13,11 @@ use tracemill::run;
 use tracemill_datasets::bundle::{ImageEntry, ImageKind};
 use tracemill_datasets::rng::Rng;
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
-use tracemill_decode::config::TraceConfig;
+use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::BranchColumns;
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::sync::find_psbs;
+use tracemill_decode::rtit::sync::find_psbs;
 use tracemill_schemas::EventKind;
 
 fn sample(name: &str) -> (Bundle, Truth) {
@@ -32,11 +32,11 @@ fn decode_bytes(b: &Bundle, bytes: &[u8], ctl: u64, chunk: u64) -> Decoded {
 
 fn decode_with(images: &ImageSet<'_>, bytes: &[u8], ctl: u64, chunk: u64) -> Decoded {
     let stream = TraceStream::linear(bytes);
-    let input = Input {
+    let input = Input::<tracemill_decode::Rtit> {
         stream: &stream,
         images,
         cfg: TraceConfig::from_ctl(ctl),
-        timing: tracemill_decode::timing::TimingConfig::new(
+        timing: tracemill_decode::rtit::clock::TimingConfig::new(
             &TraceConfig::from_ctl(ctl),
             Some(20),
             true,
@@ -251,7 +251,7 @@ fn a_missing_image_is_reported_with_addresses_and_decoding_goes_on() {
 fn a_wrong_rtit_ctl_still_decodes_to_the_end() {
     // recursion was traced cycle-accurate: without Cycle_Acc, CYC bytes read as packets.
     let (b, _) = sample("recursion");
-    let ctl = b.manifest.rtit_ctl & !tracemill_decode::config::ctl::CYCLE_ACC;
+    let ctl = b.manifest.rtit_ctl & !tracemill_decode::rtit::config::ctl::CYCLE_ACC;
     let d = decode_bytes(&b, &b.trace, ctl, u64::MAX);
     assert!(!errors(&d).is_empty());
     let psbs = d.events.iter().filter(|e| e.kind == EventKind::Psb).count();
@@ -262,7 +262,7 @@ fn a_wrong_rtit_ctl_still_decodes_to_the_end() {
     assert_eq!(d.events, p.events);
     // And the reverse: Cycle_Acc claimed for a trace without CYC packets.
     let (b, _) = sample("callbacks");
-    let ctl = b.manifest.rtit_ctl | tracemill_decode::config::ctl::CYCLE_ACC;
+    let ctl = b.manifest.rtit_ctl | tracemill_decode::rtit::config::ctl::CYCLE_ACC;
     let d = decode_bytes(&b, &b.trace, ctl, u64::MAX);
     assert!(!errors(&d).is_empty());
     let p = decode_bytes(&b, &b.trace, ctl, 4096);

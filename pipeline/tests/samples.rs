@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use tracemill::bundle::Bundle;
 use tracemill::run::{self, Tables};
-use tracemill_decode::config::TraceConfig;
+use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_decode::rows::BranchColumns;
 
 fn open(dir: &std::path::Path) -> Bundle {

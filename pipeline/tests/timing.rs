@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use tracemill::bundle::Bundle;
 use tracemill_decode::chunk::Decoded;
-use tracemill_decode::config::{ctl, TraceConfig};
+use tracemill_decode::rtit::config::{ctl, TraceConfig};
 use tracemill_decode::rows::{BranchColumns, EventRow};
 use tracemill_schemas::EventKind;
 

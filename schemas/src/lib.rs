@@ -105,13 +105,24 @@ string_enum! {
         /// Decoding found its place again after an error or at the start of the trace.
         Resync = "resync",
         /// An asynchronous far transfer (interrupt, exception) at `ip` (FUP.FAR not caused
-        /// by a branch instruction).
+        /// by a branch instruction; Intel PT's FUP + TIP); `detail` says where it went.
         Interrupt = "interrupt",
+        /// The execution mode changed at `ip` (Intel PT MODE.Exec): `detail` is `16-bit`,
+        /// `32-bit` or `64-bit`.
+        ExecMode = "exec_mode",
+        /// Transactional execution (Intel PT MODE.TSX) at `ip`: `detail` is `begin`,
+        /// `commit` or `abort`.
+        Tsx = "tsx",
+        /// A PTWRITE instruction at `ip` (Intel PT PTW): `detail` is its operand.
+        Ptwrite = "ptwrite",
+        /// Power events (Intel PT EXSTOP, MWAIT, PWRE, PWRX): `detail` says which.
+        Power = "power",
     }
 }
 
 string_enum! {
-    /// Which timing packet a `timing` row comes from (spec 4.2.6, 4.2.12–4.2.15).
+    /// Which timing packet a `timing` row comes from (RTIT 4.2.6, 4.2.12–4.2.15; Intel PT
+    /// SDM 36.4.2.10–36.4.2.14).
     TimingKind {
         /// Mini time counter: eight TSC bits.
         Mtc = "mtc",
@@ -121,6 +132,12 @@ string_enum! {
         Cyc = "cyc",
         /// Periodic cycle count (FUP.PCC).
         Pcc = "pcc",
+        /// Intel PT TSC: the time stamp counter's bits 55:0.
+        Tsc = "tsc",
+        /// Intel PT TMA: the core crystal clock and fast counter at the last TSC.
+        Tma = "tma",
+        /// Intel PT CBR: the core:bus ratio.
+        Cbr = "cbr",
     }
 }
 
@@ -142,6 +159,9 @@ mod tests {
             EventKind::from_name("trace_stop"),
             Some(EventKind::TraceStop)
         );
-        assert_eq!(TimingKind::names(), vec!["mtc", "sts", "cyc", "pcc"]);
+        assert_eq!(
+            TimingKind::names(),
+            vec!["mtc", "sts", "cyc", "pcc", "tsc", "tma", "cbr"]
+        );
     }
 }

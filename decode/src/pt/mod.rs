@@ -7,7 +7,23 @@
 //! - [`cpu`], [`config`]: the processor and its errata, the recording settings;
 //! - [`time`]: the TSC estimate from TSC, TMA, MTC, CBR and CYC (36.8.3);
 //! - [`encode`]: packets to bytes (round trips, trace generators);
-//! - [`listing`]: libipt ptdump's listing, line for line.
+//! - [`listing`]: libipt ptdump's listing, line for line;
+//! - [`front`]: packets to the flow items of the shared core (SDM 36.4's binding rules,
+//!   the errata), and [`Pt`], the [`Format`];
+//! - [`clock`]: the time the shared timeline places on rows.
+//!
+//! What is Intel PT's own, and where it lives:
+//!
+//! | rule | here |
+//! |---|---|
+//! | TIP alone for a far branch; FUP + TIP only for asynchronous events | [`FarRule::TipOnly`] |
+//! | the 64-entry return stack a compressed RET pops (36.4.2.2) | [`RetModel::Stack64`] |
+//! | deferred TIPs (36.4.2.3) | [`Rules::deferred_tips`] |
+//! | Last IP reset at every PSB; PSB+ gives the IP, mode and CR3 | [`front::PtFront`] |
+//! | which packet a MODE, OVF, PTW, EXSTOP, MWAIT, PWRE binds to | [`front`] |
+//! | TIP.PGD alone: disable at the next branch that needs trace | [`crate::front::Raw::TipPgd`] |
+//! | errata BDM70, SKD010, APL11, APL12 (flow); SKD007, SKZ84 (packets) | [`front`], [`packet`] |
+//! | TSC, TMA, MTC, CYC, CBR | [`clock::PtClock`] |
 //!
 //! ```
 //! use tracemill_decode::pt::{cpu::Errata, packet::Packet, sync::PacketReader};
@@ -29,9 +45,11 @@
 //! assert_eq!(ips, [Some(0x401000)]);
 //! ```
 
+pub mod clock;
 pub mod config;
 pub mod cpu;
 pub mod encode;
+pub mod front;
 pub mod last_ip;
 pub mod listing;
 pub mod packet;
@@ -41,3 +59,48 @@ pub mod time;
 pub use config::PtConfig;
 pub use packet::{Packet, PacketError, PacketErrorKind, Parsed};
 pub use sync::PacketReader;
+
+use crate::front::{FarRule, Format, RetModel, Rules};
+use crate::stream::TraceStream;
+
+/// The Intel PT format.
+#[derive(Clone, Copy, Debug)]
+pub struct Pt;
+
+impl Format for Pt {
+    type Config = PtConfig;
+    type Front<'a> = front::PtFront<'a>;
+    type State = front::State;
+    type Clock = clock::PtClock;
+    const NAME: &'static str = "pt";
+    const TITLE: &'static str = "Intel PT";
+    const PSB_LEN: u64 = packet::PSB_LEN;
+
+    fn rules(_cfg: &PtConfig) -> Rules {
+        Rules {
+            // With DisRETC set no RET is compressed: the stack is kept but never popped.
+            ret: RetModel::Stack64,
+            far: FarRule::TipOnly,
+            deferred_tips: true,
+        }
+    }
+
+    fn start_state(_cfg: &PtConfig, _chunk_start: bool) -> front::State {
+        // At a PSB everything the front end keeps is reset (36.4.2.2, 36.4.2.17); at the
+        // start of a trace too.
+        front::State::default()
+    }
+
+    fn front<'a>(
+        stream: &'a TraceStream<'a>,
+        cfg: &PtConfig,
+        start: u64,
+        end: u64,
+    ) -> front::PtFront<'a> {
+        front::PtFront::new(stream, start, end, cfg.errata)
+    }
+
+    fn next_psb_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u64> {
+        sync::next_psb_before(stream, from, to)
+    }
+}

@@ -62,12 +62,13 @@ pub fn find_psbs(stream: &TraceStream<'_>) -> Vec<u64> {
 
 /// Reads Intel PT packets from a stream range, one at a time, without copying it.
 ///
-/// PSBs are hard boundaries, as in the RTIT reader ([`crate::packet::PacketReader`]): a
+/// PSBs are hard boundaries, as in the RTIT reader ([`crate::rtit::packet::PacketReader`]): a
 /// packet that would run into the next PSB is reported truncated, and after any error
 /// reading resumes at the next PSB. Every reader over the same bytes therefore agrees on
 /// packet boundaries however the stream was cut into chunks. (libipt's packet decoder
 /// does not bound packets by PSBs; `listing` reproduces its behaviour where ptdump's
 /// output depends on it.)
+#[derive(Clone)]
 pub struct PacketReader<'s> {
     stream: &'s TraceStream<'s>,
     pos: u64,

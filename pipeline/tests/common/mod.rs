@@ -210,7 +210,7 @@ pub fn decode(b: &Bundle, chunk: u64) -> Decoded {
 /// RTIT_CTL, in this thread, with chunks of at least `chunk` bytes.
 pub fn decode_stream(b: &Bundle, stream: &TraceStream<'_>, chunk: u64) -> Decoded {
     let (images, _) = b.image_set();
-    let input = Input {
+    let input = Input::<tracemill_decode::Rtit> {
         stream,
         images: &images,
         cfg: b.trace_config(),

@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use crate::packet::PSB_BYTES;
+use super::packet::PSB_BYTES;
 use crate::stream::TraceStream;
 
 fn finder() -> &'static memchr::memmem::Finder<'static> {

@@ -393,7 +393,7 @@ fn parse_cyc(b: &[u8]) -> Result<(Packet, u8), PacketErrorKind> {
 
 /// Reads packets from a stream range, one at a time, without copying the stream.
 ///
-/// PSBs (found as the reader goes, [`crate::sync::next_psb`]) are hard boundaries: a
+/// PSBs (found as the reader goes, [`super::sync::next_psb`]) are hard boundaries: a
 /// packet that would run into a PSB is reported truncated, and after any error parsing
 /// resumes at the next PSB. This makes every reader over the same bytes agree, however
 /// the stream is cut into chunks.
@@ -447,7 +447,7 @@ impl<'s> PacketReader<'s> {
     #[inline]
     fn psb_from(&mut self, pos: u64) -> Option<u64> {
         if self.searched_from > pos || self.next_psb.is_some_and(|p| p < pos) {
-            self.next_psb = crate::sync::next_psb(self.stream, pos);
+            self.next_psb = super::sync::next_psb(self.stream, pos);
             self.searched_from = pos;
         }
         self.next_psb

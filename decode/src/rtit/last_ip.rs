@@ -10,7 +10,7 @@
 //! the clear it only sends self-contained payloads, so keeping the old value is right on
 //! both sides of the clear.
 
-use crate::packet::IpPayload;
+use super::packet::IpPayload;
 
 /// Sign-extend a 48-bit linear address.
 #[inline]

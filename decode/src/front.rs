@@ -1,0 +1,382 @@
+//! The boundary between a trace format and the shared core.
+//!
+//! A *front end* ([`Front`]) reads one format's packets and hands the walker
+//! ([`crate::flow::Walker`]) format-neutral *flow items* ([`Raw`]): TNT bits, TIPs, FUPs
+//! waiting for their TIP, enables, disables, overflows, the state a PSB+ gives, and events
+//! bound to an IP. Everything else it reads on the way (PSBs, timing packets, paging) it
+//! reports as facts ([`Facts`]). The walker, the block cache, the stitcher, the timeline
+//! and the row builder see only these, and the few ways the formats' rules differ are
+//! named once in [`Rules`]. A [`Format`] ties a front end to its configuration, its clock
+//! and its PSB search; the pipeline picks one per bundle, once, at the top.
+//!
+//! | rule | RTIT (`crate::rtit`) | Intel PT (`crate::pt`) |
+//! |---|---|---|
+//! | compressed RET | reads RTIT_LAST_CALL_NLIP ([`RetModel::LastCall`]) | pops a 64-entry stack ([`RetModel::Stack64`]) |
+//! | far branch | FUP.FAR (at its NLIP) + TIP ([`FarRule::FupAndTip`]) | TIP alone ([`FarRule::TipOnly`]) |
+//! | asynchronous far transfer | FUP.FAR + TIP | FUP + TIP |
+//! | disable | FUP.PGD at the IP (+ TIP) | FUP + TIP.PGD, or TIP.PGD alone ([`Raw::TipPgd`]) |
+//! | overflow | FUP.BuffOvf with the resume IP | OVF + FUP (resume IP), or OVF alone (disabled) |
+//! | deferred TIPs | no | yes ([`Rules::deferred_tips`], SDM 36.4.2.3) |
+//! | execution mode | always 64-bit | MODE.Exec ([`Bound::ExecMode`]) |
+
+use std::fmt::{Debug, Display};
+
+use tracemill_schemas::{EventKind, TimingKind};
+
+pub use crate::retstack::RetModel;
+use crate::piece::TimingFact;
+use crate::rows::EventRow;
+use crate::stream::TraceStream;
+
+/// Taken/not-taken bits of one TNT packet: `len` bits, the oldest in bit `len - 1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TntBits {
+    pub bits: u64,
+    pub len: u8,
+}
+
+impl TntBits {
+    /// A full packet carries a CYC after it in RTIT's cycle-accurate mode (4.2.15).
+    pub fn len(&self) -> u8 {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// How instructions decode: the code segment's address size (PT's MODE.Exec, Table
+/// 36-26; RTIT traces are always 64-bit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Bits {
+    B16 = 0,
+    B32 = 1,
+    #[default]
+    B64 = 2,
+}
+
+impl Bits {
+    /// iced-x86's bitness.
+    pub fn bitness(self) -> u32 {
+        match self {
+            Bits::B16 => 16,
+            Bits::B32 => 32,
+            Bits::B64 => 64,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Bits::B16 => "16-bit",
+            Bits::B32 => "32-bit",
+            Bits::B64 => "64-bit",
+        }
+    }
+}
+
+/// What a FUP pairs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FupRole {
+    /// A far transfer from the FUP's IP; a TIP with the destination follows (RTIT
+    /// FUP.FAR).
+    Far,
+    /// Tracing stops at the FUP's IP; a TIP may follow with where execution went (RTIT
+    /// FUP.PGD).
+    Pgd,
+    /// An asynchronous event at the FUP's IP: the next packet says which. A TIP makes it
+    /// an interrupt (a far transfer), a TIP.PGD a disable (Intel PT's unbound FUP).
+    Async,
+}
+
+/// An event bound to an IP (or, with no IP, to where the walk is): it is applied when the
+/// walk reaches the IP, in stream order with the flow items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// The execution mode changes (PT MODE.Exec): instructions from the IP on decode so.
+    ExecMode(Bits),
+    /// Transactional execution began (`intx`), committed (neither) or aborted (PT
+    /// MODE.TSX).
+    Tsx { intx: bool, abort: bool },
+    /// A PTWRITE instruction at the IP wrote `payload` (`bytes` of it).
+    Ptwrite { payload: u64, bytes: u8 },
+    /// Execution stopped (PT EXSTOP): a C-state, a VMX transition, ...
+    Exstop,
+    /// An MWAIT's hints and extensions (PT MWAIT).
+    Mwait { hints: u32, ext: u32 },
+    /// Entry to a C-state (PT PWRE): resolved state and sub-state, hardware-initiated.
+    Pwre { state: u8, sub_state: u8, hw: bool },
+    /// Back to C0 (PT PWRX): last and deepest core C-state, the wake reasons.
+    Pwrx { last: u8, deepest: u8, wake: u8 },
+}
+
+impl Bound {
+    /// The `events` row kind and detail of this event.
+    pub fn event(&self) -> (EventKind, String) {
+        match *self {
+            Bound::ExecMode(b) => (EventKind::ExecMode, b.name().to_string()),
+            Bound::Tsx { intx, abort } => (
+                EventKind::Tsx,
+                if abort {
+                    "abort"
+                } else if intx {
+                    "begin"
+                } else {
+                    "commit"
+                }
+                .to_string(),
+            ),
+            Bound::Ptwrite { payload, bytes } => {
+                (EventKind::Ptwrite, format!("{payload:#x} ({bytes} bytes)"))
+            }
+            Bound::Exstop => (EventKind::Power, "exstop".to_string()),
+            Bound::Mwait { hints, ext } => {
+                (EventKind::Power, format!("mwait hints={hints:#x} ext={ext:#x}"))
+            }
+            Bound::Pwre {
+                state,
+                sub_state,
+                hw,
+            } => (
+                EventKind::Power,
+                format!(
+                    "pwre c{}.{}{}",
+                    (state + 1) & 0xf,
+                    (sub_state + 1) & 0xf,
+                    if hw { " hw" } else { "" }
+                ),
+            ),
+            Bound::Pwrx {
+                last,
+                deepest,
+                wake,
+            } => {
+                let mut s = format!("pwrx c{} (c{})", (last + 1) & 0xf, (deepest + 1) & 0xf);
+                for (bit, name) in [(1, "interrupt"), (4, "store"), (8, "hw")] {
+                    if wake & bit != 0 {
+                        s.push(' ');
+                        s.push_str(name);
+                    }
+                }
+                (EventKind::Power, s)
+            }
+        }
+    }
+}
+
+/// One flow packet's meaning, as a front end reads it (the walker pairs FUPs with their
+/// TIPs, see [`crate::flow`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Raw<E> {
+    /// Branch outcomes.
+    Tnt { tnt: TntBits, off: u64 },
+    /// A target IP. `anchor`: tracing may resume here after losing its place (what came
+    /// before is known and does not make this the target of a jump out of the traced
+    /// region).
+    Tip {
+        ip: Option<u64>,
+        off: u64,
+        anchor: bool,
+    },
+    /// A FUP; what it means depends on `role` and on the TIP after it.
+    Fup {
+        ip: Option<u64>,
+        off: u64,
+        role: FupRole,
+    },
+    /// Tracing stops at the next branch that needs trace, or at the direct branch to `ip`
+    /// (PT TIP.PGD without a FUP, SDM 36.4.2.5).
+    TipPgd { ip: Option<u64>, off: u64 },
+    /// Tracing starts at `ip` (RTIT FUP.PGE, PT TIP.PGE).
+    Pge { ip: Option<u64>, off: u64 },
+    /// Packets were lost; tracing resumes at `ip` (RTIT FUP.BuffOvf, PT OVF + FUP), or is
+    /// disabled when the overflow resolved (`None` from PT's OVF alone).
+    Ovf { ip: Option<u64>, off: u64 },
+    /// TraceStop.
+    Stop { off: u64 },
+    /// A PSB+ says where execution is: tracing on at `ip` (its FUP), or off (`None`),
+    /// in mode `bits` (PT). The walk must be at `ip` when it reads this.
+    Status {
+        ip: Option<u64>,
+        bits: Option<Bits>,
+        off: u64,
+    },
+    /// An event at `ip` (when the walk gets there), or where the walk is.
+    At {
+        ip: Option<u64>,
+        off: u64,
+        what: Bound,
+    },
+    /// Bytes that do not parse; the reader has moved to the next PSB.
+    Error { off: u64, e: E },
+    /// (Look-ahead only) the next packet starts past [`Facts::limit`].
+    Limit,
+    /// The end of the reader's range.
+    End,
+}
+
+/// What a front end reports besides flow items, collected by the walker: events, timing
+/// packets and CR3 changes. Events read while the walker looks ahead for a FUP's TIP
+/// wait (`deferred`) until the FUP is applied, so that `events` stays in stream order.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    pub events: Vec<EventRow>,
+    pub deferred: Vec<EventRow>,
+    pub timing: Vec<TimingFact>,
+    /// Rows emitted so far: the `seq` of an event now.
+    pub seq: u64,
+    /// The walker is reading the packets after a FUP for its TIP.
+    pub looking_ahead: bool,
+    /// A PIP set this CR3 (the last one read since the walker last looked).
+    pub cr3: Option<Option<u64>>,
+    /// No packet starting past this offset is read ([`Raw::Limit`]): the walker's bound on
+    /// how far it looks for a FUP's TIP (`u64::MAX` when it is not looking).
+    pub limit: u64,
+}
+
+impl Default for Facts {
+    fn default() -> Self {
+        Facts {
+            events: Vec::new(),
+            deferred: Vec::new(),
+            timing: Vec::new(),
+            seq: 0,
+            looking_ahead: false,
+            cr3: None,
+            limit: u64::MAX,
+        }
+    }
+}
+
+impl Facts {
+    pub fn event(&mut self, offset: u64, kind: EventKind, ip: Option<u64>, detail: String) {
+        let e = EventRow {
+            seq: self.seq,
+            offset,
+            kind,
+            ip,
+            tsc: None,
+            detail,
+        };
+        if self.looking_ahead {
+            self.deferred.push(e);
+        } else {
+            self.flush_deferred(offset);
+            self.events.push(e);
+        }
+    }
+
+    /// Emit the deferred look-ahead events that precede stream offset `before`, with the
+    /// current `seq` (they come after the rows walked since they were read).
+    #[inline]
+    pub fn flush_deferred(&mut self, before: u64) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let k = self.deferred.partition_point(|e| e.offset < before);
+        let seq = self.seq;
+        for mut e in self.deferred.drain(..k) {
+            e.seq = seq;
+            self.events.push(e);
+        }
+    }
+
+    pub fn timing(&mut self, offset: u64, kind: TimingKind, raw: u64, ratio: Option<u8>) {
+        self.timing.push(TimingFact {
+            offset,
+            kind,
+            raw,
+            ratio,
+            row: self.seq,
+        });
+    }
+
+    /// A new CR3 for image lookups.
+    pub fn cr3(&mut self, cr3: Option<u64>) {
+        self.cr3 = Some(cr3);
+    }
+}
+
+/// A format's packet reader, turning packets into flow items.
+pub trait Front {
+    /// What the reader knows beyond its position (Last IP, the previous flow packet, a
+    /// pending binding...). It travels in [`crate::flow::FlowState`]: a chunk's exit state
+    /// is where the next stitch starts, and a look-ahead that runs off the chunk is undone
+    /// by restoring it.
+    type State: Clone + Debug + PartialEq + Eq;
+    /// A packet that does not parse.
+    type Error: Copy + Debug + Display;
+
+    /// Offset of the next packet.
+    fn pos(&self) -> u64;
+    /// No packet starting at or after this offset is read.
+    fn end(&self) -> u64;
+    /// Extend the range (a stitch reading on into the next chunk).
+    fn set_end(&mut self, end: u64);
+    /// The range ends where the stream ends (not at a chunk boundary).
+    fn ends_at_stream_end(&self) -> bool;
+    /// Move to `pos` (a packet boundary this reader returned) with the reader's part of
+    /// `st` (RTIT: whether a CYC is due).
+    fn seek(&mut self, pos: u64, st: &Self::State);
+    /// Put the reader's own state at its position into `st`.
+    fn save(&self, st: &mut Self::State);
+    /// The hot path: the next packet if it is a plain TNT that needs nothing else done.
+    fn try_tnt(&mut self, st: &mut Self::State) -> Option<(TntBits, u64)>;
+    /// The next flow item; the packets before it are reported to `facts`.
+    fn next(&mut self, st: &mut Self::State, facts: &mut Facts) -> Raw<Self::Error>;
+}
+
+/// How synchronous far branches (far JMP/CALL/RET, IRET, SYSCALL, ...) show in a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FarRule {
+    /// RTIT (Table 1, 4.2.9): FUP.FAR with the branch's NLIP, then the TIP; or FUP.PGD at
+    /// the NLIP when it leaves the traced context. A FUP therefore names the NLIP of what
+    /// caused it, which two readings depend on (a FUP right after an enable may be the
+    /// loop's own far branch; a PGD after a jump may name the jump's sequential NLIP).
+    FupAndTip,
+    /// Intel PT (SDM 36.4.2.2): the TIP (or TIP.PGD) alone. A FUP always names where an
+    /// asynchronous event struck.
+    TipOnly,
+}
+
+/// The rules in which the formats differ, set once per decode by the format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    pub ret: RetModel,
+    pub far: FarRule,
+    /// A TIP may come after the TNT bits of branches that followed its indirect branch
+    /// (PT's deferred TIPs, SDM 36.4.2.3). Without it, TNT bits left at an indirect branch
+    /// are an error.
+    pub deferred_tips: bool,
+}
+
+/// A trace format: its front end, configuration, clock and PSB search. The pipeline
+/// chooses one per bundle; everything below is generic over it.
+pub trait Format: Sized + 'static {
+    /// The recording facts the decode needs (RTIT_CTL for RTIT, [`crate::pt::PtConfig`]).
+    type Config: Clone + Debug + Send + Sync;
+    type Front<'a>: Front<State = Self::State>;
+    type State: Clone + Debug + PartialEq + Eq + Send;
+    /// Turns timing packets into time, in stream order.
+    type Clock: crate::timing::Clock;
+
+    /// A short name ("rtit", "pt").
+    const NAME: &'static str;
+    /// The name people use ("RTIT", "Intel PT").
+    const TITLE: &'static str;
+
+    fn rules(cfg: &Self::Config) -> Rules;
+    /// The front-end state at the start of the trace (`chunk_start` false) or of a
+    /// parallel chunk at a PSB.
+    fn start_state(cfg: &Self::Config, chunk_start: bool) -> Self::State;
+    /// A reader of `stream[start..end)`.
+    fn front<'a>(
+        stream: &'a TraceStream<'a>,
+        cfg: &Self::Config,
+        start: u64,
+        end: u64,
+    ) -> Self::Front<'a>;
+    /// The first PSB starting in `from..to` (chunk planning).
+    fn next_psb_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u64>;
+    /// Bytes of a PSB.
+    const PSB_LEN: u64;
+}

@@ -1,0 +1,558 @@
+//! libipt's test suite against tracemill's instruction flow: every expected ptxed output
+//! in `datasets/libipt-ptt` (430, from 191 `.ptt` cases) is compared with what
+//! tracemill's own decode of the case's trace says, turned into ptxed's `--no-inst` text
+//! by a small adapter ([`Listing`]): one address per instruction, events in brackets.
+//! The decode is `chunk::decode_all::<Pt>`, the same code `tracemill decode` runs; each
+//! case is decoded sequentially and cut at every PSB, and the two must agree.
+//!
+//! libipt's script runs each case twice, with `--insn-decoder` and `--block-decoder`,
+//! against one expected output; so does this test (the adapter prints the same for both,
+//! apart from `--stat`'s block count, which only the block decoder has). A case passes
+//! when `diff -b` finds nothing. The cases that do not pass must be exactly those listed,
+//! with a reason, in `datasets/libipt-ptt/ptxed-known-failures.txt`: a new failure fails
+//! the test, and so does a listed case that now passes (the list only shrinks).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use tracemill_decode::chunk::{decode_all, Decoded, Input};
+use tracemill_decode::front::Bits;
+use tracemill_decode::image::ImageSet;
+use tracemill_decode::insn::{decode_insn_in, InsnClass};
+use tracemill_decode::pt::clock::PtTiming;
+use tracemill_decode::pt::config::{AddrRange, FilterKind};
+use tracemill_decode::pt::cpu::Cpu;
+use tracemill_decode::pt::packet::Packet;
+use tracemill_decode::pt::{PacketReader, Pt, PtConfig};
+use tracemill_decode::stream::TraceStream;
+use tracemill_schemas::{BranchKind, EventKind};
+
+fn suite() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/libipt-ptt")
+}
+
+/// One expected output: its case, its file, the load address and ptxed's words for it.
+struct Check {
+    case: String,
+    exp: String,
+    org: u64,
+    cpu: Option<String>,
+    words: Vec<String>,
+}
+
+fn checks() -> Vec<Check> {
+    let text = std::fs::read_to_string(suite().join("index.json")).expect("index.json");
+    let index: serde_json::Value = serde_json::from_str(&text).expect("index.json parses");
+    let words = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut out = Vec::new();
+    for c in index["cases"].as_array().unwrap() {
+        if !c["has_ptxed"].as_bool().unwrap_or(false) {
+            continue;
+        }
+        let name = c["name"].as_str().unwrap().to_string();
+        let org = c["org"].as_str().unwrap();
+        let org = u64::from_str_radix(org.trim_start_matches("0x"), 16).unwrap();
+        let opts = words(&c["ptxed"]);
+        let cpus = words(&c["cpus"]);
+        if cpus.is_empty() {
+            out.push(Check {
+                exp: format!("{name}-ptxed.exp"),
+                case: name.clone(),
+                org,
+                cpu: None,
+                words: opts.clone(),
+            });
+        }
+        for cpu in cpus {
+            out.push(Check {
+                exp: format!("{name}-ptxed-cpu_{}.exp", cpu.replace('/', "_")),
+                case: name.clone(),
+                org,
+                cpu: Some(cpu),
+                words: opts.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// ptxed's options that change the output.
+#[derive(Default)]
+struct Opts {
+    event_ip: bool,
+    quiet: bool,
+    stat: bool,
+    stat_insn: bool,
+    stat_blocks: bool,
+    block_decoder: bool,
+}
+
+/// The decoder's configuration and the output options from a case's words.
+fn configure(c: &Check) -> Result<(PtConfig, Opts), String> {
+    let mut cfg = PtConfig::default();
+    let mut o = Opts::default();
+    let mut addr0 = (0u8, 0u64, 0u64);
+    if let Some(cpu) = &c.cpu {
+        let _ = cfg.set_cpu(cpu.parse::<Cpu>().map_err(|e| e.to_string())?);
+    }
+    let num = |s: &str| -> Result<u64, String> {
+        let r = if let Some(h) = s.strip_prefix("0x") {
+            u64::from_str_radix(h, 16)
+        } else {
+            s.parse()
+        };
+        r.map_err(|_| format!("not a number: {s}"))
+    };
+    let mut w = c.words.iter();
+    while let Some(word) = w.next() {
+        let mut arg = || w.next().ok_or(format!("{word} needs a value"));
+        match word.as_str() {
+            "--event:ip" => o.event_ip = true,
+            "--quiet" => o.quiet = true,
+            "--stat" => o.stat = true,
+            "--stat:insn" => (o.stat, o.stat_insn) = (true, true),
+            "--stat:blocks" => (o.stat, o.stat_blocks) = (true, true),
+            "--block-decoder" => o.block_decoder = true,
+            "--insn-decoder" => o.block_decoder = false,
+            "--cpu" => {
+                let v = arg()?;
+                if v != "none" {
+                    let _ = cfg.set_cpu(v.parse::<Cpu>().map_err(|e| e.to_string())?);
+                }
+            }
+            "--mtc-freq" => cfg.mtc_freq = num(arg()?)? as u8,
+            "--nom-freq" => cfg.nom_freq = num(arg()?)? as u8,
+            "--cpuid-0x15.eax" => cfg.tsc_ctc_ratio_d = num(arg()?)? as u32,
+            "--cpuid-0x15.ebx" => cfg.tsc_ctc_ratio_n = num(arg()?)? as u32,
+            "--filter:addr0_cfg" => addr0.0 = num(arg()?)? as u8,
+            "--filter:addr0_a" => addr0.1 = num(arg()?)?,
+            "--filter:addr0_b" => addr0.2 = num(arg()?)?,
+            // Options that change nothing tracemill shows, or that it does not have.
+            "--resync-on-error" | "--event:iflags" | "--event:tick" | "--event:time"
+            | "--insn:keep-tcal-on-ovf" | "--block:keep-tcal-on-ovf" | "--block:show-blocks"
+            | "--block:end-on-call" | "--block:end-on-jump" => {}
+            "--raw" => {
+                arg()?;
+            }
+            other => return Err(format!("option {other} not understood")),
+        }
+    }
+    if addr0.0 != 0 {
+        cfg.filters.push(AddrRange {
+            kind: if addr0.0 == 2 {
+                FilterKind::Stop
+            } else {
+                FilterKind::Filter
+            },
+            from: addr0.1,
+            to: addr0.2,
+        });
+    }
+    Ok((cfg, o))
+}
+
+/// Offsets of the PIP, VMCS and CBR packets inside a PSB+: ptxed shows them as status,
+/// that is not at all.
+fn status_offsets(stream: &TraceStream<'_>, cfg: &PtConfig) -> BTreeSet<u64> {
+    let mut out = BTreeSet::new();
+    let mut in_psb = false;
+    for p in PacketReader::new(stream, 0, stream.len(), cfg.errata).flatten() {
+        match p.packet {
+            Packet::Psb => in_psb = true,
+            Packet::PsbEnd | Packet::Ovf => in_psb = false,
+            _ if in_psb => {
+                out.insert(p.offset);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Turns tracemill's rows and events into ptxed's `--no-inst` lines, walking the code
+/// between rows: a row stands for every instruction from where the last one went up to
+/// and including its branch; events come before the row whose `seq` they carry.
+struct Listing<'a> {
+    images: &'a ImageSet<'a>,
+    lines: Vec<String>,
+    /// Where the next instruction is, while tracing.
+    cur: Option<u64>,
+    bits: Bits,
+    /// In a transaction: ptxed marks instructions with `? `.
+    speculative: bool,
+    insns: u64,
+    /// Where tracing stopped, for ptxed's `[resumed]`.
+    stopped_at: Option<u64>,
+    event_ip: bool,
+}
+
+impl Listing<'_> {
+    fn insn(&mut self, ip: u64) {
+        self.insns += 1;
+        let mark = if self.speculative { "? " } else { "" };
+        self.lines.push(format!("{mark}{ip:016x}"));
+    }
+
+    /// List the instructions from `cur` up to `x` (`inclusive`: and the one at `x`).
+    fn list_to(&mut self, x: u64, inclusive: bool) -> Result<(), String> {
+        let Some(mut ip) = self.cur else {
+            return Ok(());
+        };
+        for _ in 0..100_000 {
+            if ip == x && !inclusive {
+                self.cur = Some(ip);
+                return Ok(());
+            }
+            let bytes = self
+                .images
+                .code_at(ip, None)
+                .map_err(|_| format!("no code at {ip:#x} on the way to {x:#x}"))?;
+            let i = decode_insn_in(bytes, ip, self.bits)
+                .map_err(|_| format!("undecodable at {ip:#x} on the way to {x:#x}"))?;
+            self.insn(ip);
+            if ip == x {
+                self.cur = Some(i.nlip());
+                return Ok(());
+            }
+            ip = match i.class {
+                // Direct jumps and calls are rows of their own: none can be passed here.
+                InsnClass::Other => i.nlip(),
+                _ => return Err(format!("a branch at {ip:#x} before {x:#x}")),
+            };
+        }
+        Err(format!("{x:#x} not reached"))
+    }
+
+    fn ip_suffix(&self, label: &str, ip: Option<u64>) -> String {
+        match (self.event_ip, ip) {
+            (true, Some(ip)) => format!(", {label}: {ip:016x}"),
+            _ => String::new(),
+        }
+    }
+}
+
+fn target_of(detail: &str) -> Option<u64> {
+    let t = detail.strip_prefix("to 0x")?;
+    u64::from_str_radix(t, 16).ok()
+}
+
+/// The adapter: ptxed's lines for a decode.
+fn ptxed_lines(
+    d: &Decoded,
+    images: &ImageSet<'_>,
+    status: &BTreeSet<u64>,
+    o: &Opts,
+) -> Result<Vec<String>, String> {
+    let mut l = Listing {
+        images,
+        lines: Vec::new(),
+        cur: None,
+        bits: Bits::B64,
+        speculative: false,
+        insns: 0,
+        stopped_at: None,
+        event_ip: o.event_ip,
+    };
+    let rows = &d.rows;
+    let mut ev = d.events.iter().peekable();
+    let mut tracing = false;
+    for i in 0..=rows.len() {
+        while let Some(e) = ev.next_if(|e| e.seq as usize <= i) {
+            match e.kind {
+                EventKind::Psb | EventKind::FreqChange => {}
+                EventKind::Resync => {
+                    if let Some(ip) = e.ip {
+                        l.cur = Some(ip);
+                        tracing = true;
+                    }
+                }
+                EventKind::Enable => {
+                    let resumed = e.ip.is_some() && e.ip == l.stopped_at;
+                    let what = if resumed { "resumed" } else { "enabled" };
+                    let s = l.ip_suffix("ip", e.ip);
+                    l.lines.push(format!("[{what}{s}]"));
+                    l.cur = e.ip;
+                    tracing = true;
+                }
+                EventKind::Disable => {
+                    // After its branch's row (a TIP.PGD bound to a branch), or where the
+                    // walk stopped (a FUP + TIP.PGD: the instruction at the IP did not run).
+                    let sync = i > 0 && rows.offset[i - 1] == e.offset;
+                    let s = if sync {
+                        let call = rows.kind[i - 1] == BranchKind::Call as u8
+                            || rows.kind[i - 1] == BranchKind::CallInd as u8;
+                        l.stopped_at = if call { l.cur } else { None };
+                        l.ip_suffix("ip", e.ip)
+                    } else {
+                        if let (true, Some(x)) = (tracing, e.ip) {
+                            l.list_to(x, false)?;
+                        }
+                        l.stopped_at = e.ip;
+                        match (l.event_ip, e.ip) {
+                            (true, Some(x)) => {
+                                let mut s = format!(", at: {x:016x}");
+                                if let Some(t) = target_of(&e.detail) {
+                                    s += &format!(", ip: {t:016x}");
+                                }
+                                s
+                            }
+                            _ => String::new(),
+                        }
+                    };
+                    l.lines.push(format!("[disabled{s}]"));
+                    l.cur = None;
+                    tracing = false;
+                }
+                EventKind::Overflow => {
+                    let s = l.ip_suffix("ip", e.ip);
+                    l.lines.push(format!("[overflow{s}]"));
+                    l.cur = e.ip;
+                    tracing = e.ip.is_some();
+                    l.speculative = false;
+                }
+                EventKind::TraceStop => l.lines.push("[stopped]".to_string()),
+                EventKind::Interrupt => {
+                    let x = e.ip.ok_or("an interrupt without IP")?;
+                    l.list_to(x, false)?;
+                    let to = target_of(&e.detail);
+                    let s = if l.event_ip {
+                        let mut s = format!(", from: {x:016x}");
+                        if let Some(t) = to {
+                            s += &format!(", to: {t:016x}");
+                        }
+                        s
+                    } else {
+                        String::new()
+                    };
+                    l.lines.push(format!("[interrupt{s}]"));
+                    l.cur = to;
+                }
+                EventKind::Paging => {
+                    if !status.contains(&e.offset) {
+                        let line = if let Some(v) = e.detail.strip_prefix("vmcs=0x") {
+                            let v = u64::from_str_radix(v, 16).unwrap_or(0);
+                            format!("[vmcs, base: {v:016x}]")
+                        } else {
+                            let cr3 = e
+                                .detail
+                                .strip_prefix("cr3=0x")
+                                .and_then(|d| d.split(' ').next())
+                                .and_then(|v| u64::from_str_radix(v, 16).ok())
+                                .unwrap_or(0);
+                            let nr = if e.detail.ends_with("nr=1") { ", nr" } else { "" };
+                            format!("[paging, cr3: {cr3:016x}{nr}]")
+                        };
+                        l.lines.push(line);
+                    }
+                }
+                EventKind::ExecMode => {
+                    if let (true, Some(x)) = (tracing, e.ip) {
+                        l.list_to(x, false)?;
+                    }
+                    l.bits = match e.detail.as_str() {
+                        "16-bit" => Bits::B16,
+                        "32-bit" => Bits::B32,
+                        _ => Bits::B64,
+                    };
+                    let s = l.ip_suffix("ip", e.ip);
+                    l.lines.push(format!("[exec mode: {}{s}]", e.detail));
+                }
+                EventKind::Tsx => {
+                    if let (true, Some(x)) = (tracing, e.ip) {
+                        l.list_to(x, false)?;
+                    }
+                    let what = match e.detail.as_str() {
+                        "begin" => "begin transaction",
+                        "commit" => "committed",
+                        _ => "aborted",
+                    };
+                    l.speculative = e.detail == "begin";
+                    let s = l.ip_suffix("ip", e.ip);
+                    l.lines.push(format!("[{what}{s}]"));
+                }
+                EventKind::Ptwrite => {
+                    // ptxed shows it after the PTWRITE instruction.
+                    if let (true, Some(x)) = (tracing, e.ip) {
+                        l.list_to(x, true)?;
+                    }
+                    let v = e.detail.split(' ').next().unwrap_or("");
+                    let v = v.trim_start_matches("0x");
+                    let s = l.ip_suffix("ip", e.ip);
+                    l.lines.push(format!("[ptwrite: {v}{s}]"));
+                }
+                EventKind::Power => {
+                    if let (true, Some(x)) = (tracing, e.ip) {
+                        l.list_to(x, false)?;
+                    }
+                    let s = l.ip_suffix("ip", e.ip);
+                    let d = &e.detail;
+                    let line = if let Some(rest) = d.strip_prefix("pwrx ") {
+                        // "c1 (c1) interrupt store hw" -> "int: st: hw: c1 (c1)"
+                        let mut parts: Vec<&str> = rest.split(' ').collect();
+                        let cs = parts.drain(..2.min(parts.len())).collect::<Vec<_>>();
+                        let mut w = String::new();
+                        for p in parts {
+                            w += match p {
+                                "interrupt" => "int: ",
+                                "store" => "st: ",
+                                _ => "hw: ",
+                            };
+                        }
+                        format!("[pwrx {w}{}{s}]", cs.join(" "))
+                    } else if let Some(rest) = d.strip_prefix("mwait hints=0x") {
+                        let (h, x) = rest.split_once(" ext=0x").unwrap_or((rest, "0"));
+                        format!("[mwait {h} {x}{s}]")
+                    } else {
+                        format!("[{d}{s}]")
+                    };
+                    l.lines.push(line);
+                }
+                EventKind::Error => return Err(format!("decode error: {}", e.detail)),
+            }
+        }
+        if i == rows.len() {
+            break;
+        }
+        l.list_to(rows.ip[i], true)?;
+        l.cur = rows.target.get(i);
+    }
+    if tracing {
+        l.lines.push("[end of trace]".to_string());
+    }
+    let mut lines = if o.quiet { Vec::new() } else { l.lines };
+    if o.stat {
+        let (insn, blocks) = if o.stat_insn || o.stat_blocks {
+            (o.stat_insn, o.stat_blocks)
+        } else {
+            (true, o.block_decoder)
+        };
+        if insn {
+            lines.push(format!("insn: {}.", l.insns));
+        }
+        if blocks {
+            return Err("libipt's block count is not reproduced".to_string());
+        }
+    }
+    Ok(lines)
+}
+
+/// Lines as `diff -b` compares them.
+fn normalized(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split_ascii_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// Decode a case sequentially and cut at every PSB; the two must agree.
+fn decode_both(trace: &[u8], code: &[u8], org: u64, cfg: &PtConfig) -> Result<Decoded, String> {
+    let mut images = ImageSet::new();
+    images.add_raw("code", code, org, None);
+    let stream = TraceStream::linear(trace);
+    let input = Input::<Pt> {
+        stream: &stream,
+        images: &images,
+        cfg: cfg.clone(),
+        timing: PtTiming::new(cfg),
+    };
+    let seq = decode_all(&input, u64::MAX);
+    let chunked = decode_all(&input, 1);
+    if (&seq.rows.ip, &seq.rows.insns, &seq.events) != (&chunked.rows.ip, &chunked.rows.insns, &chunked.events) {
+        return Err("cut at every PSB, the decode differs from the sequential one".into());
+    }
+    Ok(seq)
+}
+
+/// `None` when the adapter's text matches, else why not.
+fn run(c: &Check) -> Option<String> {
+    let (cfg, opts) = match configure(c) {
+        Ok(x) => x,
+        Err(e) => return Some(e),
+    };
+    let dir = suite().join(&c.case);
+    let expected = std::fs::read_to_string(dir.join(&c.exp)).expect("expected output");
+    let trace = std::fs::read(dir.join(format!("{}.pt", c.case))).expect("trace");
+    let code = std::fs::read(dir.join(format!("{}.bin", c.case))).expect("code");
+    let d = match decode_both(&trace, &code, c.org, &cfg) {
+        Ok(d) => d,
+        Err(e) => return Some(e),
+    };
+    let mut images = ImageSet::new();
+    images.add_raw("code", &code, c.org, None);
+    let stream = TraceStream::linear(&trace);
+    let status = status_offsets(&stream, &cfg);
+    let got = match ptxed_lines(&d, &images, &status, &opts) {
+        Ok(l) => l.join("\n"),
+        Err(e) => return Some(e),
+    };
+    let (want, have) = (normalized(&expected), normalized(&got));
+    if want == have {
+        return None;
+    }
+    let i = want.iter().zip(&have).take_while(|(a, b)| a == b).count();
+    Some(format!(
+        "line {}: expected {:?}, got {:?}",
+        i + 1,
+        want.get(i).map(String::as_str).unwrap_or("<end>"),
+        have.get(i).map(String::as_str).unwrap_or("<end>")
+    ))
+}
+
+/// `ptxed-known-failures.txt`: `<expected output file> <reason>` a line, `#` comments.
+fn known_failures() -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(suite().join("ptxed-known-failures.txt"))
+        .expect("ptxed-known-failures.txt");
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (file, reason) = l.split_once(char::is_whitespace).unwrap_or((l, ""));
+            assert!(
+                !reason.trim().is_empty(),
+                "known failure {file} gives no reason"
+            );
+            (file.to_string(), reason.trim().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn libipt_ptxed_suite() {
+    let checks = checks();
+    assert_eq!(checks.len(), 430, "expected ptxed outputs in the index");
+    let known = known_failures();
+    let mut failed = BTreeMap::new();
+    for c in &checks {
+        if let Some(why) = run(c) {
+            failed.insert(c.exp.clone(), why);
+        }
+    }
+    let passed = checks.len() - failed.len();
+    println!(
+        "libipt ptxed suite: {passed} of {} expected outputs match ({} known failures)",
+        checks.len(),
+        known.len()
+    );
+    if std::env::var_os("PTXED_DUMP_FAILURES").is_some() {
+        for (f, why) in &failed {
+            println!("{f} {why}");
+        }
+    }
+    let new: Vec<String> = failed
+        .iter()
+        .filter(|(f, _)| !known.contains_key(*f))
+        .map(|(f, why)| format!("  {f}: {why}"))
+        .collect();
+    let fixed: Vec<&String> = known.keys().filter(|f| !failed.contains_key(*f)).collect();
+    assert!(
+        new.is_empty() && fixed.is_empty(),
+        "failing but not listed in ptxed-known-failures.txt:\n{}\nlisted but now passing \
+         (remove them from the list):\n  {fixed:?}",
+        new.join("\n")
+    );
+}
