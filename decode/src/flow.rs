@@ -783,7 +783,11 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         // before this call (the packets before the FUP are read again, with the same
         // result).
         let before_pos = self.front.pos();
-        let before_fe = self.st.fe.clone();
+        // The reader's own part (RTIT: whether a CYC is due) lives in the reader until
+        // saved: take it now, or an undo would seek back with a stale one and read the
+        // packets again differently (a CYC read as a TNT).
+        let mut before_fe = self.st.fe.clone();
+        self.front.save(&mut before_fe);
         let before_cr3 = self.st.cr3;
         let (ne, nd, nt) = (
             self.facts.events.len(),
