@@ -32,8 +32,8 @@ use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_all, decode_body, plan_chunks, Body, Input, Piece, Stitcher};
 use tracemill_decode::coverage::Coverage;
 use tracemill_decode::flow::{CountSink, RowSink};
-use tracemill_decode::rtit::packet::PacketReader;
 use tracemill_decode::rows::{BranchColumns, BranchRow};
+use tracemill_decode::rtit::packet::PacketReader;
 use tracemill_decode::rtit::sync::next_psb;
 use tracemill_decode::timing::Timeline;
 
@@ -145,7 +145,8 @@ fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
         bn.iter_batched(
             BlockCache::new,
             |mut cache| {
-                let body: Body<tracemill_decode::Rtit, BranchColumns> = decode_body(&input, &mut cache, whole);
+                let body: Body<tracemill_decode::Rtit, BranchColumns> =
+                    decode_body(&input, &mut cache, whole);
                 assert_eq!(body.out.rows.len() as u64, summary.branches);
                 body
             },
@@ -156,7 +157,8 @@ fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
         bn.iter_batched(
             BlockCache::new,
             |mut cache| {
-                let body: Body<tracemill_decode::Rtit, NoCoverage> = decode_body(&input, &mut cache, whole);
+                let body: Body<tracemill_decode::Rtit, NoCoverage> =
+                    decode_body(&input, &mut cache, whole);
                 assert_eq!(body.out.rows.len() as u64, summary.branches);
                 body
             },
@@ -170,7 +172,8 @@ fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
         bn.iter_batched(
             || pieces.clone(),
             |pieces| {
-                let mut tl = Timeline::<tracemill_decode::rtit::clock::RtitClock>::new(&input.timing);
+                let mut tl =
+                    Timeline::<tracemill_decode::rtit::clock::RtitClock>::new(&input.timing);
                 let mut out = Vec::new();
                 for p in pieces {
                     out.extend(tl.push(p));

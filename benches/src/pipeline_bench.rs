@@ -50,7 +50,10 @@ fn count_mode(b: &Bundle, jobs: usize) -> Result<(f64, Counts)> {
         cfg: b.trace_config(),
         timing: b.timing_config(),
     };
-    let chunks = plan_chunks::<tracemill_decode::Rtit>(&stream, run::default_chunk_bytes(stream.len(), jobs));
+    let chunks = plan_chunks::<tracemill_decode::Rtit>(
+        &stream,
+        run::default_chunk_bytes(stream.len(), jobs),
+    );
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
     let caches: Vec<Mutex<BlockCache>> = (0..jobs).map(|_| Mutex::default()).collect();
     let t = Instant::now();
@@ -62,7 +65,8 @@ fn count_mode(b: &Bundle, jobs: usize) -> Result<(f64, Counts)> {
             .map(|c| {
                 let i = rayon::current_thread_index().unwrap_or(0);
                 let mut cache = caches[i].lock().unwrap();
-                let b: Body<tracemill_decode::Rtit, CountSink> = decode_body(&input, &mut cache, *c);
+                let b: Body<tracemill_decode::Rtit, CountSink> =
+                    decode_body(&input, &mut cache, *c);
                 (b.out.rows.rows as u64, b.out.rows.insns)
             })
             .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1))

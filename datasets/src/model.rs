@@ -31,11 +31,11 @@
 use std::collections::BTreeMap;
 
 use tracemill_decode::block::BlockCache;
-use tracemill_decode::rtit::config::{mtc_shift, TraceConfig};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::insn::InsnClass;
-use tracemill_decode::rtit::packet::{FupKind, IpPayload, Packet, Tnt};
 use tracemill_decode::rows::{BranchColumns, BranchRow, PartialBlock};
+use tracemill_decode::rtit::config::{mtc_shift, TraceConfig};
+use tracemill_decode::rtit::packet::{FupKind, IpPayload, Packet, Tnt};
 
 use crate::encode::{compress_ip, cyc, write_packet};
 use crate::exec::Step;

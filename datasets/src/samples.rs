@@ -10,8 +10,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use arrow_array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
-use tracemill_decode::rtit::config::ctl;
 use tracemill_decode::image::ImageSet;
+use tracemill_decode::rtit::config::ctl;
 use tracemill_sinks::{FileMeta, TableWriter};
 
 use crate::bundle::{ImageEntry, ImageKind, Manifest};

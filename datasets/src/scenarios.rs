@@ -12,9 +12,9 @@
 
 use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;
-use tracemill_decode::rtit::config::ctl;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::insn::decode_insn;
+use tracemill_decode::rtit::config::ctl;
 
 use crate::exec::Step;
 use crate::model::{Model, ModelOptions, Output};

@@ -6,9 +6,9 @@
 use tracemill_datasets::encode::{compress_ip, to_bytes};
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::image::ImageSet;
+use tracemill_decode::rtit::clock::TimingConfig;
 use tracemill_decode::rtit::packet::{FupKind, Packet, Tnt};
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::rtit::clock::TimingConfig;
 use tracemill_decode::TraceConfig;
 use tracemill_schemas::EventKind;
 

@@ -5,9 +5,9 @@
 use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
 use tracemill_datasets::model::{Model, ModelOptions, Output, OverflowPlan};
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
-use tracemill_decode::rtit::config::{ctl, TraceConfig};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::BranchColumns;
+use tracemill_decode::rtit::config::{ctl, TraceConfig};
 use tracemill_decode::stream::TraceStream;
 
 /// Debian's busybox-static, as committed with the samples.

@@ -5,8 +5,8 @@ use proptest::prelude::*;
 use tracemill_datasets::encode::{compress_ip, cyc, to_bytes, write_packet};
 use tracemill_decode::rtit::last_ip::{resolve, LastIp};
 use tracemill_decode::rtit::packet::{FupKind, IpPayload, Packet, PacketReader, Tnt};
-use tracemill_decode::stream::TraceStream;
 use tracemill_decode::rtit::sync::find_psbs;
+use tracemill_decode::stream::TraceStream;
 
 fn ip48() -> impl Strategy<Value = u64> {
     prop_oneof![

@@ -242,7 +242,13 @@ impl BlockCache {
     /// Index of the block at `start` in address space `cr3`, decoded as `bits` code. When
     /// the images carry no CR3 tags, the CR3 plays no part.
     #[inline]
-    pub fn index(&mut self, images: &ImageSet<'_>, start: u64, cr3: Option<u64>, bits: Bits) -> u32 {
+    pub fn index(
+        &mut self,
+        images: &ImageSet<'_>,
+        start: u64,
+        cr3: Option<u64>,
+        bits: Bits,
+    ) -> u32 {
         let (key, lookup_cr3) = Self::key(images, cr3);
         let slot = (start.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FRONT_BITS)) as usize;
         let f = self.front[slot];

@@ -1224,7 +1224,11 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                     }
                     // Binds to the next branch that needs trace (below).
                     Item::SyncPgd { ip: None, .. } => {}
-                    Item::Status { ip: Some(x), bits, off } => {
+                    Item::Status {
+                        ip: Some(x),
+                        bits,
+                        off,
+                    } => {
                         if x == self.st.ip {
                             // A PSB+ while tracing: the walk is where it says.
                             self.consume();
@@ -1252,7 +1256,11 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                             continue;
                         }
                     }
-                    Item::At { ip: None, off, what } => {
+                    Item::At {
+                        ip: None,
+                        off,
+                        what,
+                    } => {
                         self.consume();
                         self.bound_event(None, off, what);
                         continue;

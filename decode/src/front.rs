@@ -23,8 +23,8 @@ use std::fmt::{Debug, Display};
 
 use tracemill_schemas::{EventKind, TimingKind};
 
-pub use crate::retstack::RetModel;
 use crate::piece::TimingFact;
+pub use crate::retstack::RetModel;
 use crate::rows::EventRow;
 use crate::stream::TraceStream;
 
@@ -129,9 +129,10 @@ impl Bound {
                 (EventKind::Ptwrite, format!("{payload:#x} ({bytes} bytes)"))
             }
             Bound::Exstop => (EventKind::Power, "exstop".to_string()),
-            Bound::Mwait { hints, ext } => {
-                (EventKind::Power, format!("mwait hints={hints:#x} ext={ext:#x}"))
-            }
+            Bound::Mwait { hints, ext } => (
+                EventKind::Power,
+                format!("mwait hints={hints:#x} ext={ext:#x}"),
+            ),
             Bound::Pwre {
                 state,
                 sub_state,

@@ -396,8 +396,7 @@ impl<C: Clock> Timeline<C> {
                         let ignored = self.clock.ignores(&f);
                         let r = self.clock.fact(&f);
                         timing.push(&r);
-                        if !self.cycle_acc && !ignored && self.clock.dates_rows(f.kind)
-                        {
+                        if !self.cycle_acc && !ignored && self.clock.dates_rows(f.kind) {
                             if let Some(t) = r.tsc {
                                 if self.in_gap {
                                     // Sent while nothing was traced: it dates the gap.
@@ -998,7 +997,6 @@ mod tests {
     use super::*;
     use crate::rows::BranchRow;
 
-
     #[test]
     fn interpolation_stays_between_anchors_even_when_the_product_overflows_64_bits() {
         let (a, b) = (Some((10, 100)), Some((20, 200)));
@@ -1024,7 +1022,6 @@ mod tests {
         // An anchor that goes backwards does not pull rows back.
         assert_eq!(interpolate(Some((0, 50)), Some((10, 40)), 5), Some(50));
     }
-
 
     use crate::rtit::clock::{RtitClock, TimingConfig};
 
@@ -1075,9 +1072,6 @@ mod tests {
         assert!(!overflow_rule(&later, &[], cond));
         assert!(!overflow_rule(&later[..2], &later[2..], cond));
     }
-
-
-
 
     /// Pieces without rows (junk between PSBs, a long disabled stretch) do not pile up
     /// their timing packets in the carry: what a gap cuts off from later rows is settled

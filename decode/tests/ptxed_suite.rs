@@ -134,9 +134,15 @@ fn configure(c: &Check) -> Result<(PtConfig, Opts), String> {
             "--filter:addr0_a" => addr0.1 = num(arg()?)?,
             "--filter:addr0_b" => addr0.2 = num(arg()?)?,
             // Options that change nothing tracemill shows, or that it does not have.
-            "--resync-on-error" | "--event:iflags" | "--event:tick" | "--event:time"
-            | "--insn:keep-tcal-on-ovf" | "--block:keep-tcal-on-ovf" | "--block:show-blocks"
-            | "--block:end-on-call" | "--block:end-on-jump" => {}
+            "--resync-on-error"
+            | "--event:iflags"
+            | "--event:tick"
+            | "--event:time"
+            | "--insn:keep-tcal-on-ovf"
+            | "--block:keep-tcal-on-ovf"
+            | "--block:show-blocks"
+            | "--block:end-on-call"
+            | "--block:end-on-jump" => {}
             "--raw" => {
                 arg()?;
             }
@@ -345,7 +351,11 @@ fn ptxed_lines(
                                 .and_then(|d| d.split(' ').next())
                                 .and_then(|v| u64::from_str_radix(v, 16).ok())
                                 .unwrap_or(0);
-                            let nr = if e.detail.ends_with("nr=1") { ", nr" } else { "" };
+                            let nr = if e.detail.ends_with("nr=1") {
+                                ", nr"
+                            } else {
+                                ""
+                            };
                             format!("[paging, cr3: {cr3:016x}{nr}]")
                         };
                         l.lines.push(line);
@@ -462,7 +472,9 @@ fn decode_both(trace: &[u8], code: &[u8], org: u64, cfg: &PtConfig) -> Result<De
     };
     let seq = decode_all(&input, u64::MAX);
     let chunked = decode_all(&input, 1);
-    if (&seq.rows.ip, &seq.rows.insns, &seq.events) != (&chunked.rows.ip, &chunked.rows.insns, &chunked.events) {
+    if (&seq.rows.ip, &seq.rows.insns, &seq.events)
+        != (&chunked.rows.ip, &chunked.rows.insns, &chunked.events)
+    {
         return Err("cut at every PSB, the decode differs from the sequential one".into());
     }
     Ok(seq)

@@ -11,10 +11,12 @@ use std::sync::OnceLock;
 use tracemill_decode::block::{build_block, BlockCache, BlockEnd};
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::image::ImageSet;
-use tracemill_decode::rtit::packet::{parse_one, Packet, PacketError, PacketReader, Parsed, PSB_BYTES};
-use tracemill_decode::stream::TraceStream;
-use tracemill_decode::rtit::sync::{find_psbs, next_psb};
 use tracemill_decode::rtit::clock::TimingConfig;
+use tracemill_decode::rtit::packet::{
+    parse_one, Packet, PacketError, PacketReader, Parsed, PSB_BYTES,
+};
+use tracemill_decode::rtit::sync::{find_psbs, next_psb};
+use tracemill_decode::stream::TraceStream;
 use tracemill_decode::TraceConfig;
 
 use tracemill_decode::pt;

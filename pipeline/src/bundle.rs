@@ -8,10 +8,10 @@ use tracemill_datasets::bundle::{
     open_regular, read_manifest_text, ImageEntry, ImageKind, Manifest,
 };
 use tracemill_datasets::collected;
-use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_decode::image::{ImageError, ImageSet};
-use tracemill_decode::stream::TraceStream;
 use tracemill_decode::rtit::clock::TimingConfig;
+use tracemill_decode::rtit::config::TraceConfig;
+use tracemill_decode::stream::TraceStream;
 
 /// A file's bytes: memory-mapped when it has any (an empty file cannot be mapped), or
 /// assembled in memory (a trace collected as a ToPA dump or a trace-hub capture), or bytes

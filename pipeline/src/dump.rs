@@ -5,9 +5,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::Result;
-use tracemill_decode::rtit::config::{mtc_shift, TraceConfig};
-use tracemill_decode::rtit::last_ip::LastIp;
-use tracemill_decode::rtit::packet::{Packet, PacketReader};
 use tracemill_decode::pt::{
     self,
     last_ip::LastIp as PtLastIp,
@@ -16,8 +13,11 @@ use tracemill_decode::pt::{
     packet::{AddressMode, IpCompression},
     PtConfig,
 };
-use tracemill_decode::stream::TraceStream;
+use tracemill_decode::rtit::config::{mtc_shift, TraceConfig};
+use tracemill_decode::rtit::last_ip::LastIp;
+use tracemill_decode::rtit::packet::{Packet, PacketReader};
 use tracemill_decode::rtit::sync::next_psb;
+use tracemill_decode::stream::TraceStream;
 
 /// Counts for `--stats`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

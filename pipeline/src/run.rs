@@ -26,11 +26,11 @@ use tracemill_decode::chunk::{
 use tracemill_decode::coverage::Coverage;
 use tracemill_decode::front::Format as TraceFormat;
 use tracemill_decode::image::ImageSet;
-use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns};
-use tracemill_decode::stream::TraceStream;
 use tracemill_decode::pt::clock::PtTiming;
 use tracemill_decode::pt::cpu::Errata;
+use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns};
 use tracemill_decode::sniff::{self, TraceFormat as SniffedFormat};
+use tracemill_decode::stream::TraceStream;
 use tracemill_decode::timing::{Clock, Timeline};
 use tracemill_decode::{Pt, Rtit};
 use tracemill_schemas::{BranchKind, EventKind, TABLES};
@@ -242,7 +242,14 @@ fn decode_as<F: TraceFormat>(
     let stream = bundle.stream();
     let images_and_problems = bundle.image_set();
     let images = &images_and_problems.0;
-    let plan = plan::<F>(bundle, &stream, images, images_and_problems.1, warnings, opts)?;
+    let plan = plan::<F>(
+        bundle,
+        &stream,
+        images,
+        images_and_problems.1,
+        warnings,
+        opts,
+    )?;
     let mut report = plan.report.clone();
     let input = Input::<F> {
         stream: &stream,
@@ -305,8 +312,7 @@ fn decode_as<F: TraceFormat>(
         for _ in 0..window {
             slot_tx.send(()).expect("room for every slot");
         }
-        let (body_tx, body_rx) =
-            crossbeam_channel::unbounded::<(usize, Body<F, BranchColumns>)>();
+        let (body_tx, body_rx) = crossbeam_channel::unbounded::<(usize, Body<F, BranchColumns>)>();
         let (input_ref, pool_ref, chunks_ref, caches_ref) = (&input, &pool, &plan.chunks, &caches);
         let producer = s.spawn(move || {
             produce(

@@ -13,11 +13,11 @@ use tracemill::run;
 use tracemill_datasets::bundle::{ImageEntry, ImageKind};
 use tracemill_datasets::rng::Rng;
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
-use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::BranchColumns;
-use tracemill_decode::stream::TraceStream;
+use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_decode::rtit::sync::find_psbs;
+use tracemill_decode::stream::TraceStream;
 use tracemill_schemas::EventKind;
 
 fn sample(name: &str) -> (Bundle, Truth) {

@@ -7,8 +7,8 @@ mod common;
 use common::*;
 use tracemill::bundle::Bundle;
 use tracemill::run::{self, Tables};
-use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_decode::rows::BranchColumns;
+use tracemill_decode::rtit::config::TraceConfig;
 
 fn open(dir: &std::path::Path) -> Bundle {
     Bundle::open(dir, None, &[]).unwrap()

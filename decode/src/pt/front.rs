@@ -251,7 +251,12 @@ impl<'a> PtFront<'a> {
         loop {
             let p = match self.reader.next_packet() {
                 // Cut off by the end of the range (the next chunk's PSB) or of the trace.
-                None => return Raw::Error { off: psb, e: PtError::PsbPlus },
+                None => {
+                    return Raw::Error {
+                        off: psb,
+                        e: PtError::PsbPlus,
+                    }
+                }
                 Some(Err(e)) => {
                     return Raw::Error {
                         off: e.offset,
@@ -293,7 +298,12 @@ impl<'a> PtFront<'a> {
                         off: p.offset,
                     };
                 }
-                _ => return Raw::Error { off: p.offset, e: PtError::PsbPlus },
+                _ => {
+                    return Raw::Error {
+                        off: p.offset,
+                        e: PtError::PsbPlus,
+                    }
+                }
             }
         }
     }
@@ -572,8 +582,8 @@ impl<'a> PtFront<'a> {
         facts: &mut Facts,
         p: Parsed,
     ) -> Result<Option<Raw<PtError>>, PtError> {
-    let off = p.offset;
-    match p.packet {
+        let off = p.offset;
+        match p.packet {
             Packet::Pad | Packet::Mnt(_) | Packet::Invalid | Packet::PsbEnd => Ok(None),
             Packet::Psb => {
                 facts.event(off, EventKind::Psb, None, String::new());
@@ -618,7 +628,12 @@ impl<'a> PtFront<'a> {
                 if st.any(bind::FUP_BOUND) {
                     // Bound: the waiting packets take the FUP's IP and consume it.
                     st.ready_all(bind::FUP | bind::FUP_BOUND, ip, off);
-                    if st.queue.iter().flatten().any(|s| s.ev == Ev::Ovf && s.bind == bind::READY) {
+                    if st
+                        .queue
+                        .iter()
+                        .flatten()
+                        .any(|s| s.ev == Ev::Ovf && s.bind == bind::READY)
+                    {
                         st.enabled = true;
                     }
                     Ok(None)
@@ -637,7 +652,8 @@ impl<'a> PtFront<'a> {
                 } else {
                     Ev::Ignore
                 };
-                st.push(bind::TIP | bind::FUP_BOUND, ev, None, off).map(|_| None)
+                st.push(bind::TIP | bind::FUP_BOUND, ev, None, off)
+                    .map(|_| None)
             }
             Packet::ModeTsx(m) => {
                 let what = Bound::Tsx {
@@ -648,7 +664,11 @@ impl<'a> PtFront<'a> {
                     let b = if m.abort { bind::FUP } else { bind::FUP_BOUND };
                     st.push(b, Ev::At(what), None, off).map(|_| None)
                 } else {
-                    Ok(Some(Raw::At { ip: None, off, what }))
+                    Ok(Some(Raw::At {
+                        ip: None,
+                        off,
+                        what,
+                    }))
                 }
             }
             Packet::Ovf => {
@@ -662,9 +682,14 @@ impl<'a> PtFront<'a> {
                     bytes: len,
                 };
                 if ip {
-                    st.push(bind::FUP_BOUND, Ev::At(what), None, off).map(|_| None)
+                    st.push(bind::FUP_BOUND, Ev::At(what), None, off)
+                        .map(|_| None)
                 } else {
-                    Ok(Some(Raw::At { ip: None, off, what }))
+                    Ok(Some(Raw::At {
+                        ip: None,
+                        off,
+                        what,
+                    }))
                 }
             }
             Packet::Exstop { ip } => {
@@ -717,7 +742,8 @@ impl<'a> PtFront<'a> {
             Packet::Cfe { ip, .. } => {
                 // Event tracing is not decoded; a CFE with IP still consumes its FUP.
                 if ip {
-                    st.push(bind::FUP_BOUND, Ev::Ignore, None, off).map(|_| None)
+                    st.push(bind::FUP_BOUND, Ev::Ignore, None, off)
+                        .map(|_| None)
                 } else {
                     Ok(None)
                 }

@@ -183,7 +183,6 @@ impl RtitClock {
     }
 }
 
-
 impl Clock for RtitClock {
     type Config = TimingConfig;
 

@@ -176,9 +176,7 @@ impl Front for RtitFront<'_> {
             match p.packet {
                 Packet::Psb => facts.event(off, EventKind::Psb, None, String::new()),
                 Packet::Mtc { tsc, .. } => facts.timing(off, TimingKind::Mtc, tsc as u64, None),
-                Packet::Cyc { value, .. } => {
-                    facts.timing(off, TimingKind::Cyc, value as u64, None)
-                }
+                Packet::Cyc { value, .. } => facts.timing(off, TimingKind::Cyc, value as u64, None),
                 Packet::Sts { acbr, tsc, .. } => {
                     // Whether the ratio changed is known only in stream order, which a
                     // chunk does not have: every STS is reported here and the emitter
