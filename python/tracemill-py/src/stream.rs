@@ -899,7 +899,14 @@ fn start(
     // As `tracemill decode` exits 1: without a code image no branch can be decoded. A
     // trace with no PSB at all is reported as that first (NoPsbError, from the decode), as
     // the CLI does: its plan fails before the images matter.
-    let has_psb = || tracemill_decode::sync::next_psb(&b.stream(), 0).is_some();
+    let has_psb = || match b.manifest.format.decode_format() {
+        tracemill_decode::sniff::TraceFormat::Rtit => {
+            tracemill_decode::rtit::sync::next_psb(&b.stream(), 0).is_some()
+        }
+        tracemill_decode::sniff::TraceFormat::Pt => {
+            tracemill_decode::pt::sync::next_psb(&b.stream(), 0).is_some()
+        }
+    };
     if !has_code && (tables.branches || tables.coverage || tables.edges) && has_psb() {
         return Err(error(
             py,

@@ -15,7 +15,7 @@ use tracemill::bundle::{map_file, Bundle};
 use tracemill::dump::Entry;
 use tracemill::ingest::{IngestArgs, Outcome, Status};
 use tracemill_datasets::bundle::{Manifest, TraceFormat};
-use tracemill_decode::config::TraceConfig;
+use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_decode::pt::PtConfig;
 use tracemill_decode::sniff::{self, TraceFormat as Sniffed};
 use tracemill_decode::stream::TraceStream;
@@ -193,7 +193,7 @@ pub(crate) fn dump(
     }
     if let Some(s) = counts {
         let names: Vec<&str> = match fmt {
-            Sniffed::Rtit => tracemill_decode::packet::Packet::NAMES.to_vec(),
+            Sniffed::Rtit => tracemill_decode::rtit::packet::Packet::NAMES.to_vec(),
             Sniffed::Pt => tracemill_decode::pt::Packet::NAMES.to_vec(),
         };
         let count: Vec<u64> = names
