@@ -967,7 +967,7 @@ fn start(
         early,
         last: Mutex::new(0),
         addresses: Mutex::new(Vec::new()),
-        pyarrow_schemas: Default::default(),
+        pyarrow_schemas: std::array::from_fn(|_| PyOnceLock::new()),
     });
     // Wait for the first piece (or the end), so that a decode that cannot start (no PSB)
     // raises here, not at the first read. Not longer than a second: a decode of only the
