@@ -391,26 +391,29 @@ fn enum_column(
     what: &'static str,
 ) -> Result<ArrayRef> {
     let values = names.values();
-    // The largest code, without a branch per row; the row of a bad one only if there is.
-    let max = codes.iter().fold(0u8, |m, &c| m.max(c));
-    if max as usize >= values.len() {
-        let row = codes
-            .iter()
-            .position(|&c| c as usize >= values.len())
-            .expect("a code past the names");
-        return Err(ConvertError::BadCode {
-            table,
-            column,
-            row,
-            code: codes[row],
-            what,
-        });
-    }
     let n = codes.len();
     let keys = Int8Array::new(ScalarBuffer::new(Buffer::from_vec(codes), 0, n), None);
-    let dict = DictionaryArray::<Int8Type>::try_new(keys, values.clone())
-        .map_err(|source| ConvertError::Arrow { table, source })?;
-    Ok(Arc::new(dict))
+    // `try_new` checks every key (a code of 128 or more is a negative key), so the codes
+    // are read once here; which row is wrong is looked for only when one is.
+    match DictionaryArray::<Int8Type>::try_new(keys.clone(), values.clone()) {
+        Ok(dict) => Ok(Arc::new(dict)),
+        Err(source) => Err(
+            match keys
+                .values()
+                .iter()
+                .position(|&k| k as u8 as usize >= values.len())
+            {
+                Some(row) => ConvertError::BadCode {
+                    table,
+                    column,
+                    row,
+                    code: keys.value(row) as u8,
+                    what,
+                },
+                None => ConvertError::Arrow { table, source },
+            },
+        ),
+    }
 }
 
 #[cfg(test)]
