@@ -11,6 +11,11 @@ every batch of every table as pyarrow RecordBatches (iterating the Decoding), to
 each batch's row count. Prints wall and CPU (user + sys, children's) seconds per run and
 the medians, and the load average before and after. The CLI is TRACEMILL_BIN, else
 target/dist/tracemill, else target/release/tracemill.
+
+To compare two builds of the package in one run, install the other one apart
+(`pip install --no-deps --target DIR ./python/tracemill-py`) and name it in
+TRACEMILL_PY_BEFORE=DIR: a third process per run, the same consumer with DIR first on its
+path, interleaved with the other two.
 """
 
 import os
@@ -33,10 +38,10 @@ print(f"{rows} {time.perf_counter() - t0:.3f}")
 """
 
 
-def timed(cmd):
+def timed(cmd, env=None):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
@@ -55,23 +60,34 @@ def main():
             if (ROOT / p).exists():
                 cli = str(ROOT / p)
                 break
+    before = os.environ.get("TRACEMILL_PY_BEFORE")
     print(f"bundle {bundle}, {runs} runs each, -j {jobs}, CLI {cli}")
+    if before:
+        print(f"before: the package in {before}")
     print(f"load average before: {os.getloadavg()}")
     res = {"cli": [], "python": []}
+    kinds = [("python", None)]
+    if before:
+        res["before"] = []
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([before, os.environ.get("PYTHONPATH", "")]))
+        kinds.append(("before", env))
     for i in range(runs):
         w, c, _ = timed([cli, "decode", bundle, "-j", jobs, "-q"])
         res["cli"].append((w, c))
         print(f"  run {i + 1}  cli     wall {w:7.3f} s  cpu {c:7.3f} s")
-        w, c, out = timed([sys.executable, "-c", CONSUMER, bundle, jobs])
-        rows, loop = out.split()
-        res["python"].append((w, c))
-        print(f"  run {i + 1}  python  wall {w:7.3f} s  cpu {c:7.3f} s  ({int(rows):,} rows in all tables, decode loop {float(loop):.3f} s)")
+        for kind, env in kinds:
+            w, c, out = timed([sys.executable, "-c", CONSUMER, bundle, jobs], env)
+            rows, loop = out.split()
+            res[kind].append((w, c))
+            print(f"  run {i + 1}  {kind:<7} wall {w:7.3f} s  cpu {c:7.3f} s  ({int(rows):,} rows in all tables, decode loop {float(loop):.3f} s)")
     print(f"load average after: {os.getloadavg()}")
     med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for k, v in res.items()}
     for k, (w, c) in med.items():
         print(f"median {k:<7} wall {w:7.3f} s  cpu {c:7.3f} s")
-    (cw, cc), (pw, pc) = med["cli"], med["python"]
-    print(f"python against cli: wall {100 * (pw / cw - 1):+.1f}%, cpu {100 * (pc / cc - 1):+.1f}%")
+    cw, cc = med["cli"]
+    for k, _ in kinds:
+        pw, pc = med[k]
+        print(f"{k} against cli: wall {100 * (pw / cw - 1):+.1f}%, cpu {100 * (pc / cc - 1):+.1f}%")
 
 
 if __name__ == "__main__":
