@@ -4,7 +4,8 @@ aim: within 10%).
 
     .venv/bin/python benches/scripts/python-stream-bench.py BUNDLE [RUNS] [JOBS]
 
-Each run is a fresh process, the two kinds interleaved (CLI, Python, CLI, Python, ...):
+Each run is a fresh process, the kinds interleaved (CLI, Python, Python, CLI, CLI,
+Python, ...: each round runs both, in turns):
 `tracemill decode BUNDLE -j JOBS -q` (decodes every table, writes nothing), and a Python
 process that decodes the same bundle with `tracemill.decode(BUNDLE, jobs=JOBS)` and reads
 every batch of every table as pyarrow RecordBatches (iterating the Decoding), touching
@@ -71,11 +72,16 @@ def main():
         res["before"] = []
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([before, os.environ.get("PYTHONPATH", "")]))
         kinds.append(("before", env))
+    # Each round runs every kind once, the order turned by one each round (so that no
+    # kind always follows the same one).
+    order = [("cli", None)] + kinds
     for i in range(runs):
-        w, c, _ = timed([cli, "decode", bundle, "-j", jobs, "-q"])
-        res["cli"].append((w, c))
-        print(f"  run {i + 1}  cli     wall {w:7.3f} s  cpu {c:7.3f} s")
-        for kind, env in kinds:
+        for kind, env in order[i % len(order):] + order[: i % len(order)]:
+            if kind == "cli":
+                w, c, _ = timed([cli, "decode", bundle, "-j", jobs, "-q"])
+                res["cli"].append((w, c))
+                print(f"  run {i + 1}  cli     wall {w:7.3f} s  cpu {c:7.3f} s")
+                continue
             w, c, out = timed([sys.executable, "-c", CONSUMER, bundle, jobs], env)
             rows, loop = out.split()
             res[kind].append((w, c))
@@ -89,11 +95,12 @@ def main():
         pw, pc = med[k]
         print(f"{k} against cli: wall {100 * (pw / cw - 1):+.1f}%, cpu {100 * (pc / cc - 1):+.1f}%")
     # On a shared machine the load moves within minutes: the ratio of each run to the CLI
-    # run just before it, whose load was the same, is steadier than a ratio of medians.
+    # run of the same round, whose load was about the same, is steadier than a ratio of
+    # medians.
     for k, _ in kinds:
         rw = statistics.median(p[0] / c[0] for p, c in zip(res[k], res["cli"]))
         rc = statistics.median(p[1] / c[1] for p, c in zip(res[k], res["cli"]))
-        print(f"{k} against the cli run before it, median of the ratios: wall {100 * (rw - 1):+.1f}%, cpu {100 * (rc - 1):+.1f}%")
+        print(f"{k} against the same round's cli run, median of the ratios: wall {100 * (rw - 1):+.1f}%, cpu {100 * (rc - 1):+.1f}%")
 
 
 if __name__ == "__main__":
