@@ -31,11 +31,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CONSUMER = """
 import sys, time, tracemill
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.thread_time()
 rows = 0
 for table, batch in tracemill.decode(sys.argv[1], jobs=int(sys.argv[2])):
     rows += batch.num_rows
-print(f"{rows} {time.perf_counter() - t0:.3f}")
+print(f"{rows} {time.perf_counter() - t0:.3f} {time.thread_time() - c0:.3f}")
 """
 
 
@@ -75,6 +75,9 @@ def main():
     # Each round runs every kind once, the order turned by one each round (so that no
     # kind always follows the same one).
     order = [("cli", None)] + kinds
+    # CPU of the Python thread that reads the batches, during the decode loop: what the
+    # consumer costs on top of the decode (steadier than the whole process's CPU).
+    consumer = {k: [] for k, _ in kinds}
     for i in range(runs):
         for kind, env in order[i % len(order):] + order[: i % len(order)]:
             if kind == "cli":
@@ -83,13 +86,15 @@ def main():
                 print(f"  run {i + 1}  cli     wall {w:7.3f} s  cpu {c:7.3f} s")
                 continue
             w, c, out = timed([sys.executable, "-c", CONSUMER, bundle, jobs], env)
-            rows, loop = out.split()
+            rows, loop, own = out.split()
             res[kind].append((w, c))
-            print(f"  run {i + 1}  {kind:<7} wall {w:7.3f} s  cpu {c:7.3f} s  ({int(rows):,} rows in all tables, decode loop {float(loop):.3f} s)")
+            consumer[kind].append(float(own))
+            print(f"  run {i + 1}  {kind:<7} wall {w:7.3f} s  cpu {c:7.3f} s  ({int(rows):,} rows in all tables, decode loop {float(loop):.3f} s, of which the consumer's thread {float(own):.3f} s CPU)")
     print(f"load average after: {os.getloadavg()}")
     med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for k, v in res.items()}
     for k, (w, c) in med.items():
-        print(f"median {k:<7} wall {w:7.3f} s  cpu {c:7.3f} s")
+        own = f"  (the consumer's thread {statistics.median(consumer[k]):.3f} s)" if k in consumer else ""
+        print(f"median {k:<7} wall {w:7.3f} s  cpu {c:7.3f} s{own}")
     cw, cc = med["cli"]
     for k, _ in kinds:
         pw, pc = med[k]
