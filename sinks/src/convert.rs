@@ -4,16 +4,24 @@
 //! The big tables (`branches`, `timing`) arrive as struct-of-arrays and are taken by value:
 //! every `Vec<u64>` / `Vec<u32>` becomes the array's buffer as is (`ScalarBuffer::from(vec)`
 //! keeps the allocation), and the `Vec<u8>` enum codes become the `Int8` dictionary keys in
-//! place. Only the validity (`Vec<bool>`, one byte per row) has to be packed into a bitmap,
-//! and that is skipped when a column has no nulls. The small tables (`events`, `coverage`,
-//! `edges`) arrive as rows and are transposed.
+//! place. Only the validity and the boolean columns (`Vec<bool>`, one byte per row) have to
+//! be packed into bitmaps ([`pack`]: eight rows at a time; a validity bitmap with no null is
+//! then dropped). The small tables (`events`, `coverage`, `edges`) arrive as rows and are
+//! transposed.
 //!
 //! Enum columns carry the whole name list of their enum as the dictionary, in code order,
 //! so the decoder's code *is* the key and every batch of a table has the same dictionary
-//! (which also keeps Arrow IPC files, where dictionaries may not change, simple).
+//! (which also keeps Arrow IPC files, where dictionaries may not change, simple): one array
+//! per enum, made once and shared by every batch.
+//!
+//! The conversion runs once per row of the big tables (on the decode threads before
+//! Parquet encoding, on the consumer's thread for `tracemill.decode`), so its per-row work
+//! is kept to what the columns need: arrow's own `From<Vec<bool>>` sets bits one by one
+//! with a branch per row, which cost more than everything else here together
+//! (benches/README.md, "Python streaming decode").
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int8Type;
@@ -21,7 +29,7 @@ use arrow_array::{
     Array, ArrayRef, BooleanArray, DictionaryArray, Int8Array, RecordBatch, StringArray,
     UInt32Array, UInt64Array, UInt8Array,
 };
-use arrow_buffer::{Buffer, NullBuffer, ScalarBuffer};
+use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, ScalarBuffer};
 use arrow_schema::{DataType, SchemaRef};
 use tracemill_decode::rows::{
     BranchColumns, CoverageRow, EdgeRow, EventRow, OptU64, TimingColumns,
@@ -57,7 +65,7 @@ pub fn branches(cols: BranchColumns, first_seq: u64) -> Result<RecordBatch> {
     ] {
         check_opt_len(T, name, c, n)?;
     }
-    let kind = enum_column(T, "kind", cols.kind, &BranchKind::names(), "BranchKind")?;
+    let kind = enum_column(T, "kind", cols.kind, &BRANCH_KINDS, "BranchKind")?;
     batch(
         T,
         schema::branches(),
@@ -66,8 +74,8 @@ pub fn branches(cols: BranchColumns, first_seq: u64) -> Result<RecordBatch> {
             u64_array(cols.ip),
             opt_u64_array(cols.target),
             kind,
-            Arc::new(BooleanArray::from(cols.taken)),
-            Arc::new(BooleanArray::from(cols.compressed)),
+            Arc::new(BooleanArray::new(pack(&cols.taken), None)),
+            Arc::new(BooleanArray::new(pack(&cols.compressed), None)),
             Arc::new(UInt32Array::new(ScalarBuffer::from(cols.insns), None)),
             opt_u64_array(cols.tsc),
             opt_u64_array(cols.cycles),
@@ -86,7 +94,7 @@ pub fn events(rows: &[EventRow]) -> Result<RecordBatch> {
         vec![
             u64_array(rows.iter().map(|r| r.seq).collect()),
             u64_array(rows.iter().map(|r| r.offset).collect()),
-            enum_column("events", "kind", codes, &EventKind::names(), "EventKind")?,
+            enum_column("events", "kind", codes, &EVENT_KINDS, "EventKind")?,
             Arc::new(rows.iter().map(|r| r.ip).collect::<UInt64Array>()),
             Arc::new(rows.iter().map(|r| r.tsc).collect::<UInt64Array>()),
             Arc::new(StringArray::from_iter_values(
@@ -106,7 +114,7 @@ pub fn timing(cols: TimingColumns) -> Result<RecordBatch> {
     check_len(T, "core_bus_ratio", cols.core_bus_ratio.len(), n)?;
     check_opt_len(T, "tsc", &cols.tsc, n)?;
     check_opt_len(T, "cycles", &cols.cycles, n)?;
-    let kind = enum_column(T, "kind", cols.kind, &TimingKind::names(), "TimingKind")?;
+    let kind = enum_column(T, "kind", cols.kind, &TIMING_KINDS, "TimingKind")?;
     batch(
         T,
         schema::timing(),
@@ -117,7 +125,7 @@ pub fn timing(cols: TimingColumns) -> Result<RecordBatch> {
             u64_array(cols.value),
             opt_u64_array(cols.tsc),
             opt_u64_array(cols.cycles),
-            Arc::new(UInt8Array::from(cols.core_bus_ratio)),
+            opt_u8_array(&cols.core_bus_ratio),
         ],
     )
 }
@@ -265,7 +273,7 @@ pub fn edges(rows: &[EdgeRow]) -> Result<RecordBatch> {
         vec![
             u64_array(rows.iter().map(|r| r.src).collect()),
             u64_array(rows.iter().map(|r| r.dst).collect()),
-            enum_column("edges", "kind", codes, &BranchKind::names(), "BranchKind")?,
+            enum_column("edges", "kind", codes, &BRANCH_KINDS, "BranchKind")?,
             u64_array(rows.iter().map(|r| r.count).collect()),
         ],
     )
@@ -299,15 +307,76 @@ fn u64_array(v: Vec<u64>) -> ArrayRef {
 }
 
 fn opt_u64_array(c: OptU64) -> ArrayRef {
-    // Many nullable columns are all-valid or all-null for a whole trace (cycles without
-    // cycle-accurate mode, cr3 after the first PIP); an absent null buffer is cheaper for
-    // every reader than a bitmap of ones.
-    let nulls = if c.valid.iter().all(|&v| v) {
-        None
-    } else {
-        Some(NullBuffer::from(c.valid))
-    };
-    Arc::new(UInt64Array::new(ScalarBuffer::from(c.values), nulls))
+    Arc::new(UInt64Array::new(
+        ScalarBuffer::from(c.values),
+        nulls(pack(&c.valid)),
+    ))
+}
+
+/// `Option<u8>`s as an array (a null's value is 0, as arrow's `From<Vec<Option<u8>>>`
+/// makes it).
+fn opt_u8_array(v: &[Option<u8>]) -> ArrayRef {
+    let values: Vec<u8> = v.iter().map(|o| o.unwrap_or(0)).collect();
+    let valid = BooleanBuffer::collect_bool(v.len(), |i| v[i].is_some());
+    Arc::new(UInt8Array::new(ScalarBuffer::from(values), nulls(valid)))
+}
+
+/// A validity bitmap as the column's null buffer, or none when every row is valid. Many
+/// nullable columns are all-valid or all-null for a whole trace (cycles without
+/// cycle-accurate mode, cr3 after the first PIP); an absent null buffer is cheaper for
+/// every reader than a bitmap of ones. (The count of set bits is a popcount of the
+/// bitmap.)
+fn nulls(valid: BooleanBuffer) -> Option<NullBuffer> {
+    let n = NullBuffer::new(valid);
+    (n.null_count() > 0).then_some(n)
+}
+
+/// Booleans packed into an Arrow bitmap (least significant bit first), eight at a time:
+/// the eight bytes (each 0 or 1) read as one little-endian `u64`, and one multiplication
+/// moves byte `i`'s bit to bit `56 + i` (each byte's bit goes to distinct positions, so
+/// nothing carries), the top byte being the eight bits in order.
+fn pack(v: &[bool]) -> BooleanBuffer {
+    const GATHER: u64 = 0x0102_0408_1020_4080;
+    let mut bytes = Vec::with_capacity(v.len().div_ceil(8));
+    let mut eights = v.chunks_exact(8);
+    bytes.extend(eights.by_ref().map(|c| {
+        let c: [bool; 8] = c.try_into().expect("chunks of 8");
+        (u64::from_le_bytes(c.map(u8::from)).wrapping_mul(GATHER) >> 56) as u8
+    }));
+    let rest = eights.remainder();
+    if !rest.is_empty() {
+        bytes.push(
+            rest.iter()
+                .enumerate()
+                .fold(0u8, |b, (i, &v)| b | (u8::from(v) << i)),
+        );
+    }
+    BooleanBuffer::new(Buffer::from_vec(bytes), 0, v.len())
+}
+
+/// The dictionaries of the enum columns, made once: every batch shares its enum's.
+static BRANCH_KINDS: Names = Names::new(BranchKind::names);
+static EVENT_KINDS: Names = Names::new(EventKind::names);
+static TIMING_KINDS: Names = Names::new(TimingKind::names);
+
+/// An enum's names in code order, as a dictionary's values, made on first use.
+struct Names {
+    names: fn() -> Vec<&'static str>,
+    values: OnceLock<ArrayRef>,
+}
+
+impl Names {
+    const fn new(names: fn() -> Vec<&'static str>) -> Self {
+        Names {
+            names,
+            values: OnceLock::new(),
+        }
+    }
+
+    fn values(&self) -> &ArrayRef {
+        self.values
+            .get_or_init(|| Arc::new(StringArray::from((self.names)())))
+    }
 }
 
 /// An enum column: `Dictionary(Int8, Utf8)` whose values are all the enum's names in code
@@ -318,24 +387,33 @@ fn enum_column(
     table: &'static str,
     column: &'static str,
     codes: Vec<u8>,
-    names: &[&str],
+    names: &Names,
     what: &'static str,
 ) -> Result<ArrayRef> {
-    if let Some(row) = codes.iter().position(|&c| c as usize >= names.len()) {
-        return Err(ConvertError::BadCode {
-            table,
-            column,
-            row,
-            code: codes[row],
-            what,
-        });
-    }
+    let values = names.values();
     let n = codes.len();
     let keys = Int8Array::new(ScalarBuffer::new(Buffer::from_vec(codes), 0, n), None);
-    let values = Arc::new(StringArray::from(names.to_vec()));
-    let dict = DictionaryArray::<Int8Type>::try_new(keys, values)
-        .map_err(|source| ConvertError::Arrow { table, source })?;
-    Ok(Arc::new(dict))
+    // `try_new` checks every key (a code of 128 or more is a negative key), so the codes
+    // are read once here; which row is wrong is looked for only when one is.
+    match DictionaryArray::<Int8Type>::try_new(keys.clone(), values.clone()) {
+        Ok(dict) => Ok(Arc::new(dict)),
+        Err(source) => Err(
+            match keys
+                .values()
+                .iter()
+                .position(|&k| k as u8 as usize >= values.len())
+            {
+                Some(row) => ConvertError::BadCode {
+                    table,
+                    column,
+                    row,
+                    code: keys.value(row) as u8,
+                    what,
+                },
+                None => ConvertError::Arrow { table, source },
+            },
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -402,6 +480,62 @@ mod tests {
         assert_eq!(ptr(7), tsc);
         let keys = b.column(3).as_dictionary::<Int8Type>().keys();
         assert_eq!(keys.values().as_ptr() as usize, kind);
+    }
+
+    #[test]
+    fn packed_bools_are_arrows_bitmaps() {
+        // Every byte pattern, at every length and offset into a byte.
+        let all: Vec<bool> = (0..256 * 8).map(|i| (i / 8) >> (i % 8) & 1 == 1).collect();
+        for len in [0, 1, 7, 8, 9, 63, 64, 65, 2047, 2048] {
+            for start in [0, 1, 5] {
+                let v = &all[start.min(len)..len];
+                assert_eq!(pack(v), BooleanBuffer::from(v), "{start}..{len}");
+            }
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let random: Vec<bool> = (0..100_003)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x & 1 == 1
+            })
+            .collect();
+        assert_eq!(pack(&random), BooleanBuffer::from(random.as_slice()));
+        // A validity bitmap: none when all valid, the count otherwise.
+        assert!(nulls(pack(&[true; 70])).is_none());
+        assert_eq!(nulls(pack(&[false; 70])).unwrap().null_count(), 70);
+        assert_eq!(nulls(pack(&random)).map(|n| n.null_count()), {
+            let n = random.iter().filter(|&&v| !v).count();
+            (n > 0).then_some(n)
+        });
+    }
+
+    #[test]
+    fn optional_bytes_match_arrows_conversion() {
+        let v = vec![None, Some(3), Some(0), None, Some(255)];
+        let a = opt_u8_array(&v);
+        assert_eq!(a.to_data(), UInt8Array::from(v).to_data());
+        let all = vec![Some(1u8); 9];
+        let a = opt_u8_array(&all);
+        assert!(a.nulls().is_none());
+        assert_eq!(a.to_data(), UInt8Array::from(all).to_data());
+    }
+
+    #[test]
+    fn enum_dictionaries_are_shared() {
+        let a = branches(some_branches(10), 0).unwrap();
+        let b = branches(some_branches(20), 10).unwrap();
+        let values = |b: &RecordBatch| b.column(3).as_dictionary::<Int8Type>().values().clone();
+        assert!(Arc::ptr_eq(&values(&a), &values(&b)));
+        assert_eq!(
+            values(&a)
+                .as_string::<i32>()
+                .iter()
+                .flatten()
+                .collect::<Vec<_>>(),
+            BranchKind::names()
+        );
     }
 
     #[test]

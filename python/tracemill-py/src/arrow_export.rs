@@ -15,6 +15,13 @@
 //!
 //! A consumer moves the struct out of the capsule (and marks the original released); a
 //! capsule never consumed frees its struct, and the data, when Python drops it.
+//!
+//! The batches a stream is iterated for ([`pyarrow_batch`]) go another way, for speed:
+//! through `pyarrow.RecordBatch._import_from_c`, given the table's `pyarrow.Schema`
+//! imported once per stream. A capsule pair (`pyarrow.record_batch(obj)`) makes pyarrow
+//! import the schema again with every batch: its fields, their documentation and the
+//! files' metadata, some 65 µs a batch, a tenth of the consumer's time in a whole decode
+//! (benches/README.md, "Python streaming decode").
 
 use std::sync::Mutex;
 
@@ -24,6 +31,7 @@ use arrow_array::{Array, RecordBatch, RecordBatchReader, StructArray};
 use arrow_schema::SchemaRef;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyCapsule;
 
 fn arrow_err(e: arrow_schema::ArrowError) -> PyErr {
@@ -49,49 +57,46 @@ pub(crate) fn stream_capsule<'py>(
     PyCapsule::new_with_value(py, FFI_ArrowArrayStream::new(reader), c"arrow_array_stream")
 }
 
-/// One record batch, for `pyarrow.record_batch(...)` (or any reader of
-/// `__arrow_c_array__`): its columns as they are, not copied.
-#[pyclass(name = "_ArrowArray", module = "tracemill._tracemill", frozen)]
-pub struct ArrowArray {
-    batch: RecordBatch,
-}
-
-impl ArrowArray {
-    pub(crate) fn new(batch: RecordBatch) -> Self {
-        ArrowArray { batch }
-    }
-
-    /// As a `pyarrow.RecordBatch`.
-    pub(crate) fn into_pyarrow(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let holder = Bound::new(py, self)?;
+/// A schema as a `pyarrow.Schema`, with its metadata.
+pub(crate) fn pyarrow_schema(py: Python<'_>, schema: &arrow_schema::Schema) -> PyResult<Py<PyAny>> {
+    static IMPORT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let import = IMPORT.get_or_try_init(py, || -> PyResult<_> {
         Ok(py
             .import("pyarrow")?
-            .call_method1("record_batch", (holder,))?
+            .getattr("Schema")?
+            .getattr("_import_from_c_capsule")?
             .unbind())
-    }
+    })?;
+    Ok(import
+        .bind(py)
+        .call1((schema_capsule(py, schema)?,))?
+        .unbind())
 }
 
-#[pymethods]
-impl ArrowArray {
-    /// The batch's schema (the PyCapsule interface).
-    fn __arrow_c_schema__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
-        schema_capsule(py, self.batch.schema_ref())
-    }
-
-    /// The batch as a struct array of its columns (the PyCapsule interface). A requested
-    /// schema is not applied: the batch comes as decoded (the interface allows that).
-    #[pyo3(signature = (requested_schema=None))]
-    fn __arrow_c_array__<'py>(
-        &self,
-        py: Python<'py>,
-        requested_schema: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<(Bound<'py, PyCapsule>, Bound<'py, PyCapsule>)> {
-        let _ = requested_schema;
-        let schema = schema_capsule(py, self.batch.schema_ref())?;
-        let data = StructArray::from(self.batch.clone()).into_data();
-        let array = PyCapsule::new_with_value(py, FFI_ArrowArray::new(&data), c"arrow_array")?;
-        Ok((schema, array))
-    }
+/// One record batch as a `pyarrow.RecordBatch` whose schema is `schema` (the batch's own,
+/// as a `pyarrow.Schema` from [`pyarrow_schema`]): its columns as they are, not copied.
+/// Only the array crosses (an `FFI_ArrowArray`, by address: pyarrow moves it out and
+/// marks ours released, or leaves it to be released here if it fails first).
+pub(crate) fn pyarrow_batch(
+    py: Python<'_>,
+    batch: RecordBatch,
+    schema: &Py<PyAny>,
+) -> PyResult<Py<PyAny>> {
+    static IMPORT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let import = IMPORT.get_or_try_init(py, || -> PyResult<_> {
+        Ok(py
+            .import("pyarrow")?
+            .getattr("RecordBatch")?
+            .getattr("_import_from_c")?
+            .unbind())
+    })?;
+    let data = StructArray::from(batch).into_data();
+    let array = Box::new(FFI_ArrowArray::new(&data));
+    let address = &*array as *const FFI_ArrowArray as usize;
+    let r = import.bind(py).call1((address, schema.bind(py)));
+    // Moved out by pyarrow (nothing left to release), or released now.
+    drop(array);
+    Ok(r?.unbind())
 }
 
 /// Record batches already at hand (a table read whole, a report), as a stream for

@@ -126,7 +126,6 @@ fn _tracemill(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(table_schema, m)?)?;
     m.add_class::<stream::Decoding>()?;
     m.add_class::<stream::TableStream>()?;
-    m.add_class::<arrow_export::ArrowArray>()?;
     m.add_class::<arrow_export::ArrowStream>()?;
     m.add_function(wrap_pyfunction!(tools::dump, m)?)?;
     m.add_function(wrap_pyfunction!(tools::ingest, m)?)?;

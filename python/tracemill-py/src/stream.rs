@@ -32,13 +32,16 @@ use arrow_schema::{ArrowError, SchemaRef};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict};
 use tracemill::bundle::{Bundle, Bytes};
 use tracemill::run::{self, Tables};
 use tracemill::stream::Output;
 use tracemill_schemas::TABLES;
 
-use crate::arrow_export::{schema_capsule, stream_capsule, ArrowArray, ArrowStream};
+use crate::arrow_export::{
+    pyarrow_batch, pyarrow_schema, schema_capsule, stream_capsule, ArrowStream,
+};
 use crate::{error, error_from, warn};
 
 /// Pieces that may wait on the channel for the consumer. Each is one table's rows of one
@@ -189,12 +192,27 @@ struct Hooks {
     /// The addresses of the buffers handed out (the first [`MAX_ADDRESSES`]), so that
     /// tests can see a consumer got them without a copy.
     addresses: Mutex<Vec<usize>>,
+    /// Each table's schema as a `pyarrow.Schema`, imported once for all its batches
+    /// (by table index).
+    pyarrow_schemas: [PyOnceLock<Py<PyAny>>; 5],
 }
 
 /// Buffer addresses kept for `_exported_buffer_addresses` (8 MB at most).
 const MAX_ADDRESSES: usize = 1 << 20;
 
 impl Hooks {
+    /// A batch of `table` as a `pyarrow.RecordBatch` (`schema`: the table's).
+    fn pyarrow_batch(
+        &self,
+        py: Python<'_>,
+        table: usize,
+        schema: &SchemaRef,
+        b: RecordBatch,
+    ) -> PyResult<Py<PyAny>> {
+        let s = self.pyarrow_schemas[table].get_or_try_init(py, || pyarrow_schema(py, schema))?;
+        pyarrow_batch(py, b, s)
+    }
+
     fn on_owner(&self) -> bool {
         std::thread::current().id() == self.owner
     }
@@ -528,8 +546,10 @@ impl Decoding {
             .iter()
             .position(|t| *t == o.table)
             .expect("only the tables asked for are sent");
+        let t = table_index(o.table);
         let b = batch(o, &self.schemas[i], &self.hooks).map_err(to_py)?;
-        Ok(Some((self.tables[i], ArrowArray::new(b).into_pyarrow(py)?)))
+        let b = self.hooks.pyarrow_batch(py, t, &self.schemas[i], b)?;
+        Ok(Some((self.tables[i], b)))
     }
 
     /// The decode's report once it has finished (None before): counts, blocks, edges,
@@ -695,10 +715,10 @@ impl TableStream {
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         let t = table_index(self.table);
         match next_with_gil(py, &self.shared, &self.hooks, Some(t))? {
-            Some(o) => Ok(Some(
-                ArrowArray::new(batch(o, &self.schema, &self.hooks).map_err(to_py)?)
-                    .into_pyarrow(py)?,
-            )),
+            Some(o) => {
+                let b = batch(o, &self.schema, &self.hooks).map_err(to_py)?;
+                Ok(Some(self.hooks.pyarrow_batch(py, t, &self.schema, b)?))
+            }
             None => Ok(None),
         }
     }
@@ -954,6 +974,7 @@ fn start(
         early,
         last: Mutex::new(0),
         addresses: Mutex::new(Vec::new()),
+        pyarrow_schemas: std::array::from_fn(|_| PyOnceLock::new()),
     });
     // Wait for the first piece (or the end), so that a decode that cannot start (no PSB)
     // raises here, not at the first read. Not longer than a second: a decode of only the
