@@ -1,0 +1,503 @@
+//! A whole file: the header, the attributes and their ids, the records of the data
+//! section (lazily, in file order) and the feature sections (on request).
+
+use std::collections::HashMap;
+
+use crate::attr::{sample, EventAttr, SampleId, ATTR_SIZE_VER0};
+use crate::cursor::{u64_at, Cursor};
+use crate::error::Error;
+use crate::features::{self, AuxtraceIndexEntry, BuildIdEntry, Feature};
+use crate::header::{feature, FileHeader, Section, FILE_HEADER_SIZE};
+use crate::intel_pt::IntelPtInfo;
+use crate::record::{self, kind, Record, AUXTRACE_HEADER_SIZE};
+
+/// Bytes of an attrs entry past the attribute: its ids section.
+const IDS_SECTION: u64 = 16;
+/// The largest attrs entry accepted (perf_event_attr is 136 bytes in Linux 6.x).
+const MAX_ATTR_ENTRY: u64 = 4096;
+
+/// One event: its attribute and the sample ids the kernel gave it (one per CPU or
+/// thread it was opened on).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub attr: EventAttr,
+    pub ids: Vec<u64>,
+}
+
+/// How a kernel record's event is found, which decides its trailer's layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IdLayout {
+    /// All attributes lay out the trailer alike (this one's); the id, if any, names the
+    /// event.
+    Same(usize),
+    /// Every attribute has IDENTIFIER: the trailer's last `u64` (a sample's first) names
+    /// the event, whose attribute gives the rest.
+    Identifier,
+}
+
+/// A perf.data file read from bytes (a memory map or a buffer).
+#[derive(Debug)]
+pub struct PerfData<'a> {
+    bytes: &'a [u8],
+    header: FileHeader,
+    attrs: Vec<Attr>,
+    layout: IdLayout,
+    by_id: HashMap<u64, usize>,
+    /// The data section as read: `[start, end)`, cut at the end of the file.
+    data_start: usize,
+    data_end: usize,
+    /// The header's data size reaches past the end of the file.
+    data_cut: bool,
+}
+
+/// One record and where it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item<'a> {
+    /// File offset of the record's header.
+    pub offset: u64,
+    pub misc: u16,
+    pub record: Record<'a>,
+    /// The `sample_id_all` trailer (a sample's own fields for samples); all `None` for
+    /// perf's records and without `sample_id_all`.
+    pub sample_id: SampleId,
+    /// Index into [`PerfData::attrs`] of the record's event, when the file says.
+    pub attr: Option<usize>,
+}
+
+impl<'a> PerfData<'a> {
+    /// Check the header and read the attributes. Records and features are read later,
+    /// so that a file cut short still gives the records before the cut.
+    pub fn parse(bytes: &'a [u8]) -> Result<PerfData<'a>, Error> {
+        let header = FileHeader::parse(bytes)?;
+        let attrs = read_attrs(bytes, &header)?;
+        let layout = id_layout(&attrs)?;
+        let mut by_id = HashMap::new();
+        for (i, a) in attrs.iter().enumerate() {
+            for &id in &a.ids {
+                by_id.entry(id).or_insert(i);
+            }
+        }
+        let d = header.data;
+        if d.offset < FILE_HEADER_SIZE || d.offset > bytes.len() as u64 {
+            return Err(Error::invalid(
+                40,
+                "data section",
+                format!("starts at {:#x}, outside the file's {} bytes after its header", d.offset, bytes.len()),
+            ));
+        }
+        let data_start = d.offset as usize;
+        // A size of 0: perf record did not finish its header (perf reads to the end).
+        let want_end = if d.size == 0 {
+            bytes.len() as u64
+        } else {
+            d.offset.saturating_add(d.size)
+        };
+        let data_cut = want_end > bytes.len() as u64;
+        let data_end = want_end.min(bytes.len() as u64) as usize;
+        Ok(PerfData {
+            bytes,
+            header,
+            attrs,
+            layout,
+            by_id,
+            data_start,
+            data_end,
+            data_cut,
+        })
+    }
+
+    pub fn header(&self) -> &FileHeader {
+        &self.header
+    }
+
+    pub fn attrs(&self) -> &[Attr] {
+        &self.attrs
+    }
+
+    /// The attribute whose ids include `id`.
+    pub fn attr_of_id(&self, id: u64) -> Option<usize> {
+        self.by_id.get(&id).copied()
+    }
+
+    /// The header's data size was 0 (perf killed before it wrote its header): the data
+    /// section is taken to run to the end of the file, as perf does.
+    pub fn data_size_unset(&self) -> bool {
+        self.header.data.size == 0
+    }
+
+    /// The records of the data section in file order. A record whose body is damaged is
+    /// an error and the next one is read; a record whose size cannot be right ends the
+    /// iteration with an error (nothing after it can be found).
+    pub fn records(&self) -> Records<'_, 'a> {
+        Records {
+            file: self,
+            pos: self.data_start,
+            done: false,
+        }
+    }
+
+    /// The feature sections, in header bit order.
+    pub fn features(&self) -> Result<Vec<Feature<'a>>, Error> {
+        let table_at = self.header.data.offset.saturating_add(self.header.data.size);
+        let n = self.header.feature_ids().count();
+        let table = Section {
+            offset: table_at,
+            size: 16 * n as u64,
+        }
+        .slice(self.bytes, 48, "feature section table")?;
+        let mut c = Cursor::new(table, table_at);
+        self.header
+            .feature_ids()
+            .map(|id| {
+                let entry_at = c.offset();
+                let section = Section::read(&mut c, "feature section table")?;
+                let bytes = section.slice(self.bytes, entry_at, "feature section")?;
+                Ok(Feature {
+                    id,
+                    entry_at,
+                    section,
+                    bytes,
+                })
+            })
+            .collect()
+    }
+
+    /// One feature's section, `None` when the header does not list it.
+    pub fn feature(&self, id: u32) -> Result<Option<Feature<'a>>, Error> {
+        if !self.header.has_feature(id) {
+            return Ok(None);
+        }
+        Ok(self.features()?.into_iter().find(|f| f.id == id))
+    }
+
+    /// HEADER_BUILD_ID: the build-ids perf found for the files the trace touched.
+    pub fn build_ids(&self) -> Result<Vec<BuildIdEntry<'a>>, Error> {
+        match self.feature(feature::BUILD_ID)? {
+            Some(f) => features::build_ids(f.bytes, f.section.offset),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// HEADER_AUXTRACE: the index of AUXTRACE records, each entry checked to name an
+    /// AUXTRACE record of that size inside the data section.
+    pub fn auxtrace_index(&self) -> Result<Vec<AuxtraceIndexEntry>, Error> {
+        let Some(f) = self.feature(feature::AUXTRACE)? else {
+            return Ok(Vec::new());
+        };
+        let entries = features::auxtrace_index(f.bytes, f.section.offset)?;
+        for (i, e) in entries.iter().enumerate() {
+            let at = f.section.offset + 8 + 16 * i as u64;
+            let bad = |why: String| Error::invalid(at, "HEADER_AUXTRACE entry", why);
+            let o = e.file_offset;
+            if o < self.data_start as u64 || o.saturating_add(AUXTRACE_HEADER_SIZE) > self.data_end as u64 {
+                return Err(bad(format!("{o:#x} is outside the data section")));
+            }
+            let rec = &self.bytes[o as usize..];
+            let kind_ = u32::from_le_bytes(rec[..4].try_into().expect("4"));
+            let size = u16::from_le_bytes([rec[6], rec[7]]) as u64;
+            if kind_ != kind::AUXTRACE {
+                return Err(bad(format!("the record at {o:#x} has type {kind_}, not AUXTRACE")));
+            }
+            let total = size.saturating_add(u64_at(rec, 8));
+            if total != e.size {
+                return Err(bad(format!(
+                    "says {} bytes, the record at {o:#x} has {total}",
+                    e.size
+                )));
+            }
+        }
+        Ok(entries)
+    }
+
+    /// A string feature (`feature::HOSTNAME`, `OSRELEASE`, `VERSION`, `ARCH`, `CPUDESC`,
+    /// `CPUID`).
+    pub fn string_feature(&self, id: u32) -> Result<Option<&'a [u8]>, Error> {
+        match self.feature(id)? {
+            Some(f) => features::string(f.bytes, f.section.offset).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The first AUXTRACE_INFO record, read as Intel PT's. `None` without one.
+    pub fn intel_pt_info(&self) -> Result<Option<(u64, IntelPtInfo)>, Error> {
+        for item in self.records() {
+            let item = item?;
+            if let Record::AuxtraceInfo(info) = &item.record {
+                return IntelPtInfo::parse(info, item.offset).map(|i| Some((item.offset, i)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The attribute of a kernel record, from the trailer's identifier when needed.
+    fn attr_for(&self, kind_: u32, body: &[u8]) -> Option<usize> {
+        match self.layout {
+            IdLayout::Same(i) => Some(i),
+            IdLayout::Identifier => {
+                let id = if kind_ == kind::SAMPLE {
+                    (body.len() >= 8).then(|| u64_at(body, 0))?
+                } else {
+                    (body.len() >= 8).then(|| u64_at(body, body.len() - 8))?
+                };
+                self.attr_of_id(id)
+            }
+        }
+    }
+
+    fn item(&self, at: usize, kind_: u32, misc: u16, body: &'a [u8]) -> Result<Item<'a>, Error> {
+        let offset = at as u64;
+        let body_at = offset + 8;
+        if kind_ >= kind::USER_TYPE_START {
+            return Ok(Item {
+                offset,
+                misc,
+                record: record::parse(kind_, misc, body, body_at)?,
+                sample_id: SampleId::default(),
+                attr: None,
+            });
+        }
+        let attr_ix = self.attr_for(kind_, body);
+        let Some(ix) = attr_ix else {
+            return Err(Error::invalid(
+                offset,
+                "record",
+                format!("type {kind_}: its sample id names no event of the file"),
+            ));
+        };
+        let attr = &self.attrs[ix].attr;
+        if kind_ == kind::SAMPLE {
+            return Ok(Item {
+                offset,
+                misc,
+                record: Record::Sample(body),
+                sample_id: sample_fields(attr, body, body_at)?,
+                attr: Some(ix),
+            });
+        }
+        let t = attr.trailer_len();
+        if body.len() < t {
+            return Err(Error::truncated(
+                body_at,
+                "record with its sample_id trailer",
+                t as u64,
+                body.len() as u64,
+            ));
+        }
+        let (main, trailer) = body.split_at(body.len() - t);
+        let sample_id = SampleId::parse(attr, trailer, body_at + main.len() as u64)?;
+        let attr = match sample_id.id {
+            Some(id) => self.attr_of_id(id).or(Some(ix)),
+            None => Some(ix),
+        };
+        Ok(Item {
+            offset,
+            misc,
+            record: record::parse(kind_, misc, main, body_at)?,
+            sample_id,
+            attr,
+        })
+    }
+}
+
+/// A sample's leading fields (those before READ and CALLCHAIN), in the trailer's type.
+fn sample_fields(attr: &EventAttr, body: &[u8], at: u64) -> Result<SampleId, Error> {
+    let t = attr.sample_type;
+    let mut c = Cursor::new(body, at);
+    let mut s = SampleId::default();
+    const W: &str = "sample";
+    if t & sample::IDENTIFIER != 0 {
+        s.id = Some(c.u64(W)?);
+    }
+    if t & sample::IP != 0 {
+        c.u64(W)?;
+    }
+    if t & sample::TID != 0 {
+        s.pid = Some(c.u32(W)?);
+        s.tid = Some(c.u32(W)?);
+    }
+    if t & sample::TIME != 0 {
+        s.time = Some(c.u64(W)?);
+    }
+    if t & sample::ADDR != 0 {
+        c.u64(W)?;
+    }
+    if t & sample::ID != 0 {
+        s.id = Some(c.u64(W)?);
+    }
+    if t & sample::STREAM_ID != 0 {
+        s.stream_id = Some(c.u64(W)?);
+    }
+    if t & sample::CPU != 0 {
+        s.cpu = Some(c.u32(W)?);
+    }
+    Ok(s)
+}
+
+fn read_attrs(bytes: &[u8], h: &FileHeader) -> Result<Vec<Attr>, Error> {
+    let entry = h.attr_size;
+    if !(ATTR_SIZE_VER0 as u64 + IDS_SECTION..=MAX_ATTR_ENTRY).contains(&entry) {
+        return Err(Error::invalid(
+            16,
+            "attr_size",
+            format!("{entry}, outside {}..={MAX_ATTR_ENTRY}", ATTR_SIZE_VER0 as u64 + IDS_SECTION),
+        ));
+    }
+    let section = h.attrs.slice(bytes, 24, "attrs section")?;
+    if section.len() as u64 % entry != 0 || section.is_empty() {
+        return Err(Error::invalid(
+            24,
+            "attrs section",
+            format!("{} bytes is not a positive multiple of attr_size {entry}", section.len()),
+        ));
+    }
+    let mut attrs = Vec::with_capacity(section.len() / entry as usize);
+    let mut total_ids = 0u64;
+    for (i, e) in section.chunks_exact(entry as usize).enumerate() {
+        let at = h.attrs.offset + i as u64 * entry;
+        let (a, ids) = e.split_at(e.len() - IDS_SECTION as usize);
+        let attr = EventAttr::parse(a, at)?;
+        let ids_at = at + a.len() as u64;
+        let ids_section = Section::read(&mut Cursor::new(ids, ids_at), "attr ids")?;
+        let raw = ids_section.slice(bytes, ids_at, "attr ids section")?;
+        total_ids += raw.len() as u64 / 8;
+        // Ids sections may overlap only so far: all of them together fit the file once.
+        if total_ids > bytes.len() as u64 / 8 {
+            return Err(Error::invalid(ids_at, "attr ids section", "more ids than the file has bytes for"));
+        }
+        let ids = raw.chunks_exact(8).map(|b| u64_at(b, 0)).collect();
+        attrs.push(Attr { attr, ids });
+    }
+    Ok(attrs)
+}
+
+fn id_layout(attrs: &[Attr]) -> Result<IdLayout, Error> {
+    let first = &attrs[0].attr;
+    let trailer_shape = |a: &EventAttr| (a.sample_id_all(), a.sample_type);
+    if attrs.iter().all(|a| trailer_shape(&a.attr) == trailer_shape(first)) {
+        return Ok(IdLayout::Same(0));
+    }
+    if attrs.iter().all(|a| {
+        a.attr.sample_type & sample::IDENTIFIER != 0 && a.attr.sample_id_all() == first.sample_id_all()
+    }) {
+        return Ok(IdLayout::Identifier);
+    }
+    Err(Error::invalid(
+        24,
+        "attrs section",
+        "events differ in sample_type without PERF_SAMPLE_IDENTIFIER: records cannot be told apart",
+    ))
+}
+
+/// The records of a file; see [`PerfData::records`].
+pub struct Records<'p, 'a> {
+    file: &'p PerfData<'a>,
+    pos: usize,
+    done: bool,
+}
+
+impl<'a> Iterator for Records<'_, 'a> {
+    type Item = Result<Item<'a>, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let f = self.file;
+        let end = f.data_end;
+        let at = self.pos;
+        if at >= end {
+            self.done = true;
+            if f.data_cut {
+                return Some(Err(Error::truncated(
+                    end as u64,
+                    "data section",
+                    f.header.data.size,
+                    end as u64 - f.header.data.offset,
+                )));
+            }
+            return None;
+        }
+        let fail = |this: &mut Self, e: Error| {
+            this.done = true;
+            Some(Err(e))
+        };
+        let mut c = Cursor::new(&f.bytes[at..end], at as u64);
+        let (kind_, misc, size) = match (c.u32("record header"), c.u16("record header"), c.u16("record header")) {
+            (Ok(k), Ok(m), Ok(s)) => (k, m, s as usize),
+            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
+                return fail(self, Error::truncated(at as u64, "record header", 8, e_have(&e, end - at)))
+            }
+        };
+        if size < 8 {
+            return fail(
+                self,
+                Error::invalid(at as u64 + 6, "record size", format!("{size}, below the 8-byte header (type {kind_})")),
+            );
+        }
+        if size > end - at {
+            return fail(
+                self,
+                Error::truncated(at as u64, "record", size as u64, (end - at) as u64),
+            );
+        }
+        let body = &f.bytes[at + 8..at + size];
+        if kind_ == kind::AUXTRACE {
+            let head = match record::parse_auxtrace(body, at as u64 + 8) {
+                Ok(h) => h,
+                // Its data's length is unknown: nothing after it can be found.
+                Err(e) => return fail(self, e),
+            };
+            let left = (end - at - size) as u64;
+            if head.size > left {
+                return fail(
+                    self,
+                    Error::truncated(at as u64, "AUXTRACE record's data", head.size, left),
+                );
+            }
+            let data = &f.bytes[at + size..at + size + head.size as usize];
+            self.pos = at + size + head.size as usize;
+            return Some(Ok(Item {
+                offset: at as u64,
+                misc,
+                record: Record::Auxtrace(record::Auxtrace { data, ..head }),
+                sample_id: SampleId::default(),
+                attr: None,
+            }));
+        }
+        self.pos = at + size;
+        Some(f.item(at, kind_, misc, body))
+    }
+}
+
+fn e_have(_e: &Error, left: usize) -> u64 {
+    left as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_and_garbage_inputs_are_errors_not_panics() {
+        assert!(PerfData::parse(&[]).is_err());
+        assert!(PerfData::parse(b"PERFILE2").is_err());
+        let mut h = FileHeader {
+            attr_size: 144,
+            attrs: Section {
+                offset: 104,
+                size: 144,
+            },
+            data: Section {
+                offset: 248,
+                size: 0,
+            },
+            event_types: Section::default(),
+            features: [0; 4],
+        }
+        .to_bytes();
+        // The attrs section is past the end of these 104 bytes.
+        assert_eq!(PerfData::parse(&h).unwrap_err().offset(), 24);
+        h[16] = 3;
+        assert_eq!(PerfData::parse(&h).unwrap_err().offset(), 16);
+    }
+}
