@@ -154,7 +154,7 @@ impl EventAttr {
     /// The attribute's bytes, `size` long (for writers; fields past `size` are dropped).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(ATTR_SIZE_KNOWN as usize);
-        let mut u32_ = |v: &mut Vec<u8>, x: u32| v.extend_from_slice(&x.to_le_bytes());
+        let u32_ = |v: &mut Vec<u8>, x: u32| v.extend_from_slice(&x.to_le_bytes());
         u32_(&mut v, self.kind);
         u32_(&mut v, self.size);
         for x in [
