@@ -27,6 +27,10 @@ pub enum WriteError {
     AttrSize(u32),
     #[error("no attribute to write a kernel record for")]
     NoAttr,
+    #[error("no CPU stream to write")]
+    NoStream,
+    #[error("CPU {0}'s switch times ({1}, {2}) are not after the process's sideband (at {3}) and in order")]
+    SwitchTimes(u32, u64, u64, u64),
 }
 
 /// A perf.data file being built: attributes first, then records in the order given, then
@@ -34,7 +38,7 @@ pub enum WriteError {
 pub struct PerfDataWriter {
     attrs: Vec<Attr>,
     data: Vec<u8>,
-    /// `(offset in data, size with data)` of every AUXTRACE record.
+    /// `(offset in data, header.size)` of every AUXTRACE record.
     auxtrace_index: Vec<(u64, u64)>,
     build_ids: Vec<(u16, u32, BuildId, Vec<u8>)>,
     strings: Vec<(u32, Vec<u8>)>,
@@ -231,8 +235,7 @@ impl PerfDataWriter {
         self.data.extend(body);
         if let Record::Auxtrace(a) = record {
             self.data.extend_from_slice(a.data);
-            self.auxtrace_index
-                .push((at, AUXTRACE_HEADER_SIZE + a.data.len() as u64));
+            self.auxtrace_index.push((at, AUXTRACE_HEADER_SIZE));
         }
         Ok(())
     }
@@ -346,6 +349,10 @@ pub struct CpuStream {
     pub cpu: u32,
     pub tid: u32,
     pub pt: Vec<u8>,
+    /// perf times (ns) of the switch in and out: the stream's TSC packets should fall
+    /// between them (`PerfClock::perf_time_to_tsc`), after the process's sideband.
+    pub switch_in: u64,
+    pub switch_out: u64,
 }
 
 /// The program, its process and the recording settings of [`intel_pt_two_threads`].
@@ -368,7 +375,8 @@ pub struct PtRecording {
     pub pgoff: u64,
     pub comm: Vec<u8>,
     pub pid: u32,
-    /// perf time (ns) of the first record; the others follow 1 µs apart.
+    /// perf time (ns) of the first record; the process's sideband follows 1 µs apart,
+    /// each CPU's records at its `switch_in` and `switch_out`.
     pub start_time: u64,
     pub cpus: Vec<CpuStream>,
 }
@@ -503,7 +511,7 @@ pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
         }),
         none,
     ));
-    let first = r.cpus.first().ok_or(WriteError::NoAttr)?;
+    let first = r.cpus.first().ok_or(WriteError::NoStream)?;
     let sid = |tid: u32, cpu: u32, time: u64, base: u64| SampleId {
         pid: Some(r.pid),
         tid: Some(tid),
@@ -562,7 +570,11 @@ pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
             sid(c.tid, c.cpu, next_time(), 2000),
         ));
     }
+    let sideband_end = next_time();
     for (i, c) in r.cpus.iter().enumerate() {
+        if c.switch_in <= sideband_end || c.switch_out <= c.switch_in + 1 {
+            return Err(WriteError::SwitchTimes(c.cpu, c.switch_in, c.switch_out, sideband_end));
+        }
         let mut pt = c.pt.clone();
         pt.resize(pt.len().next_multiple_of(8), 0);
         let size = pt.len() as u64;
@@ -573,7 +585,7 @@ pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
                 preempt: false,
                 next_prev: Some((0, 0)),
             }),
-            sid(c.tid, c.cpu, next_time(), 2000),
+            sid(c.tid, c.cpu, c.switch_in, 2000),
         ));
         recs.push((
             user,
@@ -581,9 +593,8 @@ pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
                 pid: r.pid,
                 tid: c.tid,
             },
-            sid(c.tid, c.cpu, next_time(), 1000),
+            sid(c.tid, c.cpu, c.switch_in + 1, 1000),
         ));
-        let end = next_time();
         recs.push((
             user,
             Record::Switch(Switch {
@@ -591,7 +602,7 @@ pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
                 preempt: false,
                 next_prev: Some((0, 0)),
             }),
-            sid(c.tid, c.cpu, end, 2000),
+            sid(c.tid, c.cpu, c.switch_out, 2000),
         ));
         recs.push((
             0,
@@ -600,7 +611,7 @@ pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
                 aux_size: size,
                 flags: 0,
             }),
-            sid(c.tid, c.cpu, next_time(), 1000),
+            sid(c.tid, c.cpu, c.switch_out + 1, 1000),
         ));
         recs.push((
             0,
@@ -616,6 +627,11 @@ pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
             none,
         ));
     }
+    let mut t = r.cpus.iter().map(|c| c.switch_out + 1).max().unwrap_or(0);
+    let mut next_time = || {
+        t += 1000;
+        t
+    };
     recs.push((0, Record::FinishedRound, none));
     for c in r.cpus.iter().rev() {
         let time = next_time();

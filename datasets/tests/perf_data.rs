@@ -1,15 +1,21 @@
 //! perf.data: the writer (`tracemill_datasets::perf_data`) against the reader
 //! (`tracemill-perfdata`): the same records back, AUX data byte for byte; every cut and
-//! every flipped byte of a small file gives errors with offsets, never a panic.
+//! every flipped byte of a small file gives errors with offsets, never a panic; and
+//! Debian's `perf` (linux-perf) reads the same files: `perf script -D` finds every record
+//! and the AUX data, `perf script --show-*-events` lists the same COMM, FORK, EXIT, MMAP2
+//! and SWITCH events, `perf report` accepts them. TRACEMILL_KEEP_PERF_DATA=DIR keeps them.
 
-use std::path::PathBuf;
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use tracemill_datasets::perf_data::{intel_pt_info, intel_pt_two_threads, CpuStream, PtRecording, Written};
 use tracemill_decode::pt::encode::encode;
 use tracemill_decode::pt::packet::{IpCompression, IpPayload, Packet, Tnt};
 use tracemill_perfdata::header::feature;
 use tracemill_perfdata::record::{kind, misc};
-use tracemill_perfdata::{PerfData, Record};
+use tracemill_perfdata::{PerfData, Record, SampleId};
 
 pub fn jumptable() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("samples/jumptable/images/jumptable")
@@ -39,17 +45,28 @@ pub fn small_pt(tsc: u64, ip: u64) -> Vec<u8> {
     v
 }
 
+/// Two threads of the jumptable binary, 4242 on CPU 0 then 4243 on CPU 1, each CPU's
+/// stream at least `pt_len` bytes, its TSCs inside its thread's time on the CPU.
 pub fn recording(pt_len: usize) -> PtRecording {
-    let mut cpus = Vec::new();
+    let mut r = PtRecording::for_elf(&jumptable(), 4242, Vec::new()).unwrap();
     for (cpu, tid) in [(0u32, 4242u32), (1, 4243)] {
-        let mut pt = small_pt(2_000_000 + cpu as u64 * 1000, 0x401000 + cpu as u64 * 0x40);
+        let switch_in = r.start_time + 20_000 + cpu as u64 * 20_000;
+        let switch_out = switch_in + 10_000;
+        let tsc = r.clock.perf_time_to_tsc(switch_in + 2_000).unwrap();
+        let mut pt = small_pt(tsc, r.addr + cpu as u64 * 0x40);
         while pt.len() < pt_len {
-            let again = small_pt(2_000_000 + pt.len() as u64, 0x401000);
+            let again = small_pt(tsc + pt.len() as u64 / 64, r.addr);
             pt.extend(again);
         }
-        cpus.push(CpuStream { cpu, tid, pt });
+        r.cpus.push(CpuStream {
+            cpu,
+            tid,
+            pt,
+            switch_in,
+            switch_out,
+        });
     }
-    PtRecording::for_elf(&jumptable(), 4242, cpus).unwrap()
+    r
 }
 
 fn small() -> (PtRecording, Written) {
@@ -223,4 +240,177 @@ fn lengths_that_claim_more_than_the_file_are_refused_before_allocating() {
     let e = p.records().find_map(|r| r.err()).unwrap();
     assert_eq!(e.offset(), aux_at as u64 + 6);
     assert_eq!(p.records().filter(|r| r.is_err()).count(), 1);
+}
+
+fn perf() -> Option<PathBuf> {
+    let ok = Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success());
+    ok.then(|| PathBuf::from("perf"))
+}
+
+fn run(perf: &Path, args: &[&str], file: &Path) -> (String, String) {
+    let out = Command::new(perf)
+        .args(args)
+        .arg("-i")
+        .arg(file)
+        .output()
+        .expect("perf runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "perf {args:?} refused {}:\n{stderr}\n{stdout}",
+        file.display()
+    );
+    (stdout, stderr)
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// The value at the end of the first line of `text` that contains `label`.
+fn field<'t>(text: &'t str, label: &str) -> &'t str {
+    let line = text.lines().find(|l| l.contains(label)).unwrap_or_else(|| panic!("no {label:?} line"));
+    line.split_whitespace().last().unwrap()
+}
+
+/// perf's `secs.usecs:` of a perf time.
+fn perf_secs(ns: u64) -> String {
+    format!("{}.{:06}:", ns / 1_000_000_000, ns % 1_000_000_000 / 1000)
+}
+
+/// What `perf script --show-task-events --show-switch-events --show-mmap-events` prints
+/// for a sideband record (after the command, tid, [cpu] and time), `None` for the others.
+fn perf_line(rec: &Record<'_>) -> Option<String> {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    Some(match rec {
+        Record::Comm(c) => format!(
+            "PERF_RECORD_COMM{}: {}:{}/{}",
+            if c.exec { " exec" } else { "" },
+            text(c.comm),
+            c.pid,
+            c.tid
+        ),
+        Record::Mmap2(m) => {
+            let tracemill_perfdata::record::Mmap2File::BuildId(id) = m.file else {
+                return None;
+            };
+            format!(
+                "PERF_RECORD_MMAP2 {}/{}: [{:#x}({:#x}) @ {:#x} <{}>]: r-xp {}",
+                m.pid,
+                m.tid,
+                m.addr,
+                m.len,
+                m.pgoff,
+                id.to_hex(),
+                text(m.filename)
+            )
+        }
+        Record::Fork(t) => format!("PERF_RECORD_FORK({}:{}):({}:{})", t.pid, t.tid, t.ppid, t.ptid),
+        Record::Exit(t) => format!("PERF_RECORD_EXIT({}:{}):({}:{})", t.pid, t.tid, t.ppid, t.ptid),
+        Record::Switch(sw) => {
+            let (pid, tid) = sw.next_prev?;
+            let dir = if sw.out { "OUT next" } else { "IN prev" };
+            format!("PERF_RECORD_SWITCH_CPU_WIDE {dir} pid/tid: {pid}/{tid}")
+        }
+        _ => return None,
+    })
+}
+
+#[test]
+fn perf_accepts_the_files_and_lists_the_same_events() {
+    let Some(perf) = perf() else {
+        common::missing_tool("perf is not installed (Debian: apt-get install linux-perf)");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::env::var_os("TRACEMILL_KEEP_PERF_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, pt_len) in [("small.data", 0), ("64k.data", 64 << 10)] {
+        let r = recording(pt_len);
+        let w = intel_pt_two_threads(&r).unwrap();
+        let file = write(&dir, name, &w.bytes);
+
+        // The dump: AUXTRACE_INFO and TIME_CONV as perf reads them, every AUXTRACE record
+        // with its size, and the AUX data where the record says (its packets).
+        let (dump, _) = run(&perf, &["script", "-f", "-D"], &file);
+        let info = intel_pt_info(&r);
+        assert!(dump.contains("PERF_RECORD_AUXTRACE_INFO type: 1"));
+        for (label, want) in [
+            ("PMU Type", info.pmu_type.to_string()),
+            ("Time Shift", info.time_shift.to_string()),
+            ("Time Muliplier", info.time_mult.to_string()),
+            ("Time Zero", info.time_zero.to_string()),
+            ("TSC bit", format!("{:#x}", info.tsc_bit)),
+            ("NoRETComp bit", format!("{:#x}", info.noretcomp_bit)),
+            ("Have sched_switch", "2".into()),
+            ("Per-cpu maps", "1".into()),
+            ("MTC freq bits", format!("{:#x}", info.mtc.unwrap().mtc_freq_bits)),
+            ("TSC:CTC numerator", r.tsc_ctc_ratio.0.to_string()),
+            ("TSC:CTC denominator", r.tsc_ctc_ratio.1.to_string()),
+            ("Max non-turbo ratio", r.max_nonturbo_ratio.to_string()),
+        ] {
+            assert_eq!(field(&dump, label), want, "{name}: {label}");
+        }
+        assert!(dump.contains("PERF_RECORD_TIME_CONV"));
+        let mut auxtraces = 0;
+        for (_, rec, _) in &w.records {
+            let Record::Auxtrace(a) = rec else { continue };
+            auxtraces += 1;
+            let line = format!(
+                "PERF_RECORD_AUXTRACE size: {:#x}  offset: {}  ref: {:#x}  idx: {}  tid: -1  cpu: {}",
+                a.size, a.offset, a.reference, a.idx, a.cpu
+            );
+            assert!(dump.contains(&line), "{name}: no {line:?}");
+            let data = format!("Intel Processor Trace data: size {} bytes", a.size);
+            assert!(dump.contains(&data), "{name}: no {data:?}");
+        }
+        assert_eq!(dump.matches(": PERF_RECORD_AUXTRACE size:").count(), auxtraces);
+        for c in &r.cpus {
+            let pge = format!("TIP.PGE {:#x}", r.addr + c.cpu as u64 * 0x40);
+            assert!(dump.contains(&pge), "{name}: no {pge:?} in perf's packet dump");
+        }
+
+        // The sideband perf lists: the same events, in the same order, on the same
+        // threads, CPUs and times.
+        let (events, _) = run(
+            &perf,
+            &["script", "-f", "--show-task-events", "--show-switch-events", "--show-mmap-events"],
+            &file,
+        );
+        let got: Vec<&str> = events.lines().filter(|l| l.contains("PERF_RECORD_")).collect();
+        let want: Vec<(String, &SampleId)> =
+            w.records.iter().filter_map(|(_, rec, sid)| Some((perf_line(rec)?, sid))).collect();
+        assert_eq!(got.len(), want.len(), "{name}:\n{events}");
+        assert_eq!(want.len(), 10, "COMM, MMAP2, FORK, COMM, 4 SWITCH_CPU_WIDE, 2 EXIT");
+        for (line, (text, sid)) in got.iter().zip(&want) {
+            let tokens: Vec<&str> = line.split_whitespace().collect();
+            let prefix = [
+                sid.tid.unwrap().to_string(),
+                format!("[{:03}]", sid.cpu.unwrap()),
+                perf_secs(sid.time.unwrap()),
+            ];
+            assert_eq!(tokens[1..4], prefix, "{name}: {line}");
+            let rest = tokens[4..].join(" ");
+            assert_eq!(rest, *text, "{name}: {line}");
+        }
+
+        // The trace itself: one `psb` sample per PSB, on the thread the switch records
+        // put on that CPU at that TSC (TIME_CONV, ITRACE_START, SWITCH_CPU_WIDE agree).
+        let psb_lines: Vec<&str> = events.lines().filter(|l| l.contains(" psb: ")).collect();
+        for c in &r.cpus {
+            let psbs = c.pt.windows(2).filter(|w| w == &[0x02, 0x82]).count() / 8;
+            let here = format!("{} [{:03}]", c.tid, c.cpu);
+            let n = psb_lines.iter().filter(|l| l.contains(&here)).count();
+            assert_eq!(n, psbs, "{name}: psb samples on CPU {}", c.cpu);
+        }
+        assert_eq!(psb_lines.len(), r.cpus.iter().map(|c| c.pt.windows(2).filter(|w| w == &[0x02, 0x82]).count() / 8).sum::<usize>());
+
+        let (report, _) = run(&perf, &["report", "-f", "--stdio"], &file);
+        assert!(report.contains("of event 'psb'"), "{name}:\n{report}");
+    }
 }

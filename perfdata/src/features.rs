@@ -82,7 +82,8 @@ impl BuildIdEntry<'_> {
     }
 }
 
-/// An AUXTRACE index entry: where an AUXTRACE record starts and its size with its data.
+/// An AUXTRACE index entry: where an AUXTRACE record starts and its `header.size` (the
+/// record without its data: perf's `auxtrace_index__auxtrace_event`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AuxtraceIndexEntry {
     pub file_offset: u64,

@@ -179,7 +179,8 @@ impl<'a> PerfData<'a> {
     }
 
     /// HEADER_AUXTRACE: the index of AUXTRACE records, each entry checked to name an
-    /// AUXTRACE record of that size inside the data section.
+    /// AUXTRACE record inside the data section whose `header.size` (its data not
+    /// included) is the entry's size, as perf checks it.
     pub fn auxtrace_index(&self) -> Result<Vec<AuxtraceIndexEntry>, Error> {
         let Some(f) = self.feature(feature::AUXTRACE)? else {
             return Ok(Vec::new());
@@ -198,10 +199,10 @@ impl<'a> PerfData<'a> {
             if kind_ != kind::AUXTRACE {
                 return Err(bad(format!("the record at {o:#x} has type {kind_}, not AUXTRACE")));
             }
-            let total = size.saturating_add(u64_at(rec, 8));
-            if total != e.size {
+            // perf keeps the record's header.size (without the data) and refuses others.
+            if size != e.size {
                 return Err(bad(format!(
-                    "says {} bytes, the record at {o:#x} has {total}",
+                    "says {} bytes, the record at {o:#x} has {size}",
                     e.size
                 )));
             }
