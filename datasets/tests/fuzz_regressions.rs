@@ -18,6 +18,10 @@ mod collected {
     pub use tracemill_datasets::collected::*;
 }
 #[allow(dead_code)]
+mod perf_data {
+    pub use tracemill_datasets::perf_data::*;
+}
+#[allow(dead_code)]
 #[path = "../../fuzz/src/targets.rs"]
 mod targets;
 
@@ -35,6 +39,7 @@ fn run(target: &str, data: &[u8]) {
         "elf" => targets::elf(data),
         "stretch" => targets::stretch(data),
         "pt_packets" => targets::pt_packets(data),
+        "perf_data" => targets::perf_data(data),
         t => panic!("no fuzz target {t}"),
     }
 }
@@ -60,6 +65,7 @@ fn seed_corpora_pass_every_check() {
         "elf",
         "stretch",
         "pt_packets",
+        "perf_data",
     ] {
         let dir = root().join("fuzz/corpus").join(t);
         let mut n = 0;
