@@ -19,7 +19,10 @@ fn unit(tsc: u64, ip: u64) -> Vec<u8> {
             compression: IpCompression::Sext48,
             bits: ip,
         }),
-        Packet::Tnt8(Tnt { bits: 0b101, len: 3 }),
+        Packet::Tnt8(Tnt {
+            bits: 0b101,
+            len: 3,
+        }),
         Packet::TipPgd(IpPayload {
             compression: IpCompression::Suppressed,
             bits: 0,
@@ -32,16 +35,30 @@ fn unit(tsc: u64, ip: u64) -> Vec<u8> {
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let out = args.first().ok_or("usage: perf_data_file OUT [MIB] [ELF]")?;
-    let mib: usize = args.get(1).map_or(Ok(1), |s| s.parse()).map_err(|e| format!("MIB: {e}"))?;
+    let out = args
+        .first()
+        .ok_or("usage: perf_data_file OUT [MIB] [ELF]")?;
+    let mib: usize = args
+        .get(1)
+        .map_or(Ok(1), |s| s.parse())
+        .map_err(|e| format!("MIB: {e}"))?;
     let elf = args.get(2).map_or_else(
-        || concat!(env!("CARGO_MANIFEST_DIR"), "/samples/jumptable/images/jumptable").into(),
+        || {
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/samples/jumptable/images/jumptable"
+            )
+            .into()
+        },
         std::path::PathBuf::from,
     );
     let mut r = PtRecording::for_elf(&elf, 4242, Vec::new())?;
     for (cpu, tid) in [(0u32, 4242u32), (1, 4243)] {
         let switch_in = r.start_time + 20_000 + cpu as u64 * 20_000;
-        let tsc = r.clock.perf_time_to_tsc(switch_in + 2_000).ok_or("no clock")?;
+        let tsc = r
+            .clock
+            .perf_time_to_tsc(switch_in + 2_000)
+            .ok_or("no clock")?;
         let mut pt = Vec::with_capacity((mib << 20) + 64);
         while pt.len() < mib << 20 {
             pt.extend(unit(tsc, r.addr));
@@ -56,6 +73,10 @@ fn main() -> Result<(), String> {
     }
     let w = intel_pt_two_threads(&r).map_err(|e| e.to_string())?;
     std::fs::write(out, &w.bytes).map_err(|e| format!("{out}: {e}"))?;
-    eprintln!("{out}: {} bytes, {} records", w.bytes.len(), w.records.len());
+    eprintln!(
+        "{out}: {} bytes, {} records",
+        w.bytes.len(),
+        w.records.len()
+    );
     Ok(())
 }

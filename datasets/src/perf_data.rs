@@ -89,7 +89,12 @@ impl PerfDataWriter {
     /// with the record's own bits); `sid` is the `sample_id_all` trailer of kernel
     /// records (ignored for perf's own). AUXTRACE writes its `data`, and its `size` field
     /// as the data's length.
-    pub fn push(&mut self, cpumode: u16, record: &Record<'_>, sid: &SampleId) -> Result<(), WriteError> {
+    pub fn push(
+        &mut self,
+        cpumode: u16,
+        record: &Record<'_>,
+        sid: &SampleId,
+    ) -> Result<(), WriteError> {
         let k = record.kind();
         let mut misc_ = cpumode;
         let mut body = Vec::new();
@@ -210,7 +215,16 @@ impl PerfDataWriter {
                 if let Some(e) = t.ext {
                     put64(&mut body, e.time_cycles);
                     put64(&mut body, e.time_mask);
-                    body.extend_from_slice(&[e.cap_user_time_zero as u8, e.cap_user_time_short as u8, 0, 0, 0, 0, 0, 0]);
+                    body.extend_from_slice(&[
+                        e.cap_user_time_zero as u8,
+                        e.cap_user_time_short as u8,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                    ]);
                 }
             }
             Record::IdIndex(ix) => {
@@ -242,7 +256,8 @@ impl PerfDataWriter {
 
     /// A HEADER_BUILD_ID entry (file names padded to 64 bytes, as perf does).
     pub fn add_build_id(&mut self, cpumode: u16, pid: u32, id: BuildId, filename: &[u8]) {
-        self.build_ids.push((cpumode | BUILD_ID_SIZE, pid, id, filename.to_vec()));
+        self.build_ids
+            .push((cpumode | BUILD_ID_SIZE, pid, id, filename.to_vec()));
     }
 
     /// A string feature (`feature::HOSTNAME`, `OSRELEASE`, `VERSION`, `ARCH`, ...).
@@ -397,7 +412,11 @@ pub mod pt_format {
 /// context_switch; both with `sample_id_all` and IDENTIFIER, TID, TIME, CPU.
 pub fn intel_pt_attrs(r: &PtRecording) -> Vec<Attr> {
     let sample_type = sample::IDENTIFIER | sample::IP | sample::TID | sample::TIME | sample::CPU;
-    let common = flag::DISABLED | flag::EXCLUDE_KERNEL | flag::EXCLUDE_HV | flag::SAMPLE_ID_ALL | flag::EXCLUDE_GUEST;
+    let common = flag::DISABLED
+        | flag::EXCLUDE_KERNEL
+        | flag::EXCLUDE_HV
+        | flag::SAMPLE_ID_ALL
+        | flag::EXCLUDE_GUEST;
     let pt = EventAttr {
         kind: r.pmu_type,
         size: 128,
@@ -487,7 +506,9 @@ pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
     };
     let user = misc::USER;
     let none = SampleId::default();
-    use tracemill_perfdata::record::{Aux, AuxtraceInfo, Auxtrace, Comm, Mmap2, Switch, Task, TimeConv, TimeConvExt};
+    use tracemill_perfdata::record::{
+        Aux, Auxtrace, AuxtraceInfo, Comm, Mmap2, Switch, Task, TimeConv, TimeConvExt,
+    };
     recs.push((
         0,
         Record::AuxtraceInfo(AuxtraceInfo {
@@ -540,7 +561,7 @@ pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
             len: r.len,
             pgoff: r.pgoff,
             file: Mmap2File::BuildId(r.build_id),
-            prot: 5, // PROT_READ | PROT_EXEC
+            prot: 5,  // PROT_READ | PROT_EXEC
             flags: 2, // MAP_PRIVATE
             filename: leak(r.path.clone()),
         }),
@@ -573,7 +594,12 @@ pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
     let sideband_end = next_time();
     for (i, c) in r.cpus.iter().enumerate() {
         if c.switch_in <= sideband_end || c.switch_out <= c.switch_in + 1 {
-            return Err(WriteError::SwitchTimes(c.cpu, c.switch_in, c.switch_out, sideband_end));
+            return Err(WriteError::SwitchTimes(
+                c.cpu,
+                c.switch_in,
+                c.switch_out,
+                sideband_end,
+            ));
         }
         let mut pt = c.pt.clone();
         pt.resize(pt.len().next_multiple_of(8), 0);
@@ -668,7 +694,11 @@ impl PtRecording {
     /// A recording of the static ELF at `path` (read for its build-id and its first
     /// executable segment, mapped at its own address), process `pid` named after the
     /// file, on a 2 GHz TSC (perf time = TSC / 2 + 1 s), with perf's default config.
-    pub fn for_elf(path: &std::path::Path, pid: u32, cpus: Vec<CpuStream>) -> Result<PtRecording, String> {
+    pub fn for_elf(
+        path: &std::path::Path,
+        pid: u32,
+        cpus: Vec<CpuStream>,
+    ) -> Result<PtRecording, String> {
         use object::{Object, ObjectSegment, SegmentFlags};
         let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let elf = object::File::parse(&*bytes).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -764,11 +794,20 @@ mod tests {
             ids: vec![],
         };
         assert_eq!(PerfDataWriter::new(vec![]).err(), Some(WriteError::NoAttr));
-        assert_eq!(PerfDataWriter::new(vec![a(64), a(128)]).err(), Some(WriteError::AttrSizes(64, 128)));
-        assert_eq!(PerfDataWriter::new(vec![a(8)]).err(), Some(WriteError::AttrSize(8)));
+        assert_eq!(
+            PerfDataWriter::new(vec![a(64), a(128)]).err(),
+            Some(WriteError::AttrSizes(64, 128))
+        );
+        assert_eq!(
+            PerfDataWriter::new(vec![a(8)]).err(),
+            Some(WriteError::AttrSize(8))
+        );
         let mut w = PerfDataWriter::new(vec![a(64)]).unwrap();
         let big = vec![0u8; 70_000];
         let r = Record::Sample(&big);
-        assert_eq!(w.push(0, &r, &SampleId::default()), Err(WriteError::TooLarge(70_008)));
+        assert_eq!(
+            w.push(0, &r, &SampleId::default()),
+            Err(WriteError::TooLarge(70_008))
+        );
     }
 }

@@ -10,7 +10,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tracemill_datasets::perf_data::{intel_pt_info, intel_pt_two_threads, CpuStream, PtRecording, Written};
+use tracemill_datasets::perf_data::{
+    intel_pt_info, intel_pt_two_threads, CpuStream, PtRecording, Written,
+};
 use tracemill_decode::pt::encode::encode;
 use tracemill_decode::pt::packet::{IpCompression, IpPayload, Packet, Tnt};
 use tracemill_perfdata::header::feature;
@@ -34,7 +36,10 @@ pub fn small_pt(tsc: u64, ip: u64) -> Vec<u8> {
         Packet::Tsc(tsc),
         Packet::PsbEnd,
         Packet::TipPge(full(ip)),
-        Packet::Tnt8(Tnt { bits: 0b101, len: 3 }),
+        Packet::Tnt8(Tnt {
+            bits: 0b101,
+            len: 3,
+        }),
         Packet::TipPgd(IpPayload {
             compression: IpCompression::Suppressed,
             bits: 0,
@@ -91,7 +96,11 @@ fn round_trip_gives_back_every_record_and_the_aux_data_byte_for_byte() {
         if rec.kind() < kind::USER_TYPE_START {
             assert_eq!(&item.sample_id, sid, "trailer at {:#x}", item.offset);
             // ITRACE_START and AUX come from the intel_pt event, the rest from dummy.
-            let want = if matches!(rec, Record::ItraceStart { .. } | Record::Aux(_)) { 0 } else { 1 };
+            let want = if matches!(rec, Record::ItraceStart { .. } | Record::Aux(_)) {
+                0
+            } else {
+                1
+            };
             assert_eq!(item.attr, Some(want), "{rec:?}");
         }
         if let Record::Auxtrace(a) = &item.record {
@@ -108,14 +117,23 @@ fn round_trip_gives_back_every_record_and_the_aux_data_byte_for_byte() {
     }
     // The index names the same records.
     let ix = p.auxtrace_index().unwrap();
-    assert_eq!(ix.iter().map(|e| e.file_offset).collect::<Vec<_>>(), aux.iter().map(|a| a.0).collect::<Vec<_>>());
+    assert_eq!(
+        ix.iter().map(|e| e.file_offset).collect::<Vec<_>>(),
+        aux.iter().map(|a| a.0).collect::<Vec<_>>()
+    );
     // Features.
     let b = p.build_ids().unwrap();
     assert_eq!(b.len(), 1);
     assert_eq!(b[0].build_id, r.build_id);
     assert_eq!(b[0].filename, &r.path[..]);
-    assert_eq!(r.build_id.to_hex(), "3e9cd42b2288303e1629db1fc9405a843e2b4361");
-    assert_eq!(p.string_feature(feature::ARCH).unwrap(), Some(&b"x86_64"[..]));
+    assert_eq!(
+        r.build_id.to_hex(),
+        "3e9cd42b2288303e1629db1fc9405a843e2b4361"
+    );
+    assert_eq!(
+        p.string_feature(feature::ARCH).unwrap(),
+        Some(&b"x86_64"[..])
+    );
     let (_, info) = p.intel_pt_info().unwrap().unwrap();
     assert_eq!(info, intel_pt_info(&r));
     let s = info.settings(p.attrs()[0].attr.config);
@@ -225,7 +243,11 @@ fn lengths_that_claim_more_than_the_file_are_refused_before_allocating() {
     let p = PerfData::parse(&b).unwrap();
     let e = p.records().find_map(|r| r.err()).unwrap();
     assert_eq!(e.offset(), aux_at as u64);
-    assert!(e.to_string().contains("AUXTRACE record's data needs 1099511627776 bytes"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("AUXTRACE record's data needs 1099511627776 bytes"),
+        "{e}"
+    );
     // An attr's ids section of 2^60 bytes.
     let mut b = w.bytes.clone();
     let ids_size_at = 104 + 128 + 8;
@@ -243,7 +265,10 @@ fn lengths_that_claim_more_than_the_file_are_refused_before_allocating() {
 }
 
 fn perf() -> Option<PathBuf> {
-    let ok = Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success());
+    let ok = Command::new("perf")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     ok.then(|| PathBuf::from("perf"))
 }
 
@@ -272,7 +297,10 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
 
 /// The value at the end of the first line of `text` that contains `label`.
 fn field<'t>(text: &'t str, label: &str) -> &'t str {
-    let line = text.lines().find(|l| l.contains(label)).unwrap_or_else(|| panic!("no {label:?} line"));
+    let line = text
+        .lines()
+        .find(|l| l.contains(label))
+        .unwrap_or_else(|| panic!("no {label:?} line"));
     line.split_whitespace().last().unwrap()
 }
 
@@ -308,8 +336,14 @@ fn perf_line(rec: &Record<'_>) -> Option<String> {
                 text(m.filename)
             )
         }
-        Record::Fork(t) => format!("PERF_RECORD_FORK({}:{}):({}:{})", t.pid, t.tid, t.ppid, t.ptid),
-        Record::Exit(t) => format!("PERF_RECORD_EXIT({}:{}):({}:{})", t.pid, t.tid, t.ppid, t.ptid),
+        Record::Fork(t) => format!(
+            "PERF_RECORD_FORK({}:{}):({}:{})",
+            t.pid, t.tid, t.ppid, t.ptid
+        ),
+        Record::Exit(t) => format!(
+            "PERF_RECORD_EXIT({}:{}):({}:{})",
+            t.pid, t.tid, t.ppid, t.ptid
+        ),
         Record::Switch(sw) => {
             let (pid, tid) = sw.next_prev?;
             let dir = if sw.out { "OUT next" } else { "IN prev" };
@@ -349,7 +383,10 @@ fn perf_accepts_the_files_and_lists_the_same_events() {
             ("NoRETComp bit", format!("{:#x}", info.noretcomp_bit)),
             ("Have sched_switch", "2".into()),
             ("Per-cpu maps", "1".into()),
-            ("MTC freq bits", format!("{:#x}", info.mtc.unwrap().mtc_freq_bits)),
+            (
+                "MTC freq bits",
+                format!("{:#x}", info.mtc.unwrap().mtc_freq_bits),
+            ),
             ("TSC:CTC numerator", r.tsc_ctc_ratio.0.to_string()),
             ("TSC:CTC denominator", r.tsc_ctc_ratio.1.to_string()),
             ("Max non-turbo ratio", r.max_nonturbo_ratio.to_string()),
@@ -369,24 +406,46 @@ fn perf_accepts_the_files_and_lists_the_same_events() {
             let data = format!("Intel Processor Trace data: size {} bytes", a.size);
             assert!(dump.contains(&data), "{name}: no {data:?}");
         }
-        assert_eq!(dump.matches(": PERF_RECORD_AUXTRACE size:").count(), auxtraces);
+        assert_eq!(
+            dump.matches(": PERF_RECORD_AUXTRACE size:").count(),
+            auxtraces
+        );
         for c in &r.cpus {
             let pge = format!("TIP.PGE {:#x}", r.addr + c.cpu as u64 * 0x40);
-            assert!(dump.contains(&pge), "{name}: no {pge:?} in perf's packet dump");
+            assert!(
+                dump.contains(&pge),
+                "{name}: no {pge:?} in perf's packet dump"
+            );
         }
 
         // The sideband perf lists: the same events, in the same order, on the same
         // threads, CPUs and times.
         let (events, _) = run(
             &perf,
-            &["script", "-f", "--show-task-events", "--show-switch-events", "--show-mmap-events"],
+            &[
+                "script",
+                "-f",
+                "--show-task-events",
+                "--show-switch-events",
+                "--show-mmap-events",
+            ],
             &file,
         );
-        let got: Vec<&str> = events.lines().filter(|l| l.contains("PERF_RECORD_")).collect();
-        let want: Vec<(String, &SampleId)> =
-            w.records.iter().filter_map(|(_, rec, sid)| Some((perf_line(rec)?, sid))).collect();
+        let got: Vec<&str> = events
+            .lines()
+            .filter(|l| l.contains("PERF_RECORD_"))
+            .collect();
+        let want: Vec<(String, &SampleId)> = w
+            .records
+            .iter()
+            .filter_map(|(_, rec, sid)| Some((perf_line(rec)?, sid)))
+            .collect();
         assert_eq!(got.len(), want.len(), "{name}:\n{events}");
-        assert_eq!(want.len(), 10, "COMM, MMAP2, FORK, COMM, 4 SWITCH_CPU_WIDE, 2 EXIT");
+        assert_eq!(
+            want.len(),
+            10,
+            "COMM, MMAP2, FORK, COMM, 4 SWITCH_CPU_WIDE, 2 EXIT"
+        );
         for (line, (text, sid)) in got.iter().zip(&want) {
             let tokens: Vec<&str> = line.split_whitespace().collect();
             let prefix = [
@@ -408,7 +467,13 @@ fn perf_accepts_the_files_and_lists_the_same_events() {
             let n = psb_lines.iter().filter(|l| l.contains(&here)).count();
             assert_eq!(n, psbs, "{name}: psb samples on CPU {}", c.cpu);
         }
-        assert_eq!(psb_lines.len(), r.cpus.iter().map(|c| c.pt.windows(2).filter(|w| w == &[0x02, 0x82]).count() / 8).sum::<usize>());
+        assert_eq!(
+            psb_lines.len(),
+            r.cpus
+                .iter()
+                .map(|c| c.pt.windows(2).filter(|w| w == &[0x02, 0x82]).count() / 8)
+                .sum::<usize>()
+        );
 
         let (report, _) = run(&perf, &["report", "-f", "--stdio"], &file);
         assert!(report.contains("of event 'psb'"), "{name}:\n{report}");

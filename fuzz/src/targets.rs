@@ -811,9 +811,15 @@ pub fn perf_data(data: &[u8]) {
     let again = w.finish();
     let q = PerfData::parse(&again).expect("the writer's file reads");
     assert_eq!(q.attrs(), p.attrs());
-    let back: Vec<_> = q.records().collect::<Result<_, _>>().expect("the writer's records read");
+    let back: Vec<_> = q
+        .records()
+        .collect::<Result<_, _>>()
+        .expect("the writer's records read");
     assert_eq!(back.len(), items.len());
     for (a, b) in items.iter().zip(&back) {
-        assert_eq!((&a.record, &a.sample_id, a.attr), (&b.record, &b.sample_id, b.attr));
+        assert_eq!(
+            (&a.record, &a.sample_id, a.attr),
+            (&b.record, &b.sample_id, b.attr)
+        );
     }
 }

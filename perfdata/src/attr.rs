@@ -124,7 +124,8 @@ impl EventAttr {
         let mut full = [0u8; ATTR_SIZE_KNOWN as usize];
         let n = (size as usize).min(full.len());
         full[..n].copy_from_slice(&bytes[..n]);
-        let u32_at = |o: usize| u32::from_le_bytes([full[o], full[o + 1], full[o + 2], full[o + 3]]);
+        let u32_at =
+            |o: usize| u32::from_le_bytes([full[o], full[o + 1], full[o + 2], full[o + 3]]);
         let u64_ = |o: usize| u64_at(&full, o);
         Ok(EventAttr {
             kind,

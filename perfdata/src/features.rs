@@ -150,8 +150,20 @@ mod tests {
 
     #[test]
     fn build_id_entries_with_and_without_their_size_byte() {
-        let mut f = entry(misc::USER | BUILD_ID_SIZE, u32::MAX, &[1; 20], b"/bin/ls", 64);
-        f.extend(entry(misc::KERNEL, u32::MAX, &[2; 16], b"[kernel.kallsyms]", 8));
+        let mut f = entry(
+            misc::USER | BUILD_ID_SIZE,
+            u32::MAX,
+            &[1; 20],
+            b"/bin/ls",
+            64,
+        );
+        f.extend(entry(
+            misc::KERNEL,
+            u32::MAX,
+            &[2; 16],
+            b"[kernel.kallsyms]",
+            8,
+        ));
         let e = build_ids(&f, 0).unwrap();
         assert_eq!(e.len(), 2);
         assert_eq!(e[0].filename, b"/bin/ls");

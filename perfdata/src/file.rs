@@ -82,7 +82,11 @@ impl<'a> PerfData<'a> {
             return Err(Error::invalid(
                 40,
                 "data section",
-                format!("starts at {:#x}, outside the file's {} bytes after its header", d.offset, bytes.len()),
+                format!(
+                    "starts at {:#x}, outside the file's {} bytes after its header",
+                    d.offset,
+                    bytes.len()
+                ),
             ));
         }
         let data_start = d.offset as usize;
@@ -138,7 +142,11 @@ impl<'a> PerfData<'a> {
 
     /// The feature sections, in header bit order.
     pub fn features(&self) -> Result<Vec<Feature<'a>>, Error> {
-        let table_at = self.header.data.offset.saturating_add(self.header.data.size);
+        let table_at = self
+            .header
+            .data
+            .offset
+            .saturating_add(self.header.data.size);
         let n = self.header.feature_ids().count();
         let table = Section {
             offset: table_at,
@@ -190,14 +198,18 @@ impl<'a> PerfData<'a> {
             let at = f.section.offset + 8 + 16 * i as u64;
             let bad = |why: String| Error::invalid(at, "HEADER_AUXTRACE entry", why);
             let o = e.file_offset;
-            if o < self.data_start as u64 || o.saturating_add(AUXTRACE_HEADER_SIZE) > self.data_end as u64 {
+            if o < self.data_start as u64
+                || o.saturating_add(AUXTRACE_HEADER_SIZE) > self.data_end as u64
+            {
                 return Err(bad(format!("{o:#x} is outside the data section")));
             }
             let rec = &self.bytes[o as usize..];
             let kind_ = u32::from_le_bytes(rec[..4].try_into().expect("4"));
             let size = u16::from_le_bytes([rec[6], rec[7]]) as u64;
             if kind_ != kind::AUXTRACE {
-                return Err(bad(format!("the record at {o:#x} has type {kind_}, not AUXTRACE")));
+                return Err(bad(format!(
+                    "the record at {o:#x} has type {kind_}, not AUXTRACE"
+                )));
             }
             // perf keeps the record's header.size (without the data) and refuses others.
             if size != e.size {
@@ -340,15 +352,21 @@ fn read_attrs(bytes: &[u8], h: &FileHeader) -> Result<Vec<Attr>, Error> {
         return Err(Error::invalid(
             16,
             "attr_size",
-            format!("{entry}, outside {}..={MAX_ATTR_ENTRY}", ATTR_SIZE_VER0 as u64 + IDS_SECTION),
+            format!(
+                "{entry}, outside {}..={MAX_ATTR_ENTRY}",
+                ATTR_SIZE_VER0 as u64 + IDS_SECTION
+            ),
         ));
     }
     let section = h.attrs.slice(bytes, 24, "attrs section")?;
-    if section.len() as u64 % entry != 0 || section.is_empty() {
+    if !(section.len() as u64).is_multiple_of(entry) || section.is_empty() {
         return Err(Error::invalid(
             24,
             "attrs section",
-            format!("{} bytes is not a positive multiple of attr_size {entry}", section.len()),
+            format!(
+                "{} bytes is not a positive multiple of attr_size {entry}",
+                section.len()
+            ),
         ));
     }
     let mut attrs = Vec::with_capacity(section.len() / entry as usize);
@@ -363,7 +381,11 @@ fn read_attrs(bytes: &[u8], h: &FileHeader) -> Result<Vec<Attr>, Error> {
         total_ids += raw.len() as u64 / 8;
         // Ids sections may overlap only so far: all of them together fit the file once.
         if total_ids > bytes.len() as u64 / 8 {
-            return Err(Error::invalid(ids_at, "attr ids section", "more ids than the file has bytes for"));
+            return Err(Error::invalid(
+                ids_at,
+                "attr ids section",
+                "more ids than the file has bytes for",
+            ));
         }
         let ids = raw.chunks_exact(8).map(|b| u64_at(b, 0)).collect();
         attrs.push(Attr { attr, ids });
@@ -374,11 +396,15 @@ fn read_attrs(bytes: &[u8], h: &FileHeader) -> Result<Vec<Attr>, Error> {
 fn id_layout(attrs: &[Attr]) -> Result<IdLayout, Error> {
     let first = &attrs[0].attr;
     let trailer_shape = |a: &EventAttr| (a.sample_id_all(), a.sample_type);
-    if attrs.iter().all(|a| trailer_shape(&a.attr) == trailer_shape(first)) {
+    if attrs
+        .iter()
+        .all(|a| trailer_shape(&a.attr) == trailer_shape(first))
+    {
         return Ok(IdLayout::Same(0));
     }
     if attrs.iter().all(|a| {
-        a.attr.sample_type & sample::IDENTIFIER != 0 && a.attr.sample_id_all() == first.sample_id_all()
+        a.attr.sample_type & sample::IDENTIFIER != 0
+            && a.attr.sample_id_all() == first.sample_id_all()
     }) {
         return Ok(IdLayout::Identifier);
     }
@@ -423,16 +449,27 @@ impl<'a> Iterator for Records<'_, 'a> {
             Some(Err(e))
         };
         let mut c = Cursor::new(&f.bytes[at..end], at as u64);
-        let (kind_, misc, size) = match (c.u32("record header"), c.u16("record header"), c.u16("record header")) {
+        let (kind_, misc, size) = match (
+            c.u32("record header"),
+            c.u16("record header"),
+            c.u16("record header"),
+        ) {
             (Ok(k), Ok(m), Ok(s)) => (k, m, s as usize),
             (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
-                return fail(self, Error::truncated(at as u64, "record header", 8, e_have(&e, end - at)))
+                return fail(
+                    self,
+                    Error::truncated(at as u64, "record header", 8, e_have(&e, end - at)),
+                )
             }
         };
         if size < 8 {
             return fail(
                 self,
-                Error::invalid(at as u64 + 6, "record size", format!("{size}, below the 8-byte header (type {kind_})")),
+                Error::invalid(
+                    at as u64 + 6,
+                    "record size",
+                    format!("{size}, below the 8-byte header (type {kind_})"),
+                ),
             );
         }
         if size > end - at {

@@ -29,12 +29,15 @@ impl Section {
 
     /// The section's bytes, or an error (at `at`, where the section was named) when it
     /// does not lie inside the file.
-    pub fn slice<'a>(&self, file: &'a [u8], at: u64, what: &'static str) -> Result<&'a [u8], Error> {
+    pub fn slice<'a>(
+        &self,
+        file: &'a [u8],
+        at: u64,
+        what: &'static str,
+    ) -> Result<&'a [u8], Error> {
         let end = self.offset.checked_add(self.size);
         match end {
-            Some(end) if end <= file.len() as u64 => {
-                Ok(&file[self.offset as usize..end as usize])
-            }
+            Some(end) if end <= file.len() as u64 => Ok(&file[self.offset as usize..end as usize]),
             _ => Err(Error::invalid(
                 at,
                 what,
@@ -234,7 +237,10 @@ mod tests {
             .starts_with("not a perf.data file"));
         b[..8].copy_from_slice(b"PERFILE2");
         b[8] = 16;
-        assert!(FileHeader::parse(&b).unwrap_err().to_string().contains("pipe-mode"));
+        assert!(FileHeader::parse(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("pipe-mode"));
         b[8] = 200;
         assert_eq!(FileHeader::parse(&b).unwrap_err().offset(), 8);
     }

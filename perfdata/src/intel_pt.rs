@@ -355,7 +355,10 @@ mod tests {
             kind: 3,
             private: &p,
         };
-        assert!(IntelPtInfo::parse(&a, 0).unwrap_err().to_string().contains("not Intel PT"));
+        assert!(IntelPtInfo::parse(&a, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("not Intel PT"));
         // A filter length past the record.
         p[16 * 8] = 9;
         let a = AuxtraceInfo {
@@ -377,7 +380,10 @@ mod tests {
             kind: AUXTRACE_INTEL_PT,
             private: &p,
         };
-        assert!(IntelPtInfo::parse(&a, 0).unwrap_err().to_string().contains("NUL"));
+        assert!(IntelPtInfo::parse(&a, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("NUL"));
     }
 
     #[test]

@@ -268,7 +268,8 @@ pub struct TimeConvExt {
 }
 
 /// Which event, CPU and thread each sample id belongs to (perf writes it for AUX
-/// sampling and pipe mode): `{id, idx, cpu, tid}` entries, 32 bytes or more each.
+/// sampling and pipe mode): `{id, idx, cpu, tid}` entries of 32 bytes (perf 6.x may
+/// append `{machine_pid, vcpu}` for each after the array; left in `entries`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdIndex<'a> {
     pub nr: u64,
@@ -286,13 +287,8 @@ pub struct IdIndexEntry {
 
 impl IdIndex<'_> {
     pub fn iter(&self) -> impl Iterator<Item = IdIndexEntry> + '_ {
-        let size = if self.nr == 0 {
-            32
-        } else {
-            (self.entries.len() as u64 / self.nr).max(32) as usize
-        };
         self.entries
-            .chunks_exact(size)
+            .chunks_exact(32)
             .take(self.nr as usize)
             .map(|e| {
                 let f = |i: usize| crate::cursor::u64_at(e, 8 * i);
@@ -314,10 +310,18 @@ pub enum Record<'a> {
     Comm(Comm<'a>),
     Fork(Task),
     Exit(Task),
-    Lost { id: u64, lost: u64 },
-    LostSamples { lost: u64 },
+    Lost {
+        id: u64,
+        lost: u64,
+    },
+    LostSamples {
+        lost: u64,
+    },
     Aux(Aux),
-    ItraceStart { pid: u32, tid: u32 },
+    ItraceStart {
+        pid: u32,
+        tid: u32,
+    },
     Switch(Switch),
     Ksymbol(Ksymbol<'a>),
     /// A sample: its bytes (their layout is the attribute's `sample_type`).
@@ -330,7 +334,10 @@ pub enum Record<'a> {
     FinishedRound,
     FinishedInit,
     /// Any other type: its body as read (kernel records without their trailer).
-    Other { kind: u32, body: &'a [u8] },
+    Other {
+        kind: u32,
+        body: &'a [u8],
+    },
 }
 
 impl Record<'_> {
@@ -499,11 +506,14 @@ pub(crate) fn parse<'a>(
             let kind = c.u32(W)?;
             c.u32(W)?;
             let private = c.rest();
-            if private.len() % 8 != 0 {
+            if !private.len().is_multiple_of(8) {
                 return Err(Error::invalid(
                     at + 8,
                     "AUXTRACE_INFO record",
-                    format!("its private array has {} bytes, not a multiple of 8", private.len()),
+                    format!(
+                        "its private array has {} bytes, not a multiple of 8",
+                        private.len()
+                    ),
                 ));
             }
             Record::AuxtraceInfo(AuxtraceInfo { kind, private })
@@ -610,7 +620,10 @@ mod tests {
         let r = parse(kind::MMAP2, misc::USER | misc::MMAP_BUILD_ID, &body, 0).unwrap();
         let Record::Mmap2(m) = r else { panic!("{r:?}") };
         assert_eq!((m.pid, m.tid, m.addr, m.len), (7, 8, 0x400000, 0x1000));
-        assert_eq!(m.file, Mmap2File::BuildId(BuildId::new(&[0xab; 20]).unwrap()));
+        assert_eq!(
+            m.file,
+            Mmap2File::BuildId(BuildId::new(&[0xab; 20]).unwrap())
+        );
         assert_eq!((m.prot, m.flags, m.filename), (5, 2, &b"/bin/ls"[..]));
         // The same bytes without the misc bit: device, inode.
         let Record::Mmap2(m) = parse(kind::MMAP2, misc::USER, &body, 0).unwrap() else {
@@ -626,7 +639,12 @@ mod tests {
     #[test]
     fn switch_flags_come_from_misc() {
         let body = le(&[3, 4], &[4, 4]);
-        let r = parse(kind::SWITCH_CPU_WIDE, misc::SWITCH_OUT | misc::SWITCH_OUT_PREEMPT, &body, 0);
+        let r = parse(
+            kind::SWITCH_CPU_WIDE,
+            misc::SWITCH_OUT | misc::SWITCH_OUT_PREEMPT,
+            &body,
+            0,
+        );
         assert_eq!(
             r.unwrap(),
             Record::Switch(Switch {
@@ -659,7 +677,9 @@ mod tests {
     #[test]
     fn aux_flags() {
         let body = le(&[0x1000, 0x200, 0x0105], &[8, 8, 8]);
-        let Record::Aux(a) = parse(kind::AUX, 0, &body, 0).unwrap() else { panic!() };
+        let Record::Aux(a) = parse(kind::AUX, 0, &body, 0).unwrap() else {
+            panic!()
+        };
         assert!(a.truncated() && a.partial() && !a.overwrite() && !a.collision());
         assert_eq!(a.flags & aux_flag::PMU_FORMAT_TYPE_MASK, 0x100);
     }
@@ -667,12 +687,19 @@ mod tests {
     #[test]
     fn time_conv_short_and_long() {
         let short = le(&[10, 512, 99], &[8, 8, 8]);
-        let Record::TimeConv(t) = parse(kind::TIME_CONV, 0, &short, 0).unwrap() else { panic!() };
-        assert_eq!((t.time_shift, t.time_mult, t.time_zero, t.ext), (10, 512, 99, None));
+        let Record::TimeConv(t) = parse(kind::TIME_CONV, 0, &short, 0).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (t.time_shift, t.time_mult, t.time_zero, t.ext),
+            (10, 512, 99, None)
+        );
         let mut long = short.clone();
         long.extend(le(&[5, u64::MAX], &[8, 8]));
         long.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
-        let Record::TimeConv(t) = parse(kind::TIME_CONV, 0, &long, 0).unwrap() else { panic!() };
+        let Record::TimeConv(t) = parse(kind::TIME_CONV, 0, &long, 0).unwrap() else {
+            panic!()
+        };
         let ext = t.ext.unwrap();
         assert!(ext.cap_user_time_zero && !ext.cap_user_time_short);
         assert_eq!((ext.time_cycles, ext.time_mask), (5, u64::MAX));
@@ -681,7 +708,9 @@ mod tests {
     #[test]
     fn id_index_count_is_checked_against_its_bytes() {
         let mut body = le(&[2, 100, 0, 0, 77, 101, 1, 1, 78], &[8; 9]);
-        let Record::IdIndex(ix) = parse(kind::ID_INDEX, 0, &body, 0).unwrap() else { panic!() };
+        let Record::IdIndex(ix) = parse(kind::ID_INDEX, 0, &body, 0).unwrap() else {
+            panic!()
+        };
         let e: Vec<_> = ix.iter().collect();
         assert_eq!(e.len(), 2);
         assert_eq!((e[1].id, e[1].idx, e[1].cpu, e[1].tid), (101, 1, 1, 78));
