@@ -265,27 +265,9 @@ impl PerfDataWriter {
         self.strings.push((id, s.as_bytes().to_vec()));
     }
 
-    /// The file's bytes: header, attrs, ids, data, feature table, features.
-    pub fn finish(self) -> Vec<u8> {
-        let attr_size = self.attrs[0].attr.size as u64 + 16;
-        let attrs_at = FILE_HEADER_SIZE;
-        let attrs_len = attr_size * self.attrs.len() as u64;
-        let mut ids_at = attrs_at + attrs_len;
-        let mut attrs = Vec::new();
-        let mut ids = Vec::new();
-        for a in &self.attrs {
-            attrs.extend(a.attr.to_bytes());
-            put64(&mut attrs, ids_at + ids.len() as u64);
-            put64(&mut attrs, 8 * a.ids.len() as u64);
-            for &id in &a.ids {
-                put64(&mut ids, id);
-            }
-        }
-        ids_at += ids.len() as u64;
-        let data_at = ids_at;
-        let data_len = self.data.len() as u64;
-
-        // Features, in bit order.
+    /// The build-id and string features' bytes (the AUXTRACE index, file mode only, is
+    /// added by `finish`).
+    fn features(&self) -> Vec<(u32, Vec<u8>)> {
         let mut feats: Vec<(u32, Vec<u8>)> = Vec::new();
         if !self.build_ids.is_empty() {
             let mut f = Vec::new();
@@ -310,6 +292,71 @@ impl PerfDataWriter {
             f.extend(s);
             feats.push((*id, f));
         }
+        feats
+    }
+
+    /// The file in pipe mode (what `perf record -o -` writes): a 16-byte header, a
+    /// HEADER_ATTR record per attribute (with its ids), a HEADER_FEATURE record per
+    /// feature (no AUXTRACE index: pipe mode has none) and the end-of-features one, then
+    /// the records.
+    pub fn finish_pipe(self) -> Result<Vec<u8>, WriteError> {
+        let mut out = Vec::new();
+        put64(&mut out, u64::from_le_bytes(*b"PERFILE2"));
+        put64(&mut out, 16);
+        let record = |out: &mut Vec<u8>, k: u32, body: Vec<u8>| {
+            let size = 8 + body.len();
+            if size > u16::MAX as usize {
+                return Err(WriteError::TooLarge(size));
+            }
+            put32(out, k);
+            out.extend_from_slice(&0u16.to_le_bytes());
+            out.extend_from_slice(&(size as u16).to_le_bytes());
+            out.extend(body);
+            Ok(())
+        };
+        for a in &self.attrs {
+            let mut body = a.attr.to_bytes();
+            for &id in &a.ids {
+                put64(&mut body, id);
+            }
+            record(&mut out, kind::HEADER_ATTR, body)?;
+        }
+        let mut feats = self.features();
+        feats.sort_by_key(|(id, _)| *id);
+        // perf ends the features with HEADER_LAST_FEATURE (32 in perf 6.1).
+        feats.push((32, Vec::new()));
+        for (id, f) in feats {
+            let mut body = Vec::new();
+            put64(&mut body, id as u64);
+            body.extend(f);
+            record(&mut out, kind::HEADER_FEATURE, body)?;
+        }
+        out.extend(self.data);
+        Ok(out)
+    }
+
+    /// The file's bytes: header, attrs, ids, data, feature table, features.
+    pub fn finish(self) -> Vec<u8> {
+        let attr_size = self.attrs[0].attr.size as u64 + 16;
+        let attrs_at = FILE_HEADER_SIZE;
+        let attrs_len = attr_size * self.attrs.len() as u64;
+        let mut ids_at = attrs_at + attrs_len;
+        let mut attrs = Vec::new();
+        let mut ids = Vec::new();
+        for a in &self.attrs {
+            attrs.extend(a.attr.to_bytes());
+            put64(&mut attrs, ids_at + ids.len() as u64);
+            put64(&mut attrs, 8 * a.ids.len() as u64);
+            for &id in &a.ids {
+                put64(&mut ids, id);
+            }
+        }
+        ids_at += ids.len() as u64;
+        let data_at = ids_at;
+        let data_len = self.data.len() as u64;
+
+        // Features, in bit order.
+        let mut feats = self.features();
         if !self.auxtrace_index.is_empty() {
             let mut f = Vec::new();
             put64(&mut f, self.auxtrace_index.len() as u64);
@@ -495,6 +542,17 @@ pub struct Written {
 /// then per CPU: SWITCH_CPU_WIDE in (from the idle task), ITRACE_START, AUX, SWITCH_CPU_WIDE
 /// out, AUXTRACE with the CPU's stream; the threads' EXITs; HEADER_BUILD_ID, HEADER_AUXTRACE.
 pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
+    let (w, records) = two_threads(r)?;
+    Ok(Written {
+        bytes: w.finish(),
+        records,
+    })
+}
+
+type Records = Vec<(u16, Record<'static>, SampleId)>;
+
+/// The writer of [`intel_pt_two_threads`], its records pushed, and the records.
+fn two_threads(r: &PtRecording) -> Result<(PerfDataWriter, Records), WriteError> {
     let attrs = intel_pt_attrs(r);
     let private = intel_pt_info(r).to_private();
     let leak = |v: Vec<u8>| -> &'static [u8] { Box::leak(v.into_boxed_slice()) };
@@ -684,9 +742,16 @@ pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
     w.add_string(feature::OSRELEASE, "6.1.0-tracemill");
     w.add_string(feature::VERSION, "6.1");
     w.add_string(feature::ARCH, "x86_64");
+    Ok((w, recs))
+}
+
+/// [`intel_pt_two_threads`] in pipe mode (what `perf record -o -` writes): the same
+/// records after HEADER_ATTR and HEADER_FEATURE records, no AUXTRACE index.
+pub fn intel_pt_two_threads_pipe(r: &PtRecording) -> Result<Written, WriteError> {
+    let (w, records) = two_threads(r)?;
     Ok(Written {
-        bytes: w.finish(),
-        records: recs,
+        bytes: w.finish_pipe()?,
+        records,
     })
 }
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tracemill_datasets::perf_data::{
-    intel_pt_info, intel_pt_two_threads, CpuStream, PtRecording, Written,
+    intel_pt_info, intel_pt_two_threads, intel_pt_two_threads_pipe, CpuStream, PtRecording, Written,
 };
 use tracemill_decode::pt::encode::encode;
 use tracemill_decode::pt::packet::{IpCompression, IpPayload, Packet, Tnt};
@@ -209,22 +209,80 @@ fn every_cut_is_an_error_at_or_before_the_cut_after_the_whole_records() {
 
 #[test]
 fn flipped_bytes_never_panic_and_errors_name_offsets_inside_the_file() {
-    let (_, w) = small();
-    let len = w.bytes.len() as u64;
+    let (r, w) = small();
+    let pipe = intel_pt_two_threads_pipe(&r).unwrap().bytes;
     let mut flagged = 0;
-    for at in 0..w.bytes.len() {
-        for x in [0xff, 0x01, 0x80] {
-            let mut b = w.bytes.clone();
-            b[at] ^= x;
-            let errors = read_all(&b);
-            for e in &errors {
-                assert!(e.offset() <= len, "flip {x:#x} at {at}: {e}");
+    for bytes in [&w.bytes, &pipe] {
+        let len = bytes.len() as u64;
+        for at in 0..bytes.len() {
+            for x in [0xff, 0x01, 0x80] {
+                let mut b = bytes.clone();
+                b[at] ^= x;
+                let errors = read_all(&b);
+                for e in &errors {
+                    assert!(e.offset() <= len, "flip {x:#x} at {at}: {e}");
+                }
+                flagged += !errors.is_empty() as usize;
             }
-            flagged += !errors.is_empty() as usize;
         }
     }
     // Headers, sizes, magic, the index: many flips are caught (payload bytes are not).
     assert!(flagged > 100, "{flagged}");
+}
+
+/// The records other than HEADER_ATTR and HEADER_FEATURE (pipe mode's), with their
+/// trailers and events.
+fn strip<'a>(d: &PerfData<'a>) -> Vec<(Record<'a>, SampleId, Option<usize>)> {
+    d.records()
+        .map(|i| i.unwrap())
+        .filter(|i| !matches!(i.record, Record::Other { kind: 64 | 80, .. }))
+        .map(|i| (i.record, i.sample_id, i.attr))
+        .collect()
+}
+
+#[test]
+fn pipe_mode_reads_the_same_records_as_file_mode() {
+    let (r, w) = small();
+    let pipe = intel_pt_two_threads_pipe(&r).unwrap();
+    let p = PerfData::parse(&pipe.bytes).unwrap();
+    let f = PerfData::parse(&w.bytes).unwrap();
+    assert!(p.is_pipe() && !f.is_pipe());
+    assert_eq!(p.attrs(), f.attrs());
+    let from_pipe = strip(&p);
+    assert_eq!(from_pipe, strip(&f));
+    assert_eq!(from_pipe.len(), w.records.len());
+    assert_eq!(p.build_ids().unwrap(), f.build_ids().unwrap());
+    assert_eq!(
+        p.string_feature(feature::HOSTNAME).unwrap(),
+        Some(&b"tracemill"[..])
+    );
+    assert_eq!(p.auxtrace_index().unwrap(), vec![]);
+    assert_eq!(p.intel_pt_info().unwrap().unwrap().1, intel_pt_info(&r));
+}
+
+#[test]
+fn pipe_mode_cuts_give_the_records_before_them() {
+    let (r, _) = small();
+    let bytes = intel_pt_two_threads_pipe(&r).unwrap().bytes;
+    let (_, records) = boundaries(&bytes);
+    for n in 16..bytes.len() {
+        let cut = &bytes[..n];
+        let errors = read_all(cut);
+        assert!(errors.iter().all(|e| e.offset() <= n as u64), "cut at {n}");
+        let p = PerfData::parse(cut).unwrap();
+        let got: Vec<_> = p.records().collect();
+        let whole = records.iter().take_while(|r| r.1 <= n as u64).count();
+        assert!(got[..whole].iter().all(|r| r.is_ok()), "cut at {n}");
+        // A pipe has no length: a cut between records is the end of the stream.
+        let at_boundary = n == 16 || records.iter().any(|r| r.1 == n as u64);
+        assert_eq!(got.len(), whole + !at_boundary as usize, "cut at {n}");
+        if !at_boundary {
+            assert!(
+                got[whole].as_ref().unwrap_err().is_truncated(),
+                "cut at {n}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -477,5 +535,59 @@ fn perf_accepts_the_files_and_lists_the_same_events() {
 
         let (report, _) = run(&perf, &["report", "-f", "--stdio"], &file);
         assert!(report.contains("of event 'psb'"), "{name}:\n{report}");
+
+        // perf's own pipe mode (`perf inject -o -`): the same attributes, records and
+        // AUX data, read through HEADER_ATTR and HEADER_FEATURE records.
+        let out = Command::new(&perf)
+            .args(["inject", "-f", "-i"])
+            .arg(&file)
+            .args(["-o", "-"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "perf inject: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let p = PerfData::parse(&out.stdout).unwrap();
+        let f = PerfData::parse(&w.bytes).unwrap();
+        assert!(p.is_pipe());
+        assert_eq!(p.attrs().len(), 2);
+        for (a, b) in p.attrs().iter().zip(f.attrs()) {
+            assert_eq!(
+                (a.attr.kind, a.attr.config, a.attr.sample_type, &a.ids),
+                (b.attr.kind, b.attr.config, b.attr.sample_type, &b.ids)
+            );
+        }
+        let keep = |i: &tracemill_perfdata::Item<'_>| {
+            !matches!(i.record, Record::Other { kind: 64 | 80, .. })
+        };
+        let injected: Vec<_> = p
+            .records()
+            .map(|i| i.unwrap())
+            .filter(keep)
+            .map(|i| (i.record, i.sample_id))
+            .collect();
+        let ours: Vec<_> = f
+            .records()
+            .map(|i| i.unwrap())
+            .map(|i| (i.record, i.sample_id))
+            .collect();
+        assert_eq!(injected, ours, "{name}: perf inject's pipe");
+        // perf inject describes the machine it runs on (hostname, osrelease, version, arch).
+        let ids: Vec<u32> = p.features().unwrap().iter().map(|f| f.id).collect();
+        assert_eq!(
+            ids,
+            [
+                feature::HOSTNAME,
+                feature::OSRELEASE,
+                feature::VERSION,
+                feature::ARCH
+            ]
+        );
+        assert!(p
+            .string_feature(feature::VERSION)
+            .unwrap()
+            .is_some_and(|v| v.starts_with(b"6.")));
     }
 }

@@ -41,7 +41,8 @@ pub struct PerfData<'a> {
     bytes: &'a [u8],
     header: FileHeader,
     attrs: Vec<Attr>,
-    layout: IdLayout,
+    /// `None` in a pipe-mode file without HEADER_ATTR records.
+    layout: Option<IdLayout>,
     by_id: HashMap<u64, usize>,
     /// The data section as read: `[start, end)`, cut at the end of the file.
     data_start: usize,
@@ -69,8 +70,16 @@ impl<'a> PerfData<'a> {
     /// so that a file cut short still gives the records before the cut.
     pub fn parse(bytes: &'a [u8]) -> Result<PerfData<'a>, Error> {
         let header = FileHeader::parse(bytes)?;
-        let attrs = read_attrs(bytes, &header)?;
-        let layout = id_layout(&attrs)?;
+        let attrs = if header.is_pipe() {
+            pipe_attrs(bytes)?
+        } else {
+            read_attrs(bytes, &header)?
+        };
+        let layout = if attrs.is_empty() {
+            None
+        } else {
+            Some(id_layout(&attrs)?)
+        };
         let mut by_id = HashMap::new();
         for (i, a) in attrs.iter().enumerate() {
             for &id in &a.ids {
@@ -78,7 +87,12 @@ impl<'a> PerfData<'a> {
             }
         }
         let d = header.data;
-        if d.offset < FILE_HEADER_SIZE || d.offset > bytes.len() as u64 {
+        let header_size = if header.is_pipe() {
+            crate::header::PIPE_HEADER_SIZE
+        } else {
+            FILE_HEADER_SIZE
+        };
+        if d.offset < header_size || d.offset > bytes.len() as u64 {
             return Err(Error::invalid(
                 40,
                 "data section",
@@ -142,6 +156,9 @@ impl<'a> PerfData<'a> {
 
     /// The feature sections, in header bit order.
     pub fn features(&self) -> Result<Vec<Feature<'a>>, Error> {
+        if self.header.is_pipe() {
+            return self.pipe_features();
+        }
         let table_at = self
             .header
             .data
@@ -170,9 +187,50 @@ impl<'a> PerfData<'a> {
             .collect()
     }
 
+    /// Pipe mode: the HEADER_FEATURE records (`feat_id`, then the feature's bytes), up to
+    /// the first kernel record; the end marker (no bytes) left out.
+    fn pipe_features(&self) -> Result<Vec<Feature<'a>>, Error> {
+        let mut out = Vec::new();
+        for item in self.records() {
+            let item = item?;
+            match item.record {
+                Record::Other {
+                    kind: kind::HEADER_FEATURE,
+                    body,
+                } => {
+                    let mut c = Cursor::new(body, item.offset + 8);
+                    let id = c.u64("HEADER_FEATURE record")?;
+                    let bytes = c.rest();
+                    // The end marker (HEADER_LAST_FEATURE, whose number grows with perf)
+                    // is the one with no bytes.
+                    if id < 256 && !bytes.is_empty() {
+                        out.push(Feature {
+                            id: id as u32,
+                            entry_at: item.offset,
+                            section: Section {
+                                offset: item.offset + 16,
+                                size: bytes.len() as u64,
+                            },
+                            bytes,
+                        });
+                    }
+                }
+                Record::Other { kind: k, .. } if k < kind::USER_TYPE_START => break,
+                r if r.kind() < kind::USER_TYPE_START => break,
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether the file is in pipe mode (attrs and features as records).
+    pub fn is_pipe(&self) -> bool {
+        self.header.is_pipe()
+    }
+
     /// One feature's section, `None` when the header does not list it.
     pub fn feature(&self, id: u32) -> Result<Option<Feature<'a>>, Error> {
-        if !self.header.has_feature(id) {
+        if !self.header.is_pipe() && !self.header.has_feature(id) {
             return Ok(None);
         }
         Ok(self.features()?.into_iter().find(|f| f.id == id))
@@ -244,7 +302,7 @@ impl<'a> PerfData<'a> {
 
     /// The attribute of a kernel record, from the trailer's identifier when needed.
     fn attr_for(&self, kind_: u32, body: &[u8]) -> Option<usize> {
-        match self.layout {
+        match self.layout? {
             IdLayout::Same(i) => Some(i),
             IdLayout::Identifier => {
                 let id = if kind_ == kind::SAMPLE {
@@ -271,11 +329,12 @@ impl<'a> PerfData<'a> {
         }
         let attr_ix = self.attr_for(kind_, body);
         let Some(ix) = attr_ix else {
-            return Err(Error::invalid(
-                offset,
-                "record",
-                format!("type {kind_}: its sample id names no event of the file"),
-            ));
+            let why = if self.attrs.is_empty() {
+                format!("type {kind_}: no event attributes (HEADER_ATTR) before it")
+            } else {
+                format!("type {kind_}: its sample id names no event of the file")
+            };
+            return Err(Error::invalid(offset, "record", why));
         };
         let attr = &self.attrs[ix].attr;
         if kind_ == kind::SAMPLE {
@@ -344,6 +403,54 @@ fn sample_fields(attr: &EventAttr, body: &[u8], at: u64) -> Result<SampleId, Err
         s.cpu = Some(c.u32(W)?);
     }
     Ok(s)
+}
+
+/// Bytes that follow a record outside its `header.size`: AUXTRACE's data, pipe mode's
+/// tracing data (padded to 8). `body` is the record without its header.
+fn trailing_len(kind_: u32, body: &[u8]) -> u64 {
+    match kind_ {
+        kind::AUXTRACE if body.len() >= 8 => u64_at(body, 0),
+        kind::HEADER_TRACING_DATA if body.len() >= 4 => {
+            (u32::from_le_bytes(body[..4].try_into().expect("4")) as u64).next_multiple_of(8)
+        }
+        _ => 0,
+    }
+}
+
+/// Pipe mode: the HEADER_ATTR records (the attribute, then its ids to the end of the
+/// record) before the first kernel record. The framing is only followed here; `records`
+/// reports where it breaks.
+fn pipe_attrs(bytes: &[u8]) -> Result<Vec<Attr>, Error> {
+    let mut attrs = Vec::new();
+    let mut pos = crate::header::PIPE_HEADER_SIZE as usize;
+    while bytes.len() - pos >= 8 {
+        let kind_ = u32::from_le_bytes(bytes[pos..pos + 4].try_into().expect("4"));
+        let size = u16::from_le_bytes([bytes[pos + 6], bytes[pos + 7]]) as usize;
+        if size < 8 || size > bytes.len() - pos || kind_ < kind::USER_TYPE_START {
+            break;
+        }
+        let body = &bytes[pos + 8..pos + size];
+        if kind_ == kind::HEADER_ATTR {
+            let at = pos as u64 + 8;
+            let attr = EventAttr::parse(body, at)?;
+            let ids = &body[attr.size as usize..];
+            if !ids.len().is_multiple_of(8) {
+                return Err(Error::invalid(
+                    at + attr.size as u64,
+                    "HEADER_ATTR record",
+                    format!("{} bytes of ids, not a multiple of 8", ids.len()),
+                ));
+            }
+            let ids = ids.chunks_exact(8).map(|b| u64_at(b, 0)).collect();
+            attrs.push(Attr { attr, ids });
+        }
+        let next = (pos + size) as u64 + trailing_len(kind_, body);
+        if next > bytes.len() as u64 {
+            break;
+        }
+        pos = next as usize;
+    }
+    Ok(attrs)
 }
 
 fn read_attrs(bytes: &[u8], h: &FileHeader) -> Result<Vec<Attr>, Error> {
@@ -502,7 +609,19 @@ impl<'a> Iterator for Records<'_, 'a> {
                 attr: None,
             }));
         }
-        self.pos = at + size;
+        if kind_ == kind::HEADER_TRACING_DATA && f.header.is_pipe() {
+            let n = trailing_len(kind_, body);
+            let left = (end - at - size) as u64;
+            if n > left {
+                return fail(
+                    self,
+                    Error::truncated(at as u64, "HEADER_TRACING_DATA record's data", n, left),
+                );
+            }
+            self.pos = at + size + n as usize;
+        } else {
+            self.pos = at + size;
+        }
         Some(f.item(at, kind_, misc, body))
     }
 }

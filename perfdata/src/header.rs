@@ -115,7 +115,28 @@ impl FileHeader {
         self.features[(id / 64) as usize] |= 1 << (id % 64);
     }
 
-    /// Read the header at the start of `file`. A pipe-mode or big-endian file is an error
+    /// The header of a pipe-mode file (`perf record -o -`, `perf inject -o -`) of `len`
+    /// bytes: no attrs section (HEADER_ATTR records), no feature table (HEADER_FEATURE
+    /// records); the data runs from the 16-byte header to the end.
+    pub fn pipe(len: u64) -> FileHeader {
+        FileHeader {
+            attr_size: 0,
+            attrs: Section::default(),
+            data: Section {
+                offset: PIPE_HEADER_SIZE,
+                size: len.saturating_sub(PIPE_HEADER_SIZE),
+            },
+            event_types: Section::default(),
+            features: [0; 4],
+        }
+    }
+
+    /// Whether this header is a pipe-mode file's.
+    pub fn is_pipe(&self) -> bool {
+        self.attr_size == 0 && self.data.offset == PIPE_HEADER_SIZE
+    }
+
+    /// Read the header at the start of `file`. A big-endian file is an error
     /// that says so.
     pub fn parse(file: &[u8]) -> Result<FileHeader, Error> {
         let mut c = Cursor::new(file, 0);
@@ -128,12 +149,7 @@ impl FileHeader {
         }
         let size = c.u64("file header size")?;
         if size == PIPE_HEADER_SIZE {
-            return Err(Error::invalid(
-                8,
-                "file header",
-                "a pipe-mode perf.data (perf record -o -) is not read; \
-                 `perf inject -i IN -o OUT` writes it as a file",
-            ));
+            return Ok(FileHeader::pipe(file.len() as u64));
         }
         if size != FILE_HEADER_SIZE {
             return Err(Error::invalid(
@@ -237,10 +253,16 @@ mod tests {
             .starts_with("not a perf.data file"));
         b[..8].copy_from_slice(b"PERFILE2");
         b[8] = 16;
-        assert!(FileHeader::parse(&b)
-            .unwrap_err()
-            .to_string()
-            .contains("pipe-mode"));
+        let pipe = FileHeader::parse(&b).unwrap();
+        assert!(pipe.is_pipe());
+        assert_eq!(
+            pipe.data,
+            Section {
+                offset: 16,
+                size: 88
+            }
+        );
+        assert!(!header().is_pipe());
         b[8] = 200;
         assert_eq!(FileHeader::parse(&b).unwrap_err().offset(), 8);
     }

@@ -1,4 +1,4 @@
-//! Linux `perf.data` (`PERFILE2`, file mode, little-endian), read from bytes: what a
+//! Linux `perf.data` (`PERFILE2`, file and pipe mode, little-endian), read from bytes: what a
 //! decoder of `perf record -e intel_pt//` needs and what a damaged file does to it.
 //!
 //! The layers, one module each (tools/perf/Documentation/perf.data-file-format.txt and
@@ -48,8 +48,10 @@
 //! assert!(aux_bytes(b"not perf").unwrap_err().to_string().contains("at offset 0x0"));
 //! ```
 //!
-//! Not read: pipe mode (`perf record -o -`; `perf inject -i IN -o OUT` makes a file of
-//! it), big-endian files, compressed records (`perf record -z`), the other features.
+//! Pipe mode (`perf record -o -`, `perf inject -o -`) is read too: its attributes come
+//! from HEADER_ATTR records, its features from HEADER_FEATURE records. Not read:
+//! big-endian files, compressed records (`perf record -z`: `Record::Other`), the other
+//! features.
 
 pub mod attr;
 mod cursor;

@@ -34,6 +34,9 @@ pub mod kind {
     /// Types from here on are perf's own (no `sample_id_all` trailer).
     pub const USER_TYPE_START: u32 = 64;
     pub const HEADER_ATTR: u32 = 64;
+    pub const HEADER_EVENT_TYPE: u32 = 65;
+    /// Pipe mode: tracepoint format data, which follows the record (`size`, padded to 8).
+    pub const HEADER_TRACING_DATA: u32 = 66;
     /// The type in HEADER_BUILD_ID entries (the feature, not a data-section record).
     pub const HEADER_BUILD_ID: u32 = 67;
     pub const FINISHED_ROUND: u32 = 68;
