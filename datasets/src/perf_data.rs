@@ -42,6 +42,9 @@ pub struct PerfDataWriter {
     auxtrace_index: Vec<(u64, u64)>,
     build_ids: Vec<(u16, u32, BuildId, Vec<u8>)>,
     strings: Vec<(u32, Vec<u8>)>,
+    /// HEADER_EVENT_DESC's names, one per attribute (none: no feature).
+    names: Vec<String>,
+    pmus: Vec<(u32, String)>,
 }
 
 /// `s` and at least one NUL, padded with NULs to a multiple of `align`.
@@ -74,6 +77,8 @@ impl PerfDataWriter {
             auxtrace_index: Vec::new(),
             build_ids: Vec::new(),
             strings: Vec::new(),
+            names: Vec::new(),
+            pmus: Vec::new(),
         })
     }
 
@@ -260,6 +265,19 @@ impl PerfDataWriter {
             .push((cpumode | BUILD_ID_SIZE, pid, id, filename.to_vec()));
     }
 
+    /// HEADER_EVENT_DESC: the events' names as perf shows them (`intel_pt//u`), one per
+    /// attribute, in order (extra names are dropped, missing ones are empty).
+    pub fn set_event_names(&mut self, names: &[&str]) {
+        self.names = (0..self.attrs.len())
+            .map(|i| names.get(i).copied().unwrap_or("").to_owned())
+            .collect();
+    }
+
+    /// A HEADER_PMU_MAPPINGS entry: a PMU's `perf_event_attr.type` and name.
+    pub fn add_pmu(&mut self, kind: u32, name: &str) {
+        self.pmus.push((kind, name.to_owned()));
+    }
+
     /// A string feature (`feature::HOSTNAME`, `OSRELEASE`, `VERSION`, `ARCH`, ...).
     pub fn add_string(&mut self, id: u32, s: &str) {
         self.strings.push((id, s.as_bytes().to_vec()));
@@ -284,6 +302,35 @@ impl PerfDataWriter {
                 f.extend(name);
             }
             feats.push((feature::BUILD_ID, f));
+        }
+        let perf_string = |f: &mut Vec<u8>, s: &str| {
+            let s = padded(s.as_bytes(), 64);
+            put32(f, s.len() as u32);
+            f.extend(s);
+        };
+        if !self.names.is_empty() {
+            let size = self.attrs[0].attr.size;
+            let mut f = Vec::new();
+            put32(&mut f, self.attrs.len() as u32);
+            put32(&mut f, size);
+            for (a, name) in self.attrs.iter().zip(&self.names) {
+                f.extend(a.attr.to_bytes());
+                put32(&mut f, a.ids.len() as u32);
+                perf_string(&mut f, name);
+                for &id in &a.ids {
+                    put64(&mut f, id);
+                }
+            }
+            feats.push((feature::EVENT_DESC, f));
+        }
+        if !self.pmus.is_empty() {
+            let mut f = Vec::new();
+            put32(&mut f, self.pmus.len() as u32);
+            for (kind, name) in &self.pmus {
+                put32(&mut f, *kind);
+                perf_string(&mut f, name);
+            }
+            feats.push((feature::PMU_MAPPINGS, f));
         }
         for (id, s) in &self.strings {
             let s = padded(s, 64);
@@ -540,7 +587,9 @@ pub struct Written {
 /// `perf record -e intel_pt//u` does with per-CPU buffers: AUXTRACE_INFO, TIME_CONV; the
 /// process's COMM (exec), its MMAP2 (with build-id), a FORK and COMM per further thread;
 /// then per CPU: SWITCH_CPU_WIDE in (from the idle task), ITRACE_START, AUX, SWITCH_CPU_WIDE
-/// out, AUXTRACE with the CPU's stream; the threads' EXITs; HEADER_BUILD_ID, HEADER_AUXTRACE.
+/// out, AUXTRACE with the CPU's stream; the threads' EXITs; HEADER_BUILD_ID,
+/// HEADER_EVENT_DESC (`intel_pt//u`, `dummy:u`), HEADER_PMU_MAPPINGS, strings, and
+/// HEADER_AUXTRACE.
 pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
     let (w, records) = two_threads(r)?;
     Ok(Written {
@@ -738,6 +787,9 @@ fn two_threads(r: &PtRecording) -> Result<(PerfDataWriter, Records), WriteError>
         w.push(*cpumode, rec, sid)?;
     }
     w.add_build_id(misc::USER, u32::MAX, r.build_id, &r.path);
+    w.set_event_names(&["intel_pt//u", "dummy:u"]);
+    w.add_pmu(attr_type::SOFTWARE, "software");
+    w.add_pmu(r.pmu_type, "intel_pt");
     w.add_string(feature::HOSTNAME, "tracemill");
     w.add_string(feature::OSRELEASE, "6.1.0-tracemill");
     w.add_string(feature::VERSION, "6.1");

@@ -134,6 +134,20 @@ fn round_trip_gives_back_every_record_and_the_aux_data_byte_for_byte() {
         p.string_feature(feature::ARCH).unwrap(),
         Some(&b"x86_64"[..])
     );
+    let names: Vec<_> = p
+        .event_desc()
+        .unwrap()
+        .into_iter()
+        .map(|d| (d.name, d.ids))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            (&b"intel_pt//u"[..], vec![1000, 1001]),
+            (&b"dummy:u"[..], vec![2000, 2001])
+        ]
+    );
+    assert!(p.pmu_mappings().unwrap().contains(&(8, &b"intel_pt"[..])));
     let (_, info) = p.intel_pt_info().unwrap().unwrap();
     assert_eq!(info, intel_pt_info(&r));
     let s = info.settings(p.attrs()[0].attr.config);
@@ -174,6 +188,8 @@ fn read_all(bytes: &[u8]) -> Vec<tracemill_perfdata::Error> {
     errors.extend(p.build_ids().err());
     errors.extend(p.auxtrace_index().err());
     errors.extend(p.string_feature(feature::HOSTNAME).err());
+    errors.extend(p.event_desc().err());
+    errors.extend(p.pmu_mappings().err());
     errors.extend(p.intel_pt_info().err());
     errors
 }
@@ -533,6 +549,21 @@ fn perf_accepts_the_files_and_lists_the_same_events() {
                 .sum::<usize>()
         );
 
+        // The build-id table and the event names, as perf lists them.
+        let (ids, _) = run(&perf, &["buildid-list", "-f"], &file);
+        let want = format!(
+            "{} {}",
+            r.build_id.to_hex(),
+            String::from_utf8_lossy(&r.path)
+        );
+        assert_eq!(ids.trim(), want, "{name}");
+        let (evlist, _) = run(&perf, &["evlist", "-f"], &file);
+        assert_eq!(
+            evlist.lines().collect::<Vec<_>>(),
+            ["intel_pt//u", "dummy:u"],
+            "{name}"
+        );
+
         let (report, _) = run(&perf, &["report", "-f", "--stdio"], &file);
         assert!(report.contains("of event 'psb'"), "{name}:\n{report}");
 
@@ -574,7 +605,8 @@ fn perf_accepts_the_files_and_lists_the_same_events() {
             .map(|i| (i.record, i.sample_id))
             .collect();
         assert_eq!(injected, ours, "{name}: perf inject's pipe");
-        // perf inject describes the machine it runs on (hostname, osrelease, version, arch).
+        // perf inject describes the machine it runs on (hostname, osrelease, version, arch,
+        // PMUs) and writes the events' names itself (its own encoding of them).
         let ids: Vec<u32> = p.features().unwrap().iter().map(|f| f.id).collect();
         assert_eq!(
             ids,
@@ -582,8 +614,16 @@ fn perf_accepts_the_files_and_lists_the_same_events() {
                 feature::HOSTNAME,
                 feature::OSRELEASE,
                 feature::VERSION,
-                feature::ARCH
+                feature::ARCH,
+                feature::EVENT_DESC,
+                feature::PMU_MAPPINGS
             ]
+        );
+        assert_eq!(p.event_desc().unwrap(), f.event_desc().unwrap(), "{name}");
+        // (The PMUs are the local machine's, as its hostname is.)
+        assert!(
+            p.pmu_mappings().unwrap().contains(&(1, &b"software"[..])),
+            "{name}"
         );
         assert!(p
             .string_feature(feature::VERSION)

@@ -792,6 +792,8 @@ pub fn perf_data(data: &[u8]) {
         p.build_ids().err(),
         p.auxtrace_index().err(),
         p.string_feature(feature::HOSTNAME).err(),
+        p.event_desc().err(),
+        p.pmu_mappings().err(),
         p.intel_pt_info().err(),
     ];
     for e in errs.into_iter().flatten() {

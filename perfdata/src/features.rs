@@ -121,6 +121,77 @@ pub fn string(bytes: &[u8], at: u64) -> Result<&[u8], Error> {
     Ok(c_string(c.bytes(len as usize, "perf string")?))
 }
 
+/// A HEADER_EVENT_DESC entry: an event's attribute, its name as perf shows it
+/// (`intel_pt//u`) and its ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventDesc<'a> {
+    pub attr: crate::attr::EventAttr,
+    pub name: &'a [u8],
+    pub ids: Vec<u64>,
+}
+
+/// HEADER_EVENT_DESC: `u32` count, `u32` attribute size, then per event the attribute, a
+/// `u32` id count, the name (a perf string) and the ids. Counts are checked against the
+/// bytes left before anything is allocated.
+pub fn event_desc(bytes: &[u8], at: u64) -> Result<Vec<EventDesc<'_>>, Error> {
+    const W: &str = "HEADER_EVENT_DESC";
+    let mut c = Cursor::new(bytes, at);
+    let nr = c.u32(W)? as usize;
+    let size_at = c.offset();
+    let size = c.u32(W)? as usize;
+    if size < crate::attr::ATTR_SIZE_VER0 as usize {
+        return Err(Error::invalid(size_at, W, format!("attribute size {size}")));
+    }
+    // Each event takes at least its attribute, an id count and a string length.
+    if nr > c.remaining() / (size + 8) {
+        return Err(Error::invalid(
+            at,
+            W,
+            format!("{nr} events do not fit {} bytes", bytes.len()),
+        ));
+    }
+    let mut out = Vec::with_capacity(nr);
+    for _ in 0..nr {
+        let attr_at = c.offset();
+        let attr = crate::attr::EventAttr::parse(c.bytes(size, W)?, attr_at)?;
+        let n_at = c.offset();
+        let n = c.u32(W)? as usize;
+        let len = c.u32(W)? as usize;
+        let name = c_string(c.bytes(len, W)?);
+        if n > c.remaining() / 8 {
+            return Err(Error::invalid(
+                n_at,
+                W,
+                format!("{n} ids do not fit the bytes left"),
+            ));
+        }
+        let ids = (0..n).map(|_| c.u64(W)).collect::<Result<_, _>>()?;
+        out.push(EventDesc { attr, name, ids });
+    }
+    Ok(out)
+}
+
+/// HEADER_PMU_MAPPINGS: each PMU's `perf_event_attr.type` and name (`intel_pt`, ...).
+pub fn pmu_mappings(bytes: &[u8], at: u64) -> Result<Vec<(u32, &[u8])>, Error> {
+    const W: &str = "HEADER_PMU_MAPPINGS";
+    let mut c = Cursor::new(bytes, at);
+    let nr = c.u32(W)? as usize;
+    if nr > c.remaining() / 8 {
+        return Err(Error::invalid(
+            at,
+            W,
+            format!("{nr} PMUs do not fit {} bytes", bytes.len()),
+        ));
+    }
+    let mut out = Vec::with_capacity(nr);
+    for _ in 0..nr {
+        let kind = c.u32(W)?;
+        let len = c.u32(W)? as usize;
+        out.push((kind, c_string(c.bytes(len, W)?)));
+    }
+    Ok(out)
+}
+
 /// HEADER_NRCPUS: CPUs available and online.
 pub fn nr_cpus(bytes: &[u8], at: u64) -> Result<(u32, u32), Error> {
     let mut c = Cursor::new(bytes, at);
@@ -205,6 +276,58 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("room for 2"));
+    }
+
+    fn perf_string(v: &mut Vec<u8>, s: &[u8]) {
+        let n = (s.len() + 1).next_multiple_of(8);
+        v.extend_from_slice(&(n as u32).to_le_bytes());
+        v.extend_from_slice(s);
+        v.resize(v.len() + n - s.len(), 0);
+    }
+
+    #[test]
+    fn event_desc_and_pmu_mappings() {
+        let attr = crate::attr::EventAttr {
+            kind: 8,
+            size: 64,
+            config: 0x300e601,
+            ..Default::default()
+        };
+        let mut f = Vec::new();
+        f.extend_from_slice(&1u32.to_le_bytes());
+        f.extend_from_slice(&64u32.to_le_bytes());
+        f.extend(attr.to_bytes());
+        f.extend_from_slice(&2u32.to_le_bytes());
+        perf_string(&mut f, b"intel_pt//u");
+        f.extend_from_slice(&1000u64.to_le_bytes());
+        f.extend_from_slice(&1001u64.to_le_bytes());
+        let d = event_desc(&f, 0).unwrap();
+        assert_eq!(d.len(), 1);
+        assert_eq!(
+            (d[0].name, &d[0].ids[..]),
+            (&b"intel_pt//u"[..], &[1000, 1001][..])
+        );
+        assert_eq!(d[0].attr, attr);
+        // Counts past the bytes: refused before allocating.
+        let mut bad = f.clone();
+        bad[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(event_desc(&bad, 0).is_err());
+        let mut bad = f.clone();
+        bad[8 + 64..8 + 68].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(event_desc(&bad, 0).unwrap_err().offset(), 8 + 64);
+        assert!(event_desc(&f[..f.len() - 1], 0).is_err());
+
+        let mut m = 2u32.to_le_bytes().to_vec();
+        m.extend_from_slice(&8u32.to_le_bytes());
+        perf_string(&mut m, b"intel_pt");
+        m.extend_from_slice(&1u32.to_le_bytes());
+        perf_string(&mut m, b"software");
+        assert_eq!(
+            pmu_mappings(&m, 0).unwrap(),
+            vec![(8, &b"intel_pt"[..]), (1, &b"software"[..])]
+        );
+        m[0] = 200;
+        assert!(pmu_mappings(&m, 0).is_err());
     }
 
     #[test]

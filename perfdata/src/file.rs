@@ -280,6 +280,22 @@ impl<'a> PerfData<'a> {
         Ok(entries)
     }
 
+    /// HEADER_EVENT_DESC: every event's attribute, name and ids (empty without it).
+    pub fn event_desc(&self) -> Result<Vec<features::EventDesc<'a>>, Error> {
+        match self.feature(feature::EVENT_DESC)? {
+            Some(f) => features::event_desc(f.bytes, f.section.offset),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// HEADER_PMU_MAPPINGS: `(type, name)` of the machine's PMUs (empty without it).
+    pub fn pmu_mappings(&self) -> Result<Vec<(u32, &'a [u8])>, Error> {
+        match self.feature(feature::PMU_MAPPINGS)? {
+            Some(f) => features::pmu_mappings(f.bytes, f.section.offset),
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// A string feature (`feature::HOSTNAME`, `OSRELEASE`, `VERSION`, `ARCH`, `CPUDESC`,
     /// `CPUID`).
     pub fn string_feature(&self, id: u32) -> Result<Option<&'a [u8]>, Error> {
