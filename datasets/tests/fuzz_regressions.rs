@@ -288,3 +288,12 @@ fn pt_packets_psbs_read_early_in_a_run() {
 fn pt_packets_tnt64_with_only_a_stop_bit_is_an_error() {
     replay("pt_packets", "tnt64-stop-bit-only");
 }
+
+/// `perf_data`, finding `pipe-trailing-length-overflow`: a pipe-mode file whose AUXTRACE
+/// record claims a data size near 2^64 overflowed the HEADER_ATTR scan's next position
+/// (`perfdata/src/file.rs`, `pipe_attrs`: the addition is checked, the scan stops there;
+/// unit test `pipe_attr_scan_stops_at_a_trailing_length_past_the_end`).
+#[test]
+fn perf_data_pipe_trailing_length_near_2_64() {
+    replay("perf_data", "pipe-trailing-length-overflow");
+}

@@ -460,11 +460,11 @@ fn pipe_attrs(bytes: &[u8]) -> Result<Vec<Attr>, Error> {
             let ids = ids.chunks_exact(8).map(|b| u64_at(b, 0)).collect();
             attrs.push(Attr { attr, ids });
         }
-        let next = (pos + size) as u64 + trailing_len(kind_, body);
-        if next > bytes.len() as u64 {
-            break;
+        // A trailing length near 2^64 must not wrap round to an earlier place.
+        match ((pos + size) as u64).checked_add(trailing_len(kind_, body)) {
+            Some(next) if next <= bytes.len() as u64 => pos = next as usize,
+            _ => break,
         }
-        pos = next as usize;
     }
     Ok(attrs)
 }
@@ -649,6 +649,35 @@ fn e_have(_e: &Error, left: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fuzz finding `pipe-trailing-length-overflow`: in pipe mode, an AUXTRACE record's
+    /// data size near 2^64 wrapped the attrs scan's next position round to a place inside
+    /// the record, where bytes were read as a HEADER_ATTR.
+    #[test]
+    fn pipe_attr_scan_stops_at_a_trailing_length_past_the_end() {
+        let mut b = Vec::new();
+        b.extend_from_slice(b"PERFILE2");
+        b.extend_from_slice(&16u64.to_le_bytes());
+        let aux_at = b.len();
+        b.extend_from_slice(&kind::AUXTRACE.to_le_bytes());
+        b.extend_from_slice(&[0, 0, 48, 0]);
+        b.extend_from_slice(&(u64::MAX - 7).to_le_bytes());
+        b.resize(aux_at + 40, 0);
+        // Its last 8 bytes look like a HEADER_ATTR header; an attribute follows.
+        b.extend_from_slice(&kind::HEADER_ATTR.to_le_bytes());
+        b.extend_from_slice(&[0, 0, 72, 0]);
+        let attr = EventAttr {
+            kind: 1,
+            size: 64,
+            ..EventAttr::default()
+        };
+        b.extend(attr.to_bytes());
+        let p = PerfData::parse(&b).unwrap();
+        assert!(p.attrs().is_empty());
+        let e = p.records().find_map(|r| r.err()).unwrap();
+        assert_eq!(e.offset(), aux_at as u64);
+        assert!(e.is_truncated());
+    }
 
     #[test]
     fn empty_and_garbage_inputs_are_errors_not_panics() {
