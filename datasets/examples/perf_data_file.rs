@@ -76,7 +76,7 @@ fn main() -> Result<(), String> {
     eprintln!(
         "{out}: {} bytes, {} records",
         w.bytes.len(),
-        w.records.len()
+        w.records().len()
     );
     Ok(())
 }

@@ -576,11 +576,21 @@ pub fn intel_pt_info(r: &PtRecording) -> IntelPtInfo {
     }
 }
 
-/// A recorded file: its bytes and the records written, in order, with their trailers
-/// (AUXTRACE data padded to 8 bytes with PAD packets, as perf pads it).
+/// A recorded file: its bytes, and what [`Written::records`] rebuilds the records from.
 pub struct Written {
     pub bytes: Vec<u8>,
-    pub records: Vec<(u16, Record<'static>, SampleId)>,
+    /// The recording without its streams' bytes (those are in `streams`, padded).
+    recording: PtRecording,
+    private: Vec<u8>,
+    streams: Vec<Vec<u8>>,
+}
+
+impl Written {
+    /// The records written, in order, with their CPU modes and trailers (AUXTRACE data
+    /// padded to 8 bytes with PAD packets, as perf pads it).
+    pub fn records(&self) -> Records<'_> {
+        build(&self.recording, &self.private, &self.streams).expect("built once already")
+    }
 }
 
 /// Two threads of one process on their own CPUs (`r.cpus`, usually two), recorded the way
@@ -591,21 +601,67 @@ pub struct Written {
 /// HEADER_EVENT_DESC (`intel_pt//u`, `dummy:u`), HEADER_PMU_MAPPINGS, strings, and
 /// HEADER_AUXTRACE.
 pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
-    let (w, records) = two_threads(r)?;
+    written(r, |w| Ok(w.finish()))
+}
+
+/// [`intel_pt_two_threads`] in pipe mode (what `perf record -o -` writes): the same
+/// records after HEADER_ATTR and HEADER_FEATURE records, no AUXTRACE index.
+pub fn intel_pt_two_threads_pipe(r: &PtRecording) -> Result<Written, WriteError> {
+    written(r, PerfDataWriter::finish_pipe)
+}
+
+/// Records with their CPU modes and trailers, as [`PerfDataWriter::push`] takes them.
+pub type Records<'a> = Vec<(u16, Record<'a>, SampleId)>;
+
+fn written(
+    r: &PtRecording,
+    finish: impl FnOnce(PerfDataWriter) -> Result<Vec<u8>, WriteError>,
+) -> Result<Written, WriteError> {
+    let private = intel_pt_info(r).to_private();
+    let streams: Vec<Vec<u8>> = r
+        .cpus
+        .iter()
+        .map(|c| {
+            let mut pt = c.pt.clone();
+            pt.resize(pt.len().next_multiple_of(8), 0);
+            pt
+        })
+        .collect();
+    let recs = build(r, &private, &streams)?;
+    let mut w = PerfDataWriter::new(intel_pt_attrs(r))?;
+    for (cpumode, rec, sid) in &recs {
+        w.push(*cpumode, rec, sid)?;
+    }
+    w.add_build_id(misc::USER, u32::MAX, r.build_id, &r.path);
+    w.set_event_names(&["intel_pt//u", "dummy:u"]);
+    w.add_pmu(attr_type::SOFTWARE, "software");
+    w.add_pmu(r.pmu_type, "intel_pt");
+    w.add_string(feature::HOSTNAME, "tracemill");
+    w.add_string(feature::OSRELEASE, "6.1.0-tracemill");
+    w.add_string(feature::VERSION, "6.1");
+    w.add_string(feature::ARCH, "x86_64");
+    let bytes = finish(w)?;
+    drop(recs);
+    let mut recording = r.clone();
+    for c in &mut recording.cpus {
+        c.pt = Vec::new();
+    }
     Ok(Written {
-        bytes: w.finish(),
-        records,
+        bytes,
+        recording,
+        private,
+        streams,
     })
 }
 
-type Records = Vec<(u16, Record<'static>, SampleId)>;
-
-/// The writer of [`intel_pt_two_threads`], its records pushed, and the records.
-fn two_threads(r: &PtRecording) -> Result<(PerfDataWriter, Records), WriteError> {
-    let attrs = intel_pt_attrs(r);
-    let private = intel_pt_info(r).to_private();
-    let leak = |v: Vec<u8>| -> &'static [u8] { Box::leak(v.into_boxed_slice()) };
-    let mut recs: Vec<(u16, Record<'static>, SampleId)> = Vec::new();
+/// The records of [`intel_pt_two_threads`], borrowing the AUXTRACE_INFO array and the
+/// padded streams (one per `r.cpus`).
+fn build<'a>(
+    r: &'a PtRecording,
+    private: &'a [u8],
+    streams: &'a [Vec<u8>],
+) -> Result<Records<'a>, WriteError> {
+    let mut recs: Records<'a> = Vec::new();
     let mut t = r.start_time;
     let mut next_time = || {
         t += 1000;
@@ -620,7 +676,7 @@ fn two_threads(r: &PtRecording) -> Result<(PerfDataWriter, Records), WriteError>
         0,
         Record::AuxtraceInfo(AuxtraceInfo {
             kind: AUXTRACE_INTEL_PT,
-            private: leak(private),
+            private,
         }),
         none,
     ));
@@ -648,7 +704,7 @@ fn two_threads(r: &PtRecording) -> Result<(PerfDataWriter, Records), WriteError>
         stream_id: None,
         cpu: Some(cpu),
     };
-    let comm = leak(r.comm.clone());
+    let comm = &r.comm[..];
     recs.push((
         user,
         Record::Comm(Comm {
@@ -670,7 +726,7 @@ fn two_threads(r: &PtRecording) -> Result<(PerfDataWriter, Records), WriteError>
             file: Mmap2File::BuildId(r.build_id),
             prot: 5,  // PROT_READ | PROT_EXEC
             flags: 2, // MAP_PRIVATE
-            filename: leak(r.path.clone()),
+            filename: &r.path,
         }),
         sid(first.tid, first.cpu, next_time(), 2000),
     ));
@@ -699,7 +755,7 @@ fn two_threads(r: &PtRecording) -> Result<(PerfDataWriter, Records), WriteError>
         ));
     }
     let sideband_end = next_time();
-    for (i, c) in r.cpus.iter().enumerate() {
+    for (i, (c, pt)) in r.cpus.iter().zip(streams).enumerate() {
         if c.switch_in <= sideband_end || c.switch_out <= c.switch_in + 1 {
             return Err(WriteError::SwitchTimes(
                 c.cpu,
@@ -708,8 +764,6 @@ fn two_threads(r: &PtRecording) -> Result<(PerfDataWriter, Records), WriteError>
                 sideband_end,
             ));
         }
-        let mut pt = c.pt.clone();
-        pt.resize(pt.len().next_multiple_of(8), 0);
         let size = pt.len() as u64;
         recs.push((
             user,
@@ -755,7 +809,7 @@ fn two_threads(r: &PtRecording) -> Result<(PerfDataWriter, Records), WriteError>
                 idx: i as u32,
                 tid: u32::MAX,
                 cpu: c.cpu,
-                data: leak(pt),
+                data: pt,
             }),
             none,
         ));
@@ -782,29 +836,7 @@ fn two_threads(r: &PtRecording) -> Result<(PerfDataWriter, Records), WriteError>
     }
     recs.push((0, Record::FinishedRound, none));
 
-    let mut w = PerfDataWriter::new(attrs)?;
-    for (cpumode, rec, sid) in &recs {
-        w.push(*cpumode, rec, sid)?;
-    }
-    w.add_build_id(misc::USER, u32::MAX, r.build_id, &r.path);
-    w.set_event_names(&["intel_pt//u", "dummy:u"]);
-    w.add_pmu(attr_type::SOFTWARE, "software");
-    w.add_pmu(r.pmu_type, "intel_pt");
-    w.add_string(feature::HOSTNAME, "tracemill");
-    w.add_string(feature::OSRELEASE, "6.1.0-tracemill");
-    w.add_string(feature::VERSION, "6.1");
-    w.add_string(feature::ARCH, "x86_64");
-    Ok((w, recs))
-}
-
-/// [`intel_pt_two_threads`] in pipe mode (what `perf record -o -` writes): the same
-/// records after HEADER_ATTR and HEADER_FEATURE records, no AUXTRACE index.
-pub fn intel_pt_two_threads_pipe(r: &PtRecording) -> Result<Written, WriteError> {
-    let (w, records) = two_threads(r)?;
-    Ok(Written {
-        bytes: w.finish_pipe()?,
-        records,
-    })
+    Ok(recs)
 }
 
 impl PtRecording {

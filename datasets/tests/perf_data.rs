@@ -88,9 +88,10 @@ fn round_trip_gives_back_every_record_and_the_aux_data_byte_for_byte() {
     assert_eq!(p.attrs()[0].attr.kind, 8);
     assert_eq!(p.attrs()[0].attr.config, 0x300e601);
     let items: Vec<_> = p.records().collect::<Result<_, _>>().unwrap();
-    assert_eq!(items.len(), w.records.len());
+    let written = w.records();
+    assert_eq!(items.len(), written.len());
     let mut aux = Vec::new();
-    for (item, (cpumode, rec, sid)) in items.iter().zip(&w.records) {
+    for (item, (cpumode, rec, sid)) in items.iter().zip(&written) {
         assert_eq!(&item.record, rec, "record at {:#x}", item.offset);
         assert_eq!(item.misc & misc::CPUMODE_MASK, *cpumode);
         if rec.kind() < kind::USER_TYPE_START {
@@ -266,7 +267,7 @@ fn pipe_mode_reads_the_same_records_as_file_mode() {
     assert_eq!(p.attrs(), f.attrs());
     let from_pipe = strip(&p);
     assert_eq!(from_pipe, strip(&f));
-    assert_eq!(from_pipe.len(), w.records.len());
+    assert_eq!(from_pipe.len(), w.records().len());
     assert_eq!(p.build_ids().unwrap(), f.build_ids().unwrap());
     assert_eq!(
         p.string_feature(feature::HOSTNAME).unwrap(),
@@ -469,7 +470,8 @@ fn perf_accepts_the_files_and_lists_the_same_events() {
         }
         assert!(dump.contains("PERF_RECORD_TIME_CONV"));
         let mut auxtraces = 0;
-        for (_, rec, _) in &w.records {
+        let written = w.records();
+        for (_, rec, _) in &written {
             let Record::Auxtrace(a) = rec else { continue };
             auxtraces += 1;
             let line = format!(
@@ -509,8 +511,7 @@ fn perf_accepts_the_files_and_lists_the_same_events() {
             .lines()
             .filter(|l| l.contains("PERF_RECORD_"))
             .collect();
-        let want: Vec<(String, &SampleId)> = w
-            .records
+        let want: Vec<(String, &SampleId)> = written
             .iter()
             .filter_map(|(_, rec, sid)| Some((perf_line(rec)?, sid)))
             .collect();

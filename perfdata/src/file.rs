@@ -571,20 +571,14 @@ impl<'a> Iterator for Records<'_, 'a> {
             this.done = true;
             Some(Err(e))
         };
-        let mut c = Cursor::new(&f.bytes[at..end], at as u64);
-        let (kind_, misc, size) = match (
-            c.u32("record header"),
-            c.u16("record header"),
-            c.u16("record header"),
-        ) {
-            (Ok(k), Ok(m), Ok(s)) => (k, m, s as usize),
-            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
-                return fail(
-                    self,
-                    Error::truncated(at as u64, "record header", 8, e_have(&e, end - at)),
-                )
-            }
-        };
+        if end - at < 8 {
+            let e = Error::truncated(at as u64, "record header", 8, (end - at) as u64);
+            return fail(self, e);
+        }
+        let h = &f.bytes[at..at + 8];
+        let kind_ = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+        let misc = u16::from_le_bytes([h[4], h[5]]);
+        let size = u16::from_le_bytes([h[6], h[7]]) as usize;
         if size < 8 {
             return fail(
                 self,
@@ -640,10 +634,6 @@ impl<'a> Iterator for Records<'_, 'a> {
         }
         Some(f.item(at, kind_, misc, body))
     }
-}
-
-fn e_have(_e: &Error, left: usize) -> u64 {
-    left as u64
 }
 
 #[cfg(test)]
