@@ -303,6 +303,94 @@ fn pipe_mode_cuts_give_the_records_before_them() {
 }
 
 #[test]
+fn aux_queues_are_the_cpus_streams_and_name_gaps_overlaps_conflicts_and_losses() {
+    use tracemill_datasets::perf_data::{intel_pt_attrs, PerfDataWriter};
+    use tracemill_perfdata::aux::{aux_queues, AuxIssue};
+    use tracemill_perfdata::record::{aux_flag, Aux, Auxtrace};
+
+    let (r, w) = small();
+    let p = PerfData::parse(&w.bytes).unwrap();
+    let (queues, losses) = aux_queues(&p).unwrap();
+    assert!(losses.is_empty());
+    assert_eq!(queues.len(), 2);
+    for (q, c) in queues.iter().zip(&r.cpus) {
+        assert_eq!((q.cpu, q.tid, q.issues.len()), (Some(c.cpu), None, 0));
+        assert_eq!(q.buffers.len(), 1);
+        assert_eq!(&q.buffers[0].data[..c.pt.len()], &c.pt[..]);
+    }
+
+    // One queue: 0..16, then 32..48 (a gap), 40..56 (an overlap), then a buffer that
+    // names CPU 1; and an AUX record reporting truncated, colliding data.
+    let bytes = [0x55u8; 16];
+    let mut wr = PerfDataWriter::new(intel_pt_attrs(&r)).unwrap();
+    let none = SampleId::default();
+    let buf = |offset, cpu| {
+        Record::Auxtrace(Auxtrace {
+            size: 16,
+            offset,
+            reference: 0,
+            idx: 0,
+            tid: u32::MAX,
+            cpu,
+            data: &bytes,
+        })
+    };
+    for (offset, cpu) in [(0, 0), (32, 0), (40, 0), (56, 1)] {
+        wr.push(0, &buf(offset, cpu), &none).unwrap();
+    }
+    let sid = SampleId {
+        pid: Some(1),
+        tid: Some(2),
+        time: Some(99),
+        id: Some(1000),
+        stream_id: None,
+        cpu: Some(0),
+    };
+    let lost = Aux {
+        aux_offset: 0,
+        aux_size: 64,
+        flags: aux_flag::TRUNCATED | aux_flag::COLLISION,
+    };
+    wr.push(0, &Record::Aux(lost), &sid).unwrap();
+    let file = wr.finish();
+    let p = PerfData::parse(&file).unwrap();
+    let offsets: Vec<u64> = p.records().map(|i| i.unwrap().offset).collect();
+    let (queues, losses) = aux_queues(&p).unwrap();
+    assert_eq!(queues.len(), 1);
+    assert_eq!(queues[0].len(), 64);
+    assert_eq!(
+        queues[0].issues,
+        [
+            AuxIssue::Gap {
+                record_offset: offsets[1],
+                from: 16,
+                to: 32
+            },
+            AuxIssue::Overlap {
+                record_offset: offsets[2],
+                offset: 40,
+                prev_end: 48
+            },
+            AuxIssue::Conflict {
+                record_offset: offsets[3],
+                cpu: 1,
+                tid: u32::MAX
+            },
+        ]
+    );
+    assert_eq!(losses.len(), 1);
+    assert_eq!(
+        (
+            losses[0].record_offset,
+            losses[0].cpu,
+            losses[0].time,
+            losses[0].aux
+        ),
+        (offsets[4], Some(0), Some(99), lost)
+    );
+}
+
+#[test]
 fn lengths_that_claim_more_than_the_file_are_refused_before_allocating() {
     let (_, w) = small();
     let p = PerfData::parse(&w.bytes).unwrap();

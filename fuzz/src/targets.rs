@@ -799,6 +799,13 @@ pub fn perf_data(data: &[u8]) {
     for e in errs.into_iter().flatten() {
         assert!(e.offset() <= len, "{e}");
     }
+    match tracemill_perfdata::aux::aux_queues(&p) {
+        Ok((queues, _)) => {
+            let total: u64 = queues.iter().map(|q| q.len()).sum();
+            assert!(total <= len, "more AUX data than input");
+        }
+        Err(e) => assert!(e.offset() <= len, "{e}"),
+    }
     if !all_ok {
         return;
     }

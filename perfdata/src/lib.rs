@@ -11,7 +11,9 @@
 //!   AUXTRACE with its data, AUXTRACE_ERROR, TIME_CONV, ID_INDEX; the rest kept raw);
 //! - [`features`]: HEADER_BUILD_ID, HEADER_AUXTRACE (the AUXTRACE index), strings;
 //! - [`intel_pt`]: Intel PT's AUXTRACE_INFO array, the config masks, TSC ↔ perf time;
-//! - [`file`]: [`PerfData`], which ties them together.
+//! - [`file`]: [`PerfData`], which ties them together;
+//! - [`aux`]: the AUXTRACE buffers per AUX area, their gaps, overlaps and conflicts, and
+//!   the AUX records that report lost data.
 //!
 //! **Bounded and zero-copy.** Everything borrows the input (a memory map): AUX data,
 //! strings, the build-id table. Records are read one at a time. No length field is used
@@ -54,6 +56,7 @@
 //! features.
 
 pub mod attr;
+pub mod aux;
 mod cursor;
 pub mod error;
 pub mod features;
