@@ -104,7 +104,8 @@ impl<'a> PerfData<'a> {
             ));
         }
         let data_start = d.offset as usize;
-        // A size of 0: perf record did not finish its header (perf reads to the end).
+        // A size of 0: perf record did not finish its header (it writes the size and the
+        // feature sections last); perf warns and reads what it can, to the end of the file.
         let want_end = if d.size == 0 {
             bytes.len() as u64
         } else {
@@ -137,10 +138,11 @@ impl<'a> PerfData<'a> {
         self.by_id.get(&id).copied()
     }
 
-    /// The header's data size was 0 (perf killed before it wrote its header): the data
-    /// section is taken to run to the end of the file, as perf does.
+    /// The header's data size was 0 (perf killed before it finished the header): the data
+    /// section is taken to run to the end of the file, as perf does, and the feature
+    /// sections cannot be found.
     pub fn data_size_unset(&self) -> bool {
-        self.header.data.size == 0
+        !self.header.is_pipe() && self.header.data.size == 0
     }
 
     /// The records of the data section in file order. A record whose body is damaged is
@@ -158,6 +160,13 @@ impl<'a> PerfData<'a> {
     pub fn features(&self) -> Result<Vec<Feature<'a>>, Error> {
         if self.header.is_pipe() {
             return self.pipe_features();
+        }
+        if self.data_size_unset() && self.header.feature_ids().next().is_some() {
+            return Err(Error::invalid(
+                48,
+                "data size",
+                "0 (perf record did not finish the file): its feature sections cannot be found",
+            ));
         }
         let table_at = self
             .header
@@ -667,6 +676,51 @@ mod tests {
         let e = p.records().find_map(|r| r.err()).unwrap();
         assert_eq!(e.offset(), aux_at as u64);
         assert!(e.is_truncated());
+    }
+
+    #[test]
+    fn data_size_zero_reads_to_the_end_and_loses_the_features() {
+        let attr = EventAttr {
+            kind: 1,
+            size: 64,
+            ..EventAttr::default()
+        };
+        let mut h = FileHeader {
+            attr_size: 80,
+            attrs: Section {
+                offset: 104,
+                size: 80,
+            },
+            data: Section {
+                offset: 184,
+                size: 0,
+            },
+            event_types: Section::default(),
+            features: [0; 4],
+        };
+        let file = |h: &FileHeader| {
+            let mut b = h.to_bytes();
+            b.extend(attr.to_bytes());
+            b.extend_from_slice(&[0; 16]);
+            // One FINISHED_ROUND record.
+            b.extend_from_slice(&kind::FINISHED_ROUND.to_le_bytes());
+            b.extend_from_slice(&[0, 0, 8, 0]);
+            b
+        };
+        let b = file(&h);
+        let p = PerfData::parse(&b).unwrap();
+        assert!(p.data_size_unset());
+        assert_eq!(p.records().count(), 1);
+        assert_eq!(p.features().unwrap(), vec![]);
+        // perf sets the feature bits before it writes them: they cannot be found.
+        h.set_feature(feature::HOSTNAME);
+        let b = file(&h);
+        let p = PerfData::parse(&b).unwrap();
+        assert_eq!(p.records().count(), 1);
+        assert_eq!(p.features().unwrap_err().offset(), 48);
+        h.data.size = 8;
+        let b = file(&h);
+        assert!(!PerfData::parse(&b).unwrap().data_size_unset());
     }
 
     #[test]
