@@ -32,7 +32,7 @@ for t in $targets; do
     stretch) opts="-dict=dict/rtit.dict -max_len=1024" ;;
     bundle_toml) opts="-dict=dict/toml.dict -max_len=4096" ;;
     pt_packets) opts="-dict=dict/pt.dict -max_len=1024" ;;
-    perf_data) opts="-dict=dict/perf.dict -max_len=4096" ;;
+    perf_data) opts="-dict=dict/perf.dict -max_len=8192" ;;
     *) opts="-max_len=4096" ;;
     esac
     # shellcheck disable=SC2086 # $opts holds several options
