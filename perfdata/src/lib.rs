@@ -9,7 +9,8 @@
 //! - [`record`]: the records of the data section (MMAP, MMAP2 with build-id, COMM, FORK,
 //!   EXIT, AUX, ITRACE_START, SWITCH, SWITCH_CPU_WIDE, KSYMBOL, LOST, AUXTRACE_INFO,
 //!   AUXTRACE with its data, AUXTRACE_ERROR, TIME_CONV, ID_INDEX; the rest kept raw);
-//! - [`features`]: HEADER_BUILD_ID, HEADER_AUXTRACE (the AUXTRACE index), strings;
+//! - [`features`]: HEADER_BUILD_ID, HEADER_AUXTRACE (the AUXTRACE index),
+//!   HEADER_EVENT_DESC, HEADER_PMU_MAPPINGS, strings;
 //! - [`intel_pt`]: Intel PT's AUXTRACE_INFO array, the config masks, TSC ↔ perf time;
 //! - [`file`]: [`PerfData`], which ties them together;
 //! - [`aux`]: the AUXTRACE buffers per AUX area, their gaps, overlaps and conflicts, and
@@ -19,8 +20,9 @@
 //! strings, the build-id table. Records are read one at a time. No length field is used
 //! to allocate before it is checked against the bytes that are there: the attrs (at most
 //! one per `attr_size` bytes of a section inside the file), their ids (all together at
-//! most one per 8 bytes of the file), the AUXTRACE index (count against its section),
-//! and an AUXTRACE record's data (against the data section). Malformed input is an
+//! most one per 8 bytes of the file), the AUXTRACE index and the event descriptions
+//! (counts against their sections), and an AUXTRACE record's data (against the data
+//! section). Malformed input is an
 //! [`Error`] naming its byte offset, never a panic (`fuzz/`'s `perf_data` target).
 //!
 //! **Why not `linux-perf-data`** (0.13, the crate samply uses; measured, see
