@@ -12,7 +12,7 @@
 //! - [`features`]: HEADER_BUILD_ID, HEADER_AUXTRACE (the AUXTRACE index),
 //!   HEADER_EVENT_DESC, HEADER_PMU_MAPPINGS, strings;
 //! - [`intel_pt`]: Intel PT's AUXTRACE_INFO array, the config masks, TSC ↔ perf time;
-//! - [`file`]: [`PerfData`], which ties them together;
+//! - [`file`](mod@file): [`PerfData`], which ties them together;
 //! - [`aux`]: the AUXTRACE buffers per AUX area, their gaps, overlaps and conflicts, and
 //!   the AUX records that report lost data.
 //!
