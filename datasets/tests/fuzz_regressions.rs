@@ -297,3 +297,14 @@ fn pt_packets_tnt64_with_only_a_stop_bit_is_an_error() {
 fn perf_data_pipe_trailing_length_near_2_64() {
     replay("perf_data", "pipe-trailing-length-overflow");
 }
+
+/// `perf_data`, finding `identifier-without-sample-id-all`: events that differ in
+/// `sample_type` but all have IDENTIFIER, without `sample_id_all`. A LOST record read
+/// (its last 8 bytes happened to be an event's id), but written again it did not: without
+/// `sample_id_all` non-sample records have no trailer and no identifier
+/// (`perfdata/src/file.rs`, `attr_for`: no trailer is read, the event is unknown unless
+/// there is one; unit test `identifier_layout_without_sample_id_all_reads_no_trailer`).
+#[test]
+fn perf_data_identifier_without_sample_id_all() {
+    replay("perf_data", "identifier-without-sample-id-all");
+}

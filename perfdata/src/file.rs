@@ -61,7 +61,8 @@ pub struct Item<'a> {
     /// The `sample_id_all` trailer (a sample's own fields for samples); all `None` for
     /// perf's records and without `sample_id_all`.
     pub sample_id: SampleId,
-    /// Index into [`PerfData::attrs`] of the record's event, when the file says.
+    /// Index into [`PerfData::attrs`] of the record's event, when the file says (by an
+    /// id of the trailer or sample, or because there is one event).
     pub attr: Option<usize>,
 }
 
@@ -326,18 +327,30 @@ impl<'a> PerfData<'a> {
     }
 
     /// The attribute of a kernel record, from the trailer's identifier when needed.
-    fn attr_for(&self, kind_: u32, body: &[u8]) -> Option<usize> {
+    /// The attribute that lays out a kernel record's trailer (a sample's fields), and
+    /// whether it is known to be the record's event: found by the identifier. Without
+    /// `sample_id_all` a non-sample record has no trailer and no identifier.
+    fn attr_for(&self, kind_: u32, body: &[u8]) -> Option<(usize, bool)> {
         match self.layout? {
-            IdLayout::Same(i) => Some(i),
+            IdLayout::Same(i) => Some((i, false)),
             IdLayout::Identifier => {
                 let id = if kind_ == kind::SAMPLE {
                     (body.len() >= 8).then(|| u64_at(body, 0))?
+                } else if !self.attrs[0].attr.sample_id_all() {
+                    return Some((0, false));
                 } else {
                     (body.len() >= 8).then(|| u64_at(body, body.len() - 8))?
                 };
-                self.attr_of_id(id)
+                self.attr_of_id(id).map(|i| (i, true))
             }
         }
+    }
+
+    /// The record's event: by its identifier, by the id in its trailer, or the only one.
+    fn event_of(&self, found: Option<usize>, id: Option<u64>) -> Option<usize> {
+        found
+            .or_else(|| id.and_then(|id| self.attr_of_id(id)))
+            .or((self.attrs.len() == 1).then_some(0))
     }
 
     fn item(&self, at: usize, kind_: u32, misc: u16, body: &'a [u8]) -> Result<Item<'a>, Error> {
@@ -352,8 +365,7 @@ impl<'a> PerfData<'a> {
                 attr: None,
             });
         }
-        let attr_ix = self.attr_for(kind_, body);
-        let Some(ix) = attr_ix else {
+        let Some((ix, found)) = self.attr_for(kind_, body) else {
             let why = if self.attrs.is_empty() {
                 format!("type {kind_}: no event attributes (HEADER_ATTR) before it")
             } else {
@@ -362,13 +374,15 @@ impl<'a> PerfData<'a> {
             return Err(Error::invalid(offset, "record", why));
         };
         let attr = &self.attrs[ix].attr;
+        let found = found.then_some(ix);
         if kind_ == kind::SAMPLE {
+            let sample_id = sample_fields(attr, body, body_at)?;
             return Ok(Item {
                 offset,
                 misc,
                 record: Record::Sample(body),
-                sample_id: sample_fields(attr, body, body_at)?,
-                attr: Some(ix),
+                sample_id,
+                attr: self.event_of(found, sample_id.id),
             });
         }
         let t = attr.trailer_len();
@@ -382,10 +396,7 @@ impl<'a> PerfData<'a> {
         }
         let (main, trailer) = body.split_at(body.len() - t);
         let sample_id = SampleId::parse(attr, trailer, body_at + main.len() as u64)?;
-        let attr = match sample_id.id {
-            Some(id) => self.attr_of_id(id).or(Some(ix)),
-            None => Some(ix),
-        };
+        let attr = self.event_of(found, sample_id.id);
         Ok(Item {
             offset,
             misc,
@@ -721,6 +732,53 @@ mod tests {
         h.data.size = 8;
         let b = file(&h);
         assert!(!PerfData::parse(&b).unwrap().data_size_unset());
+    }
+
+    /// Fuzz finding `identifier-without-sample-id-all`: events whose `sample_type`s differ
+    /// but all have IDENTIFIER, and no `sample_id_all`: a non-sample record has no
+    /// trailer, yet its last 8 bytes were taken for the identifier.
+    #[test]
+    fn identifier_layout_without_sample_id_all_reads_no_trailer() {
+        let attr = |sample_type| EventAttr {
+            kind: 1,
+            size: 64,
+            sample_type,
+            ..EventAttr::default()
+        };
+        let attrs = [
+            attr(sample::IDENTIFIER | sample::TID),
+            attr(sample::IDENTIFIER | sample::TIME),
+        ];
+        let mut b = FileHeader {
+            attr_size: 80,
+            attrs: Section {
+                offset: 104,
+                size: 160,
+            },
+            data: Section {
+                offset: 264,
+                size: 24,
+            },
+            event_types: Section::default(),
+            features: [0; 4],
+        }
+        .to_bytes();
+        for a in &attrs {
+            b.extend(a.to_bytes());
+            b.extend_from_slice(&[0; 16]);
+        }
+        // A LOST record: id 5, 7 lost; 7 is no event's id.
+        b.extend_from_slice(&kind::LOST.to_le_bytes());
+        b.extend_from_slice(&[0, 0, 24, 0]);
+        b.extend_from_slice(&5u64.to_le_bytes());
+        b.extend_from_slice(&7u64.to_le_bytes());
+        let p = PerfData::parse(&b).unwrap();
+        let items: Vec<_> = p.records().collect::<Result<_, _>>().unwrap();
+        assert_eq!(items[0].record, Record::Lost { id: 5, lost: 7 });
+        assert_eq!(
+            (items[0].sample_id, items[0].attr),
+            (SampleId::default(), None)
+        );
     }
 
     #[test]
