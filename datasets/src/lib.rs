@@ -5,6 +5,7 @@
 //! program executions:
 //! - [`exec`]: execution sources (qemu-user capture of real programs, synthetic walks);
 //! - [`collected`]: inputs as collected (ToPA dumps, trace-hub captures), both ways;
+//! - [`perf_data`]: Intel PT streams wrapped in perf.data, as `perf record` stores them;
 //! - [`rng`]: the seeded generator behind every random choice.
 
 pub mod bundle;
@@ -13,6 +14,7 @@ pub mod encode;
 pub mod exec;
 pub mod kernel;
 pub mod model;
+pub mod perf_data;
 pub mod rng;
 pub mod samples;
 pub mod scenarios;

@@ -18,6 +18,10 @@ mod collected {
     pub use tracemill_datasets::collected::*;
 }
 #[allow(dead_code)]
+mod perf_data {
+    pub use tracemill_datasets::perf_data::*;
+}
+#[allow(dead_code)]
 #[path = "../../fuzz/src/targets.rs"]
 mod targets;
 
@@ -35,6 +39,7 @@ fn run(target: &str, data: &[u8]) {
         "elf" => targets::elf(data),
         "stretch" => targets::stretch(data),
         "pt_packets" => targets::pt_packets(data),
+        "perf_data" => targets::perf_data(data),
         t => panic!("no fuzz target {t}"),
     }
 }
@@ -60,6 +65,7 @@ fn seed_corpora_pass_every_check() {
         "elf",
         "stretch",
         "pt_packets",
+        "perf_data",
     ] {
         let dir = root().join("fuzz/corpus").join(t);
         let mut n = 0;
@@ -281,4 +287,24 @@ fn pt_packets_psbs_read_early_in_a_run() {
 #[test]
 fn pt_packets_tnt64_with_only_a_stop_bit_is_an_error() {
     replay("pt_packets", "tnt64-stop-bit-only");
+}
+
+/// `perf_data`, finding `pipe-trailing-length-overflow`: a pipe-mode file whose AUXTRACE
+/// record claims a data size near 2^64 overflowed the HEADER_ATTR scan's next position
+/// (`perfdata/src/file.rs`, `pipe_attrs`: the addition is checked, the scan stops there;
+/// unit test `pipe_attr_scan_stops_at_a_trailing_length_past_the_end`).
+#[test]
+fn perf_data_pipe_trailing_length_near_2_64() {
+    replay("perf_data", "pipe-trailing-length-overflow");
+}
+
+/// `perf_data`, finding `identifier-without-sample-id-all`: events that differ in
+/// `sample_type` but all have IDENTIFIER, without `sample_id_all`. A LOST record read
+/// (its last 8 bytes happened to be an event's id), but written again it did not: without
+/// `sample_id_all` non-sample records have no trailer and no identifier
+/// (`perfdata/src/file.rs`, `attr_for`: no trailer is read, the event is unknown unless
+/// there is one; unit test `identifier_layout_without_sample_id_all_reads_no_trailer`).
+#[test]
+fn perf_data_identifier_without_sample_id_all() {
+    replay("perf_data", "identifier-without-sample-id-all");
 }

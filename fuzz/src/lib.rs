@@ -18,4 +18,9 @@ pub mod collected;
 #[path = "../../datasets/src/rng.rs"]
 pub mod rng;
 
+/// `tracemill_datasets::perf_data`, the perf.data writer (the round-trip oracle of the
+/// `perf_data` target), likewise.
+#[path = "../../datasets/src/perf_data.rs"]
+pub mod perf_data;
+
 pub mod targets;

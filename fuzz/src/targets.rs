@@ -732,3 +732,109 @@ pub fn elf(file: &[u8]) {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// perf_data
+
+/// perf.data (`tracemill-perfdata`) from any bytes: no panic; every error names an offset
+/// inside the input; records come in increasing file order inside the data section, at
+/// most one per 8 bytes, and their AUX data lies inside the input; after an error that
+/// breaks the framing nothing more is read. The features, the build-id table, the
+/// AUXTRACE index, the string features and Intel PT's
+/// AUXTRACE_INFO read without a panic. A file whose records all read is written again by
+/// the generator's writer (`tracemill_datasets::perf_data`, its own encoder) from the
+/// records read, and reads back to the same records, trailers and events.
+pub fn perf_data(data: &[u8]) {
+    use tracemill_perfdata::header::feature;
+    use tracemill_perfdata::record::misc;
+    use tracemill_perfdata::{IntelPtInfo, PerfData, Record};
+
+    let len = data.len() as u64;
+    let p = match PerfData::parse(data) {
+        Ok(p) => p,
+        Err(e) => {
+            assert!(e.offset() <= len, "{e}");
+            return;
+        }
+    };
+    let range = data.as_ptr_range();
+    let mut items = Vec::new();
+    let mut last: Option<u64> = None;
+    let mut all_ok = true;
+    for (n, item) in p.records().enumerate() {
+        assert!(n as u64 <= len / 8 + 1, "more records than 8-byte headers");
+        match item {
+            Ok(i) => {
+                assert!(last.is_none_or(|l| i.offset > l), "records out of order");
+                assert!(i.offset >= p.header().data.offset && i.offset + 8 <= len);
+                last = Some(i.offset);
+                match &i.record {
+                    Record::Auxtrace(a) => {
+                        let r = a.data.as_ptr_range();
+                        assert!(r.start >= range.start && r.end <= range.end);
+                        assert_eq!(a.size, a.data.len() as u64);
+                    }
+                    Record::AuxtraceInfo(a) => {
+                        if let Err(e) = IntelPtInfo::parse(a, i.offset) {
+                            assert!(e.offset() <= len, "{e}");
+                        }
+                    }
+                    _ => {}
+                }
+                items.push(i);
+            }
+            Err(e) => {
+                all_ok = false;
+                assert!(e.offset() <= len, "{e}");
+            }
+        }
+    }
+    let errs = [
+        p.features().err(),
+        p.build_ids().err(),
+        p.auxtrace_index().err(),
+        p.string_feature(feature::HOSTNAME).err(),
+        p.event_desc().err(),
+        p.pmu_mappings().err(),
+        p.intel_pt_info().err(),
+    ];
+    for e in errs.into_iter().flatten() {
+        assert!(e.offset() <= len, "{e}");
+    }
+    match tracemill_perfdata::aux::aux_queues(&p) {
+        Ok((queues, _)) => {
+            let total: u64 = queues.iter().map(|q| q.len()).sum();
+            assert!(total <= len, "more AUX data than input");
+        }
+        Err(e) => assert!(e.offset() <= len, "{e}"),
+    }
+    if !all_ok {
+        return;
+    }
+    // Write the records again and read them back.
+    let Ok(mut w) = crate::perf_data::PerfDataWriter::new(p.attrs().to_vec()) else {
+        return;
+    };
+    for i in &items {
+        match w.push(i.misc & misc::CPUMODE_MASK, &i.record, &i.sample_id) {
+            // A string that filled its record without a NUL gains one (and padding): a
+            // record at the size limit may not fit again.
+            Err(crate::perf_data::WriteError::TooLarge(_)) => return,
+            r => r.expect("a record read can be written"),
+        }
+    }
+    let again = w.finish();
+    let q = PerfData::parse(&again).expect("the writer's file reads");
+    assert_eq!(q.attrs(), p.attrs());
+    let back: Vec<_> = q
+        .records()
+        .collect::<Result<_, _>>()
+        .expect("the writer's records read");
+    assert_eq!(back.len(), items.len());
+    for (a, b) in items.iter().zip(&back) {
+        assert_eq!(
+            (&a.record, &a.sample_id, a.attr),
+            (&b.record, &b.sample_id, b.attr)
+        );
+    }
+}

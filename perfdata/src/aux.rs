@@ -1,0 +1,150 @@
+//! AUX data as a decoder needs it: the AUXTRACE buffers of each AUX area (perf's
+//! `auxtrace_queues`, one per mmap `idx`: per CPU, or per thread with `--per-thread`),
+//! in file order, with what is wrong between them: data skipped (a gap: lost), data given
+//! twice or going backwards (an overlap), a buffer whose CPU or thread differs from its
+//! queue's (perf refuses that as "auxtrace queue conflict"). And the AUX records whose
+//! flags say data was lost (truncated, partial, collision).
+
+use crate::error::Error;
+use crate::file::PerfData;
+use crate::record::{Aux, Record};
+
+/// One AUXTRACE buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuxBuffer<'a> {
+    /// File offset of its AUXTRACE record.
+    pub record_offset: u64,
+    /// Position of `data` in its queue's AUX stream.
+    pub offset: u64,
+    pub reference: u64,
+    pub data: &'a [u8],
+}
+
+/// Something wrong between a queue's buffers, at the later buffer's record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuxIssue {
+    /// Bytes `from..to` of the stream are in no buffer: lost.
+    Gap {
+        record_offset: u64,
+        from: u64,
+        to: u64,
+    },
+    /// The buffer starts at `offset`, before the end of the data already given
+    /// (`prev_end`): it overlaps or goes backwards.
+    Overlap {
+        record_offset: u64,
+        offset: u64,
+        prev_end: u64,
+    },
+    /// The buffer names another CPU or thread than the queue's first buffer.
+    Conflict {
+        record_offset: u64,
+        cpu: u32,
+        tid: u32,
+    },
+}
+
+/// One AUX area's buffers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuxQueue<'a> {
+    pub idx: u32,
+    /// `None` for `u32::MAX` (-1): per-thread buffers have no CPU, per-CPU ones no thread.
+    pub cpu: Option<u32>,
+    pub tid: Option<u32>,
+    pub buffers: Vec<AuxBuffer<'a>>,
+    pub issues: Vec<AuxIssue>,
+}
+
+impl AuxQueue<'_> {
+    /// The stream's bytes given, in order (gaps and overlaps as the buffers have them).
+    pub fn len(&self) -> u64 {
+        self.buffers.iter().map(|b| b.data.len() as u64).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buffers.iter().all(|b| b.data.is_empty())
+    }
+}
+
+/// An AUX record whose flags say data was lost or damaged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuxLoss {
+    pub record_offset: u64,
+    pub cpu: Option<u32>,
+    pub tid: Option<u32>,
+    /// perf time, when the attribute has it.
+    pub time: Option<u64>,
+    pub aux: Aux,
+}
+
+fn some(v: u32) -> Option<u32> {
+    (v != u32::MAX).then_some(v)
+}
+
+/// The AUX areas of `perf`, by `idx`, each with its buffers in file order, and the AUX
+/// records that report a loss. The first record error ends the walk (it is returned).
+pub fn aux_queues<'a>(perf: &PerfData<'a>) -> Result<(Vec<AuxQueue<'a>>, Vec<AuxLoss>), Error> {
+    let mut queues: Vec<AuxQueue<'a>> = Vec::new();
+    let mut losses = Vec::new();
+    for item in perf.records() {
+        let item = item?;
+        match item.record {
+            Record::Auxtrace(a) => {
+                let q = match queues.iter().position(|q| q.idx == a.idx) {
+                    Some(i) => &mut queues[i],
+                    None => {
+                        queues.push(AuxQueue {
+                            idx: a.idx,
+                            cpu: some(a.cpu),
+                            tid: some(a.tid),
+                            buffers: Vec::new(),
+                            issues: Vec::new(),
+                        });
+                        queues.last_mut().expect("pushed")
+                    }
+                };
+                if (some(a.cpu), some(a.tid)) != (q.cpu, q.tid) {
+                    q.issues.push(AuxIssue::Conflict {
+                        record_offset: item.offset,
+                        cpu: a.cpu,
+                        tid: a.tid,
+                    });
+                }
+                if let Some(prev) = q.buffers.last() {
+                    let prev_end = prev.offset.saturating_add(prev.data.len() as u64);
+                    if a.offset < prev_end {
+                        q.issues.push(AuxIssue::Overlap {
+                            record_offset: item.offset,
+                            offset: a.offset,
+                            prev_end,
+                        });
+                    } else if a.offset > prev_end {
+                        q.issues.push(AuxIssue::Gap {
+                            record_offset: item.offset,
+                            from: prev_end,
+                            to: a.offset,
+                        });
+                    }
+                }
+                q.buffers.push(AuxBuffer {
+                    record_offset: item.offset,
+                    offset: a.offset,
+                    reference: a.reference,
+                    data: a.data,
+                });
+            }
+            Record::Aux(aux) if aux.truncated() || aux.partial() || aux.collision() => {
+                losses.push(AuxLoss {
+                    record_offset: item.offset,
+                    cpu: item.sample_id.cpu,
+                    tid: item.sample_id.tid,
+                    time: item.sample_id.time,
+                    aux,
+                });
+            }
+            _ => {}
+        }
+    }
+    queues.sort_by_key(|q| q.idx);
+    Ok((queues, losses))
+}
