@@ -1,0 +1,572 @@
+//! An Intel PT encoder of executions: from a stream of [`Step`]s, the packets an Intel PT
+//! unit would write for them, and the ground truth (one row per retired branch, with the
+//! `branches` columns) a decoder must reproduce. It is to Intel PT what [`crate::model`]
+//! is to RTIT, for the flow packets: no timing packets, no overflows.
+//!
+//! The rules it follows (SDM chapter 36, `intel-pt-sdm-ch36-processor-trace.txt`):
+//!
+//! - **Start** (Table 36-50 cases 2b, 2d): a PSB and PSBEND while PacketEn is still 0 (no
+//!   FUP or MODE.Exec in that PSB+, 36.4.2.17), then MODE.Exec (64-bit) and TIP.PGE with
+//!   the first IP. MODE.Exec goes out with a TIP.PGE only if none was sent since the last
+//!   PSB (36.4.2.8, cases 6c/7b/9b/10b/11b); every later PSB+ carries one, so only the first
+//!   enable has it.
+//! - **Conditional branches** (36.4.2.1): one TNT bit each, oldest first, in TNT-8 packets
+//!   of up to 6 bits ([`PtOptions::long_tnt`]: TNT-64 packets of up to 47 bits). Pending
+//!   bits go out (a partial TNT) before any TIP, FUP, TIP.PGD or PSB (case 7f, 36.4.2.3:
+//!   TIPs are never deferred here, which is always allowed).
+//! - **Direct jumps and calls** emit nothing (cases 6d; 36.2.1.1).
+//! - **Indirect jumps and calls, uncompressed RETs** (case 9d): a TIP with the target,
+//!   its IP compressed against Last IP ([`compress_ip`], 36.4.2.2, Table 36-18); every
+//!   TIP, TIP.PGE and FUP with an IP updates Last IP, and a PSB resets it to 0.
+//! - **RET compression** (36.4.2.2, "Indirect Transfer Compression for Returns"): near
+//!   CALLs (direct and indirect) push their next IP on a 64-entry stack, the oldest entry
+//!   falling off a full stack; a zero-length CALL (a direct call to its own next IP) is not
+//!   pushed. A near RET whose target equals the top entry, with compression on
+//!   ([`PtOptions::ret_compression`], DisRETC clear), pops it and adds a taken TNT bit
+//!   instead of a TIP. Any other RET sends a TIP and leaves the stack alone (as libipt's
+//!   decoder reads it: only a compressed RET pops). "The processor will never compress a
+//!   RET across a PSB, a buffer overflow, or scenario where PacketEn=0": the stack is
+//!   emptied at every PSB and whenever PacketEn goes to 0.
+//! - **Far transfers** ([`PtOptions::user_only`]). With only CPL 3 traced, a SYSCALL or
+//!   other far branch out of user code is case 10c: TIP.PGD with the IP suppressed (the
+//!   destination is in a context not traced, 36.2.4.1); an interrupt or fault is case
+//!   11c/13c: FUP with the address of the instruction that did not run (Table 36-23), then
+//!   TIP.PGD(). Execution comes back to user code with TIP.PGE(resume address) (10b/11b).
+//!   With every CPL traced (the kernel's own code is not part of these executions), a far
+//!   branch is case 10e: a TIP alone with where user code resumed, and an interrupt case
+//!   11e: FUP(interrupted address) + TIP(resume address).
+//! - **PSB+** (36.4.2.17, 36.3.7): once [`PtOptions::psb_every`] bytes have gone out since
+//!   the last PSB, at the next branch whose outcome a packet carries (not a direct jump or
+//!   call, so that the walk is exactly at the PSB+'s FUP): pending TNT bits, then PSB,
+//!   MODE.Exec, FUP(current IP), PSBEND. Last IP and the RET stack are reset.
+//! - **End**: a program's exit syscall under user-only tracing ends it with its TIP.PGD;
+//!   otherwise tracing is turned off where the execution stops (case 3b): pending TNT
+//!   bits, FUP(current IP), TIP.PGD().
+//!
+//! The truth's `offset` is the packet that decided the row, as the decoder reports it:
+//! the TNT packet for a conditional branch or compressed RET, the TIP (or TIP.PGD) for an
+//! indirect or far branch; a direct jump or call takes the decision before it (the last
+//! decided row's packet, or the TIP.PGE, PSBEND or FUP where the walk last resumed).
+//! `lost` marks rows no decoder can prove: the direct branches of a loop without any
+//! packet that an interrupt ended, after its first pass through the interrupted address
+//! (the decoder stops at the first arrival; see [`crate::model`]).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use tracemill_decode::block::BlockCache;
+use tracemill_decode::image::ImageSet;
+use tracemill_decode::insn::InsnClass;
+use tracemill_decode::pt::encode::{compress_ip, encode};
+use tracemill_decode::pt::packet::{ExecMode, IpCompression, IpPayload, Packet, Tnt};
+use tracemill_decode::rows::{BranchColumns, BranchRow};
+
+use crate::exec::Step;
+
+/// What the encoder is asked to do.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PtOptions {
+    /// RET compression on (IA32_RTIT_CTL.DisRETC clear).
+    pub ret_compression: bool,
+    /// A PSB+ after about this many bytes (PSBFreq; the SDM's choices are 2 KiB to 64 KiB).
+    pub psb_every: u64,
+    /// Only CPL 3 is traced: far transfers leave the traced context (TIP.PGD, TIP.PGE).
+    /// Otherwise every CPL is traced: TIP, FUP + TIP.
+    pub user_only: bool,
+    /// TNT-64 packets (up to 47 bits) instead of TNT-8 (up to 6).
+    pub long_tnt: bool,
+}
+
+impl Default for PtOptions {
+    fn default() -> Self {
+        PtOptions {
+            ret_compression: true,
+            psb_every: 4096,
+            user_only: true,
+            long_tnt: false,
+        }
+    }
+}
+
+/// The ground truth of a PT trace.
+#[derive(Clone, Debug, Default)]
+pub struct PtTruth {
+    /// Every retired branch while tracing was on, in order (`tsc`, `cycles`, `cr3` null).
+    pub rows: BranchColumns,
+    /// Rows no decoder can prove (see the module docs).
+    pub lost: Vec<bool>,
+}
+
+impl PtTruth {
+    /// The rows a decoder can prove, in order.
+    pub fn provable(&self) -> BranchColumns {
+        let mut b = BranchColumns::default();
+        for (i, r) in self.rows.rows().enumerate() {
+            if !self.lost[i] {
+                b.push(&r);
+            }
+        }
+        b
+    }
+}
+
+/// Counts of what the encoder wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PtSummary {
+    pub instructions: u64,
+    pub branches: u64,
+    pub compressed_rets: u64,
+    pub packets_by_type: BTreeMap<String, u64>,
+    pub psbs: u64,
+    pub lost_rows: u64,
+    pub bytes: u64,
+}
+
+/// What the encoder produced.
+pub struct PtOutput {
+    pub bytes: Vec<u8>,
+    pub truth: PtTruth,
+    pub summary: PtSummary,
+}
+
+/// A row's offset not known yet: it takes the previous row's (a direct branch after a
+/// conditional whose TNT packet has not gone out).
+const INHERIT: u64 = u64::MAX;
+
+/// Entries of the RET-compression stack (36.4.2.2).
+const STACK: usize = 64;
+
+/// Encode an execution that starts at `entry`; `images` holds its code.
+pub fn encode_execution(
+    images: &ImageSet<'_>,
+    o: &PtOptions,
+    entry: u64,
+    steps: impl IntoIterator<Item = Step>,
+) -> PtOutput {
+    let mut e = Encoder::new(images, o.clone());
+    e.start(entry);
+    let mut it = steps.into_iter().peekable();
+    while let Some(s) = it.next() {
+        if e.stopped {
+            break;
+        }
+        let last = it.peek().is_none();
+        e.step(&s, last);
+    }
+    e.finish()
+}
+
+struct Encoder<'i, 'a> {
+    o: PtOptions,
+    images: &'i ImageSet<'a>,
+    blocks: BlockCache,
+    out: Vec<u8>,
+    counts: BTreeMap<&'static str, u64>,
+    psbs: u64,
+    last_psb: u64,
+    /// Last IP as the decoder will reconstruct it (36.4.2.2).
+    last_ip: u64,
+    /// The hardware's RET-compression stack, youngest at the back.
+    stack: VecDeque<u64>,
+    tnt_bits: u64,
+    tnt_len: u8,
+    tnt_rows: Vec<usize>,
+    packet_en: bool,
+    stopped: bool,
+    /// A MODE.Exec went out since the last PSB.
+    mode_sent: bool,
+    rows: Vec<BranchRow>,
+    lost: Vec<bool>,
+    /// The offset direct-branch rows take now (`None`: the last decision is a TNT bit not
+    /// written yet).
+    decision: Option<u64>,
+    /// Instructions retired since the last row.
+    vis_insns: u32,
+    /// First row after the last decided one, and where that undecided stretch begins.
+    tail_start: usize,
+    tail_ip: u64,
+    cur_ip: u64,
+    instructions: u64,
+    compressed: u64,
+}
+
+impl<'i, 'a> Encoder<'i, 'a> {
+    fn new(images: &'i ImageSet<'a>, o: PtOptions) -> Self {
+        Encoder {
+            o,
+            images,
+            blocks: BlockCache::new(),
+            out: Vec::new(),
+            counts: BTreeMap::new(),
+            psbs: 0,
+            last_psb: 0,
+            last_ip: 0,
+            stack: VecDeque::with_capacity(STACK),
+            tnt_bits: 0,
+            tnt_len: 0,
+            tnt_rows: Vec::new(),
+            packet_en: false,
+            stopped: false,
+            mode_sent: false,
+            rows: Vec::new(),
+            lost: Vec::new(),
+            decision: None,
+            vis_insns: 0,
+            tail_start: 0,
+            tail_ip: 0,
+            cur_ip: 0,
+            instructions: 0,
+            compressed: 0,
+        }
+    }
+
+    // ----- packets ----------------------------------------------------------------------
+
+    /// Write one packet; its offset.
+    fn put(&mut self, p: Packet) -> u64 {
+        let off = self.out.len() as u64;
+        encode(&p, &mut self.out).expect("the encoder makes only encodable packets");
+        *self.counts.entry(p.name()).or_default() += 1;
+        off
+    }
+
+    /// An IP packet (`make` wraps the payload) with `ip` compressed against Last IP.
+    fn ip_packet(&mut self, make: fn(IpPayload) -> Packet, ip: u64) -> u64 {
+        let pl = compress_ip(ip, self.last_ip);
+        self.last_ip = ip;
+        self.put(make(pl))
+    }
+
+    fn suppressed() -> IpPayload {
+        IpPayload {
+            compression: IpCompression::Suppressed,
+            bits: 0,
+        }
+    }
+
+    fn mode_exec(&mut self) {
+        self.put(Packet::ModeExec(ExecMode {
+            csl: true,
+            csd: false,
+            iflag: false,
+        }));
+        self.mode_sent = true;
+    }
+
+    /// Pending TNT bits go out as one packet; its rows are decided by it.
+    fn flush_tnt(&mut self) {
+        if self.tnt_len == 0 {
+            return;
+        }
+        let t = Tnt {
+            bits: self.tnt_bits,
+            len: self.tnt_len,
+        };
+        let off = self.put(if t.len > 6 {
+            Packet::Tnt64(t)
+        } else {
+            Packet::Tnt8(t)
+        });
+        for &r in &self.tnt_rows {
+            self.rows[r].offset = off;
+        }
+        self.tnt_rows.clear();
+        self.tnt_bits = 0;
+        self.tnt_len = 0;
+        self.decision = Some(off);
+    }
+
+    fn push_bit(&mut self, taken: bool, row: usize) {
+        self.tnt_bits = (self.tnt_bits << 1) | taken as u64;
+        self.tnt_len += 1;
+        self.tnt_rows.push(row);
+        let max = if self.o.long_tnt { 47 } else { 6 };
+        if self.tnt_len == max {
+            self.flush_tnt();
+        }
+    }
+
+    /// PSB+ (36.4.2.17) while tracing: the state at the current IP.
+    fn psb_plus(&mut self) {
+        self.flush_tnt();
+        self.last_psb = self.put(Packet::Psb);
+        self.psbs += 1;
+        self.last_ip = 0;
+        self.stack.clear();
+        self.mode_exec();
+        let ip = self.cur_ip;
+        self.ip_packet(Packet::Fup, ip);
+        let end = self.put(Packet::PsbEnd);
+        self.resume_at(end);
+    }
+
+    // ----- enables ----------------------------------------------------------------------
+
+    fn start(&mut self, entry: u64) {
+        // TraceEn 0 -> 1 (cases 2b, 2d): a PSB+ with PacketEn still 0, then the enable.
+        self.last_psb = self.put(Packet::Psb);
+        self.psbs += 1;
+        self.put(Packet::PsbEnd);
+        self.cur_ip = entry;
+        self.enable(entry);
+    }
+
+    /// PacketEn 0 -> 1 at `ip`: MODE.Exec if none since the last PSB, TIP.PGE.
+    fn enable(&mut self, ip: u64) {
+        if !self.mode_sent {
+            self.mode_exec();
+        }
+        let off = self.ip_packet(Packet::TipPge, ip);
+        self.packet_en = true;
+        self.cur_ip = ip;
+        self.resume_at(off);
+    }
+
+    /// PacketEn 1 -> 0 (TIP.PGD without an IP); the RET stack is not used across it.
+    fn disable(&mut self) -> u64 {
+        self.flush_tnt();
+        let off = self.put(Packet::TipPgd(Self::suppressed()));
+        self.packet_en = false;
+        self.stack.clear();
+        off
+    }
+
+    /// The walk knows exactly where execution is, from the packet at `off`.
+    fn resume_at(&mut self, off: u64) {
+        self.decision = Some(off);
+        self.tail_start = self.rows.len();
+        self.tail_ip = self.cur_ip;
+    }
+
+    /// Row `row` (going to `to`) was decided.
+    fn decided(&mut self, row: usize, to: u64) {
+        self.tail_start = row + 1;
+        self.tail_ip = to;
+    }
+
+    // ----- steps ------------------------------------------------------------------------
+
+    fn step(&mut self, s: &Step, last: bool) {
+        if self.packet_en {
+            self.instructions += s.insns() as u64;
+        }
+        match *s {
+            Step::Branch {
+                ip,
+                len,
+                class,
+                target,
+                next,
+                insns,
+            } => {
+                if !self.packet_en {
+                    self.cur_ip = next;
+                    return;
+                }
+                self.vis_insns += insns;
+                self.branch(ip, ip + len as u64, class, target, next, last);
+                if self.packet_en
+                    && !self.stopped
+                    && class.needs_trace()
+                    && self.out.len() as u64 - self.last_psb >= self.o.psb_every
+                {
+                    self.psb_plus();
+                }
+            }
+            Step::Interrupt { insns, at, resume } => {
+                if !self.packet_en {
+                    self.cur_ip = resume;
+                    return;
+                }
+                self.vis_insns += insns;
+                self.cur_ip = at;
+                self.first_arrival(at);
+                self.flush_tnt();
+                let off = self.ip_packet(Packet::Fup, at);
+                if self.o.user_only {
+                    // Cases 11c/13c, then back to user code (11b).
+                    self.disable();
+                    self.enable(resume);
+                } else {
+                    // Case 11e.
+                    self.ip_packet(Packet::Tip, resume);
+                    self.cur_ip = resume;
+                    self.resume_at(off);
+                }
+            }
+            Step::End { insns, at } => {
+                if self.packet_en {
+                    self.vis_insns += insns;
+                }
+                self.cur_ip = at;
+                self.stop_at_end();
+                self.stopped = true;
+            }
+        }
+    }
+
+    fn push_row(&mut self, r: BranchRow) -> usize {
+        self.rows.push(r);
+        self.lost.push(false);
+        self.vis_insns = 0;
+        self.rows.len() - 1
+    }
+
+    fn branch(&mut self, ip: u64, nlip: u64, class: InsnClass, target: u64, next: u64, last: bool) {
+        let kind = class
+            .branch_kind()
+            .expect("a branch step ends with a branch");
+        let mut r = BranchRow {
+            ip,
+            target: Some(next),
+            kind,
+            taken: class != InsnClass::Cond || next == target,
+            compressed: false,
+            insns: self.vis_insns,
+            tsc: None,
+            cycles: None,
+            cr3: None,
+            offset: INHERIT,
+        };
+        self.cur_ip = next;
+        match class {
+            InsnClass::Cond => {
+                let row = self.push_row(r);
+                self.decision = None;
+                self.push_bit(next == target, row);
+                self.decided(row, next);
+            }
+            InsnClass::Jmp | InsnClass::Call => {
+                r.offset = self.decision.unwrap_or(INHERIT);
+                self.push_row(r);
+                if class == InsnClass::Call && target != nlip {
+                    self.call(nlip);
+                }
+            }
+            InsnClass::Ret if self.o.ret_compression && self.stack.back() == Some(&next) => {
+                self.stack.pop_back();
+                r.compressed = true;
+                self.compressed += 1;
+                let row = self.push_row(r);
+                self.decision = None;
+                self.push_bit(true, row);
+                self.decided(row, next);
+            }
+            InsnClass::Ret | InsnClass::JmpInd | InsnClass::CallInd => {
+                self.flush_tnt();
+                let off = self.ip_packet(Packet::Tip, next);
+                r.offset = off;
+                let row = self.push_row(r);
+                self.decision = Some(off);
+                self.decided(row, next);
+                if class == InsnClass::CallInd {
+                    self.call(nlip);
+                }
+            }
+            InsnClass::Far | InsnClass::Syscall => {
+                if self.o.user_only {
+                    // Case 10c: into a context not traced; the destination is not shown.
+                    let off = self.disable();
+                    r.target = None;
+                    r.offset = off;
+                    let row = self.push_row(r);
+                    self.decision = Some(off);
+                    self.decided(row, next);
+                    if last {
+                        // The program's exit: nothing more is traced.
+                        self.stopped = true;
+                    } else {
+                        self.enable(next);
+                    }
+                } else {
+                    // Case 10e: the TIP alone.
+                    self.flush_tnt();
+                    let off = self.ip_packet(Packet::Tip, next);
+                    r.offset = off;
+                    let row = self.push_row(r);
+                    self.decision = Some(off);
+                    self.decided(row, next);
+                }
+            }
+            InsnClass::Other => unreachable!("not a branch"),
+        }
+    }
+
+    /// A near call pushes its next IP; a full stack loses its oldest entry.
+    fn call(&mut self, nlip: u64) {
+        if self.stack.len() == STACK {
+            self.stack.pop_front();
+        }
+        self.stack.push_back(nlip);
+    }
+
+    /// Tracing turned off where the execution stops (case 3b).
+    fn stop_at_end(&mut self) {
+        if !self.packet_en {
+            return;
+        }
+        let at = self.cur_ip;
+        self.first_arrival(at);
+        self.flush_tnt();
+        self.ip_packet(Packet::Fup, at);
+        self.disable();
+    }
+
+    /// An asynchronous event at `x` ends a stretch of direct branches (no packet since the
+    /// last decided row). If that stretch passed `x` before (a loop of direct branches
+    /// spinning until the event), no trace can tell how many times: a decoder stops at the
+    /// first arrival, and the rows after it are unprovable.
+    fn first_arrival(&mut self, x: u64) {
+        let mut start = self.tail_ip;
+        for r in self.tail_start..self.rows.len() {
+            let ip = self.rows[r].ip;
+            if x >= start && x <= ip {
+                if let Some(k) = self.blocks.get(self.images, start, None).index_of(x) {
+                    for l in &mut self.lost[r..] {
+                        *l = true;
+                    }
+                    self.vis_insns = k;
+                    self.tail_start = self.rows.len();
+                    return;
+                }
+            }
+            match self.rows[r].target {
+                Some(t) => start = t,
+                None => return,
+            }
+        }
+    }
+
+    fn finish(mut self) -> PtOutput {
+        if !self.stopped {
+            self.stop_at_end();
+        }
+        let mut truth = PtTruth::default();
+        let mut prev = 0;
+        for r in &mut self.rows {
+            if r.offset == INHERIT {
+                r.offset = prev;
+            }
+            prev = r.offset;
+            truth.rows.push(r);
+        }
+        truth.lost = self.lost;
+        let summary = PtSummary {
+            instructions: self.instructions,
+            branches: truth.rows.len() as u64,
+            compressed_rets: self.compressed,
+            packets_by_type: self
+                .counts
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+            psbs: self.psbs,
+            lost_rows: truth.lost.iter().filter(|&&l| l).count() as u64,
+            bytes: self.out.len() as u64,
+        };
+        PtOutput {
+            bytes: self.out,
+            truth,
+            summary,
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The Intel PT decoder against the PT encoder of executions (`pt_encode`): on walks over
+//! busybox's code and on busybox itself run under qemu, the decoded rows equal the truth
+//! row for row (ip, kind, taken, target, compressed, insns, offset), with RET compression
+//! on and off, and chunked decoding equals sequential decoding.
+
+use std::path::Path;
+
+use tracemill_datasets::exec::qemu;
+use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
+use tracemill_datasets::exec::Execution;
+use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtOutput};
+use tracemill_decode::chunk::{decode_all, Decoded, Input};
+use tracemill_decode::image::ImageSet;
+use tracemill_decode::pt::clock::PtTiming;
+use tracemill_decode::pt::PtConfig;
+use tracemill_decode::rows::BranchColumns;
+use tracemill_decode::stream::TraceStream;
+use tracemill_decode::Pt;
+use tracemill_schemas::EventKind;
+
+mod common;
+
+/// Debian's busybox-static, as committed with the samples.
+fn busybox() -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/busybox-sort/images/busybox");
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn walk(elf: &[u8], cfg: &WalkConfig) -> Execution {
+    Code::from_elf("busybox", elf).unwrap().execution(cfg)
+}
+
+fn encode(elf: &[u8], exec: &Execution, o: &PtOptions) -> PtOutput {
+    let mut images = ImageSet::new();
+    images.add_elf("busybox", elf, None, None).unwrap();
+    encode_execution(&images, o, exec.entry, exec.steps.iter().copied())
+}
+
+fn decode(elf: &[u8], bytes: &[u8], ret_compression: bool, chunk: u64) -> Decoded {
+    let mut images = ImageSet::new();
+    images.add_elf("busybox", elf, None, None).unwrap();
+    let stream = TraceStream::linear(bytes);
+    let cfg = PtConfig {
+        ret_compression,
+        ..PtConfig::default()
+    };
+    let input = Input::<Pt> {
+        stream: &stream,
+        images: &images,
+        timing: PtTiming::new(&cfg),
+        cfg,
+    };
+    decode_all(&input, chunk)
+}
+
+fn errors(d: &Decoded) -> Vec<String> {
+    d.events
+        .iter()
+        .filter(|e| e.kind == EventKind::Error)
+        .take(5)
+        .map(|e| format!("{:#x} @{} {}", e.ip.unwrap_or(0), e.offset, e.detail))
+        .collect()
+}
+
+/// Row for row, every flow column (timing aside: the encoder sends no timing packets).
+fn compare(what: &str, want: &BranchColumns, got: &BranchColumns) {
+    let n = want.len().min(got.len());
+    for i in 0..n {
+        let (mut w, mut g) = (want.row(i), got.row(i));
+        (w.tsc, w.cycles, g.tsc, g.cycles) = (None, None, None, None);
+        assert_eq!(
+            w,
+            g,
+            "{what}: row {i} differs (of {} wanted, {} decoded)",
+            want.len(),
+            got.len()
+        );
+    }
+    assert_eq!(want.len(), got.len(), "{what}: row counts differ");
+}
+
+/// Encode, decode sequentially and at chunk sizes 1, 4096 and 50,000 bytes: every decode
+/// is the truth's provable rows, with the sequential decode's events. Returns the rows
+/// checked.
+fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> usize {
+    let out = encode(elf, exec, o);
+    let want = out.truth.provable();
+    let seq = decode(elf, &out.bytes, o.ret_compression, u64::MAX);
+    let errs = errors(&seq);
+    assert!(errs.is_empty(), "{what}: {errs:#?}");
+    compare(what, &want, &seq.rows);
+    for chunk in [1, 4096, 50_000] {
+        let par = decode(elf, &out.bytes, o.ret_compression, chunk);
+        compare(&format!("{what}, chunk {chunk}"), &seq.rows, &par.rows);
+        assert_eq!(
+            seq.events, par.events,
+            "{what}: events at chunk size {chunk}"
+        );
+        assert_eq!(
+            seq.timing, par.timing,
+            "{what}: timing at chunk size {chunk}"
+        );
+        assert_eq!(
+            seq.coverage, par.coverage,
+            "{what}: coverage at chunk size {chunk}"
+        );
+    }
+    let s = &out.summary;
+    eprintln!(
+        "{what}: {} rows ({} lost), {} compressed RETs, {} bytes, {} PSBs, {:?}",
+        want.len(),
+        s.lost_rows,
+        s.compressed_rets,
+        s.bytes,
+        s.psbs,
+        s.packets_by_type
+    );
+    if o.ret_compression {
+        assert!(s.compressed_rets > 100, "{what}: {s:?}");
+    } else {
+        assert_eq!(s.compressed_rets, 0, "{what}");
+    }
+    assert!(s.psbs > 10, "{what}: {s:?}");
+    want.len()
+}
+
+fn options(ret_compression: bool, user_only: bool) -> PtOptions {
+    PtOptions {
+        ret_compression,
+        user_only,
+        ..PtOptions::default()
+    }
+}
+
+#[test]
+fn walks_over_busybox_decode_to_truth_with_and_without_ret_compression() {
+    let elf = busybox();
+    let exec = walk(&elf, &WalkConfig::new(1, 200_000));
+    for retc in [true, false] {
+        let n = check(&format!("retc {retc}"), &elf, &exec, &options(retc, true));
+        assert!(n > 150_000, "{n}");
+    }
+}
+
+/// Interrupts inside blocks (FUP + TIP.PGD and TIP.PGE under user-only tracing, FUP + TIP
+/// with every CPL traced), syscalls (TIP.PGD / TIP.PGE, or a TIP alone), TNT-64.
+#[test]
+fn interrupts_syscalls_and_long_tnt_decode_to_truth() {
+    let elf = busybox();
+    let mut cfg = WalkConfig::new(21, 300_000);
+    cfg.interrupt_rate = 1.0 / 300.0;
+    let exec = walk(&elf, &cfg);
+    for (retc, user_only, long_tnt) in [
+        (true, true, false),
+        (true, false, false),
+        (false, false, true),
+        (true, true, true),
+    ] {
+        let o = PtOptions {
+            long_tnt,
+            psb_every: 2048,
+            ..options(retc, user_only)
+        };
+        let what = format!("retc {retc} user_only {user_only} long_tnt {long_tnt}");
+        let out = encode(&elf, &exec, &o);
+        let tnt64 = out.summary.packets_by_type.get("tnt.64").copied();
+        assert_eq!(long_tnt, tnt64.is_some(), "{what}: {tnt64:?}");
+        check(&what, &elf, &exec, &o);
+    }
+}
+
+/// busybox run under qemu (every retired instruction): syscalls, the C library's real
+/// calls and returns, and a few signals' worth of diversions.
+#[test]
+fn busybox_under_qemu_decodes_to_truth() {
+    const BUSYBOX: &str = "/usr/bin/busybox";
+    if let Err(e) = qemu::check_tools() {
+        common::missing_tool(&format!("PT on a qemu capture: {e}"));
+        return;
+    }
+    if !Path::new(BUSYBOX).exists() {
+        common::missing_tool(&format!(
+            "{BUSYBOX} not installed (apt-get install busybox-static)"
+        ));
+        return;
+    }
+    let mut x = 7u32;
+    let mut input = String::new();
+    for _ in 0..200 {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        input += &format!("{}\n", (x >> 8) % 10_000);
+    }
+    let cap = qemu::trace(Path::new(BUSYBOX), &["sort", "-n"], input.as_bytes()).unwrap();
+    assert_eq!(cap.exit_code, Some(0));
+    let exec = cap.execution;
+    let elf = exec.images[0].1.clone();
+    for retc in [true, false] {
+        for user_only in [true, false] {
+            let n = check(
+                &format!("busybox sort: retc {retc} user_only {user_only}"),
+                &elf,
+                &exec,
+                &options(retc, user_only),
+            );
+            assert!(n > 10_000, "{n}");
+        }
+    }
+}
