@@ -12,8 +12,11 @@
 //!   enable has it.
 //! - **Conditional branches** (36.4.2.1): one TNT bit each, oldest first, in TNT-8 packets
 //!   of up to 6 bits ([`PtOptions::long_tnt`]: TNT-64 packets of up to 47 bits). Pending
-//!   bits go out (a partial TNT) before any TIP, FUP, TIP.PGD or PSB (case 7f, 36.4.2.3:
-//!   TIPs are never deferred here, which is always allowed).
+//!   bits go out (a partial TNT) before any TIP, FUP, TIP.PGD or PSB (case 7f).
+//! - **Deferred TIPs** (36.4.2.3, Table 36-19; [`PtOptions::deferred_tips`]): the TIPs of
+//!   indirect jumps and calls may wait while the TNT accumulates the bits of the branches
+//!   after them; a full TNT or any other packet (FUP, TIP.PGD, PSB, an uncompressed RET's
+//!   TIP, which is never deferred) sends the TNT, then every waiting TIP, in order.
 //! - **Direct jumps and calls** emit nothing (cases 6d; 36.2.1.1).
 //! - **Indirect jumps and calls, uncompressed RETs** (case 9d): a TIP with the target,
 //!   its IP compressed against Last IP ([`compress_ip`], 36.4.2.2, Table 36-18); every
@@ -74,6 +77,10 @@ pub struct PtOptions {
     pub user_only: bool,
     /// TNT-64 packets (up to 47 bits) instead of TNT-8 (up to 6).
     pub long_tnt: bool,
+    /// Deferred TIPs (36.4.2.3): the TIPs of indirect jumps and calls wait while the TNT
+    /// fills; a full TNT, or any other packet, sends the TNT, then the waiting TIPs.
+    #[serde(default)]
+    pub deferred_tips: bool,
 }
 
 impl Default for PtOptions {
@@ -83,6 +90,7 @@ impl Default for PtOptions {
             psb_every: 4096,
             user_only: true,
             long_tnt: false,
+            deferred_tips: false,
         }
     }
 }
@@ -170,6 +178,8 @@ struct Encoder<'i, 'a> {
     tnt_bits: u64,
     tnt_len: u8,
     tnt_rows: Vec<usize>,
+    /// Deferred TIPs (36.4.2.3): target and row.
+    deferred: Vec<(u64, usize)>,
     packet_en: bool,
     stopped: bool,
     /// A MODE.Exec went out since the last PSB.
@@ -204,6 +214,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
             tnt_bits: 0,
             tnt_len: 0,
             tnt_rows: Vec::new(),
+            deferred: Vec::new(),
             packet_en: false,
             stopped: false,
             mode_sent: false,
@@ -252,7 +263,17 @@ impl<'i, 'a> Encoder<'i, 'a> {
         self.mode_sent = true;
     }
 
-    /// Pending TNT bits go out as one packet; its rows are decided by it.
+    /// Pending TNT bits go out as one packet (its rows are decided by it), then the
+    /// deferred TIPs (36.4.2.3). Direct branches after this take the offset of the row
+    /// before them, as the decoder walks them.
+    fn flush(&mut self) {
+        self.flush_tnt();
+        for (ip, row) in std::mem::take(&mut self.deferred) {
+            self.rows[row].offset = self.ip_packet(Packet::Tip, ip);
+        }
+        self.decision = None;
+    }
+
     fn flush_tnt(&mut self) {
         if self.tnt_len == 0 {
             return;
@@ -272,7 +293,6 @@ impl<'i, 'a> Encoder<'i, 'a> {
         self.tnt_rows.clear();
         self.tnt_bits = 0;
         self.tnt_len = 0;
-        self.decision = Some(off);
     }
 
     fn push_bit(&mut self, taken: bool, row: usize) {
@@ -281,13 +301,13 @@ impl<'i, 'a> Encoder<'i, 'a> {
         self.tnt_rows.push(row);
         let max = if self.o.long_tnt { 47 } else { 6 };
         if self.tnt_len == max {
-            self.flush_tnt();
+            self.flush();
         }
     }
 
     /// PSB+ (36.4.2.17) while tracing: the state at the current IP.
     fn psb_plus(&mut self) {
-        self.flush_tnt();
+        self.flush();
         self.last_psb = self.put(Packet::Psb);
         self.psbs += 1;
         self.last_ip = 0;
@@ -323,7 +343,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
 
     /// PacketEn 1 -> 0 (TIP.PGD without an IP); the RET stack is not used across it.
     fn disable(&mut self) -> u64 {
-        self.flush_tnt();
+        self.flush();
         let off = self.put(Packet::TipPgd(Self::suppressed()));
         self.packet_en = false;
         self.stack.clear();
@@ -380,7 +400,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                 self.vis_insns += insns;
                 self.cur_ip = at;
                 self.first_arrival(at);
-                self.flush_tnt();
+                self.flush();
                 let off = self.ip_packet(Packet::Fup, at);
                 if self.o.user_only {
                     // Cases 11c/13c, then back to user code (11b).
@@ -451,8 +471,19 @@ impl<'i, 'a> Encoder<'i, 'a> {
                 self.push_bit(true, row);
                 self.decided(row, next);
             }
+            InsnClass::JmpInd | InsnClass::CallInd if self.o.deferred_tips => {
+                // The TIP waits (36.4.2.3); the row's offset is its, once written.
+                let row = self.push_row(r);
+                self.deferred.push((next, row));
+                self.decision = None;
+                self.decided(row, next);
+                if class == InsnClass::CallInd {
+                    self.call(nlip);
+                }
+            }
             InsnClass::Ret | InsnClass::JmpInd | InsnClass::CallInd => {
-                self.flush_tnt();
+                // An uncompressed RET is never deferred: it forces out what waits.
+                self.flush();
                 let off = self.ip_packet(Packet::Tip, next);
                 r.offset = off;
                 let row = self.push_row(r);
@@ -479,7 +510,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                     }
                 } else {
                     // Case 10e: the TIP alone.
-                    self.flush_tnt();
+                    self.flush();
                     let off = self.ip_packet(Packet::Tip, next);
                     r.offset = off;
                     let row = self.push_row(r);
@@ -506,7 +537,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
         }
         let at = self.cur_ip;
         self.first_arrival(at);
-        self.flush_tnt();
+        self.flush();
         self.ip_packet(Packet::Fup, at);
         self.disable();
     }

@@ -143,25 +143,31 @@ fn walks_over_busybox_decode_to_truth_with_and_without_ret_compression() {
 }
 
 /// Interrupts inside blocks (FUP + TIP.PGD and TIP.PGE under user-only tracing, FUP + TIP
-/// with every CPL traced), syscalls (TIP.PGD / TIP.PGE, or a TIP alone), TNT-64.
+/// with every CPL traced), syscalls (TIP.PGD / TIP.PGE, or a TIP alone), TNT-64, deferred
+/// TIPs.
 #[test]
 fn interrupts_syscalls_and_long_tnt_decode_to_truth() {
     let elf = busybox();
     let mut cfg = WalkConfig::new(21, 300_000);
     cfg.interrupt_rate = 1.0 / 300.0;
     let exec = walk(&elf, &cfg);
-    for (retc, user_only, long_tnt) in [
-        (true, true, false),
-        (true, false, false),
-        (false, false, true),
-        (true, true, true),
+    for (retc, user_only, long_tnt, deferred_tips) in [
+        (true, true, false, false),
+        (true, false, false, false),
+        (false, false, true, false),
+        (true, true, true, false),
+        (true, true, false, true),
+        (false, false, true, true),
     ] {
         let o = PtOptions {
             long_tnt,
+            deferred_tips,
             psb_every: 2048,
             ..options(retc, user_only)
         };
-        let what = format!("retc {retc} user_only {user_only} long_tnt {long_tnt}");
+        let what = format!(
+            "retc {retc} user_only {user_only} long_tnt {long_tnt} deferred {deferred_tips}"
+        );
         let out = encode(&elf, &exec, &o);
         let tnt64 = out.summary.packets_by_type.get("tnt.64").copied();
         assert_eq!(long_tnt, tnt64.is_some(), "{what}: {tnt64:?}");
