@@ -42,6 +42,10 @@
 //!   the last PSB, at the next branch whose outcome a packet carries (not a direct jump or
 //!   call, so that the walk is exactly at the PSB+'s FUP): pending TNT bits, then PSB,
 //!   MODE.Exec, FUP(current IP), PSBEND. Last IP and the RET stack are reset.
+//! - **Overflows** (36.3.8, 36.4.2.16; [`PtOptions::overflow`]): right after a branch
+//!   a packet decided, what is pending goes out and then nothing for a number of steps
+//!   (their rows are lost); the overflow resolves at a step boundary with OVF and a FUP
+//!   with the resume IP (a self-contained payload), and the RET stack is emptied.
 //! - **End**: a program's exit syscall under user-only tracing ends it with its TIP.PGD;
 //!   otherwise tracing is turned off where the execution stops (case 3b): pending TNT
 //!   bits, FUP(current IP), TIP.PGD().
@@ -50,7 +54,8 @@
 //! the TNT packet for a conditional branch or compressed RET, the TIP (or TIP.PGD) for an
 //! indirect or far branch; a direct jump or call takes the decision before it (the last
 //! decided row's packet, or the TIP.PGE, PSBEND or FUP where the walk last resumed).
-//! `lost` marks rows no decoder can prove: the direct branches of a loop without any
+//! `lost` marks rows no decoder can prove: those of an overflow window, and the direct
+//! branches of a loop without any
 //! packet that an interrupt ended, after its first pass through the interrupted address
 //! (the decoder stops at the first arrival; see [`crate::model`]).
 
@@ -64,6 +69,7 @@ use tracemill_decode::pt::packet::{ExecMode, IpCompression, IpPayload, Packet, T
 use tracemill_decode::rows::{BranchColumns, BranchRow};
 
 use crate::exec::Step;
+use crate::rng::Rng;
 
 /// What the encoder is asked to do.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -81,6 +87,19 @@ pub struct PtOptions {
     /// fills; a full TNT, or any other packet, sends the TNT, then the waiting TIPs.
     #[serde(default)]
     pub deferred_tips: bool,
+    /// Internal buffer overflows (36.3.8), if any.
+    #[serde(default)]
+    pub overflow: Option<PtOverflow>,
+}
+
+/// When the internal buffer overflows, and for how long (in steps of the execution).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PtOverflow {
+    pub seed: u64,
+    /// Steps between overflows (uniform in this range).
+    pub every_steps: (u64, u64),
+    /// Steps an overflow lasts (uniform in this range, at least 1).
+    pub duration_steps: (u64, u64),
 }
 
 impl Default for PtOptions {
@@ -91,6 +110,7 @@ impl Default for PtOptions {
             user_only: true,
             long_tnt: false,
             deferred_tips: false,
+            overflow: None,
         }
     }
 }
@@ -125,6 +145,7 @@ pub struct PtSummary {
     pub compressed_rets: u64,
     pub packets_by_type: BTreeMap<String, u64>,
     pub psbs: u64,
+    pub overflows: u64,
     pub lost_rows: u64,
     pub bytes: u64,
 }
@@ -197,12 +218,17 @@ struct Encoder<'i, 'a> {
     cur_ip: u64,
     instructions: u64,
     compressed: u64,
+    rng: Rng,
+    steps: u64,
+    next_ovf: u64,
+    /// Steps left in the overflow under way.
+    ovf_left: Option<u64>,
+    overflows: u64,
 }
 
 impl<'i, 'a> Encoder<'i, 'a> {
     fn new(images: &'i ImageSet<'a>, o: PtOptions) -> Self {
         Encoder {
-            o,
             images,
             blocks: BlockCache::new(),
             out: Vec::new(),
@@ -227,7 +253,21 @@ impl<'i, 'a> Encoder<'i, 'a> {
             cur_ip: 0,
             instructions: 0,
             compressed: 0,
+            rng: Rng::new(o.overflow.map_or(0, |p| p.seed)),
+            steps: 0,
+            next_ovf: u64::MAX,
+            ovf_left: None,
+            overflows: 0,
+            o,
         }
+        .with_first_overflow()
+    }
+
+    fn with_first_overflow(mut self) -> Self {
+        if let Some(p) = self.o.overflow {
+            self.next_ovf = self.rng.range(p.every_steps.0, p.every_steps.1);
+        }
+        self
     }
 
     // ----- packets ----------------------------------------------------------------------
@@ -366,8 +406,17 @@ impl<'i, 'a> Encoder<'i, 'a> {
     // ----- steps ------------------------------------------------------------------------
 
     fn step(&mut self, s: &Step, last: bool) {
+        self.steps += 1;
+        if self.ovf_left == Some(0) {
+            self.end_overflow();
+        }
         if self.packet_en {
             self.instructions += s.insns() as u64;
+        }
+        if let Some(left) = &mut self.ovf_left {
+            *left -= 1;
+            self.step_in_overflow(s, last);
+            return;
         }
         match *s {
             Step::Branch {
@@ -384,12 +433,13 @@ impl<'i, 'a> Encoder<'i, 'a> {
                 }
                 self.vis_insns += insns;
                 self.branch(ip, ip + len as u64, class, target, next, last);
-                if self.packet_en
-                    && !self.stopped
-                    && class.needs_trace()
-                    && self.out.len() as u64 - self.last_psb >= self.o.psb_every
-                {
-                    self.psb_plus();
+                // Right after a branch a packet decided, the decoder stands exactly here.
+                if self.packet_en && !self.stopped && class.needs_trace() {
+                    if self.out.len() as u64 - self.last_psb >= self.o.psb_every {
+                        self.psb_plus();
+                    } else if self.steps >= self.next_ovf {
+                        self.start_overflow();
+                    }
                 }
             }
             Step::Interrupt { insns, at, resume } => {
@@ -530,9 +580,84 @@ impl<'i, 'a> Encoder<'i, 'a> {
         self.stack.push_back(nlip);
     }
 
+    /// The internal buffer is full (36.3.8): what is pending goes out, then nothing until
+    /// the overflow resolves.
+    fn start_overflow(&mut self) {
+        let p = self.o.overflow.expect("an overflow plan");
+        self.flush();
+        self.ovf_left = Some(
+            self.rng
+                .range(p.duration_steps.0, p.duration_steps.1)
+                .max(1),
+        );
+        self.overflows += 1;
+        self.next_ovf = self.steps + self.rng.range(p.every_steps.0, p.every_steps.1);
+    }
+
+    /// A step while packets are dropped: its rows are lost, the RET stack is not used.
+    fn step_in_overflow(&mut self, s: &Step, last: bool) {
+        match *s {
+            Step::Branch {
+                ip,
+                class,
+                target,
+                next,
+                insns,
+                ..
+            } => {
+                self.vis_insns += insns;
+                let user_far = self.o.user_only && class.is_far();
+                let r = BranchRow {
+                    ip,
+                    target: (!user_far).then_some(next),
+                    kind: class.branch_kind().expect("a branch"),
+                    taken: class != InsnClass::Cond || next == target,
+                    compressed: false,
+                    insns: self.vis_insns,
+                    tsc: None,
+                    cycles: None,
+                    cr3: None,
+                    offset: 0,
+                };
+                let row = self.push_row(r);
+                self.lost[row] = true;
+                self.cur_ip = next;
+                if user_far && last {
+                    self.stopped = true;
+                }
+            }
+            Step::Interrupt { insns, resume, .. } => {
+                self.vis_insns += insns;
+                self.cur_ip = resume;
+            }
+            Step::End { at, .. } => {
+                self.cur_ip = at;
+                self.stopped = true;
+            }
+        }
+    }
+
+    /// The overflow resolves with PacketEn 1 (36.3.8, 36.4.2.16): OVF, then a FUP with the
+    /// IP where tracing resumes, compressed against nothing that was lost (a 6-byte
+    /// sign-extended payload). No RET is compressed across it.
+    fn end_overflow(&mut self) {
+        self.ovf_left = None;
+        self.put(Packet::Ovf);
+        let ip = self.cur_ip;
+        let off = self.put(Packet::Fup(IpPayload {
+            compression: IpCompression::Sext48,
+            bits: ip & 0xFFFF_FFFF_FFFF,
+        }));
+        self.last_ip = ip;
+        self.stack.clear();
+        // The instructions since the last row ran while packets were dropped.
+        self.vis_insns = 0;
+        self.resume_at(off);
+    }
+
     /// Tracing turned off where the execution stops (case 3b).
     fn stop_at_end(&mut self) {
-        if !self.packet_en {
+        if !self.packet_en || self.ovf_left.is_some() {
             return;
         }
         let at = self.cur_ip;
@@ -591,6 +716,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                 .map(|(k, v)| (k.to_string(), *v))
                 .collect(),
             psbs: self.psbs,
+            overflows: self.overflows,
             lost_rows: truth.lost.iter().filter(|&&l| l).count() as u64,
             bytes: self.out.len() as u64,
         };

@@ -8,7 +8,7 @@ use std::path::Path;
 use tracemill_datasets::exec::qemu;
 use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
 use tracemill_datasets::exec::Execution;
-use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtOutput};
+use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtOutput, PtOverflow};
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::pt::clock::PtTiming;
@@ -172,6 +172,37 @@ fn interrupts_syscalls_and_long_tnt_decode_to_truth() {
         let tnt64 = out.summary.packets_by_type.get("tnt.64").copied();
         assert_eq!(long_tnt, tnt64.is_some(), "{what}: {tnt64:?}");
         check(&what, &elf, &exec, &o);
+    }
+}
+
+/// Internal buffer overflows (OVF + FUP, rows in the window lost, no RET compressed
+/// across them) with interrupts and syscalls: the rest decodes to truth, at every chunk
+/// size.
+#[test]
+fn overflows_decode_to_truth_outside_lost_stretches() {
+    let elf = busybox();
+    let mut cfg = WalkConfig::new(22, 300_000);
+    cfg.interrupt_rate = 1.0 / 1000.0;
+    let exec = walk(&elf, &cfg);
+    for (user_only, deferred_tips) in [(true, false), (false, true)] {
+        let o = PtOptions {
+            deferred_tips,
+            overflow: Some(PtOverflow {
+                seed: 5,
+                every_steps: (1_000, 8_000),
+                duration_steps: (1, 300),
+            }),
+            ..options(true, user_only)
+        };
+        let out = encode(&elf, &exec, &o);
+        assert!(out.summary.overflows > 40, "{:?}", out.summary);
+        assert!(out.summary.lost_rows > 1_000, "{:?}", out.summary);
+        check(
+            &format!("overflows: user_only {user_only} deferred {deferred_tips}"),
+            &elf,
+            &exec,
+            &o,
+        );
     }
 }
 
