@@ -40,8 +40,9 @@
 //!   11e: FUP(interrupted address) + TIP(resume address).
 //! - **PSB+** (36.4.2.17, 36.3.7): once [`PtOptions::psb_every`] bytes have gone out since
 //!   the last PSB, at the next branch whose outcome a packet carries (not a direct jump or
-//!   call, so that the walk is exactly at the PSB+'s FUP): pending TNT bits, then PSB,
-//!   MODE.Exec, FUP(current IP), PSBEND. Last IP and the RET stack are reset.
+//!   call, so that the walk is exactly at the PSB+'s FUP; [`PtOptions::psb_at_any_step`]:
+//!   after any step): pending TNT bits and deferred TIPs, then PSB, MODE.Exec, FUP(current
+//!   IP), PSBEND. Last IP and the RET stack are reset.
 //! - **Overflows** (36.3.8, 36.4.2.16; [`PtOptions::overflow`]): right after a branch
 //!   a packet decided, what is pending goes out and then nothing for a number of steps
 //!   (their rows are lost); the overflow resolves at a step boundary with OVF and a FUP
@@ -87,6 +88,11 @@ pub struct PtOptions {
     /// fills; a full TNT, or any other packet, sends the TNT, then the waiting TIPs.
     #[serde(default)]
     pub deferred_tips: bool,
+    /// A PSB+ may go out at any step boundary (after a direct jump or call, an interrupt),
+    /// not only right after a branch a packet decided: the decoder then walks direct
+    /// branches to the PSB+'s FUP.
+    #[serde(default)]
+    pub psb_at_any_step: bool,
     /// Internal buffer overflows (36.3.8), if any.
     #[serde(default)]
     pub overflow: Option<PtOverflow>,
@@ -110,6 +116,7 @@ impl Default for PtOptions {
             user_only: true,
             long_tnt: false,
             deferred_tips: false,
+            psb_at_any_step: false,
             overflow: None,
         }
     }
@@ -345,8 +352,14 @@ impl<'i, 'a> Encoder<'i, 'a> {
         }
     }
 
+    fn psb_due(&self) -> bool {
+        self.out.len() as u64 - self.last_psb >= self.o.psb_every
+    }
+
     /// PSB+ (36.4.2.17) while tracing: the state at the current IP.
     fn psb_plus(&mut self) {
+        // After direct branches only, the decoder meets the FUP at its first arrival.
+        self.first_arrival(self.cur_ip);
         self.flush();
         self.last_psb = self.put(Packet::Psb);
         self.psbs += 1;
@@ -435,11 +448,17 @@ impl<'i, 'a> Encoder<'i, 'a> {
                 self.branch(ip, ip + len as u64, class, target, next, last);
                 // Right after a branch a packet decided, the decoder stands exactly here.
                 if self.packet_en && !self.stopped && class.needs_trace() {
-                    if self.out.len() as u64 - self.last_psb >= self.o.psb_every {
+                    if self.psb_due() {
                         self.psb_plus();
                     } else if self.steps >= self.next_ovf {
                         self.start_overflow();
                     }
+                } else if self.o.psb_at_any_step
+                    && self.packet_en
+                    && !self.stopped
+                    && self.psb_due()
+                {
+                    self.psb_plus();
                 }
             }
             Step::Interrupt { insns, at, resume } => {
@@ -461,6 +480,9 @@ impl<'i, 'a> Encoder<'i, 'a> {
                     self.ip_packet(Packet::Tip, resume);
                     self.cur_ip = resume;
                     self.resume_at(off);
+                }
+                if self.o.psb_at_any_step && self.psb_due() {
+                    self.psb_plus();
                 }
             }
             Step::End { insns, at } => {

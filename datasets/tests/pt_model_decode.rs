@@ -104,6 +104,8 @@ fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> usize {
             seq.coverage, par.coverage,
             "{what}: coverage at chunk size {chunk}"
         );
+        // Every chunk starts at a PSB+ whose FUP is a resume point: every body is used.
+        assert_eq!(par.fallbacks, 0, "{what}: chunk {chunk}");
     }
     let s = &out.summary;
     eprintln!(
@@ -144,29 +146,33 @@ fn walks_over_busybox_decode_to_truth_with_and_without_ret_compression() {
 
 /// Interrupts inside blocks (FUP + TIP.PGD and TIP.PGE under user-only tracing, FUP + TIP
 /// with every CPL traced), syscalls (TIP.PGD / TIP.PGE, or a TIP alone), TNT-64, deferred
-/// TIPs.
+/// TIPs, PSB+ after direct branches and interrupts.
 #[test]
 fn interrupts_syscalls_and_long_tnt_decode_to_truth() {
     let elf = busybox();
     let mut cfg = WalkConfig::new(21, 300_000);
     cfg.interrupt_rate = 1.0 / 300.0;
     let exec = walk(&elf, &cfg);
-    for (retc, user_only, long_tnt, deferred_tips) in [
-        (true, true, false, false),
-        (true, false, false, false),
-        (false, false, true, false),
-        (true, true, true, false),
-        (true, true, false, true),
-        (false, false, true, true),
+    for (retc, user_only, long_tnt, deferred_tips, psb_at_any_step) in [
+        (true, true, false, false, false),
+        (true, false, false, false, false),
+        (false, false, true, false, false),
+        (true, true, true, false, false),
+        (true, true, false, true, false),
+        (false, false, true, true, false),
+        (true, true, false, true, true),
+        (true, false, false, false, true),
     ] {
         let o = PtOptions {
             long_tnt,
             deferred_tips,
+            psb_at_any_step,
             psb_every: 2048,
             ..options(retc, user_only)
         };
         let what = format!(
-            "retc {retc} user_only {user_only} long_tnt {long_tnt} deferred {deferred_tips}"
+            "retc {retc} user_only {user_only} long_tnt {long_tnt} deferred {deferred_tips} \
+             psb anywhere {psb_at_any_step}"
         );
         let out = encode(&elf, &exec, &o);
         let tnt64 = out.summary.packets_by_type.get("tnt.64").copied();
