@@ -152,6 +152,8 @@ pub struct PtSummary {
     pub compressed_rets: u64,
     pub packets_by_type: BTreeMap<String, u64>,
     pub psbs: u64,
+    /// PSBs sent after a direct branch or an interrupt (`psb_at_any_step`).
+    pub psbs_off_decision: u64,
     pub overflows: u64,
     pub lost_rows: u64,
     pub bytes: u64,
@@ -231,6 +233,7 @@ struct Encoder<'i, 'a> {
     /// Steps left in the overflow under way.
     ovf_left: Option<u64>,
     overflows: u64,
+    psbs_off_decision: u64,
 }
 
 impl<'i, 'a> Encoder<'i, 'a> {
@@ -265,6 +268,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
             next_ovf: u64::MAX,
             ovf_left: None,
             overflows: 0,
+            psbs_off_decision: 0,
             o,
         }
         .with_first_overflow()
@@ -458,6 +462,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                     && !self.stopped
                     && self.psb_due()
                 {
+                    self.psbs_off_decision += 1;
                     self.psb_plus();
                 }
             }
@@ -482,6 +487,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                     self.resume_at(off);
                 }
                 if self.o.psb_at_any_step && self.psb_due() {
+                    self.psbs_off_decision += 1;
                     self.psb_plus();
                 }
             }
@@ -738,6 +744,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                 .map(|(k, v)| (k.to_string(), *v))
                 .collect(),
             psbs: self.psbs,
+            psbs_off_decision: self.psbs_off_decision,
             overflows: self.overflows,
             lost_rows: truth.lost.iter().filter(|&&l| l).count() as u64,
             bytes: self.out.len() as u64,

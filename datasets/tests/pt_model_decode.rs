@@ -177,6 +177,12 @@ fn interrupts_syscalls_and_long_tnt_decode_to_truth() {
         let out = encode(&elf, &exec, &o);
         let tnt64 = out.summary.packets_by_type.get("tnt.64").copied();
         assert_eq!(long_tnt, tnt64.is_some(), "{what}: {tnt64:?}");
+        assert_eq!(
+            psb_at_any_step,
+            out.summary.psbs_off_decision > 5,
+            "{what}: {:?}",
+            out.summary
+        );
         check(&what, &elf, &exec, &o);
     }
 }
