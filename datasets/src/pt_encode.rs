@@ -756,3 +756,169 @@ impl<'i, 'a> Encoder<'i, 'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracemill_decode::pt::cpu::Errata;
+    use tracemill_decode::pt::last_ip::LastIp;
+    use tracemill_decode::pt::sync::PacketReader;
+    use tracemill_decode::stream::TraceStream;
+
+    /// The packets of a trace after its start (PSB, PSBEND, MODE.Exec, TIP.PGE), with IPs
+    /// decompressed.
+    fn listing(bytes: &[u8]) -> Vec<String> {
+        let stream = TraceStream::linear(bytes);
+        let mut last = LastIp::new();
+        let mut v = Vec::new();
+        for p in PacketReader::new(&stream, 0, stream.len(), Errata::default()) {
+            let p = p.unwrap().packet;
+            let ip = |last: &mut LastIp, pl: &IpPayload| match last.update(pl) {
+                Some(ip) => format!("{ip:#x}"),
+                None => "-".to_string(),
+            };
+            v.push(match p {
+                Packet::Psb => {
+                    last.reset();
+                    "psb".to_string()
+                }
+                Packet::Tnt8(t) | Packet::Tnt64(t) => {
+                    format!("tnt {:0w$b}", t.bits, w = t.len as usize)
+                }
+                Packet::Tip(pl) => format!("tip {}", ip(&mut last, &pl)),
+                Packet::Fup(pl) => format!("fup {}", ip(&mut last, &pl)),
+                Packet::TipPge(pl) => format!("tip.pge {}", ip(&mut last, &pl)),
+                Packet::TipPgd(pl) => format!("tip.pgd {}", ip(&mut last, &pl)),
+                p => p.name().to_string(),
+            });
+        }
+        v
+    }
+
+    fn branch(ip: u64, len: u8, class: InsnClass, target: u64, next: u64, insns: u32) -> Step {
+        Step::Branch {
+            ip,
+            len,
+            class,
+            target,
+            next,
+            insns,
+        }
+    }
+
+    /// SDM Table 36-19 (TNT examples with deferred TIPs): the code flow of its left
+    /// column gives the packets of its middle column, and with deferred TIPs those of its
+    /// right one.
+    #[test]
+    fn table_36_19_deferred_tips() {
+        use InsnClass::*;
+        let steps = [
+            branch(0x1004, 4, Cond, 0x2000, 0x1008, 2), // jnz Foo, not taken
+            branch(0x1008, 2, JmpInd, 0, 0x1308, 1),    // jmp %rdx
+            branch(0x130c, 4, Cond, 0x3000, 0x1310, 2), // jnz Bar, not taken
+            branch(0x1314, 4, Cond, 0x1500, 0x1500, 2), // jnz Baz, taken
+            branch(0x1504, 4, Cond, 0x4000, 0x1508, 2), // jg Exit, not taken
+            branch(0x1508, 3, JmpInd, 0, 0x1100, 1),    // jmp %r15
+            branch(0x1104, 4, Cond, 0x1000, 0x1108, 2), // jg Start, not taken
+            Step::Interrupt {
+                insns: 1,
+                at: 0x110c,
+                resume: 0xcc00,
+            },
+            Step::End {
+                insns: 1,
+                at: 0xcc01,
+            },
+        ];
+        let images = ImageSet::new();
+        let run = |deferred_tips| {
+            let o = PtOptions {
+                deferred_tips,
+                user_only: false,
+                ..PtOptions::default()
+            };
+            let out = encode_execution(&images, &o, 0x1000, steps);
+            let l = listing(&out.bytes);
+            assert_eq!(l[..4], ["psb", "psbend", "mode.exec", "tip.pge 0x1000"]);
+            assert_eq!(l[l.len() - 2..], ["fup 0xcc01", "tip.pgd -"]);
+            l[4..l.len() - 2].to_vec()
+        };
+        assert_eq!(
+            run(false),
+            [
+                "tnt 0",
+                "tip 0x1308",
+                "tnt 010",
+                "tip 0x1100",
+                "tnt 0",
+                "fup 0x110c",
+                "tip 0xcc00"
+            ]
+        );
+        assert_eq!(
+            run(true),
+            [
+                "tnt 00100",
+                "tip 0x1308",
+                "tip 0x1100",
+                "fup 0x110c",
+                "tip 0xcc00"
+            ]
+        );
+    }
+
+    /// SDM 36.4.2.2, "Indirect Transfer Compression for Returns": a RET to the top of the
+    /// call stack is a taken TNT bit and pops it; a zero-length CALL is not pushed; a RET
+    /// elsewhere is a TIP and pops nothing; nothing is compressed across a PSB, nor with
+    /// DisRETC.
+    #[test]
+    fn ret_compression_follows_the_call_stack() {
+        use InsnClass::*;
+        let steps = [
+            branch(0x1000, 5, Call, 0x2000, 0x2000, 1), // call f: push 0x1005
+            branch(0x2000, 5, Call, 0x2005, 0x2005, 1), // zero-length call: not pushed
+            branch(0x2005, 5, Call, 0x3000, 0x3000, 1), // call g: push 0x200a
+            branch(0x3000, 1, Ret, 0, 0x200a, 1),       // ret to 0x200a: compressed
+            branch(0x200a, 1, Ret, 0, 0x9000, 1),       // wild ret: TIP, pops nothing
+            branch(0x9000, 1, Ret, 0, 0x1005, 1),       // ret to 0x1005: compressed
+            branch(0x1005, 2, JmpInd, 0, 0x1005, 1),    // jmp to itself (a TIP)
+        ];
+        let images = ImageSet::new();
+        let run = |ret_compression, psb_every| {
+            let o = PtOptions {
+                ret_compression,
+                psb_every,
+                ..PtOptions::default()
+            };
+            let out = encode_execution(&images, &o, 0x1000, steps);
+            let compressed: Vec<bool> = out.truth.rows.compressed.clone();
+            (listing(&out.bytes), compressed)
+        };
+        let (l, c) = run(true, 4096);
+        assert_eq!(
+            l[4..],
+            [
+                "tnt 1",
+                "tip 0x9000",
+                "tnt 1",
+                "tip 0x1005",
+                "fup 0x1005",
+                "tip.pgd -"
+            ]
+        );
+        assert_eq!(c, [false, false, false, true, false, true, false]);
+        let (l, c) = run(false, 4096);
+        assert_eq!(
+            l[4..8],
+            ["tip 0x200a", "tip 0x9000", "tip 0x1005", "tip 0x1005"]
+        );
+        assert!(c.iter().all(|&c| !c));
+        // A PSB+ after every packet-decided branch: the first RET (no PSB since its call)
+        // is compressed, the last (its call before three PSBs) is not.
+        let (l, c) = run(true, 1);
+        assert_eq!(c, [false, false, false, true, false, false, false], "{l:?}");
+        assert_eq!(l[8..10], ["psbend", "tip 0x9000"]);
+        assert_eq!(l[13..15], ["psbend", "tip 0x1005"]);
+        assert_eq!(l.iter().filter(|p| *p == "psb").count(), 5, "{l:?}");
+    }
+}
