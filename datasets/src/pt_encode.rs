@@ -362,7 +362,9 @@ impl<'i, 'a> Encoder<'i, 'a> {
 
     /// PSB+ (36.4.2.17) while tracing: the state at the current IP.
     fn psb_plus(&mut self) {
-        // After direct branches only, the decoder meets the FUP at its first arrival.
+        // After direct branches only, the decoder meets the FUP at its first arrival: a
+        // stretch that passed this IP before is a cycle of direct branches, and how many
+        // times it ran no packet says.
         self.first_arrival(self.cur_ip);
         self.flush();
         self.last_psb = self.put(Packet::Psb);
@@ -695,29 +697,34 @@ impl<'i, 'a> Encoder<'i, 'a> {
         self.disable();
     }
 
-    /// An asynchronous event at `x` ends a stretch of direct branches (no packet since the
-    /// last decided row). If that stretch passed `x` before (a loop of direct branches
+    /// An asynchronous event or a PSB+ at `x` ends a stretch of direct branches (no packet
+    /// since the last decided row). If that stretch passed `x` before (a loop of direct branches
     /// spinning until the event), no trace can tell how many times: a decoder stops at the
     /// first arrival, and the rows after it are unprovable.
     fn first_arrival(&mut self, x: u64) {
+        if let Some((r, k)) = self.arrival(x) {
+            for l in &mut self.lost[r..] {
+                *l = true;
+            }
+            self.vis_insns = k;
+            self.tail_start = self.rows.len();
+        }
+    }
+
+    /// Whether the undecided stretch of direct branches passed `x` before: the first row
+    /// after that first arrival, and the instructions before `x` in its block.
+    fn arrival(&mut self, x: u64) -> Option<(usize, u32)> {
         let mut start = self.tail_ip;
         for r in self.tail_start..self.rows.len() {
             let ip = self.rows[r].ip;
             if x >= start && x <= ip {
                 if let Some(k) = self.blocks.get(self.images, start, None).index_of(x) {
-                    for l in &mut self.lost[r..] {
-                        *l = true;
-                    }
-                    self.vis_insns = k;
-                    self.tail_start = self.rows.len();
-                    return;
+                    return Some((r, k));
                 }
             }
-            match self.rows[r].target {
-                Some(t) => start = t,
-                None => return,
-            }
+            start = self.rows[r].target?;
         }
+        None
     }
 
     fn finish(mut self) -> PtOutput {

@@ -39,6 +39,10 @@ fn encode(elf: &[u8], exec: &Execution, o: &PtOptions) -> PtOutput {
 fn decode(elf: &[u8], bytes: &[u8], ret_compression: bool, chunk: u64) -> Decoded {
     let mut images = ImageSet::new();
     images.add_elf("busybox", elf, None, None).unwrap();
+    decode_with(&images, bytes, ret_compression, chunk)
+}
+
+fn decode_with(images: &ImageSet, bytes: &[u8], ret_compression: bool, chunk: u64) -> Decoded {
     let stream = TraceStream::linear(bytes);
     let cfg = PtConfig {
         ret_compression,
@@ -46,7 +50,7 @@ fn decode(elf: &[u8], bytes: &[u8], ret_compression: bool, chunk: u64) -> Decode
     };
     let input = Input::<Pt> {
         stream: &stream,
-        images: &images,
+        images,
         timing: PtTiming::new(&cfg),
         cfg,
     };
@@ -124,6 +128,77 @@ fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> usize {
     }
     assert!(s.psbs > 10, "{what}: {s:?}");
     want.len()
+}
+
+/// PSB+ after direct jumps. In a loop of direct jumps (`1000: nop; 1001: jmp 1000`) the
+/// PSB+s all name the loop's head and nothing says how many passes ran between them: the
+/// decoder meets each at its first arrival, and the truth has those passes lost. With a
+/// conditional branch closing the loop (`1003: jne 1000`), each pass is proved, the jump
+/// decided by the PSB+ before it.
+#[test]
+fn psb_after_direct_jumps_in_loops() {
+    use tracemill_datasets::exec::Step;
+    use tracemill_decode::insn::InsnClass;
+    let run = |code: &[u8], steps: &[Step]| {
+        let mut images = ImageSet::new();
+        images.add_raw("loop", code, 0x1000, None);
+        let o = PtOptions {
+            psb_every: 1,
+            psb_at_any_step: true,
+            ..PtOptions::default()
+        };
+        let out = encode_execution(&images, &o, 0x1000, steps.iter().copied());
+        let want = out.truth.provable();
+        for chunk in [u64::MAX, 1, 40] {
+            let d = decode_with(&images, &out.bytes, true, chunk);
+            assert!(errors(&d).is_empty(), "{:#?}", errors(&d));
+            compare(&format!("chunk {chunk}"), &want, &d.rows);
+        }
+        out
+    };
+    let jmp = |ip: u64, target: u64, insns: u32| Step::Branch {
+        ip,
+        len: 2,
+        class: InsnClass::Jmp,
+        target,
+        next: target,
+        insns,
+    };
+    let end = [
+        Step::Interrupt {
+            insns: 1,
+            at: 0x1001,
+            resume: 0x1000,
+        },
+        Step::End {
+            insns: 0,
+            at: 0x1000,
+        },
+    ];
+    let j = jmp(0x1001, 0x1000, 2);
+    let out = run(&[0x90, 0xEB, 0xFD], &[&[j, j, j][..], &end].concat());
+    assert_eq!(out.truth.lost, [true, true, true]);
+    assert_eq!(out.summary.psbs, 5);
+
+    let j = jmp(0x1001, 0x1003, 2);
+    let jne = Step::Branch {
+        ip: 0x1003,
+        len: 2,
+        class: InsnClass::Cond,
+        target: 0x1000,
+        next: 0x1000,
+        insns: 1,
+    };
+    let out = run(
+        &[0x90, 0xEB, 0x00, 0x75, 0xFB],
+        &[&[j, jne, j, jne, j, jne][..], &end].concat(),
+    );
+    assert_eq!(out.truth.lost, [false; 6]);
+    let r = &out.truth.rows;
+    // Each jump is decided by the PSB+ after the conditional branch before it (the first
+    // by the TIP.PGE), each conditional branch by its TNT, which is after the jump's PSB+.
+    assert!(r.offset[0] < r.offset[1] && r.offset[1] < r.offset[2]);
+    assert!(r.offset[2] < r.offset[3] && r.offset[3] < r.offset[4]);
 }
 
 fn options(ret_compression: bool, user_only: bool) -> PtOptions {
