@@ -42,7 +42,7 @@ fn decode(elf: &[u8], bytes: &[u8], ret_compression: bool, chunk: u64) -> Decode
     decode_with(&images, bytes, ret_compression, chunk)
 }
 
-fn decode_with(images: &ImageSet, bytes: &[u8], ret_compression: bool, chunk: u64) -> Decoded {
+fn decode_with(images: &ImageSet<'_>, bytes: &[u8], ret_compression: bool, chunk: u64) -> Decoded {
     let stream = TraceStream::linear(bytes);
     let cfg = PtConfig {
         ret_compression,
