@@ -150,6 +150,8 @@ pub struct PtSummary {
     pub instructions: u64,
     pub branches: u64,
     pub compressed_rets: u64,
+    /// Calls pushed on a full RET stack (its oldest entry lost).
+    pub stack_evictions: u64,
     pub packets_by_type: BTreeMap<String, u64>,
     pub psbs: u64,
     /// PSBs sent after a direct branch or an interrupt (`psb_at_any_step`).
@@ -234,6 +236,7 @@ struct Encoder<'i, 'a> {
     ovf_left: Option<u64>,
     overflows: u64,
     psbs_off_decision: u64,
+    evictions: u64,
 }
 
 impl<'i, 'a> Encoder<'i, 'a> {
@@ -269,6 +272,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
             ovf_left: None,
             overflows: 0,
             psbs_off_decision: 0,
+            evictions: 0,
             o,
         }
         .with_first_overflow()
@@ -602,10 +606,15 @@ impl<'i, 'a> Encoder<'i, 'a> {
         }
     }
 
-    /// A near call pushes its next IP; a full stack loses its oldest entry.
+    /// A near call pushes its next IP; a full stack loses its oldest entry. (With DisRETC
+    /// the stack is of no use and is not kept.)
     fn call(&mut self, nlip: u64) {
+        if !self.o.ret_compression {
+            return;
+        }
         if self.stack.len() == STACK {
             self.stack.pop_front();
+            self.evictions += 1;
         }
         self.stack.push_back(nlip);
     }
@@ -745,6 +754,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
             instructions: self.instructions,
             branches: truth.rows.len() as u64,
             compressed_rets: self.compressed,
+            stack_evictions: self.evictions,
             packets_by_type: self
                 .counts
                 .iter()

@@ -86,7 +86,7 @@ fn compare(what: &str, want: &BranchColumns, got: &BranchColumns) {
 /// Encode, decode sequentially and at chunk sizes 1, 4096 and 50,000 bytes: every decode
 /// is the truth's provable rows, with the sequential decode's events. Returns the rows
 /// checked.
-fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> usize {
+fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> PtOutput {
     let out = encode(elf, exec, o);
     let want = out.truth.provable();
     let seq = decode(elf, &out.bytes, o.ret_compression, u64::MAX);
@@ -113,10 +113,12 @@ fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> usize {
     }
     let s = &out.summary;
     eprintln!(
-        "{what}: {} rows ({} lost), {} compressed RETs, {} bytes, {} PSBs, {:?}",
+        "{what}: {} rows ({} lost), {} compressed RETs, {} RET stack evictions, {} bytes, \
+         {} PSBs, {:?}",
         want.len(),
         s.lost_rows,
         s.compressed_rets,
+        s.stack_evictions,
         s.bytes,
         s.psbs,
         s.packets_by_type
@@ -127,7 +129,7 @@ fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> usize {
         assert_eq!(s.compressed_rets, 0, "{what}");
     }
     assert!(s.psbs > 10, "{what}: {s:?}");
-    want.len()
+    out
 }
 
 /// PSB+ after direct jumps. In a loop of direct jumps (`1000: nop; 1001: jmp 1000`) the
@@ -214,8 +216,8 @@ fn walks_over_busybox_decode_to_truth_with_and_without_ret_compression() {
     let elf = busybox();
     let exec = walk(&elf, &WalkConfig::new(1, 200_000));
     for retc in [true, false] {
-        let n = check(&format!("retc {retc}"), &elf, &exec, &options(retc, true));
-        assert!(n > 150_000, "{n}");
+        let out = check(&format!("retc {retc}"), &elf, &exec, &options(retc, true));
+        assert!(out.truth.rows.len() > 150_000, "{}", out.truth.rows.len());
     }
 }
 
@@ -252,6 +254,14 @@ fn interrupts_syscalls_and_long_tnt_decode_to_truth() {
         let out = encode(&elf, &exec, &o);
         let tnt64 = out.summary.packets_by_type.get("tnt.64").copied();
         assert_eq!(long_tnt, tnt64.is_some(), "{what}: {tnt64:?}");
+        if retc {
+            // Walks deeper than the stack: calls fall off it, their returns are TIPs.
+            assert!(
+                out.summary.stack_evictions > 1_000,
+                "{what}: {:?}",
+                out.summary
+            );
+        }
         assert_eq!(
             psb_at_any_step,
             out.summary.psbs_off_decision > 5,
@@ -320,13 +330,45 @@ fn busybox_under_qemu_decodes_to_truth() {
     let elf = exec.images[0].1.clone();
     for retc in [true, false] {
         for user_only in [true, false] {
-            let n = check(
+            let out = check(
                 &format!("busybox sort: retc {retc} user_only {user_only}"),
                 &elf,
                 &exec,
                 &options(retc, user_only),
             );
-            assert!(n > 10_000, "{n}");
+            assert!(out.truth.rows.len() > 10_000, "{}", out.truth.rows.len());
+        }
+    }
+}
+
+/// The sample programs under qemu: `recursion` (calls and returns at many depths), `callbacks`
+/// (indirect calls), `jumptable` (indirect jumps), `signals` (faults and signal handlers:
+/// interrupts, syscalls that return elsewhere).
+#[test]
+fn sample_programs_under_qemu_decode_to_truth() {
+    if let Err(e) = qemu::check_tools() {
+        common::missing_tool(&format!("PT on qemu captures: {e}"));
+        return;
+    }
+    for (name, stdin) in [
+        ("recursion", &b"18 40 2000 7\n"[..]),
+        ("callbacks", b"300 2 7\n"),
+        ("jumptable", b"100 60\n"),
+        ("signals", b"60000 8\n"),
+    ] {
+        let src = qemu::programs_dir().join(format!("{name}.c"));
+        let cap = qemu::trace_c(&src, &[], stdin).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(cap.exit_code, Some(0), "{name}");
+        let exec = cap.execution;
+        let elf = exec.images[0].1.clone();
+        for retc in [true, false] {
+            let out = check(
+                &format!("{name}: retc {retc}"),
+                &elf,
+                &exec,
+                &options(retc, true),
+            );
+            assert!(out.truth.rows.len() > 100_000, "{name}");
         }
     }
 }
