@@ -89,8 +89,8 @@ pub struct PtOptions {
     #[serde(default)]
     pub deferred_tips: bool,
     /// A PSB+ may go out at any step boundary (after a direct jump or call, an interrupt),
-    /// not only right after a branch a packet decided: the decoder then walks direct
-    /// branches to the PSB+'s FUP.
+    /// between two instructions of a step, or while tracing is off, not only right after a
+    /// branch a packet decided: the decoder then walks to the PSB+'s FUP.
     #[serde(default)]
     pub psb_at_any_step: bool,
     /// Internal buffer overflows (36.3.8), if any.
@@ -154,8 +154,11 @@ pub struct PtSummary {
     pub stack_evictions: u64,
     pub packets_by_type: BTreeMap<String, u64>,
     pub psbs: u64,
-    /// PSBs sent after a direct branch or an interrupt (`psb_at_any_step`).
+    /// PSBs sent after a direct branch or an interrupt, inside a step, or with tracing off
+    /// (`psb_at_any_step`).
     pub psbs_off_decision: u64,
+    /// Of those, PSBs sent between two instructions of a step.
+    pub psbs_inside: u64,
     pub overflows: u64,
     pub lost_rows: u64,
     pub bytes: u64,
@@ -237,6 +240,7 @@ struct Encoder<'i, 'a> {
     overflows: u64,
     psbs_off_decision: u64,
     evictions: u64,
+    psbs_inside: u64,
 }
 
 impl<'i, 'a> Encoder<'i, 'a> {
@@ -273,6 +277,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
             overflows: 0,
             psbs_off_decision: 0,
             evictions: 0,
+            psbs_inside: 0,
             o,
         }
         .with_first_overflow()
@@ -364,6 +369,52 @@ impl<'i, 'a> Encoder<'i, 'a> {
         self.out.len() as u64 - self.last_psb >= self.o.psb_every
     }
 
+    /// A PSB is due, and (with `psb_at_any_step`, where every other PSB+ goes out inside
+    /// a step) this is a place for it.
+    fn psb_due_at(&self, inside: bool) -> bool {
+        self.psb_due()
+            && (!self.o.psb_at_any_step || (self.psbs % 2 == 0) == inside)
+            && (self.o.psb_at_any_step || !inside)
+    }
+
+    /// A PSB+ between two instructions of the step about to run (`insns` of them from the
+    /// current IP): its FUP names an instruction inside a block, where the decoder meets
+    /// it, and the row's instruction count runs on across it. Not where the stretch of
+    /// direct branches since the last decision passed that instruction before.
+    fn psb_inside(&mut self, insns: u32) {
+        let b = self.blocks.get(self.images, self.cur_ip, None);
+        let m = (b.lens.len() as u32).min(insns);
+        if m < 2 {
+            return;
+        }
+        let k = m / 2;
+        let at = self.cur_ip + b.lens[..k as usize].iter().map(|&l| l as u64).sum::<u64>();
+        if self.arrival(at).is_some() {
+            return;
+        }
+        let from = self.cur_ip;
+        self.cur_ip = at;
+        self.psb_plus();
+        self.cur_ip = from;
+        self.psbs_off_decision += 1;
+        self.psbs_inside += 1;
+    }
+
+    /// With `psb_at_any_step`, a PSB+ while PacketEn is 0 (between a TIP.PGD and the
+    /// TIP.PGE): no FUP and no MODE.Exec in it (36.4.2.17), so the TIP.PGE after it comes
+    /// with a MODE.Exec (36.4.2.8).
+    fn psb_while_disabled(&mut self) {
+        if !self.o.psb_at_any_step || !self.psb_due() {
+            return;
+        }
+        self.last_psb = self.put(Packet::Psb);
+        self.psbs += 1;
+        self.psbs_off_decision += 1;
+        self.last_ip = 0;
+        self.mode_sent = false;
+        self.put(Packet::PsbEnd);
+    }
+
     /// PSB+ (36.4.2.17) while tracing: the state at the current IP.
     fn psb_plus(&mut self) {
         // After direct branches only, the decoder meets the FUP at its first arrival: a
@@ -441,6 +492,9 @@ impl<'i, 'a> Encoder<'i, 'a> {
             self.step_in_overflow(s, last);
             return;
         }
+        if self.packet_en && self.psb_due_at(true) {
+            self.psb_inside(s.insns());
+        }
         match *s {
             Step::Branch {
                 ip,
@@ -458,7 +512,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                 self.branch(ip, ip + len as u64, class, target, next, last);
                 // Right after a branch a packet decided, the decoder stands exactly here.
                 if self.packet_en && !self.stopped && class.needs_trace() {
-                    if self.psb_due() {
+                    if self.psb_due_at(false) {
                         self.psb_plus();
                     } else if self.steps >= self.next_ovf {
                         self.start_overflow();
@@ -466,7 +520,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                 } else if self.o.psb_at_any_step
                     && self.packet_en
                     && !self.stopped
-                    && self.psb_due()
+                    && self.psb_due_at(false)
                 {
                     self.psbs_off_decision += 1;
                     self.psb_plus();
@@ -485,6 +539,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                 if self.o.user_only {
                     // Cases 11c/13c, then back to user code (11b).
                     self.disable();
+                    self.psb_while_disabled();
                     self.enable(resume);
                 } else {
                     // Case 11e.
@@ -492,7 +547,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                     self.cur_ip = resume;
                     self.resume_at(off);
                 }
-                if self.o.psb_at_any_step && self.psb_due() {
+                if self.o.psb_at_any_step && self.psb_due_at(false) {
                     self.psbs_off_decision += 1;
                     self.psb_plus();
                 }
@@ -590,6 +645,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                         // The program's exit: nothing more is traced.
                         self.stopped = true;
                     } else {
+                        self.psb_while_disabled();
                         self.enable(next);
                     }
                 } else {
@@ -762,6 +818,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                 .collect(),
             psbs: self.psbs,
             psbs_off_decision: self.psbs_off_decision,
+            psbs_inside: self.psbs_inside,
             overflows: self.overflows,
             lost_rows: truth.lost.iter().filter(|&&l| l).count() as u64,
             bytes: self.out.len() as u64,

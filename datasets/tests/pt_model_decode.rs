@@ -109,7 +109,12 @@ fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> PtOutput {
             "{what}: coverage at chunk size {chunk}"
         );
         // Every chunk starts at a PSB+ whose FUP is a resume point: every body is used.
-        assert_eq!(par.fallbacks, 0, "{what}: chunk {chunk}");
+        // (PSB+ anywhere: some are not; see the report.)
+        if !o.psb_at_any_step {
+            assert_eq!(par.fallbacks, 0, "{what}: chunk {chunk}");
+        } else {
+            eprintln!("{what}: chunk {chunk}: {} fallbacks", par.fallbacks);
+        }
     }
     let s = &out.summary;
     eprintln!(
@@ -132,9 +137,10 @@ fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> PtOutput {
     out
 }
 
-/// PSB+ after direct jumps. In a loop of direct jumps (`1000: nop; 1001: jmp 1000`) the
-/// PSB+s all name the loop's head and nothing says how many passes ran between them: the
-/// decoder meets each at its first arrival, and the truth has those passes lost. With a
+/// PSB+ after direct jumps and inside steps. In a loop of direct jumps (`1000: nop; 1001:
+/// jmp 1000`) two PSB+s naming the loop's head do not say how many passes ran between
+/// them: the decoder meets the second at its first arrival, and the truth has the passes
+/// before it lost; a PSB+ inside a pass (naming the jump) tells passes apart. With a
 /// conditional branch closing the loop (`1003: jne 1000`), each pass is proved, the jump
 /// decided by the PSB+ before it.
 #[test]
@@ -179,8 +185,10 @@ fn psb_after_direct_jumps_in_loops() {
     ];
     let j = jmp(0x1001, 0x1000, 2);
     let out = run(&[0x90, 0xEB, 0xFD], &[&[j, j, j][..], &end].concat());
-    assert_eq!(out.truth.lost, [true, true, true]);
-    assert_eq!(out.summary.psbs, 5);
+    // The first pass is lost (the PSB+ after it names the head, where the walk resumed);
+    // the next passes each have a PSB+ inside them (at the jump), which tells them apart.
+    assert_eq!(out.truth.lost, [true, false, false]);
+    assert!(out.summary.psbs_inside >= 2, "{:?}", out.summary);
 
     let j = jmp(0x1001, 0x1003, 2);
     let jne = Step::Branch {
