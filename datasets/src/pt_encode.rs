@@ -372,9 +372,14 @@ impl<'i, 'a> Encoder<'i, 'a> {
     /// A PSB is due, and (with `psb_at_any_step`, where every other PSB+ goes out inside
     /// a step) this is a place for it.
     fn psb_due_at(&self, inside: bool) -> bool {
-        self.psb_due()
-            && (!self.o.psb_at_any_step || (self.psbs % 2 == 0) == inside)
-            && (self.o.psb_at_any_step || !inside)
+        if !self.psb_due() {
+            return false;
+        }
+        if self.o.psb_at_any_step {
+            self.psbs.is_multiple_of(2) == inside
+        } else {
+            !inside
+        }
     }
 
     /// A PSB+ between two instructions of the step about to run (`insns` of them from the

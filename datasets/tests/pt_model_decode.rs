@@ -108,13 +108,9 @@ fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> PtOutput {
             seq.coverage, par.coverage,
             "{what}: coverage at chunk size {chunk}"
         );
-        // Every chunk starts at a PSB+ whose FUP is a resume point: every body is used.
-        // (PSB+ anywhere: some are not; see the report.)
-        if !o.psb_at_any_step {
-            assert_eq!(par.fallbacks, 0, "{what}: chunk {chunk}");
-        } else {
-            eprintln!("{what}: chunk {chunk}: {} fallbacks", par.fallbacks);
-        }
+        // Every chunk's body starts at its PSB+ (or the TIP.PGE after a PSB+ sent while
+        // tracing was off) and meets the stitch: every body is used.
+        assert_eq!(par.fallbacks, 0, "{what}: chunk {chunk}");
     }
     let s = &out.summary;
     eprintln!(
