@@ -1,15 +1,15 @@
 //! An Intel PT encoder of executions: from a stream of [`Step`]s, the packets an Intel PT
 //! unit would write for them, and the ground truth (one row per retired branch, with the
 //! `branches` columns) a decoder must reproduce. It is to Intel PT what [`crate::model`]
-//! is to RTIT, for the flow packets: no timing packets, no overflows.
+//! is to RTIT, for the flow packets (no timing packets yet).
 //!
 //! The rules it follows (SDM chapter 36, `intel-pt-sdm-ch36-processor-trace.txt`):
 //!
 //! - **Start** (Table 36-50 cases 2b, 2d): a PSB and PSBEND while PacketEn is still 0 (no
 //!   FUP or MODE.Exec in that PSB+, 36.4.2.17), then MODE.Exec (64-bit) and TIP.PGE with
 //!   the first IP. MODE.Exec goes out with a TIP.PGE only if none was sent since the last
-//!   PSB (36.4.2.8, cases 6c/7b/9b/10b/11b); every later PSB+ carries one, so only the first
-//!   enable has it.
+//!   PSB (36.4.2.8, cases 6c/7b/9b/10b/11b): every PSB+ sent while tracing carries one,
+//!   so only the first enable and one after a PSB+ sent while tracing was off have it.
 //! - **Conditional branches** (36.4.2.1): one TNT bit each, oldest first, in TNT-8 packets
 //!   of up to 6 bits ([`PtOptions::long_tnt`]: TNT-64 packets of up to 47 bits). Pending
 //!   bits go out (a partial TNT) before any TIP, FUP, TIP.PGD or PSB (case 7f).
@@ -41,8 +41,10 @@
 //! - **PSB+** (36.4.2.17, 36.3.7): once [`PtOptions::psb_every`] bytes have gone out since
 //!   the last PSB, at the next branch whose outcome a packet carries (not a direct jump or
 //!   call, so that the walk is exactly at the PSB+'s FUP; [`PtOptions::psb_at_any_step`]:
-//!   after any step): pending TNT bits and deferred TIPs, then PSB, MODE.Exec, FUP(current
-//!   IP), PSBEND. Last IP and the RET stack are reset.
+//!   also after any step and between two instructions of a step): pending TNT bits and
+//!   deferred TIPs, then PSB, MODE.Exec, FUP(current IP), PSBEND. Last IP and the RET
+//!   stack are reset. With `psb_at_any_step`, also while tracing is off (between a
+//!   TIP.PGD and the TIP.PGE): PSB, PSBEND only.
 //! - **Overflows** (36.3.8, 36.4.2.16; [`PtOptions::overflow`]): right after a branch
 //!   a packet decided, what is pending goes out and then nothing for a number of steps
 //!   (their rows are lost); the overflow resolves at a step boundary with OVF and a FUP
@@ -56,9 +58,9 @@
 //! indirect or far branch; a direct jump or call takes the decision before it (the last
 //! decided row's packet, or the TIP.PGE, PSBEND or FUP where the walk last resumed).
 //! `lost` marks rows no decoder can prove: those of an overflow window, and the direct
-//! branches of a loop without any
-//! packet that an interrupt ended, after its first pass through the interrupted address
-//! (the decoder stops at the first arrival; see [`crate::model`]).
+//! branches of a loop without any packet that an interrupt or a PSB+ ended, after its
+//! first pass through the address they name (the decoder stops at the first arrival; see
+//! [`crate::model`]).
 
 use std::collections::{BTreeMap, VecDeque};
 
