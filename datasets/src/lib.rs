@@ -6,6 +6,7 @@
 //! - [`exec`]: execution sources (qemu-user capture of real programs, synthetic walks);
 //! - [`collected`]: inputs as collected (ToPA dumps, trace-hub captures), both ways;
 //! - [`perf_data`]: Intel PT streams wrapped in perf.data, as `perf record` stores them;
+//! - [`pt_encode`]: executions encoded as Intel PT, with their ground truth;
 //! - [`rng`]: the seeded generator behind every random choice.
 
 pub mod bundle;
@@ -15,6 +16,7 @@ pub mod exec;
 pub mod kernel;
 pub mod model;
 pub mod perf_data;
+pub mod pt_encode;
 pub mod rng;
 pub mod samples;
 pub mod scenarios;

@@ -1235,6 +1235,13 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                             if let Some(b) = bits {
                                 self.set_bits(b);
                             }
+                            // Its FUP may name an instruction inside a block (SDM
+                            // 36.4.2.17: the IP when the PSB was sent). A chunk's body
+                            // starting at this PSB+ cannot know where that block began,
+                            // so every decode splits the block here: the instructions
+                            // before X are a partial block (none at a block's entry).
+                            self.close_block();
+                            self.enter_block(x);
                             self.decided(off);
                             continue;
                         }
@@ -1902,5 +1909,134 @@ mod tests {
         );
         assert_eq!(p.len(), super::Partials::CAP);
         assert_eq!(p.iter().nth(1), Some((0x20, 0x20, 1, 3)));
+    }
+
+    /// SDM 36.4.2.17: a PSB+ gives the state "at the time of the PSB", so its FUP may name
+    /// an instruction inside a basic block. A chunk starting at that PSB+ resumes there
+    /// and cannot know where the block began: every decode splits the block at the FUP
+    /// (the instructions before it a partial block), so that coverage is the same for any
+    /// chunk size. (It used to count the whole block sequentially and only its tail in a
+    /// chunk's body.)
+    #[test]
+    fn psb_plus_inside_a_block_splits_it_for_every_chunk_size_36_4_2_17() {
+        use crate::pt::clock::PtTiming;
+        use crate::pt::encode::{compress_ip, encode};
+        use crate::pt::packet::{ExecMode, IpCompression, IpPayload, Packet, Tnt};
+        use crate::pt::{Pt, PtConfig};
+        // 0x1000: nop; nop; nop; jne 0x1000 (75 fb)
+        let code = [0x90, 0x90, 0x90, 0x75, 0xFB];
+        let mut images = ImageSet::new();
+        images.add_raw("loop", &code, 0x1000, None);
+        let mode = Packet::ModeExec(ExecMode {
+            csl: true,
+            csd: false,
+            iflag: false,
+        });
+        let mut t = Vec::new();
+        let mut put = |p: Packet| encode(&p, &mut t).unwrap();
+        put(Packet::Psb);
+        put(Packet::PsbEnd);
+        put(mode);
+        put(Packet::TipPge(compress_ip(0x1000, 0)));
+        // Two nops ran: the PSB+ names the third.
+        put(Packet::Psb);
+        put(mode);
+        put(Packet::Fup(compress_ip(0x1002, 0)));
+        put(Packet::PsbEnd);
+        // jne taken, then not taken; tracing off at 0x1005.
+        put(Packet::Tnt8(Tnt { bits: 0b10, len: 2 }));
+        put(Packet::Fup(compress_ip(0x1005, 0x1002)));
+        put(Packet::TipPgd(IpPayload {
+            compression: IpCompression::Suppressed,
+            bits: 0,
+        }));
+        let stream = TraceStream::linear(&t);
+        let cfg = PtConfig::default();
+        let input = Input::<Pt> {
+            stream: &stream,
+            images: &images,
+            timing: PtTiming::new(&cfg),
+            cfg,
+        };
+        let seq = decode_all(&input, u64::MAX);
+        assert!(errors_of(&seq).is_empty(), "{:?}", errors_of(&seq));
+        assert_eq!(seq.rows.insns, [4, 4]);
+        let mut blocks: Vec<_> = seq.coverage.blocks.iter().map(|(k, v)| (*k, *v)).collect();
+        blocks.sort_unstable();
+        // 0x1000-0x1001 (2 instructions, the partial before the PSB+), 0x1002-0x1003 (2),
+        // 0x1000-0x1003 (4, the second pass).
+        assert_eq!(
+            blocks,
+            [
+                ((0x1000, 0x1001), (2, 1)),
+                ((0x1000, 0x1003), (4, 1)),
+                ((0x1002, 0x1003), (2, 1))
+            ]
+        );
+        let chunked = decode_all(&input, 1);
+        assert_eq!(chunked.fallbacks, 0);
+        assert_eq!(seq.rows, chunked.rows);
+        assert_eq!(seq.events, chunked.events);
+        assert_eq!(seq.coverage, chunked.coverage);
+    }
+
+    /// SDM 36.4.2.17 (no state retained across a PSB) and 36.4.2.8 (MODE.Exec goes out
+    /// with a TIP.PGE when none was sent since the last PSB): a PSB+ sent while tracing is
+    /// off has no MODE.Exec, and the one before the next TIP.PGE is news to every decode,
+    /// so a chunk starting at that PSB+ meets the stitch (it used to fall back: the
+    /// sequential decode still held the mode from before the PSB and read the MODE.Exec as
+    /// a repeat).
+    #[test]
+    fn mode_exec_is_forgotten_at_a_psb_36_4_2_17() {
+        use crate::pt::clock::PtTiming;
+        use crate::pt::encode::{compress_ip, encode};
+        use crate::pt::packet::{ExecMode, IpCompression, IpPayload, Packet, Tnt};
+        use crate::pt::{Pt, PtConfig};
+        // 0x1000: nop; jne 0x1000 (75 fd)
+        let code = [0x90, 0x75, 0xFD];
+        let mut images = ImageSet::new();
+        images.add_raw("loop", &code, 0x1000, None);
+        let mode = Packet::ModeExec(ExecMode {
+            csl: true,
+            csd: false,
+            iflag: false,
+        });
+        let off = IpPayload {
+            compression: IpCompression::Suppressed,
+            bits: 0,
+        };
+        let mut t = Vec::new();
+        let mut put = |p: Packet| encode(&p, &mut t).unwrap();
+        put(Packet::Psb);
+        put(Packet::PsbEnd);
+        for i in 0..2 {
+            put(mode);
+            put(Packet::TipPge(compress_ip(0x1000, 0)));
+            put(Packet::Tnt8(Tnt { bits: 0b10, len: 2 }));
+            put(Packet::Fup(compress_ip(0x1003, 0x1000)));
+            put(Packet::TipPgd(off));
+            if i == 0 {
+                // Tracing is off: a PSB+ with neither FUP nor MODE.Exec.
+                put(Packet::Psb);
+                put(Packet::PsbEnd);
+            }
+        }
+        let stream = TraceStream::linear(&t);
+        let cfg = PtConfig::default();
+        let input = Input::<Pt> {
+            stream: &stream,
+            images: &images,
+            timing: PtTiming::new(&cfg),
+            cfg,
+        };
+        let seq = decode_all(&input, u64::MAX);
+        assert!(errors_of(&seq).is_empty(), "{:?}", errors_of(&seq));
+        assert_eq!(seq.rows.len(), 4);
+        let modes = seq.events.iter().filter(|e| e.kind == EventKind::ExecMode);
+        assert_eq!(modes.count(), 2);
+        let chunked = decode_all(&input, 1);
+        assert_eq!(chunked.fallbacks, 0);
+        assert_eq!(seq.rows, chunked.rows);
+        assert_eq!(seq.events, chunked.events);
     }
 }

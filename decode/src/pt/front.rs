@@ -246,6 +246,11 @@ impl<'a> PtFront<'a> {
         st.enabled = false;
         // Nothing binds across a PSB: whatever waited is lost (libipt: an error).
         st.clear();
+        // Nor is the last MODE.Exec kept (36.4.2.17: no state is retained across a PSB;
+        // 36.4.2.8: a MODE.Exec goes out when tracing resumes if none was sent since the
+        // last PSB): a PSB+ without one (tracing off) leaves the mode unknown, as at a
+        // chunk's start, so the sequential decode and a chunk starting here agree.
+        st.exec = None;
         let mut fup: Option<Option<u64>> = None;
         let mut bits = None;
         loop {
