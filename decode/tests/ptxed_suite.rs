@@ -12,6 +12,8 @@
 //! with a reason, in `datasets/libipt-ptt/ptxed-known-failures.txt`: a new failure fails
 //! the test, and so does a listed case that now passes (the list only shrinks).
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -503,34 +505,11 @@ fn run(c: &Check) -> Option<String> {
         Err(e) => return Some(e),
     };
     let (want, have) = (normalized(&expected), normalized(&got));
-    if want == have {
-        return None;
-    }
-    let i = want.iter().zip(&have).take_while(|(a, b)| a == b).count();
-    Some(format!(
-        "line {}: expected {:?}, got {:?}",
-        i + 1,
-        want.get(i).map(String::as_str).unwrap_or("<end>"),
-        have.get(i).map(String::as_str).unwrap_or("<end>")
-    ))
+    common::first_difference(&want, &have)
 }
 
-/// `ptxed-known-failures.txt`: `<expected output file> <reason>` a line, `#` comments.
 fn known_failures() -> BTreeMap<String, String> {
-    let text = std::fs::read_to_string(suite().join("ptxed-known-failures.txt"))
-        .expect("ptxed-known-failures.txt");
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| {
-            let (file, reason) = l.split_once(char::is_whitespace).unwrap_or((l, ""));
-            assert!(
-                !reason.trim().is_empty(),
-                "known failure {file} gives no reason"
-            );
-            (file.to_string(), reason.trim().to_string())
-        })
-        .collect()
+    common::known_failures(&suite(), "ptxed-known-failures.txt")
 }
 
 #[test]
