@@ -1,30 +1,45 @@
-//! Whole-pipeline benchmark: decode a bundle with 1..N threads, three ways, and report
-//! medians of MB/s of trace, branches/s and instructions/s.
+//! Whole-pipeline benchmark: decode bundles with 1..N threads, three ways, beside libipt,
+//! and report medians of MB/s of trace, branches/s and instructions/s.
 //!
 //! ```sh
 //! cargo run --release -p tracemill -- synth synthetic --size 1G --out /tmp/tm-1g
-//! cargo run --release -p tracemill-benches --bin pipeline-bench -- /tmp/tm-1g [runs] [max_jobs]
+//! cargo run --release -p tracemill-benches --bin pipeline-bench -- /tmp/tm-1g [--runs N] [--jobs MAX]
+//! # Intel PT beside libipt, and the same execution as RTIT:
+//! cargo run --release -p tracemill-benches --bin pt-bundle -- /tmp/ptb 50
+//! benches/scripts/ipt-walk.sh /tmp/ipt-walk
+//! cargo run --release -p tracemill-benches --bin pipeline-bench -- /tmp/ptb/pt /tmp/ptb/rtit --libipt /tmp/ipt-walk
 //! ```
 //!
-//! Modes:
+//! Modes (`--modes`, default all):
 //! - `count`: chunk bodies decoded in parallel into a counting sink (the walk alone, no
 //!   rows stored, no stitching);
-//! - `rows`: the full parallel decode with stitching, rows built in columns, not written;
-//! - `write`: the `tracemill decode` pipeline writing all five tables as Parquet.
+//! - `rows`: the full parallel decode with stitching, rows built in columns, not written
+//!   (`tracemill decode` without `--out`);
+//! - `write`: the `tracemill decode` pipeline writing all five tables as Parquet;
+//! - `libipt` (with `--libipt IPT_WALK`, on Intel PT bundles that have `ipt-images.txt`):
+//!   libipt's block decoder over the same trace, one thread (benches/libipt/ipt-walk.c);
+//!   its time is the walk's wall time, image loading excluded.
 //!
-//! The machines are shared and noisy: compare ratios within one run.
+//! Runs are interleaved (run 1 of every bundle, mode and thread count, then run 2, ...), so
+//! that the machine's moods spread over all of them; the column `vs libipt` divides each
+//! line's instructions/s by libipt's. The machines are shared and noisy: compare ratios
+//! within one run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use tracemill::bundle::Bundle;
 use tracemill::run::{self, Tables};
+use tracemill_datasets::bundle::TraceFormat;
 use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_body, plan_chunks, Body, Input};
 use tracemill_decode::flow::CountSink;
+use tracemill_decode::pt::clock::PtTiming;
+use tracemill_decode::{Format, Pt, Rtit};
 
 // The allocator of the `tracemill` binary, so that `write` measures what it runs.
 #[cfg(all(target_os = "linux", not(target_env = "msvc")))]
@@ -36,6 +51,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+#[derive(Clone, Copy, Default)]
 struct Counts {
     rows: u64,
     insns: u64,
@@ -44,15 +60,39 @@ struct Counts {
 fn count_mode(b: &Bundle, jobs: usize) -> Result<(f64, Counts)> {
     let stream = b.stream();
     let (images, _) = b.image_set();
-    let input = Input::<tracemill_decode::Rtit> {
-        stream: &stream,
-        images: &images,
-        cfg: b.trace_config(),
-        timing: b.timing_config(),
-    };
-    let chunks = plan_chunks::<tracemill_decode::Rtit>(
-        &stream,
-        run::default_chunk_bytes(stream.len(), jobs),
+    match b.manifest.format {
+        TraceFormat::Rtit => count_walk(
+            &Input::<Rtit> {
+                stream: &stream,
+                images: &images,
+                cfg: b.trace_config(),
+                timing: b.timing_config(),
+            },
+            jobs,
+        ),
+        TraceFormat::Pt => {
+            let cfg = b.pt_config()?;
+            count_walk(
+                &Input::<Pt> {
+                    stream: &stream,
+                    images: &images,
+                    timing: PtTiming::new(&cfg),
+                    cfg,
+                },
+                jobs,
+            )
+        }
+    }
+}
+
+fn count_walk<F: Format>(input: &Input<'_, F>, jobs: usize) -> Result<(f64, Counts)>
+where
+    F::Config: Sync,
+    <F::Clock as tracemill_decode::timing::Clock>::Config: Sync,
+{
+    let chunks = plan_chunks::<F>(
+        input.stream,
+        run::default_chunk_bytes(input.stream.len(), jobs),
     );
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
     let caches: Vec<Mutex<BlockCache>> = (0..jobs).map(|_| Mutex::default()).collect();
@@ -65,8 +105,7 @@ fn count_mode(b: &Bundle, jobs: usize) -> Result<(f64, Counts)> {
             .map(|c| {
                 let i = rayon::current_thread_index().unwrap_or(0);
                 let mut cache = caches[i].lock().unwrap();
-                let b: Body<tracemill_decode::Rtit, CountSink> =
-                    decode_body(&input, &mut cache, *c);
+                let b: Body<F, CountSink> = decode_body(input, &mut cache, *c);
                 (b.out.rows.rows as u64, b.out.rows.insns)
             })
             .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
@@ -96,52 +135,172 @@ fn pipeline_mode(b: &Bundle, jobs: usize, write: bool) -> Result<(f64, Counts)> 
     ))
 }
 
+/// libipt's block decoder (`ipt-walk`) over the bundle's trace, one run: the walk's wall
+/// time and its instructions (libipt counts no branches: `rows` is left 0).
+fn libipt_mode(ipt_walk: &Path, b: &Bundle, dir: &Path) -> Result<(f64, Counts)> {
+    let out = Command::new(ipt_walk)
+        .arg(&b.trace_path)
+        .arg(dir.join("ipt-images.txt"))
+        .arg("1")
+        .output()
+        .with_context(|| format!("running {}", ipt_walk.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed: {}",
+            ipt_walk.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let line = String::from_utf8_lossy(&out.stdout);
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let field = |name: &str| -> Result<&str> {
+        let i = words
+            .iter()
+            .position(|w| *w == name)
+            .with_context(|| format!("no {name} in ipt-walk's output {line:?}"))?;
+        words
+            .get(i + 1)
+            .copied()
+            .context("truncated ipt-walk output")
+    };
+    if field("errors")? != "0" {
+        eprintln!("libipt: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok((
+        field("wall_s")?.parse()?,
+        Counts {
+            rows: 0,
+            insns: field("insns")?.parse()?,
+        },
+    ))
+}
+
+/// One line of the table: a bundle, a mode, a thread count, and its runs.
+struct Line {
+    bundle: usize,
+    mode: String,
+    jobs: usize,
+    times: Vec<f64>,
+    counts: Counts,
+}
+
 fn main() -> Result<()> {
+    const USAGE: &str = "usage: pipeline-bench BUNDLE... [--runs N] [--jobs MAX] \
+                         [--modes count,rows,write] [--libipt IPT_WALK]";
+    let mut dirs = Vec::new();
+    let (mut runs, mut max_jobs, mut libipt) = (3usize, 2usize, None::<PathBuf>);
+    let mut modes = std::env::var("MODES").unwrap_or_else(|_| "count,rows,write".into());
     let mut args = std::env::args().skip(1);
-    let dir = PathBuf::from(
-        args.next()
-            .context("usage: pipeline-bench BUNDLE [runs] [max_jobs]")?,
-    );
-    let runs: usize = args.next().map_or(Ok(3), |s| s.parse())?;
-    let max_jobs: usize = args.next().map_or(Ok(2), |s| s.parse())?;
-    let b = Bundle::open(&dir, None, &[])?;
-    let mb = b.trace.len() as f64 / 1e6;
-    println!(
-        "bundle {} ({:.1} MB of trace), median of {runs} runs",
-        dir.display(),
-        mb
-    );
-    println!(
-        "{:<6} {:>4} {:>9} {:>10} {:>14} {:>14} {:>8}",
-        "mode", "jobs", "secs", "MB/s", "branches/s", "insns/s", "speedup"
-    );
-    let modes = std::env::var("MODES").unwrap_or_else(|_| "count,rows,write".into());
-    for mode in modes.split(',') {
-        let mut base = None;
-        for jobs in 1..=max_jobs {
-            let mut times = Vec::new();
-            let mut last = None;
-            for _ in 0..runs {
-                let (s, c) = match mode {
-                    "count" => count_mode(&b, jobs)?,
-                    "rows" => pipeline_mode(&b, jobs, false)?,
-                    _ => pipeline_mode(&b, jobs, true)?,
-                };
-                times.push(s);
-                last = Some(c);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().context(USAGE);
+        match a.as_str() {
+            "--runs" => runs = value()?.parse()?,
+            "--jobs" => max_jobs = value()?.parse()?,
+            "--modes" => modes = value()?,
+            "--libipt" => libipt = Some(PathBuf::from(value()?)),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
             }
-            let s = median(times);
-            let c = last.expect("at least one run");
-            let base_s = *base.get_or_insert(s);
+            _ if a.starts_with('-') => bail!("unknown option {a}\n{USAGE}"),
+            _ => dirs.push(PathBuf::from(a)),
+        }
+    }
+    if dirs.is_empty() || runs == 0 || max_jobs == 0 {
+        bail!(USAGE);
+    }
+    let bundles = dirs
+        .iter()
+        .map(|d| Bundle::open(d, None, &[]).with_context(|| format!("{}", d.display())))
+        .collect::<Result<Vec<_>>>()?;
+
+    let mut lines = Vec::new();
+    for (i, b) in bundles.iter().enumerate() {
+        if libipt.is_some()
+            && b.manifest.format == TraceFormat::Pt
+            && dirs[i].join("ipt-images.txt").exists()
+        {
+            lines.push(Line {
+                bundle: i,
+                mode: "libipt".into(),
+                jobs: 1,
+                times: vec![],
+                counts: Counts::default(),
+            });
+        }
+        for mode in modes.split(',') {
+            for jobs in 1..=max_jobs {
+                lines.push(Line {
+                    bundle: i,
+                    mode: mode.to_string(),
+                    jobs,
+                    times: vec![],
+                    counts: Counts::default(),
+                });
+            }
+        }
+    }
+    for run in 0..runs {
+        eprintln!("run {} of {runs}", run + 1);
+        for l in &mut lines {
+            let b = &bundles[l.bundle];
+            let (s, c) = match l.mode.as_str() {
+                "libipt" => libipt_mode(libipt.as_deref().expect("--libipt"), b, &dirs[l.bundle])?,
+                "count" => count_mode(b, l.jobs)?,
+                "rows" => pipeline_mode(b, l.jobs, false)?,
+                "write" => pipeline_mode(b, l.jobs, true)?,
+                m => bail!("unknown mode {m}\n{USAGE}"),
+            };
+            l.times.push(s);
+            l.counts = c;
+        }
+    }
+
+    // libipt's instructions/s, to which every line is compared.
+    let peer = lines
+        .iter()
+        .find(|l| l.mode == "libipt")
+        .map(|l| l.counts.insns as f64 / median(l.times.clone()));
+    println!("median of {runs} runs, interleaved");
+    println!(
+        "{:<8} {:<7} {:>4} {:>9} {:>9} {:>12} {:>12} {:>8} {:>9}",
+        "bundle", "mode", "jobs", "secs", "MB/s", "branches/s", "insns/s", "speedup", "vs libipt"
+    );
+    for (i, b) in bundles.iter().enumerate() {
+        let mb = b.trace.len() as f64 / 1e6;
+        let name = match b.manifest.format {
+            TraceFormat::Rtit => "rtit",
+            TraceFormat::Pt => "pt",
+        };
+        println!("# {name}: {} ({mb:.1} MB of trace)", dirs[i].display());
+        let mut base = std::collections::HashMap::new();
+        for l in lines.iter().filter(|l| l.bundle == i) {
+            let s = median(l.times.clone());
+            let base_s = *base.entry(l.mode.clone()).or_insert(s);
+            let insns = l.counts.insns as f64 / s;
+            let branches = if l.mode == "libipt" {
+                "-".to_string()
+            } else {
+                format!("{:.3e}", l.counts.rows as f64 / s)
+            };
+            let vs = peer.map_or("-".to_string(), |p| format!("{:.2}x", insns / p));
             println!(
-                "{:<6} {:>4} {:>9.3} {:>10.1} {:>14.3e} {:>14.3e} {:>7.2}x",
-                mode,
-                jobs,
+                "{:<8} {:<7} {:>4} {:>9.3} {:>9.1} {:>12} {:>12.3e} {:>7.2}x {:>9}",
+                name,
+                l.mode,
+                l.jobs,
                 s,
                 mb / s,
-                c.rows as f64 / s,
-                c.insns as f64 / s,
-                base_s / s
+                branches,
+                insns,
+                base_s / s,
+                vs
+            );
+        }
+        for l in lines.iter().filter(|l| l.bundle == i && l.jobs == 1) {
+            println!(
+                "#   {} counted {} instructions, {} branches",
+                l.mode, l.counts.insns, l.counts.rows
             );
         }
     }

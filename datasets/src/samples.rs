@@ -530,6 +530,9 @@ pub struct Generated {
     pub shift: i64,
     pub file_bytes: Vec<u8>,
     pub images: Vec<(String, Vec<u8>)>,
+    /// The executions the trace records (one, or one per process), for encoding them
+    /// again in another form (the Intel PT benchmark encodes the same execution as PT).
+    pub execs: Vec<Execution>,
 }
 
 /// Run a recipe: capture or build its execution and run the model.
@@ -677,6 +680,7 @@ pub fn generate(r: &Recipe) -> Result<Generated> {
         shift,
         file_bytes,
         images,
+        execs: prepared.execs,
     })
 }
 

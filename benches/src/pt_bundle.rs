@@ -1,0 +1,179 @@
+//! The input of the Intel PT side-by-side benchmark: one real-program execution encoded
+//! both as Intel PT and as RTIT, each trace repeated the same number of times, so that
+//! libipt and tracemill (on PT) and tracemill (on RTIT) all walk the same instructions.
+//!
+//! ```sh
+//! cargo run --release -p tracemill-benches --bin pt-bundle -- OUT [SIZE_MB] [RECIPE]
+//! ```
+//!
+//! The execution is a recipe of the samples (`busybox-sort` by default: Debian's
+//! busybox-static sorting 400 lines under qemu), captured once. It is encoded as RTIT by
+//! the sample's hardware model and as Intel PT by `datasets::pt_encode`, both user-only,
+//! with RET compression, and with no timing packets (the PT encoder makes none yet, so the
+//! RTIT side makes none either: the two walks do the same work). The recipe's TraceStop is
+//! dropped so that both traces hold the whole run. Each copy starts at a PSB, so the
+//! repeated trace decodes like the program run over and over.
+//!
+//! Writes `OUT/pt` (`format = "pt"`, `trace.pt`), `OUT/rtit` (`trace.rtit`), both with the
+//! program's ELF under `images/`, and `OUT/pt/ipt-images.txt`: the ELF's loadable segments
+//! (file, offset, size, address; hex) for libipt (`benches/libipt/ipt-walk.c`). Prints the
+//! copies, bytes, branches and instructions of each.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use object::{Object, ObjectSegment};
+use tracemill_datasets::bundle::{ImageKind, Manifest, PtFacts, TraceFormat};
+use tracemill_datasets::pt_encode::{encode_execution, PtOptions};
+use tracemill_datasets::samples;
+use tracemill_decode::image::ImageSet;
+use tracemill_decode::rtit::config::ctl;
+
+/// IA32_RTIT_CTL of the PT trace: TraceEn, User, BranchEn (SDM 36.2.7.2); DisRETC clear.
+const PT_CTL: u64 = 1 | 1 << 3 | 1 << 13;
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let out = PathBuf::from(
+        args.next()
+            .context("usage: pt-bundle OUT [SIZE_MB] [RECIPE]")?,
+    );
+    let size_mb: u64 = args.next().map_or(Ok(50), |s| s.parse())?;
+    let name = args.next().unwrap_or_else(|| "busybox-sort".into());
+    let mut recipe =
+        samples::recipe(&name).with_context(|| format!("no recipe {name} (synth list)"))?;
+    recipe.options.ctl = ctl::TRACE_EN | ctl::TRACE_ACTIVE | ctl::DEST | ctl::USER | ctl::CMPRS_RET;
+    recipe.options.trace_stop_at = None;
+    recipe.options.overflow = None;
+    recipe.options.freq_change_every = None;
+    recipe.kernel = false;
+    recipe.layout = samples::Layout::Linear;
+
+    eprintln!("capturing {name} and encoding it as RTIT (the sample's model)...");
+    let g = samples::generate(&recipe)?;
+    if g.execs.len() != 1 {
+        bail!(
+            "recipe {name} has {} executions; the benchmark takes one",
+            g.execs.len()
+        );
+    }
+    let exec = &g.execs[0];
+    let mut images = ImageSet::new();
+    for (entry, (file, bytes)) in g.manifest.images.iter().zip(&g.images) {
+        match entry.kind {
+            ImageKind::Elf => images.add_elf(file, bytes, entry.base, entry.cr3)?,
+            ImageKind::Raw => images.add_raw(file, bytes, entry.base.unwrap_or(0), entry.cr3),
+        };
+    }
+    eprintln!("encoding it as Intel PT...");
+    let pt = encode_execution(
+        &images,
+        &PtOptions {
+            ret_compression: true,
+            user_only: true,
+            ..PtOptions::default()
+        },
+        exec.entry,
+        exec.steps.iter().copied(),
+    );
+    let rtit = &g.output.bytes;
+    let copies = (size_mb * 1_000_000).div_ceil(pt.bytes.len() as u64).max(1);
+
+    // The RTIT bundle: the sample's manifest with the trace as one linear file.
+    let mut m = g.manifest.clone();
+    m.trace = "trace.rtit".into();
+    m.ring_offset = None;
+    m.topa = None;
+    m.trace_hub = None;
+    m.generator = None;
+    m.labels
+        .insert("benchmark".into(), format!("{name} x {copies}"));
+    write_bundle(&out.join("rtit"), &m, rtit, copies, &g.images)?;
+
+    let mut p = Manifest::new(PT_CTL);
+    p.format = TraceFormat::Pt;
+    p.trace = "trace.pt".into();
+    p.images = g.manifest.images.clone();
+    p.labels = m.labels.clone();
+    p.pt = Some(PtFacts {
+        ret_compression: Some(true),
+        ..PtFacts::default()
+    });
+    write_bundle(&out.join("pt"), &p, &pt.bytes, copies, &g.images)?;
+    write_ipt_images(&out.join("pt"), &p)?;
+
+    let rows = pt.truth.rows.len() as u64;
+    println!("{name}: {copies} copies of one execution");
+    println!(
+        "  per copy: {} instructions, {} branches; PT {} bytes, RTIT {} bytes",
+        pt.summary.instructions,
+        rows,
+        pt.bytes.len(),
+        rtit.len()
+    );
+    println!(
+        "  in all: {} instructions, {} branches",
+        pt.summary.instructions * copies,
+        rows * copies
+    );
+    for (f, one) in [
+        ("pt/trace.pt", pt.bytes.len()),
+        ("rtit/trace.rtit", rtit.len()),
+    ] {
+        println!("  {}: {} bytes", out.join(f).display(), one as u64 * copies);
+    }
+    Ok(())
+}
+
+/// A bundle directory with the trace repeated `copies` times and its images.
+fn write_bundle(
+    dir: &Path,
+    m: &Manifest,
+    trace: &[u8],
+    copies: u64,
+    images: &[(String, Vec<u8>)],
+) -> Result<()> {
+    if dir.exists() {
+        fs::remove_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+    }
+    fs::create_dir_all(dir.join("images"))?;
+    let mut all = Vec::with_capacity(trace.len() * copies as usize);
+    for _ in 0..copies {
+        all.extend_from_slice(trace);
+    }
+    fs::write(m.trace_path(dir), all)?;
+    for (name, bytes) in images {
+        fs::write(dir.join("images").join(name), bytes)?;
+    }
+    fs::write(dir.join("bundle.toml"), m.to_toml())?;
+    Ok(())
+}
+
+/// `ipt-images.txt`: every loadable segment of the bundle's ELF images, as libipt's
+/// `pt_iscache_add_file` takes them (file, offset, size, virtual address).
+fn write_ipt_images(dir: &Path, m: &Manifest) -> Result<()> {
+    let mut list = String::new();
+    for entry in &m.images {
+        if entry.kind != ImageKind::Elf || entry.base.is_some() || entry.cr3.is_some() {
+            bail!(
+                "{}: ipt-walk takes ELF images at their own addresses",
+                entry.path
+            );
+        }
+        let bytes = fs::read(dir.join(&entry.path))?;
+        let elf = object::File::parse(&*bytes)?;
+        for seg in elf.segments() {
+            let (offset, size) = seg.file_range();
+            if size > 0 {
+                list += &format!(
+                    "{} {offset:#x} {size:#x} {:#x}\n",
+                    entry.path,
+                    seg.address()
+                );
+            }
+        }
+    }
+    fs::write(dir.join("ipt-images.txt"), list)?;
+    Ok(())
+}
