@@ -4,12 +4,77 @@
 # every table written, and prints wall time and peak memory (peak-rss.sh).
 #
 #   benches/scripts/hostile.sh target/dist/tracemill 256 /tmp/hostile
+#
+# Intel PT: PT_BUNDLE=/tmp/ptb10/pt (a PT bundle of a real program, from `pt-bundle`)
+# makes the same kinds as Intel PT traces over that bundle's images, and a few of PT's own
+# (pads: 0x00 is PAD; idle-mtc: a PSB+ and MTCs; ovf: OVF packets back to back):
+#
+#   PT_BUNDLE=/tmp/ptb10/pt benches/scripts/hostile.sh target/dist/tracemill 256 /tmp/hostile-pt
 set -euo pipefail
 bin=$1 size_mb=$2 dir=$3
 here=$(cd "$(dirname "$0")" && pwd)
 samples=$(cd "$here/../../datasets/samples" && pwd)
 mkdir -p "$dir"
 bytes=$((size_mb << 20))
+if [ -n "${PT_BUNDLE:-}" ]; then
+  make_pt() { # name, kind
+    local name=$1
+    rm -rf "${dir:?}/$name"
+    mkdir -p "$dir/$name"
+    cp -r "$PT_BUNDLE/images" "$dir/$name/"
+    grep -v '^benchmark = ' "$PT_BUNDLE/bundle.toml" >"$dir/$name/bundle.toml"
+    python3 - "$bytes" "$dir/$name/trace.pt" "$2" "$PT_BUNDLE/trace.pt" <<'PY'
+import random, sys
+n, path, kind, real = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+psb = bytes([0x02, 0x82] * 8)
+psbend = bytes([0x02, 0x23])
+rng = random.Random(7)
+with open(path, "wb") as f:
+    if kind == "random":
+        for _ in range(n >> 20):
+            f.write(rng.randbytes(1 << 20))
+    elif kind == "ff":
+        f.write(b"\xff" * n)
+    elif kind == "pads":
+        f.write(psb + psbend + b"\x00" * (n - len(psb) - 2))
+    elif kind == "psbs":
+        f.write(psb * (n // len(psb)))
+    elif kind == "ovf":
+        f.write(psb + psbend + bytes([0x02, 0xF3]) * ((n - len(psb) - 2) // 2))
+    elif kind == "random-psb-4k":
+        for _ in range(n // 4096):
+            f.write(psb + rng.randbytes(4096 - len(psb)))
+    elif kind == "idle-mtc":
+        # Tracing on, nothing branching: a PSB+ and 400 MTCs, over and over, between two
+        # copies of the real trace's first MiB.
+        base = open(real, "rb").read(1 << 20)
+        unit = bytearray(psb + psbend)
+        for i in range(400):
+            unit += bytes([0x59, i & 0xFF])
+        f.write(base)
+        left = n - 2 * len(base)
+        while left > 0:
+            f.write(unit[:left])
+            left -= len(unit)
+        f.write(base)
+    elif kind == "damaged-1pct":
+        base = open(real, "rb").read(64 << 20)
+        buf = bytearray(base * (n // len(base) + 1))[:n]
+        for _ in range(n // 100):
+            buf[rng.randrange(n)] = rng.randrange(256)
+        f.write(buf)
+PY
+  }
+  for kind in ${KINDS:-random ff pads psbs ovf random-psb-4k damaged-1pct idle-mtc}; do
+    if [ "$(cat "$dir/$kind/size_mb" 2>/dev/null)" != "$size_mb" ]; then
+      make_pt "$kind" "$kind"
+      echo "$size_mb" >"$dir/$kind/size_mb"
+    fi
+    printf '%-14s %4d MB  ' "pt $kind" "$size_mb"
+    "$here/peak-rss.sh" "$bin" decode "$dir/$kind" -j2 --out "$dir/$kind/out" || true
+  done
+  exit 0
+fi
 make() { # name, kind: writes `bytes` bytes of that kind as the bundle's trace
   local name=$1 sample=jumptable ctl=0x2e0b
   case $2 in

@@ -1,0 +1,183 @@
+//! Intel PT bundles in the collected forms: a ToPA dump (SDM 36.2.6.2, Table of Physical
+//! Addresses: output regions in chain order, a STOP or a circular END) and a trace-hub
+//! capture (64-byte line writes, partial and some out of order). The stream views are
+//! the format's business only in name: a PT trace laid out through either decodes to the
+//! same rows as the linear file (or, for a ToPA buffer that wrapped, to a suffix of them),
+//! and those rows are the truth of the execution the generator encoded.
+
+use std::path::Path;
+
+use tracemill::bundle::Bundle;
+use tracemill_datasets::bundle::{ImageEntry, ImageKind, Manifest, PtFacts, TraceFormat};
+use tracemill_datasets::collected::{write_topa, write_trace_hub, HubPlan, TopaPlan};
+use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
+use tracemill_datasets::pt_encode::{encode_execution, PtOptions};
+use tracemill_decode::chunk::{decode_all, Input};
+use tracemill_decode::image::ImageSet;
+use tracemill_decode::pt::clock::PtTiming;
+use tracemill_decode::rows::BranchColumns;
+use tracemill_decode::Pt;
+
+fn busybox() -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../datasets/samples/busybox-sort/images/busybox");
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A PT bundle of `file` as its trace, laid out as `m` says.
+fn bundle(dir: &Path, mut m: Manifest, file: &[u8], elf: &[u8]) -> Bundle {
+    std::fs::create_dir_all(dir.join("images")).unwrap();
+    std::fs::write(dir.join("images/busybox"), elf).unwrap();
+    m.format = TraceFormat::Pt;
+    m.images = vec![ImageEntry {
+        path: "images/busybox".into(),
+        base: None,
+        cr3: None,
+        kind: ImageKind::Elf,
+        symbols: None,
+    }];
+    m.pt = Some(PtFacts {
+        ret_compression: Some(true),
+        ..PtFacts::default()
+    });
+    std::fs::write(m.trace_path(dir), file).unwrap();
+    std::fs::write(dir.join("bundle.toml"), m.to_toml()).unwrap();
+    Bundle::open(dir, None, &[]).unwrap()
+}
+
+/// Decode a bundle's stream (sequentially, and in 4 KiB chunks: the same rows).
+fn decode(b: &Bundle) -> BranchColumns {
+    let stream = b.stream();
+    let (images, _) = b.image_set();
+    let cfg = b.pt_config().unwrap();
+    let input = Input::<Pt> {
+        stream: &stream,
+        images: &images,
+        timing: PtTiming::new(&cfg),
+        cfg,
+    };
+    let seq = decode_all(&input, u64::MAX);
+    let par = decode_all(&input, 4096);
+    assert_eq!(
+        seq.rows,
+        par.rows,
+        "{}: chunked decode differs",
+        b.dir.display()
+    );
+    seq.rows
+}
+
+/// (ip, kind, taken, target) of every row: what does not depend on where in the file the
+/// packets lie.
+fn flow(r: &BranchColumns) -> Vec<(u64, u8, bool, Option<u64>)> {
+    (0..r.len())
+        .map(|i| (r.ip[i], r.kind[i], r.taken[i], r.target.get(i)))
+        .collect()
+}
+
+/// IA32_RTIT_CTL: TraceEn, User, BranchEn, ToPA (bit 8) as a ToPA recording sets it.
+const CTL: u64 = 1 | 1 << 3 | 1 << 8 | 1 << 13;
+
+#[test]
+fn pt_through_topa_and_a_trace_hub_decodes_as_the_linear_trace() {
+    let elf = busybox();
+    let exec = Code::from_elf("busybox", &elf)
+        .unwrap()
+        .execution(&WalkConfig::new(31, 100_000));
+    let mut images = ImageSet::new();
+    images.add_elf("busybox", &elf, None, None).unwrap();
+    let pt = encode_execution(
+        &images,
+        &PtOptions::default(),
+        exec.entry,
+        exec.steps.iter().copied(),
+    );
+    let truth = flow(&pt.truth.provable());
+    assert!(truth.len() > 10_000, "{} rows", truth.len());
+    let tmp = tempfile::tempdir().unwrap();
+
+    let mut m = Manifest::new(CTL);
+    m.trace = "trace.pt".into();
+    let linear = decode(&bundle(&tmp.path().join("linear"), m, &pt.bytes, &elf));
+    assert_eq!(flow(&linear), truth, "the linear file");
+
+    // Regions of 4 KiB to 64 KiB in two tables, a STOP at the end of a chain long
+    // enough for the whole trace: every row, at its offset moved by the layout's shift.
+    let len = pt.bytes.len() as u64;
+    let mut sizes = vec![2u8, 0, 4, 1, 3];
+    while sizes.iter().map(|&c| 4096u64 << c).sum::<u64>() < len {
+        sizes.push(4);
+    }
+    let laid = write_topa(
+        &pt.bytes,
+        &TopaPlan {
+            sizes,
+            first_table: 3,
+            circular: false,
+            int_every: 2,
+            seed: 5,
+        },
+    );
+    let mut m = Manifest::new(CTL);
+    m.topa = Some(laid.form);
+    m.trace = "trace.topa".into();
+    let topa = decode(&bundle(&tmp.path().join("topa"), m, &laid.file, &elf));
+    assert_eq!(flow(&topa), truth, "the ToPA dump");
+    let moved: Vec<u64> = linear
+        .offset
+        .iter()
+        .map(|&o| (o as i64 + laid.shift) as u64)
+        .collect();
+    assert_eq!(topa.offset, moved, "ToPA rows' offsets");
+
+    // A circular ToPA buffer of a third of the trace: what survives is the last bytes,
+    // and their rows are the truth's last rows from the first PSB on.
+    assert!(len > 3 * 8192, "a {len}-byte trace");
+    let laid = write_topa(
+        &pt.bytes,
+        &TopaPlan {
+            sizes: vec![0, 0],
+            first_table: 2,
+            circular: true,
+            int_every: 0,
+            seed: 6,
+        },
+    );
+    let mut m = Manifest::new(CTL);
+    m.topa = Some(laid.form);
+    m.trace = "trace.topa".into();
+    let wrapped = flow(&decode(&bundle(
+        &tmp.path().join("topa-wrapped"),
+        m,
+        &laid.file,
+        &elf,
+    )));
+    assert!(
+        !wrapped.is_empty() && wrapped.len() < truth.len(),
+        "{} rows of {}",
+        wrapped.len(),
+        truth.len()
+    );
+    assert_eq!(
+        wrapped[..],
+        truth[truth.len() - wrapped.len()..],
+        "the wrapped ToPA buffer decodes to the truth's last rows"
+    );
+
+    // A trace hub: lines flushed early, some received out of order (within 2.3.2).
+    let laid = write_trace_hub(
+        &pt.bytes,
+        &HubPlan {
+            size: 4096,
+            start_offset: 0x2C5,
+            flush_every: 2048,
+            reorder: 0.2,
+            seed: 7,
+        },
+    );
+    let mut m = Manifest::new(CTL);
+    m.trace_hub = Some(laid.form);
+    m.trace = "trace.hub".into();
+    let hub = decode(&bundle(&tmp.path().join("hub"), m, &laid.file, &elf));
+    assert_eq!(flow(&hub), truth, "the trace-hub capture");
+}
