@@ -149,7 +149,10 @@ pub fn decode_body<F: Format, S: RowSink + Default>(
     // trace (3 rows a byte), and reserving the worst case (six a byte) would make every
     // chunk fault in pages it never uses, which Arrow keeps alive until written.
     let bytes = chunk.end - chunk.start;
-    w.rows.reserve(ROWS_PER_KIB.get().saturating_mul(bytes) as usize / 1024);
+    // At most 1 M rows: chunks are 32-128 KiB, but a stretch without PSBs is one chunk
+    // however long (its rows grow from there).
+    let expect = ROWS_PER_KIB.get().saturating_mul(bytes) / 1024;
+    w.rows.reserve(expect.min(1 << 20) as usize);
     let stop = w.run();
     if bytes >= 4096 {
         let density = (w.rows.len() as u64 * 1024 / bytes) * 9 / 8 + 16;

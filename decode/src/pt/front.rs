@@ -200,8 +200,16 @@ impl<'a> PtFront<'a> {
     /// A reader for looking ahead from `pos`: over the whole stream (a look-ahead decides
     /// the same wherever the chunk ends), stopped by the caller at
     /// [`MAX_LOOKAHEAD_BYTES`] past `from`.
+    ///
+    /// A copy of the front's reader, so that it knows where the next PSB is as far as the
+    /// reader proved it: a fresh reader searched from `pos` to the next PSB at its first
+    /// packet, and an OVF looks ahead at every one, so OVFs back to back without a PSB
+    /// were quadratic (1 MiB of them took 25 s, 4 MiB 353 s; `benches/scripts/hostile.sh`).
     fn peeker(&self, pos: u64) -> PacketReader<'a> {
-        PacketReader::new(self.stream, pos, self.stream.len(), self.errata)
+        let mut r = self.reader.clone();
+        r.seek(pos);
+        r.set_end(self.stream.len());
+        r
     }
 
     /// The timing packets go to `facts`; true when `p` was one.

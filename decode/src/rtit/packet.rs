@@ -442,11 +442,18 @@ impl<'s> PacketReader<'s> {
         self.want_cyc = want_cyc;
     }
 
-    /// The first PSB at or after `pos`. Searches only past what an earlier call proved, so
-    /// a reader moving forward scans each byte once.
+    /// The first PSB at or after `pos`. Searches only what an earlier call did not prove,
+    /// so a reader moving forward scans each byte once, and one seeking back (a look-ahead
+    /// undone) scans only the bytes up to the known answer again, not on to the next PSB
+    /// (which made long PSB-less stretches quadratic in the Intel PT reader).
     #[inline]
     fn psb_from(&mut self, pos: u64) -> Option<u64> {
-        if self.searched_from > pos || self.next_psb.is_some_and(|p| p < pos) {
+        if self.searched_from != u64::MAX && pos < self.searched_from {
+            if let Some(p) = super::sync::next_psb_before(self.stream, pos, self.searched_from) {
+                self.next_psb = Some(p);
+            }
+            self.searched_from = pos;
+        } else if self.searched_from > pos || self.next_psb.is_some_and(|p| p < pos) {
             self.next_psb = super::sync::next_psb(self.stream, pos);
             self.searched_from = pos;
         }
