@@ -1,4 +1,12 @@
-//! Intel PT bundles in the collected forms: a ToPA dump (SDM 36.2.6.2, Table of Physical
+//! Intel PT bundles of real program executions through the command line, and in the
+//! collected forms.
+//!
+//! busybox `sort` run under qemu, encoded as Intel PT by the generator: `tracemill decode`
+//! with one thread and with two and the smallest chunks writes byte-identical tables, and
+//! its branches are the truth row for row (as `pipeline/tests/samples.rs` checks the RTIT
+//! samples).
+//!
+//! The collected forms: a ToPA dump (SDM 36.2.6.2, Table of Physical
 //! Addresses: output regions in chain order, a STOP or a circular END) and a trace-hub
 //! capture (64-byte line writes, partial and some out of order). The stream views are
 //! the format's business only in name: a PT trace laid out through either decodes to the
@@ -6,6 +14,12 @@
 //! and those rows are the truth of the execution the generator encoded.
 
 use std::path::Path;
+use std::process::Command;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{UInt32Type, UInt64Type};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use tracemill_datasets::exec::qemu;
 
 use tracemill::bundle::Bundle;
 use tracemill_datasets::bundle::{ImageEntry, ImageKind, Manifest, PtFacts, TraceFormat};
@@ -180,4 +194,134 @@ fn pt_through_topa_and_a_trace_hub_decodes_as_the_linear_trace() {
     m.trace = "trace.hub".into();
     let hub = decode(&bundle(&tmp.path().join("hub"), m, &laid.file, &elf));
     assert_eq!(flow(&hub), truth, "the trace-hub capture");
+}
+
+fn decode_cli(b: &Path, out: &Path, extra: &[&str]) {
+    let o = Command::new(env!("CARGO_BIN_EXE_tracemill"))
+        .arg("decode")
+        .arg(b)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .arg("-q")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "decode {extra:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// (ip, taken, target, insns, offset) of `branches.parquet`.
+type Row = (u64, bool, Option<u64>, u32, u64);
+
+fn read_branches(path: &Path) -> Vec<Row> {
+    let mut out = Vec::new();
+    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    for b in r {
+        let b = b.unwrap();
+        let col = |n: &str| b.column_by_name(n).unwrap().clone();
+        let (ip, taken, target, insns, offset) = (
+            col("ip"),
+            col("taken"),
+            col("target"),
+            col("insns"),
+            col("offset"),
+        );
+        let (ip, taken, target) = (
+            ip.as_primitive::<UInt64Type>(),
+            taken.as_boolean(),
+            target.as_primitive::<UInt64Type>(),
+        );
+        let (insns, offset) = (
+            insns.as_primitive::<UInt32Type>(),
+            offset.as_primitive::<UInt64Type>(),
+        );
+        for i in 0..b.num_rows() {
+            out.push((
+                ip.value(i),
+                taken.value(i),
+                target.is_valid(i).then(|| target.value(i)),
+                insns.value(i),
+                offset.value(i),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_pt_bundle_of_busybox_under_qemu_decodes_to_its_truth_alike_on_any_thread_count() {
+    const BUSYBOX: &str = "/usr/bin/busybox";
+    let skip = std::env::var("TRACEMILL_SKIP_MISSING").is_ok_and(|v| v == "1")
+        && std::env::var_os("CI").is_none();
+    if let Err(e) = qemu::check_tools() {
+        assert!(
+            skip,
+            "{e} (TRACEMILL_SKIP_MISSING=1 skips this test, except in CI)"
+        );
+        return;
+    }
+    assert!(
+        skip || Path::new(BUSYBOX).exists(),
+        "{BUSYBOX} not installed (apt-get install busybox-static)"
+    );
+    if !Path::new(BUSYBOX).exists() {
+        return;
+    }
+    let mut x = 11u32;
+    let mut input = String::new();
+    for _ in 0..300 {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        input += &format!("{}\n", (x >> 8) % 10_000);
+    }
+    let cap = qemu::trace(Path::new(BUSYBOX), &["sort", "-n"], input.as_bytes()).unwrap();
+    assert_eq!(cap.exit_code, Some(0));
+    let exec = cap.execution;
+    let elf = exec.images[0].1.clone();
+    let mut images = ImageSet::new();
+    images.add_elf("busybox", &elf, None, None).unwrap();
+    let pt = encode_execution(
+        &images,
+        &PtOptions::default(),
+        exec.entry,
+        exec.steps.iter().copied(),
+    );
+    let t = pt.truth.provable();
+    let truth: Vec<Row> = (0..t.len())
+        .map(|i| {
+            (
+                t.ip[i],
+                t.taken[i],
+                t.target.get(i),
+                t.insns[i],
+                t.offset[i],
+            )
+        })
+        .collect();
+    assert!(truth.len() > 100_000, "{} rows", truth.len());
+
+    let tmp = tempfile::tempdir().unwrap();
+    let mut m = Manifest::new(1 | 1 << 3 | 1 << 13);
+    m.trace = "trace.pt".into();
+    let b = bundle(&tmp.path().join("sort"), m, &pt.bytes, &elf);
+    let (one, two) = (tmp.path().join("j1"), tmp.path().join("j2"));
+    decode_cli(&b.dir, &one, &["-j", "1"]);
+    decode_cli(&b.dir, &two, &["-j", "2", "--chunk-size", "0"]);
+    for t in ["branches", "events", "timing", "coverage", "edges"] {
+        let f = format!("{t}.parquet");
+        assert!(
+            std::fs::read(one.join(&f)).unwrap() == std::fs::read(two.join(&f)).unwrap(),
+            "{t} differs between -j1 and -j2 with the smallest chunks"
+        );
+    }
+    let got = read_branches(&one.join("branches.parquet"));
+    assert_eq!(got.len(), truth.len(), "rows");
+    if let Some(i) = (0..got.len()).find(|&i| got[i] != truth[i]) {
+        panic!("row {i}: decoded {:x?}, truth {:x?}", got[i], truth[i]);
+    }
 }
