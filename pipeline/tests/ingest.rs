@@ -988,7 +988,8 @@ mod s3 {
     }
 
     #[test]
-    fn an_s3_dataset_on_a_local_moto_server_survives_sigkill_and_reads_back_in_pyarrow_and_polars() {
+    fn an_s3_dataset_on_a_local_moto_server_survives_sigkill_and_reads_back_in_pyarrow_and_polars()
+    {
         if !python_has(
             "moto.server, boto3, pyarrow, polars",
             "python3 -m venv .venv && .venv/bin/pip install -r python/requirements.txt",

@@ -398,7 +398,13 @@ fn forbidding_server() -> u16 {
 #[cfg(not(feature = "s3"))]
 #[test]
 fn s3_in_a_build_without_s3_says_how_to_build_one_with_it() {
-    let o = tracemill(&["ingest", &recursion(), "--dataset", "s3://night/fleet", "-q"]);
+    let o = tracemill(&[
+        "ingest",
+        &recursion(),
+        "--dataset",
+        "s3://night/fleet",
+        "-q",
+    ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let e = stderr(&o);
     assert!(

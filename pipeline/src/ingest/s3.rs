@@ -11,9 +11,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
-use object_store::{
-    ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion, WriteMultipart,
-};
+use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion, WriteMultipart};
 
 use super::claim::{unix_now, Owner, HEARTBEAT, LEASE};
 
