@@ -10,7 +10,8 @@
 # Exit status per task: 0 every bundle ok, 3 some bundles failed (their catalog rows say
 # why; the rest are committed), 1 nothing could be done. For S3, set AWS_REGION,
 # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for a non-AWS store) in
-# the submitting environment; sbatch passes it on.
+# the submitting environment; sbatch passes it on; and use a tracemill built with S3
+# support (`cargo install --path pipeline --locked --features s3`).
 #
 #SBATCH --job-name=tracemill-ingest
 #SBATCH --cpus-per-task=8

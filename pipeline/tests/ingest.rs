@@ -923,136 +923,167 @@ fn duckdb_pyarrow_and_polars_read_the_dataset_and_its_catalog() {
     python_test(s(&dest), good.len(), BAD.len(), Some(&list_file), &[]);
 }
 
-/// A `moto` S3 server on 127.0.0.1, stopped when dropped.
-struct Moto {
-    child: std::process::Child,
-    endpoint: String,
-}
+/// S3 datasets, in a build with the `s3` feature (the test command's `--all-features`);
+/// a build without it refuses them (`tests/options.rs`).
+#[cfg(feature = "s3")]
+mod s3 {
+    use super::*;
 
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// A `moto` S3 server on 127.0.0.1, stopped when dropped.
+    struct Moto {
+        child: std::process::Child,
+        endpoint: String,
     }
-}
 
-impl Moto {
-    fn start() -> Moto {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(common::python())
-            .args([
-                "-m",
-                "moto.server",
-                "-H",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let m = Moto {
-            child,
-            endpoint: format!("http://127.0.0.1:{port}"),
-        };
-        let t = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                t.elapsed().as_secs() < 30,
-                "moto did not start on port {port}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
+    impl Drop for Moto {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
-        m
     }
 
-    fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
-            ("AWS_ACCESS_KEY_ID", "test".into()),
-            ("AWS_SECRET_ACCESS_KEY", "test".into()),
-            ("AWS_REGION", "us-east-1".into()),
-        ]
-    }
-}
+    impl Moto {
+        fn start() -> Moto {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let child = Command::new(common::python())
+                .args([
+                    "-m",
+                    "moto.server",
+                    "-H",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let m = Moto {
+                child,
+                endpoint: format!("http://127.0.0.1:{port}"),
+            };
+            let t = Instant::now();
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(
+                    t.elapsed().as_secs() < 30,
+                    "moto did not start on port {port}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            m
+        }
 
-#[test]
-fn an_s3_dataset_on_a_local_moto_server_survives_sigkill_and_reads_back_in_pyarrow_and_polars() {
-    if !python_has(
-        "moto.server, boto3, pyarrow, polars",
-        "python3 -m venv .venv && .venv/bin/pip install -r python/requirements.txt",
-    ) {
-        return;
+        fn env(&self) -> Vec<(&'static str, String)> {
+            vec![
+                ("AWS_ENDPOINT_URL", self.endpoint.clone()),
+                ("AWS_ACCESS_KEY_ID", "test".into()),
+                ("AWS_SECRET_ACCESS_KEY", "test".into()),
+                ("AWS_REGION", "us-east-1".into()),
+            ]
+        }
     }
-    let moto = Moto::start();
-    let env = moto.env();
-    let mk = Command::new(common::python())
-        .args([
-            "-c",
-            "import boto3, os; boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL']).create_bucket(Bucket='night')",
-        ])
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .output()
-        .unwrap();
-    assert!(
-        mk.status.success(),
-        "{}",
-        String::from_utf8_lossy(&mk.stderr)
-    );
 
-    let tmp = tempfile::tempdir().unwrap();
-    let good = fleet(tmp.path(), true);
-    let night = tmp.path().join("night");
-    let staging = tmp.path().join("staging");
-    let run = || {
-        let o = Command::new(BIN)
+    #[test]
+    fn an_s3_dataset_on_a_local_moto_server_survives_sigkill_and_reads_back_in_pyarrow_and_polars()
+    {
+        if !python_has(
+            "moto.server, boto3, pyarrow, polars",
+            "python3 -m venv .venv && .venv/bin/pip install -r python/requirements.txt",
+        ) {
+            return;
+        }
+        let moto = Moto::start();
+        let env = moto.env();
+        let mk = Command::new(common::python())
             .args([
-                "ingest",
-                s(&night),
-                "--dataset",
-                "s3://night/fleet/v1",
-                "--partition-by",
-                "date,host",
+                "-c",
+                "import boto3, os; boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL']).create_bucket(Bucket='night')",
             ])
-            .args(["--staging", s(&staging), "-j", "2"])
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .env_remove("SLURM_ARRAY_TASK_ID")
-            .env_remove("JOB_COMPLETION_INDEX")
             .output()
             .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        assert_eq!(o.status.code(), Some(3), "{err}");
-        err
-    };
-    let t = Instant::now();
-    let err = run();
-    let whole = t.elapsed();
-    assert!(
-        err.contains(&format!("{} ok, 4 failed now", good.len())),
-        "{err}"
-    );
-    // Committed bundles are read from the bucket's catalog on a re-run.
-    let err = run();
-    assert!(err.contains("0 ok, 0 failed now"), "{err}");
-    assert_eq!(
-        std::fs::read_dir(&staging).unwrap().count(),
-        0,
-        "staging left behind"
-    );
-    python_test("s3://night/fleet/v1", good.len(), BAD.len(), None, &env);
+        assert!(
+            mk.status.success(),
+            "{}",
+            String::from_utf8_lossy(&mk.stderr)
+        );
 
-    // Killed at seeded moments while uploading, then run again: the bucket holds exactly
-    // what a clean local ingest of the same night writes, object for object.
-    let mut rng = Rng::new(0x53);
-    let killed_url = "s3://night/killed";
-    let mut kills = 0;
-    for _ in 0..3 {
-        let mut child = Command::new(BIN)
+        let tmp = tempfile::tempdir().unwrap();
+        let good = fleet(tmp.path(), true);
+        let night = tmp.path().join("night");
+        let staging = tmp.path().join("staging");
+        let run = || {
+            let o = Command::new(BIN)
+                .args([
+                    "ingest",
+                    s(&night),
+                    "--dataset",
+                    "s3://night/fleet/v1",
+                    "--partition-by",
+                    "date,host",
+                ])
+                .args(["--staging", s(&staging), "-j", "2"])
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                .env_remove("SLURM_ARRAY_TASK_ID")
+                .env_remove("JOB_COMPLETION_INDEX")
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr).into_owned();
+            assert_eq!(o.status.code(), Some(3), "{err}");
+            err
+        };
+        let t = Instant::now();
+        let err = run();
+        let whole = t.elapsed();
+        assert!(
+            err.contains(&format!("{} ok, 4 failed now", good.len())),
+            "{err}"
+        );
+        // Committed bundles are read from the bucket's catalog on a re-run.
+        let err = run();
+        assert!(err.contains("0 ok, 0 failed now"), "{err}");
+        assert_eq!(
+            std::fs::read_dir(&staging).unwrap().count(),
+            0,
+            "staging left behind"
+        );
+        python_test("s3://night/fleet/v1", good.len(), BAD.len(), None, &env);
+
+        // Killed at seeded moments while uploading, then run again: the bucket holds exactly
+        // what a clean local ingest of the same night writes, object for object.
+        let mut rng = Rng::new(0x53);
+        let killed_url = "s3://night/killed";
+        let mut kills = 0;
+        for _ in 0..3 {
+            let mut child = Command::new(BIN)
+                .args([
+                    "ingest",
+                    s(&night),
+                    "--dataset",
+                    killed_url,
+                    "--partition-by",
+                    "date,host",
+                ])
+                .args(["--staging", s(&staging), "-j", "2", "-q"])
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                .env_remove("SLURM_ARRAY_TASK_ID")
+                .env_remove("JOB_COMPLETION_INDEX")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(whole.mul_f64(rng.below(1000) as f64 / 1000.0));
+            if child.try_wait().unwrap().is_none() {
+                kills += 1;
+            }
+            let _ = child.kill(); // SIGKILL
+            child.wait().unwrap();
+        }
+        let o = Command::new(BIN)
             .args([
                 "ingest",
                 s(&night),
@@ -1065,141 +1096,118 @@ fn an_s3_dataset_on_a_local_moto_server_survives_sigkill_and_reads_back_in_pyarr
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .env_remove("SLURM_ARRAY_TASK_ID")
             .env_remove("JOB_COMPLETION_INDEX")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
+            .output()
             .unwrap();
-        std::thread::sleep(whole.mul_f64(rng.below(1000) as f64 / 1000.0));
-        if child.try_wait().unwrap().is_none() {
-            kills += 1;
-        }
-        let _ = child.kill(); // SIGKILL
-        child.wait().unwrap();
-    }
-    let o = Command::new(BIN)
-        .args([
-            "ingest",
-            s(&night),
-            "--dataset",
-            killed_url,
-            "--partition-by",
-            "date,host",
-        ])
-        .args(["--staging", s(&staging), "-j", "2", "-q"])
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .env_remove("SLURM_ARRAY_TASK_ID")
-        .env_remove("JOB_COMPLETION_INDEX")
-        .output()
-        .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let local = tmp.path().join("local");
-    let o = ingest(&[
-        s(&night),
-        "--dataset",
-        s(&local),
-        "--partition-by",
-        "date,host",
-    ]);
-    assert_eq!(
-        o.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let fetched = tmp.path().join("fetched");
-    let get = Command::new(common::python())
-        .args([
-            "-c",
-            "import boto3, os, sys\n\
-             s3 = boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL'])\n\
-             for page in s3.get_paginator('list_objects_v2').paginate(Bucket='night', Prefix='killed/'):\n\
-             \x20   for o in page.get('Contents', []):\n\
-             \x20       p = os.path.join(sys.argv[1], o['Key'][len('killed/'):])\n\
-             \x20       os.makedirs(os.path.dirname(p), exist_ok=True)\n\
-             \x20       s3.download_file('night', o['Key'], p)\n",
-            s(&fetched),
-        ])
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .output()
-        .unwrap();
-    assert!(
-        get.status.success(),
-        "{}",
-        String::from_utf8_lossy(&get.stderr)
-    );
-    assert_same_dataset(&local, &fetched);
-    eprintln!("S3: {kills} of 3 runs killed before they finished (clean run {whole:?})");
-    assert_eq!(
-        std::fs::read_dir(&staging).unwrap().count(),
-        0,
-        "staging left behind"
-    );
-
-    // Two runs at once, each with its own staging directory (as on two machines): they
-    // meet at the claim objects, and the bucket holds what one clean run writes.
-    let together: Vec<_> = ["a", "b"]
-        .iter()
-        .map(|m| {
-            Command::new(BIN)
-                .args([
-                    "ingest",
-                    s(&night),
-                    "--dataset",
-                    "s3://night/together",
-                    "--partition-by",
-                    "date,host",
-                ])
-                .args([
-                    "--staging",
-                    s(&tmp.path().join(format!("staging-{m}"))),
-                    "-j",
-                    "2",
-                    "-q",
-                ])
-                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-                .env_remove("SLURM_ARRAY_TASK_ID")
-                .env_remove("JOB_COMPLETION_INDEX")
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for c in together {
-        let o = c.wait_with_output().unwrap();
         assert_eq!(
             o.status.code(),
             Some(3),
             "{}",
             String::from_utf8_lossy(&o.stderr)
         );
+        let local = tmp.path().join("local");
+        let o = ingest(&[
+            s(&night),
+            "--dataset",
+            s(&local),
+            "--partition-by",
+            "date,host",
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let fetched = tmp.path().join("fetched");
+        let get = Command::new(common::python())
+            .args([
+                "-c",
+                "import boto3, os, sys\n\
+                 s3 = boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL'])\n\
+                 for page in s3.get_paginator('list_objects_v2').paginate(Bucket='night', Prefix='killed/'):\n\
+                 \x20   for o in page.get('Contents', []):\n\
+                 \x20       p = os.path.join(sys.argv[1], o['Key'][len('killed/'):])\n\
+                 \x20       os.makedirs(os.path.dirname(p), exist_ok=True)\n\
+                 \x20       s3.download_file('night', o['Key'], p)\n",
+                s(&fetched),
+            ])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap();
+        assert!(
+            get.status.success(),
+            "{}",
+            String::from_utf8_lossy(&get.stderr)
+        );
+        assert_same_dataset(&local, &fetched);
+        eprintln!("S3: {kills} of 3 runs killed before they finished (clean run {whole:?})");
+        assert_eq!(
+            std::fs::read_dir(&staging).unwrap().count(),
+            0,
+            "staging left behind"
+        );
+
+        // Two runs at once, each with its own staging directory (as on two machines): they
+        // meet at the claim objects, and the bucket holds what one clean run writes.
+        let together: Vec<_> = ["a", "b"]
+            .iter()
+            .map(|m| {
+                Command::new(BIN)
+                    .args([
+                        "ingest",
+                        s(&night),
+                        "--dataset",
+                        "s3://night/together",
+                        "--partition-by",
+                        "date,host",
+                    ])
+                    .args([
+                        "--staging",
+                        s(&tmp.path().join(format!("staging-{m}"))),
+                        "-j",
+                        "2",
+                        "-q",
+                    ])
+                    .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                    .env_remove("SLURM_ARRAY_TASK_ID")
+                    .env_remove("JOB_COMPLETION_INDEX")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for c in together {
+            let o = c.wait_with_output().unwrap();
+            assert_eq!(
+                o.status.code(),
+                Some(3),
+                "{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let fetched = tmp.path().join("fetched-together");
+        let get = Command::new("python3")
+            .args([
+                "-c",
+                "import boto3, os, sys\n\
+                 s3 = boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL'])\n\
+                 for page in s3.get_paginator('list_objects_v2').paginate(Bucket='night', Prefix='together/'):\n\
+                 \x20   for o in page.get('Contents', []):\n\
+                 \x20       p = os.path.join(sys.argv[1], o['Key'][len('together/'):])\n\
+                 \x20       os.makedirs(os.path.dirname(p), exist_ok=True)\n\
+                 \x20       s3.download_file('night', o['Key'], p)\n",
+                s(&fetched),
+            ])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap();
+        assert!(
+            get.status.success(),
+            "{}",
+            String::from_utf8_lossy(&get.stderr)
+        );
+        // No claim object is left behind either (dataset() would fail to read one).
+        assert_same_dataset(&local, &fetched);
     }
-    let fetched = tmp.path().join("fetched-together");
-    let get = Command::new("python3")
-        .args([
-            "-c",
-            "import boto3, os, sys\n\
-             s3 = boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL'])\n\
-             for page in s3.get_paginator('list_objects_v2').paginate(Bucket='night', Prefix='together/'):\n\
-             \x20   for o in page.get('Contents', []):\n\
-             \x20       p = os.path.join(sys.argv[1], o['Key'][len('together/'):])\n\
-             \x20       os.makedirs(os.path.dirname(p), exist_ok=True)\n\
-             \x20       s3.download_file('night', o['Key'], p)\n",
-            s(&fetched),
-        ])
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .output()
-        .unwrap();
-    assert!(
-        get.status.success(),
-        "{}",
-        String::from_utf8_lossy(&get.stderr)
-    );
-    // No claim object is left behind either (dataset() would fail to read one).
-    assert_same_dataset(&local, &fetched);
 }

@@ -374,6 +374,7 @@ fn a_single_bundles_timeline_names_its_process() {
 
 /// A local HTTP server answering 403 to everything, as the EC2 metadata service answers
 /// where there is no instance role; it serves until the test ends.
+#[cfg(feature = "s3")]
 fn forbidding_server() -> u16 {
     use std::io::{Read, Write};
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -392,6 +393,28 @@ fn forbidding_server() -> u16 {
     port
 }
 
+/// A build without the `s3` feature (the default install) refuses an S3 dataset before
+/// any work, with the command that builds one with S3.
+#[cfg(not(feature = "s3"))]
+#[test]
+fn s3_in_a_build_without_s3_says_how_to_build_one_with_it() {
+    let o = tracemill(&[
+        "ingest",
+        &recursion(),
+        "--dataset",
+        "s3://night/fleet",
+        "-q",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("s3://night/fleet: this tracemill was built without S3 support")
+            && e.contains("cargo install --path pipeline --locked --features s3"),
+        "{e}"
+    );
+}
+
+#[cfg(feature = "s3")]
 #[test]
 fn s3_without_credentials_names_the_aws_variables() {
     let port = forbidding_server();

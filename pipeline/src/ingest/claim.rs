@@ -30,20 +30,20 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
-use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
 
 use super::dest::Dest;
+#[cfg(feature = "s3")]
+use super::s3::S3Claim;
 
 /// How often the owner of an S3 claim renews it.
+#[cfg_attr(not(feature = "s3"), allow(dead_code))]
 pub const HEARTBEAT: Duration = Duration::from_secs(20);
 /// An S3 claim not renewed for this long belongs to a run that is gone.
+#[cfg_attr(not(feature = "s3"), allow(dead_code))]
 pub const LEASE: Duration = Duration::from_secs(120);
 
 /// Who holds a claim: written in the lock file and the S3 claim object.
@@ -60,7 +60,7 @@ pub struct Owner {
 }
 
 impl Owner {
-    fn me() -> Owner {
+    pub(super) fn me() -> Owner {
         let now = unix_now();
         let pid = std::process::id();
         Owner {
@@ -83,7 +83,8 @@ impl Owner {
     }
 
     /// This machine's process that owned the claim is gone (or is another process now).
-    fn dead_here(&self) -> bool {
+    #[cfg_attr(not(feature = "s3"), allow(dead_code))]
+    pub(super) fn dead_here(&self) -> bool {
         self.host == host_name() && process_start(self.pid) != Some(self.start)
     }
 }
@@ -100,6 +101,7 @@ pub struct Claim {
     staging: PathBuf,
     lock_path: PathBuf,
     lock: Option<File>,
+    #[cfg(feature = "s3")]
     s3: Option<S3Claim>,
 }
 
@@ -112,15 +114,18 @@ impl Claim {
     /// False once another run took the claim over (an S3 renewal failed): nothing more of
     /// the bundle may be published.
     pub fn still_held(&self) -> bool {
-        self.s3
-            .as_ref()
-            .is_none_or(|s| !s.state.lost.load(Ordering::SeqCst))
+        #[cfg(feature = "s3")]
+        if self.s3.as_ref().is_some_and(S3Claim::lost) {
+            return false;
+        }
+        true
     }
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.staging);
+        #[cfg(feature = "s3")]
         if let Some(s3) = self.s3.take() {
             s3.release();
         }
@@ -143,14 +148,17 @@ pub fn try_claim(dest: &Dest, id: &str) -> Result<Taken> {
             .map_or_else(|| "another run".to_string(), |o| o.describe());
         return Ok(Taken::Busy(owner));
     };
+    #[cfg_attr(not(feature = "s3"), allow(unused_mut))]
     let mut claim = Claim {
         staging: root.join(id),
         lock_path,
         lock: Some(lock),
+        #[cfg(feature = "s3")]
         s3: None,
     };
-    if let Some((store, rt, key)) = dest.claims_store(id) {
-        match S3Claim::take(store, rt, key)? {
+    #[cfg(feature = "s3")]
+    if let Some(s3) = dest.s3() {
+        match s3.claim(id)? {
             Ok(s3) => claim.s3 = Some(s3),
             Err(owner) => {
                 // Not ours after all: leave the staging directory alone (the lock file goes).
@@ -211,181 +219,6 @@ fn lock_here(path: &Path) -> Result<Option<File>> {
     }
 }
 
-/// What the S3 claim's owner shares with its renewal thread.
-struct S3State {
-    etag: Mutex<Option<String>>,
-    lost: AtomicBool,
-    stop: (Mutex<bool>, Condvar),
-}
-
-struct S3Claim {
-    store: Arc<dyn ObjectStore>,
-    rt: tokio::runtime::Handle,
-    key: ObjectPath,
-    owner: Owner,
-    state: Arc<S3State>,
-    renewer: Option<std::thread::JoinHandle<()>>,
-}
-
-impl S3Claim {
-    /// Create the claim object, or take over a dead owner's. `Err(owner)` when a live run
-    /// holds it.
-    fn take(
-        store: Arc<dyn ObjectStore>,
-        rt: tokio::runtime::Handle,
-        key: ObjectPath,
-    ) -> Result<std::result::Result<S3Claim, String>> {
-        let me = Owner::me();
-        let body = || PutPayload::from(serde_json::to_vec(&me).expect("an owner serializes"));
-        let created = rt.block_on(store.put_opts(
-            &key,
-            body(),
-            PutOptions {
-                mode: PutMode::Create,
-                ..Default::default()
-            },
-        ));
-        let etag = match created {
-            Ok(r) => r.e_tag,
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                let got = match rt.block_on(store.get(&key)) {
-                    Ok(g) => g,
-                    // Released between our PUT and this GET: try again later.
-                    Err(object_store::Error::NotFound { .. }) => {
-                        return Ok(Err("another run".to_string()))
-                    }
-                    Err(e) => return Err(e).with_context(|| format!("reading claim {key}")),
-                };
-                let their_etag = got.meta.e_tag.clone();
-                let bytes = rt.block_on(got.bytes())?;
-                let theirs = serde_json::from_slice::<Owner>(&bytes).ok();
-                let stale = theirs.as_ref().is_none_or(|o| {
-                    o.dead_here() || unix_now().saturating_sub(o.renewed) > LEASE.as_secs()
-                });
-                let who = theirs.map_or_else(|| "another run".to_string(), |o| o.describe());
-                if !stale {
-                    return Ok(Err(who));
-                }
-                let taken = rt.block_on(store.put_opts(
-                    &key,
-                    body(),
-                    PutOptions {
-                        mode: PutMode::Update(UpdateVersion {
-                            e_tag: their_etag,
-                            version: None,
-                        }),
-                        ..Default::default()
-                    },
-                ));
-                match taken {
-                    Ok(r) => r.e_tag,
-                    // Another run took it over first.
-                    Err(object_store::Error::Precondition { .. }) => return Ok(Err(who)),
-                    Err(e) => return Err(e).with_context(|| format!("taking over claim {key}")),
-                }
-            }
-            Err(e) => return Err(e).with_context(|| format!("writing claim {key}")),
-        };
-        let state = Arc::new(S3State {
-            etag: Mutex::new(etag),
-            lost: AtomicBool::new(false),
-            stop: (Mutex::new(false), Condvar::new()),
-        });
-        let mut claim = S3Claim {
-            store,
-            rt,
-            key,
-            owner: me,
-            state,
-            renewer: None,
-        };
-        claim.renewer = Some(claim.start_renewing());
-        Ok(Ok(claim))
-    }
-
-    /// Renew the claim every HEARTBEAT until released; a failed conditional renewal means
-    /// it was taken over.
-    fn start_renewing(&self) -> std::thread::JoinHandle<()> {
-        let (store, rt, key, state) = (
-            self.store.clone(),
-            self.rt.clone(),
-            self.key.clone(),
-            self.state.clone(),
-        );
-        let mut owner = self.owner.clone();
-        std::thread::spawn(move || {
-            let (stopped, cv) = &state.stop;
-            let mut next = Instant::now() + HEARTBEAT;
-            loop {
-                let mut s = stopped.lock().unwrap_or_else(|e| e.into_inner());
-                while !*s && Instant::now() < next {
-                    let wait = next.saturating_duration_since(Instant::now());
-                    s = cv
-                        .wait_timeout(s, wait)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-                if *s {
-                    return;
-                }
-                drop(s);
-                next = Instant::now() + HEARTBEAT;
-                owner.renewed = unix_now();
-                let etag = state.etag.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                let r = rt.block_on(store.put_opts(
-                    &key,
-                    PutPayload::from(serde_json::to_vec(&owner).expect("an owner serializes")),
-                    PutOptions {
-                        mode: PutMode::Update(UpdateVersion {
-                            e_tag: etag,
-                            version: None,
-                        }),
-                        ..Default::default()
-                    },
-                ));
-                match r {
-                    Ok(r) => *state.etag.lock().unwrap_or_else(|e| e.into_inner()) = r.e_tag,
-                    Err(object_store::Error::Precondition { .. }) => {
-                        state.lost.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                    // A passing fault: the lease leaves room for several more tries.
-                    Err(_) => {}
-                }
-            }
-        })
-    }
-
-    /// Stop renewing and delete the claim object, if it is still ours.
-    fn release(mut self) {
-        {
-            let (stopped, cv) = &self.state.stop;
-            *stopped.lock().unwrap_or_else(|e| e.into_inner()) = true;
-            cv.notify_all();
-        }
-        if let Some(h) = self.renewer.take() {
-            let _ = h.join();
-        }
-        if self.state.lost.load(Ordering::SeqCst) {
-            return;
-        }
-        // S3 has no conditional delete: check that the object is still ours first. (Between
-        // the check and the delete another run could take it over only if it thought us
-        // dead, which a run that is releasing its claim was not for LEASE.)
-        let ours = self
-            .state
-            .etag
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Ok(meta) = self.rt.block_on(self.store.head(&self.key)) {
-            if meta.e_tag == ours {
-                let _ = self.rt.block_on(self.store.delete(&self.key));
-            }
-        }
-    }
-}
-
 /// `2026-11-26 09:00:00 UTC` for Unix seconds `t` (days to a civil date: Howard
 /// Hinnant's algorithm).
 fn utc_text(t: u64) -> String {
@@ -407,7 +240,7 @@ fn utc_text(t: u64) -> String {
     )
 }
 
-fn unix_now() -> u64 {
+pub(super) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

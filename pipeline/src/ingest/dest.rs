@@ -1,19 +1,18 @@
 //! The dataset's home: a local directory, or `s3://bucket/prefix` through the
-//! `object_store` crate. Both offer the three operations the commit protocol needs:
-//! publish a finished file under its final name at once (rename; single PUT or completed
-//! multipart upload), read a catalog file, and remove a file.
+//! `object_store` crate (`s3.rs`, built with the `s3` feature). Both offer the three
+//! operations the commit protocol needs: publish a finished file under its final name at
+//! once (rename; single PUT or completed multipart upload), read a catalog file, and
+//! remove a file.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use object_store::aws::AmazonS3Builder;
-use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
 
 use super::catalog::{self, Status};
 use super::layout;
+#[cfg(feature = "s3")]
+use super::s3::S3Dest;
 
 /// `DEST/_tracemill.json`: what every run into the dataset must agree on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,62 +25,34 @@ pub const INFO_FILE: &str = "_tracemill.json";
 
 /// Where the dataset lives.
 pub enum Dest {
-    Local { root: PathBuf },
+    Local {
+        root: PathBuf,
+    },
+    #[cfg(feature = "s3")]
     S3(S3Dest),
 }
 
-pub struct S3Dest {
-    url: String,
-    store: Arc<dyn ObjectStore>,
-    prefix: String,
-    rt: tokio::runtime::Runtime,
-    staging: PathBuf,
+/// What an `s3://` dataset gets from a tracemill built without the `s3` feature.
+#[cfg_attr(feature = "s3", allow(dead_code))]
+pub fn without_s3(dest: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{dest}: this tracemill was built without S3 support: cargo install --path pipeline \
+         --locked --features s3 (from the repository root) builds one with it"
+    )
 }
-
-/// Files up to this size are uploaded with one PUT; larger ones in parts of this size.
-const PART: usize = 16 << 20;
 
 impl Dest {
     /// `s3://bucket/prefix` or a local directory. For S3, bundles are decoded into
     /// `staging` (default: a directory under the system's temporary directory) first.
     pub fn new(dest: &str, staging: Option<PathBuf>) -> Result<Dest> {
         if let Some(rest) = dest.strip_prefix("s3://") {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                bail!("{dest}: no bucket name");
+            #[cfg(feature = "s3")]
+            return Ok(Dest::S3(S3Dest::new(dest, rest, staging)?));
+            #[cfg(not(feature = "s3"))]
+            {
+                let _ = (rest, staging);
+                Err(without_s3(dest))
             }
-            let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
-            // AWS_ENDPOINT_URL (the AWS CLI's name) as well as object_store's AWS_ENDPOINT.
-            let endpoint = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
-                .iter()
-                .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
-            if let Some(ep) = endpoint {
-                // Plain http only where the endpoint says so (a local S3 server).
-                if ep.starts_with("http://") {
-                    b = b.with_allow_http(true);
-                }
-                b = b.with_endpoint(ep);
-            }
-            let store = b
-                .build()
-                .with_context(|| format!("{dest}: configuring S3 from the AWS environment"))?;
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .thread_name("tracemill-s3")
-                .enable_all()
-                .build()
-                .context("starting the S3 client")?;
-            let staging = staging.unwrap_or_else(|| {
-                let tag = blake3::hash(dest.as_bytes()).to_hex();
-                std::env::temp_dir().join(format!("tracemill-ingest-{}", &tag[..16]))
-            });
-            Ok(Dest::S3(S3Dest {
-                url: dest.trim_end_matches('/').to_string(),
-                store: Arc::new(store),
-                prefix: prefix.trim_matches('/').to_string(),
-                rt,
-                staging,
-            }))
         } else if dest.contains("://") {
             bail!("{dest}: only local directories and s3://bucket/prefix are supported")
         } else {
@@ -94,7 +65,8 @@ impl Dest {
     pub fn display(&self) -> String {
         match self {
             Dest::Local { root } => root.display().to_string(),
-            Dest::S3(s) => s.url.clone(),
+            #[cfg(feature = "s3")]
+            Dest::S3(s) => s.url().to_string(),
         }
     }
 
@@ -102,6 +74,7 @@ impl Dest {
     pub fn local_root(&self) -> Option<&Path> {
         match self {
             Dest::Local { root } => Some(root),
+            #[cfg(feature = "s3")]
             Dest::S3(_) => None,
         }
     }
@@ -112,24 +85,17 @@ impl Dest {
     pub fn staging_root(&self) -> PathBuf {
         match self {
             Dest::Local { root } => root.join("_staging"),
-            Dest::S3(s) => s.staging.clone(),
+            #[cfg(feature = "s3")]
+            Dest::S3(s) => s.staging().to_path_buf(),
         }
     }
 
-    /// For an S3 dataset: the store, a handle of its runtime and the key of bundle `id`'s
-    /// claim object (`_claims/<id>.json`, see `claim.rs`). `None` for a local dataset,
-    /// whose claims are the staging directory's lock files alone.
-    pub fn claims_store(
-        &self,
-        id: &str,
-    ) -> Option<(Arc<dyn ObjectStore>, tokio::runtime::Handle, ObjectPath)> {
+    /// The S3 dataset, if it is one.
+    #[cfg(feature = "s3")]
+    pub fn s3(&self) -> Option<&S3Dest> {
         match self {
             Dest::Local { .. } => None,
-            Dest::S3(s) => Some((
-                s.store.clone(),
-                s.rt.handle().clone(),
-                s.key(&format!("_claims/{id}.json")),
-            )),
+            Dest::S3(s) => Some(s),
         }
     }
 
@@ -175,40 +141,8 @@ impl Dest {
                     Err(e) => return Err(e).with_context(|| format!("reading {}", info.display())),
                 }
             }
-            Dest::S3(s) => {
-                std::fs::create_dir_all(&s.staging)
-                    .with_context(|| format!("creating {}", s.staging.display()))?;
-                let key = s.key(INFO_FILE);
-                match s.rt.block_on(s.store.get(&key)) {
-                    Ok(r) => Some(s.rt.block_on(r.bytes())?.to_vec()),
-                    Err(object_store::Error::NotFound { .. }) => {
-                        // Created only if absent: of several runs starting at once, one
-                        // writes it and every other one reads what it wrote.
-                        let created = s.rt.block_on(s.store.put_opts(
-                            &key,
-                            PutPayload::from(text.clone().into_bytes()),
-                            object_store::PutOptions {
-                                mode: object_store::PutMode::Create,
-                                ..Default::default()
-                            },
-                        ));
-                        match created {
-                            Ok(_) => None,
-                            Err(object_store::Error::AlreadyExists { .. }) => {
-                                let r = s.rt.block_on(s.store.get(&key))?;
-                                Some(s.rt.block_on(r.bytes())?.to_vec())
-                            }
-                            Err(e) => {
-                                return Err(e)
-                                    .with_context(|| format!("writing {}/{INFO_FILE}", s.url))
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        return Err(e).with_context(|| format!("reading {}/{INFO_FILE}", s.url))
-                    }
-                }
-            }
+            #[cfg(feature = "s3")]
+            Dest::S3(s) => s.read_or_create(INFO_FILE, &text)?,
         };
         if let Some(bytes) = found {
             let have: DatasetInfo = serde_json::from_slice(&bytes).with_context(|| {
@@ -239,10 +173,10 @@ impl Dest {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
                 Err(e) => return Err(e).with_context(|| format!("reading {rel}")),
             },
-            Dest::S3(s) => match s.rt.block_on(s.store.get(&s.key(&rel))) {
-                Ok(r) => s.rt.block_on(r.bytes())?,
-                Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                Err(e) => return Err(e).with_context(|| format!("reading {}/{rel}", s.url)),
+            #[cfg(feature = "s3")]
+            Dest::S3(s) => match s.read(&rel)? {
+                Some(b) => b,
+                None => return Ok(None),
             },
         };
         // A catalog file is published whole, so it cannot be partial; one that does not
@@ -262,6 +196,7 @@ impl Dest {
                     .with_context(|| format!("renaming {} to {}", file.display(), to.display()))?;
                 sync_dir(dir)
             }
+            #[cfg(feature = "s3")]
             Dest::S3(s) => s.upload(file, rel),
         }
     }
@@ -279,11 +214,8 @@ impl Dest {
                 drop(f);
                 self.publish(&tmp, rel)
             }
-            Dest::S3(s) => {
-                s.rt.block_on(s.store.put(&s.key(rel), PutPayload::from(bytes)))
-                    .map(|_| ())
-                    .with_context(|| format!("writing {}/{rel}", s.url))
-            }
+            #[cfg(feature = "s3")]
+            Dest::S3(s) => s.put(bytes, rel),
         }
     }
 
@@ -295,61 +227,9 @@ impl Dest {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
                 Err(e) => Err(e).with_context(|| format!("removing {rel}")),
             },
-            Dest::S3(s) => match s.rt.block_on(s.store.delete(&s.key(rel))) {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                Err(e) => Err(e).with_context(|| format!("removing {}/{rel}", s.url)),
-            },
+            #[cfg(feature = "s3")]
+            Dest::S3(s) => s.remove(rel),
         }
-    }
-}
-
-impl S3Dest {
-    fn key(&self, rel: &str) -> ObjectPath {
-        if self.prefix.is_empty() {
-            ObjectPath::from(rel)
-        } else {
-            ObjectPath::from(format!("{}/{rel}", self.prefix))
-        }
-    }
-
-    /// One PUT for small files; a multipart upload for large ones, which the store makes
-    /// visible only when it completes.
-    fn upload(&self, file: &Path, rel: &str) -> Result<()> {
-        let key = self.key(rel);
-        let what = || format!("uploading {} to {}/{rel}", file.display(), self.url);
-        let len = std::fs::metadata(file).with_context(what)?.len();
-        if len <= PART as u64 {
-            let bytes = std::fs::read(file).with_context(what)?;
-            self.rt
-                .block_on(self.store.put(&key, PutPayload::from(bytes)))
-                .with_context(what)?;
-            return Ok(());
-        }
-        self.rt
-            .block_on(async {
-                use std::io::Read;
-                let upload = self.store.put_multipart(&key).await?;
-                let mut w = WriteMultipart::new_with_chunk_size(upload, PART);
-                let mut f =
-                    std::fs::File::open(file).map_err(|e| object_store::Error::Generic {
-                        store: "local",
-                        source: Box::new(e),
-                    })?;
-                let mut buf = vec![0u8; PART];
-                loop {
-                    let n = f.read(&mut buf).map_err(|e| object_store::Error::Generic {
-                        store: "local",
-                        source: Box::new(e),
-                    })?;
-                    if n == 0 {
-                        break;
-                    }
-                    w.wait_for_capacity(2).await?;
-                    w.write(&buf[..n]);
-                }
-                w.finish().await.map(|_| ())
-            })
-            .with_context(what)
     }
 }
 
@@ -358,4 +238,19 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .with_context(|| format!("syncing {}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The refusal of a build without S3 (tested end to end in `tests/options.rs`, in such
+    /// a build) names the command that builds one with it.
+    #[test]
+    fn the_refusal_of_s3_names_the_command_that_builds_it_in() {
+        let e = super::without_s3("s3://night/fleet").to_string();
+        assert!(
+            e.starts_with("s3://night/fleet: this tracemill was built without S3 support: ")
+                && e.contains("cargo install --path pipeline --locked --features s3"),
+            "{e}"
+        );
+    }
 }

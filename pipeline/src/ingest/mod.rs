@@ -36,6 +36,8 @@ mod claim;
 mod dest;
 mod discover;
 mod layout;
+#[cfg(feature = "s3")]
+mod s3;
 mod shard;
 
 use std::collections::HashMap;
