@@ -40,6 +40,9 @@ fn run(target: &str, data: &[u8]) {
         "stretch" => targets::stretch(data),
         "pt_packets" => targets::pt_packets(data),
         "perf_data" => targets::perf_data(data),
+        "pt_walk" => targets::pt_walk(data),
+        "pt_stitch_diff" => targets::pt_stitch_diff(data),
+        "pt_stretch" => targets::pt_stretch(data),
         t => panic!("no fuzz target {t}"),
     }
 }
@@ -66,11 +69,15 @@ fn seed_corpora_pass_every_check() {
         "stretch",
         "pt_packets",
         "perf_data",
+        "pt_walk",
+        "pt_stitch_diff",
+        "pt_stretch",
     ] {
         let dir = root().join("fuzz/corpus").join(t);
         let mut n = 0;
         for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
             let p = e.unwrap().path();
+            eprintln!("{}", p.display());
             run(t, &std::fs::read(&p).unwrap());
             n += 1;
         }
@@ -307,4 +314,307 @@ fn perf_data_pipe_trailing_length_near_2_64() {
 #[test]
 fn perf_data_identifier_without_sample_id_all() {
     replay("perf_data", "identifier-without-sample-id-all");
+}
+
+// ----- Intel PT seeds ---------------------------------------------------------------------
+
+/// The seed corpora of `pt_walk`, `pt_stitch_diff` and `pt_stretch` (`fuzz/corpus/pt_*`):
+/// synthetic walks over the code of the targets' two image sets (the `jumptable` ELF;
+/// busybox, CR3-tagged 0x1000), encoded as Intel PT by `pt_encode` with RET compression
+/// on and off, user-only or every CPL, TNT-64, deferred TIPs, PSB+ at any step and
+/// overflows. Each PSB+ gains a PIP (busybox) and, as the case's header enables them,
+/// TSC/TMA/CBR; CYCs go before the packets that decide branches, MTCs as a model CTC
+/// crosses 2^MTCFreq. The whole trace must decode to the same branches as the encoder's
+/// (no timing packets), then slices of about 2 KiB at and around PSBs become the seeds.
+///
+/// Writes the files (run from anywhere):
+/// `cargo test --release -p tracemill-datasets --test fuzz_regressions -- --ignored write_pt_seed_corpora`
+#[test]
+#[ignore = "writes fuzz/corpus/pt_*; run by hand to regenerate the seeds"]
+fn write_pt_seed_corpora() {
+    use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
+    use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtOverflow};
+    use tracemill_decode::pt::{self, Packet};
+    use tracemill_decode::stream::TraceStream;
+
+    struct Variant {
+        name: &'static str,
+        images: u8,
+        seed: u64,
+        opts: PtOptions,
+        // cyc, mtc, tsc, cpu index, [byte 1, byte 2, byte 3]
+        cyc: bool,
+        mtc: bool,
+        tsc: bool,
+        cpu: u8,
+        hdr: [u8; 3],
+    }
+    let base = PtOptions {
+        psb_every: 512,
+        ..PtOptions::default()
+    };
+    let ovf = Some(PtOverflow {
+        seed: 3,
+        every_steps: (300, 1_500),
+        duration_steps: (1, 40),
+    });
+    let variants = [
+        Variant {
+            name: "jumptable-retc",
+            images: 0,
+            seed: 1,
+            opts: base.clone(),
+            cyc: false,
+            mtc: false,
+            tsc: false,
+            cpu: 0,
+            hdr: [0, 0, 0],
+        },
+        Variant {
+            name: "jumptable-noretc-tnt64-timed",
+            images: 0,
+            seed: 2,
+            opts: PtOptions {
+                ret_compression: false,
+                long_tnt: true,
+                ..base.clone()
+            },
+            cyc: true,
+            mtc: true,
+            tsc: true,
+            cpu: 1,
+            hdr: [0x23, 168, 24],
+        },
+        Variant {
+            name: "jumptable-allcpl-deferred-anystep",
+            images: 0,
+            seed: 3,
+            opts: PtOptions {
+                user_only: false,
+                deferred_tips: true,
+                psb_at_any_step: true,
+                ..base.clone()
+            },
+            cyc: false,
+            mtc: true,
+            tsc: true,
+            cpu: 2,
+            hdr: [0x20, 200, 20],
+        },
+        Variant {
+            name: "jumptable-overflows-cyc",
+            images: 0,
+            seed: 4,
+            opts: PtOptions {
+                overflow: ovf,
+                ..base.clone()
+            },
+            cyc: true,
+            mtc: false,
+            tsc: true,
+            cpu: 4,
+            hdr: [0, 0, 16],
+        },
+        Variant {
+            name: "busybox-retc-tsc",
+            images: 1,
+            seed: 5,
+            opts: base.clone(),
+            cyc: false,
+            mtc: false,
+            tsc: true,
+            cpu: 5,
+            hdr: [0, 0, 0],
+        },
+        Variant {
+            name: "busybox-overflows-deferred-timed",
+            images: 1,
+            seed: 6,
+            opts: PtOptions {
+                overflow: ovf,
+                deferred_tips: true,
+                user_only: false,
+                long_tnt: true,
+                psb_at_any_step: true,
+                ..base.clone()
+            },
+            cyc: true,
+            mtc: true,
+            tsc: true,
+            cpu: 6,
+            hdr: [0x19, 100, 30],
+        },
+    ];
+
+    let elfs: [&[u8]; 2] = [
+        &std::fs::read(root().join("datasets/samples/jumptable/images/jumptable")).unwrap(),
+        &std::fs::read(root().join("datasets/samples/kernel-processes/images/busybox")).unwrap(),
+    ];
+    let put = |target: &str, name: &str, data: &[u8]| {
+        let dir = root().join("fuzz/corpus").join(target);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), data).unwrap();
+    };
+    let put_bytes = |p: &Packet, out: &mut Vec<u8>| pt::encode::encode(p, out).unwrap();
+    let mut total = 0;
+    for v in &variants {
+        let elf = elfs[v.images as usize];
+        let code = Code::from_elf("seed", elf).unwrap();
+        let mut cfg = WalkConfig::new(v.seed, 20_000);
+        cfg.interrupt_rate = 1.0 / 200.0;
+        let exec = code.execution(&cfg);
+        let mut img = tracemill_decode::image::ImageSet::new();
+        img.add_elf("seed", elf, None, None).unwrap();
+        let out = encode_execution(&img, &v.opts, exec.entry, exec.steps.iter().copied());
+
+        // Timing packets and PIPs, put between the encoder's packets.
+        let hdr = [
+            targets::PtCase::flags(v.images, v.opts.ret_compression, v.cyc, v.mtc, v.tsc, v.cpu),
+            v.hdr[0],
+            v.hdr[1],
+            v.hdr[2],
+        ];
+        let mtc_freq = hdr[1] & 0xF;
+        let (mut cycles, mut x) = (0u64, v.seed);
+        let ctc = |c: u64| c / 3;
+        let tsc = |c: u64| 0x1_0000_0000 + c * 2;
+        let stream = TraceStream::linear(&out.bytes);
+        let mut bytes = Vec::new();
+        for item in pt::PacketReader::new(&stream, 0, stream.len(), Default::default()) {
+            let p = item.expect("the encoder's packets parse");
+            let decides = matches!(
+                p.packet,
+                Packet::Tnt8(_)
+                    | Packet::Tnt64(_)
+                    | Packet::Tip(_)
+                    | Packet::TipPge(_)
+                    | Packet::TipPgd(_)
+                    | Packet::Fup(_)
+            );
+            if decides {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let d = 1 + (x >> 58) * (1 + (x >> 40) % 7);
+                let before = ctc(cycles) >> mtc_freq;
+                cycles += d;
+                if v.mtc && ctc(cycles) >> mtc_freq != before {
+                    put_bytes(&Packet::Mtc((ctc(cycles) >> mtc_freq) as u8), &mut bytes);
+                }
+                if v.cyc {
+                    put_bytes(&Packet::Cyc(d), &mut bytes);
+                }
+            }
+            let at = p.offset as usize;
+            bytes.extend_from_slice(&out.bytes[at..at + p.size as usize]);
+            if p.packet == Packet::Psb {
+                if v.tsc {
+                    put_bytes(&Packet::Tsc(tsc(cycles)), &mut bytes);
+                    if v.mtc {
+                        let c = ctc(cycles);
+                        put_bytes(
+                            &Packet::Tma {
+                                ctc: c as u16,
+                                fc: 0,
+                            },
+                            &mut bytes,
+                        );
+                    }
+                }
+                put_bytes(&Packet::Cbr(24), &mut bytes);
+                if v.images == 1 {
+                    put_bytes(
+                        &Packet::Pip {
+                            cr3: 0x1000,
+                            nr: false,
+                        },
+                        &mut bytes,
+                    );
+                }
+            }
+        }
+
+        // The whole trace decodes to the encoder's rows, flow columns alone.
+        let mut data = hdr.to_vec();
+        data.extend_from_slice(&bytes);
+        let case = targets::PtCase::parse(&data).unwrap();
+        let d = case.decode(u64::MAX);
+        let errors: Vec<_> = d
+            .events
+            .iter()
+            .filter(|e| e.kind == tracemill_schemas::EventKind::Error)
+            .take(3)
+            .map(|e| format!("@{} {}", e.offset, e.detail))
+            .collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", v.name);
+        let want = out.truth.provable();
+        assert_eq!(want.len(), d.rows.len(), "{}: rows", v.name);
+        for i in 0..want.len() {
+            let (w, g) = (want.row(i), d.rows.row(i));
+            assert_eq!(
+                (w.ip, w.kind, w.taken, w.target, w.compressed, w.insns),
+                (g.ip, g.kind, g.taken, g.target, g.compressed, g.insns),
+                "{}: row {i}",
+                v.name
+            );
+        }
+        if v.tsc {
+            assert!(d.rows.tsc.get(d.rows.len() - 1).is_some(), "{}", v.name);
+        }
+
+        // Slices: at a PSB (2 KiB), and from 100 bytes before another (1.5 KiB).
+        let psbs = pt::sync::find_psbs(&TraceStream::linear(&bytes));
+        assert!(psbs.len() > 8, "{}: {} PSBs", v.name, psbs.len());
+        let cut = |from: usize, n: usize| {
+            let mut s = hdr.to_vec();
+            s.extend_from_slice(&bytes[from..(from + n).min(bytes.len())]);
+            s
+        };
+        let a = cut(psbs[2] as usize, 2048);
+        let b = cut(psbs[psbs.len() / 2] as usize - 100, 1536);
+        for t in ["pt_walk", "pt_stitch_diff"] {
+            put(t, &format!("{}-psb", v.name), &a);
+            put(t, &format!("{}-mid", v.name), &b);
+            total += a.len() + b.len();
+        }
+
+        // pt_stretch: [header, prefix length, prefix, unit]; the prefix is the PSB+ of
+        // the third PSB, the unit the trace from there to the next PSB (a loop of PSB
+        // segments), or the timing packets and PADs after it (a long idle stretch).
+        let (p2, p3) = (psbs[2] as usize, psbs[3] as usize);
+        let psbend = p2
+            + bytes[p2..]
+                .windows(2)
+                .position(|w| w == [0x02, 0x23])
+                .unwrap()
+            + 2;
+        let prefix = &bytes[p2..psbend];
+        let mut s = hdr.to_vec();
+        s.push(prefix.len() as u8);
+        s.extend_from_slice(prefix);
+        let mut loop_ = s.clone();
+        loop_.extend_from_slice(&bytes[p2..p3.min(p2 + 1000 - s.len())]);
+        put("pt_stretch", &format!("{}-loop", v.name), &loop_);
+        let mut idle = s;
+        let mut unit = Vec::new();
+        for p in [
+            Packet::Mtc(7),
+            Packet::Cyc(300),
+            Packet::Pad,
+            Packet::Cbr(24),
+        ] {
+            put_bytes(&p, &mut unit);
+        }
+        idle.extend_from_slice(&unit);
+        put("pt_stretch", &format!("{}-idle", v.name), &idle);
+        total += loop_.len() + idle.len();
+        eprintln!(
+            "{}: {} bytes, {} PSBs, {} rows",
+            v.name,
+            bytes.len(),
+            psbs.len(),
+            want.len()
+        );
+    }
+    eprintln!("{total} bytes of seeds");
 }
