@@ -316,6 +316,41 @@ fn perf_data_identifier_without_sample_id_all() {
     replay("perf_data", "identifier-without-sample-id-all");
 }
 
+/// `pt_stitch_diff`, finding `psb-ahead-of-the-walk` (a seed: a `jumptable` walk with
+/// PSB+ at any step, MTC and TSC): a PSB+ whose FUP names an instruction ahead of the walk
+/// (SDM 36.4.2.17: the IP when the PSB was sent). The walker read it, then walked a direct
+/// call (row 1828) to that IP; the PSB's event came before the row, and the row, which no
+/// packet decides, was placed at the next decided row, after the PSB+ and two MTCs. The
+/// chunked decode, whose stitch ended at that call, placed it before them: its `tsc`
+/// differed. The rows walked up to a PSB+'s FUP retired before the PSB: its events follow
+/// them (`decode/src/flow.rs`, `Walker::status_events`) and a PSB bounds where a `jmp` or
+/// `call` row sits (`decode/src/timing.rs`, `effective_offsets`).
+#[test]
+fn pt_stitch_psb_plus_ahead_of_the_walk_36_4_2_17() {
+    replay("pt_stitch_diff", "psb-ahead-of-the-walk");
+}
+
+/// `pt_walk`, finding `psb-plus-cut-off`: PSB, CBR and the end of the trace. The PSB+
+/// without PSBEND was reported at its PSB (18), after the CBR's `freq_change` (34):
+/// `events.offset` decreased (contract: it never does). Reported where the PSB+ is cut
+/// off, the end of the range or trace (`decode/src/pt/front.rs`, `psb_plus`).
+#[test]
+fn pt_walk_psb_plus_cut_off_keeps_event_offsets_ordered() {
+    replay("pt_walk", "psb-plus-cut-off");
+    replay("pt_stitch_diff", "psb-plus-cut-off-stitched");
+}
+
+/// `pt_stitch_diff`, finding `psb-inside-psb-plus`: a busybox-image trace where a PSB+
+/// holds a packet out of place and then a PSB (at 47). The sequential decode took the PSB
+/// for the broken PSB+'s bad packet and read its PSB+ as ordinary packets (a PIP event at
+/// 75); a chunk starting at that PSB read it as one (a `psb` event at 47). A PSB ends the
+/// broken PSB+ and starts the next (SDM 36.4.2.17): it is read again
+/// (`decode/src/pt/front.rs`, `psb_plus`).
+#[test]
+fn pt_stitch_psb_inside_a_psb_plus_starts_the_next_36_4_2_17() {
+    replay("pt_stitch_diff", "psb-inside-psb-plus");
+}
+
 // ----- Intel PT seeds ---------------------------------------------------------------------
 
 /// The seed corpora of `pt_walk`, `pt_stitch_diff` and `pt_stretch` (`fuzz/corpus/pt_*`):

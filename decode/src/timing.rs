@@ -884,13 +884,16 @@ fn effective_offsets(rows: &BranchColumns, events: &[EventRow]) -> Vec<u64> {
     let n = rows.len();
     let mut eff = vec![u64::MAX; n];
     let mut next = u64::MAX;
-    // Stops the walk reached, by the row index they follow.
+    // Stops the walk reached, by the row index they follow. A PSB too: the rows walked
+    // before its PSB+ applied retired before it went out (fuzz finding
+    // `psb-ahead-of-the-walk`).
     let stops: Vec<(usize, u64)> = events
         .iter()
         .filter(|e| {
             matches!(
                 e.kind,
-                EventKind::Disable
+                EventKind::Psb
+                    | EventKind::Disable
                     | EventKind::Interrupt
                     | EventKind::Overflow
                     | EventKind::Error

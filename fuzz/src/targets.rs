@@ -432,10 +432,20 @@ fn chunks_agree(case: &impl Decodes) {
                 (i < b.len()).then(|| b.row(i)),
             );
         }
-        assert_eq!(
-            seq.events, par.events,
-            "events differ at chunk size {chunk}"
-        );
+        if seq.events != par.events {
+            let (a, b) = (&seq.events, &par.events);
+            let i = (0..a.len().min(b.len()))
+                .find(|&i| a[i] != b[i])
+                .unwrap_or(a.len().min(b.len()));
+            panic!(
+                "events differ at chunk size {chunk}: {} events against {}, first at {i}: \
+                 {:?} against {:?}",
+                a.len(),
+                b.len(),
+                a.get(i),
+                b.get(i),
+            );
+        }
         assert_eq!(
             seq.timing_rows, par.timing_rows,
             "timing differs at chunk size {chunk}"

@@ -255,10 +255,13 @@ impl<'a> PtFront<'a> {
         let mut bits = None;
         loop {
             let p = match self.reader.next_packet() {
-                // Cut off by the end of the range (the next chunk's PSB) or of the trace.
+                // Cut off by the end of the range (the next chunk's PSB) or of the trace:
+                // reported there, after the PSB+'s packets read so far (events in offset
+                // order; a sequential decode reports a PSB+ cut by the next PSB at that
+                // PSB, below). Fuzz finding `psb-plus-cut-off`.
                 None => {
                     return Raw::Error {
-                        off: psb,
+                        off: self.reader.pos().max(psb),
                         e: PtError::PsbPlus,
                     }
                 }
@@ -304,10 +307,16 @@ impl<'a> PtFront<'a> {
                     };
                 }
                 _ => {
+                    if p.packet == Packet::Psb {
+                        // A PSB ends the broken PSB+ and starts the next (36.4.2.17): read
+                        // again, as a chunk starting there reads it (fuzz finding
+                        // `psb-inside-psb-plus`).
+                        self.reader.seek(p.offset);
+                    }
                     return Raw::Error {
                         off: p.offset,
                         e: PtError::PsbPlus,
-                    }
+                    };
                 }
             }
         }
