@@ -351,6 +351,17 @@ fn pt_stitch_psb_inside_a_psb_plus_starts_the_next_36_4_2_17() {
     replay("pt_stitch_diff", "psb-inside-psb-plus");
 }
 
+/// `pt_stitch_diff`, finding `tail-across-psb`: TIP.PGE, a TNT, a direct call to a far
+/// transfer, then a PSB+ cut off by the end of the trace. The sequential decode walked the
+/// call, read the PSB, met the error and dropped the call's row as unproven; the chunked
+/// decode ended the first chunk at the PSB with the row already handed on. A chunk may
+/// start at every PSB: the rows walked before a PSB stay whatever follows it
+/// (`decode/src/flow.rs`, `next_item`).
+#[test]
+fn pt_stitch_rows_walked_before_a_psb_stay() {
+    replay("pt_stitch_diff", "tail-across-psb");
+}
+
 // ----- Intel PT seeds ---------------------------------------------------------------------
 
 /// The seed corpora of `pt_walk`, `pt_stitch_diff` and `pt_stretch` (`fuzz/corpus/pt_*`):

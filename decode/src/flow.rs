@@ -801,6 +801,16 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             self.facts.timing.len(),
         );
         let raw = self.front.next(&mut self.st.fe, &mut self.facts);
+        if !self.facts.looking_ahead
+            && self.facts.events[ne.min(self.facts.events.len())..]
+                .iter()
+                .any(|e| e.kind == EventKind::Psb)
+        {
+            // Every PSB may start a chunk, whose stitch gets the rows walked before it as
+            // final: a gap met after the PSB does not take them back in any decode (fuzz
+            // finding `tail-across-psb`).
+            self.tail_start = self.rows.len();
+        }
         if let Some(cr3) = self.facts.cr3.take() {
             self.set_cr3(cr3);
         }
