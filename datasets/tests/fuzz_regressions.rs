@@ -362,6 +362,16 @@ fn pt_stitch_rows_walked_before_a_psb_stay() {
     replay("pt_stitch_diff", "tail-across-psb");
 }
 
+/// `pt_walk`, finding `mode-before-ovf`: PSB+, MODE.Exec (18), a TNT while tracing is
+/// off (an error at 20), OVF (21). The MODE.Exec waited for the packet it binds to; the
+/// OVF resolved it with tracing off, and its event came out at its own offset, 18, after
+/// the error at 20: `events.offset` decreased (contract: it never does). Bound by the
+/// OVF, it is reported at the OVF (`decode/src/pt/front.rs`, `overflow`; SDM 36.4.2.16).
+#[test]
+fn pt_walk_mode_resolved_by_an_overflow_keeps_event_offsets_ordered() {
+    replay("pt_walk", "mode-before-ovf");
+}
+
 // ----- Intel PT seeds ---------------------------------------------------------------------
 
 /// The seed corpora of `pt_walk`, `pt_stitch_diff` and `pt_stretch` (`fuzz/corpus/pt_*`):

@@ -362,9 +362,13 @@ impl<'a> PtFront<'a> {
             match st.queue[i] {
                 Some(s) if s.bind & bind::READY == 0 => {
                     if !was_enabled && matches!(s.ev, Ev::At(_)) {
+                        // Bound by the OVF: reported there, after whatever the walker
+                        // made of the packets read since it waited (events in offset
+                        // order; fuzz finding `mode-before-ovf`).
                         st.queue[i] = Some(Slot {
                             bind: bind::READY,
                             ip: None,
+                            off,
                             ..s
                         });
                         i += 1;
