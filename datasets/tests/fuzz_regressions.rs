@@ -362,6 +362,16 @@ fn pt_stitch_rows_walked_before_a_psb_stay() {
     replay("pt_stitch_diff", "tail-across-psb");
 }
 
+/// `pt_stitch_diff`, finding `tail-across-psb-in-look-ahead`: a TNT, a direct jump to a
+/// far transfer, then a FUP.FAR whose look-ahead for its TIP read a PSB at the next
+/// chunk's start and its broken PSB+. The sequential decode dropped the jump's row at the
+/// error; the chunked one, whose first chunk ended at the PSB, had handed it on. The rule
+/// of `tail-across-psb` holds for a PSB read in a look-ahead too.
+#[test]
+fn pt_stitch_rows_walked_before_a_psb_read_looking_ahead_stay() {
+    replay("pt_stitch_diff", "tail-across-psb-in-look-ahead");
+}
+
 /// `pt_walk`, finding `mode-before-ovf`: PSB+, MODE.Exec (18), a TNT while tracing is
 /// off (an error at 20), OVF (21). The MODE.Exec waited for the packet it binds to; the
 /// OVF resolved it with tracing off, and its event came out at its own offset, 18, after

@@ -42,7 +42,7 @@ use crate::loop_guard::LoopGuard;
 use crate::piece::PieceStats;
 pub use crate::piece::TimingFact;
 pub use crate::retstack::{Below, NoTarget, RetModel, RetStack};
-use crate::rows::{BranchColumns, BranchRow, PartialBlock};
+use crate::rows::{BranchColumns, BranchRow, EventRow, PartialBlock};
 use crate::stream::TraceStream;
 use crate::tnt::TntQueue;
 
@@ -801,14 +801,16 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             self.facts.timing.len(),
         );
         let raw = self.front.next(&mut self.st.fe, &mut self.facts);
-        if !self.facts.looking_ahead
-            && self.facts.events[ne.min(self.facts.events.len())..]
+        let read = |v: &[EventRow], from: usize| {
+            v[from.min(v.len())..]
                 .iter()
                 .any(|e| e.kind == EventKind::Psb)
-        {
+        };
+        if read(&self.facts.events, ne) || read(&self.facts.deferred, nd) {
             // Every PSB may start a chunk, whose stitch gets the rows walked before it as
-            // final: a gap met after the PSB does not take them back in any decode (fuzz
-            // finding `tail-across-psb`).
+            // final: a gap met after the PSB does not take them back in any decode, even
+            // when a FUP's look-ahead read it (fuzz findings `tail-across-psb`,
+            // `tail-across-psb-in-look-ahead`).
             self.tail_start = self.rows.len();
         }
         if let Some(cr3) = self.facts.cr3.take() {
