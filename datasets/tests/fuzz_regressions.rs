@@ -398,6 +398,17 @@ fn pt_stitch_trailing_undecided_rows_and_the_next_pieces_marks() {
     replay("pt_stitch_diff", "mtc-before-undone-fup");
 }
 
+/// `pt_walk` (found by `pt_stitch_diff`'s contract check), finding `mwait-before-exstop`:
+/// MWAIT (18), a TNT while tracing is off (an error at 28), EXSTOP without IP (29). The
+/// MWAIT waits for the EXSTOP it binds to (SDM 36.4.2.22-23); bound, it came out at its own
+/// offset, after the error: `events.offset` decreased. A bound MWAIT (and a PWRE bound by
+/// its PWRX) is reported at the binding packet, as one bound to a FUP is at the FUP
+/// (`decode/src/pt/front.rs`).
+#[test]
+fn pt_walk_mwait_bound_by_exstop_keeps_event_offsets_ordered() {
+    replay("pt_walk", "mwait-before-exstop");
+}
+
 // ----- Intel PT seeds ---------------------------------------------------------------------
 
 /// The seed corpora of `pt_walk`, `pt_stitch_diff` and `pt_stretch` (`fuzz/corpus/pt_*`):

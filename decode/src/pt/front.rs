@@ -719,8 +719,11 @@ impl<'a> PtFront<'a> {
                     }
                     st.push(bind::FUP_BOUND, Ev::At(Bound::Exstop), None, off)
                 } else {
+                    // Bound here: reported at the EXSTOP, the binding packet, as a FUP-bound
+                    // one is at its FUP (events in offset order whatever came between;
+                    // fuzz finding `mwait-before-exstop`).
                     if let Some(m) = mwait {
-                        st.push(bind::READY, m.ev, None, m.off)?;
+                        st.push(bind::READY, m.ev, None, off)?;
                     }
                     st.push(bind::READY, Ev::At(Bound::Exstop), None, off)
                 };
@@ -742,8 +745,9 @@ impl<'a> PtFront<'a> {
                 )
                 .map(|_| None),
             Packet::Pwrx(x) => {
+                // The PWRE it binds is reported at it, likewise.
                 if let Some(w) = st.take(bind::PWRX) {
-                    st.push(bind::READY, w.ev, None, w.off)?;
+                    st.push(bind::READY, w.ev, None, off)?;
                 }
                 st.push(
                     bind::READY,
