@@ -409,6 +409,17 @@ fn pt_walk_mwait_bound_by_exstop_keeps_event_offsets_ordered() {
     replay("pt_walk", "mwait-before-exstop");
 }
 
+/// `pt_walk`, finding `skd010-timing-before-ovf` (Skylake, 6/78): OVF (18), CBR (20),
+/// TIP.PGD (24). With SKD010 (the FUP after an OVF may be dropped) the front end moves to
+/// the recovery point, the TIP.PGD, counting the timing packets on the way (the CBR's
+/// `freq_change` at 20), and then reported the overflow at the OVF, 18: `events.offset`
+/// decreased. It is reported at the recovery point (`decode/src/pt/front.rs`,
+/// `skd010_at`).
+#[test]
+fn pt_walk_skd010_overflow_keeps_event_offsets_ordered() {
+    replay("pt_walk", "skd010-timing-before-ovf");
+}
+
 // ----- Intel PT seeds ---------------------------------------------------------------------
 
 /// The seed corpora of `pt_walk`, `pt_stitch_diff` and `pt_stretch` (`fuzz/corpus/pt_*`):

@@ -573,14 +573,16 @@ impl<'a> PtFront<'a> {
         // where tracing resumes (or stops) and is passed.
         let at = p.offset;
         self.skip_to(facts, p.packet != Packet::Psb, |q| q.offset == at);
+        // The overflow is reported at the recovery point, after the timing packets counted
+        // on the way (events in offset order; fuzz finding `skd010-timing-before-ovf`).
         match pl {
             None => {
-                let _ = st.push(bind::READY, Ev::Ovf, None, off);
+                let _ = st.push(bind::READY, Ev::Ovf, None, at);
             }
             Some(pl) => {
                 let ip = st.last_ip.update(&pl);
                 st.enabled = true;
-                let _ = st.push(bind::READY, Ev::Ovf, ip, off);
+                let _ = st.push(bind::READY, Ev::Ovf, ip, at);
                 if let (Some(t), Packet::Fup(_)) = (tsx, p.packet) {
                     let _ = st.push(bind::READY, Ev::At(t), ip, p.offset);
                 }
