@@ -14,7 +14,7 @@ set -eu
 secs=${1:?usage: fuzz/run-all.sh SECONDS [TARGET...]}
 shift
 cd "$(dirname "$0")"
-all="packets sync_ring walk stitch_diff stretch bundle_toml elf pt_packets perf_data"
+all="packets sync_ring walk stitch_diff stretch bundle_toml elf pt_packets perf_data pt_walk pt_stitch_diff pt_stretch"
 targets=${*:-$all}
 
 nice -n 15 cargo fuzz build --sanitizer none --release --debug-assertions
@@ -32,6 +32,8 @@ for t in $targets; do
     stretch) opts="-dict=dict/rtit.dict -max_len=1024" ;;
     bundle_toml) opts="-dict=dict/toml.dict -max_len=4096" ;;
     pt_packets) opts="-dict=dict/pt.dict -max_len=1024" ;;
+    pt_walk | pt_stitch_diff) opts="-dict=dict/pt.dict -max_len=4096" ;;
+    pt_stretch) opts="-dict=dict/pt.dict -max_len=1024" ;;
     perf_data) opts="-dict=dict/perf.dict -max_len=8192" ;;
     *) opts="-max_len=4096" ;;
     esac

@@ -40,6 +40,9 @@ fn run(target: &str, data: &[u8]) {
         "stretch" => targets::stretch(data),
         "pt_packets" => targets::pt_packets(data),
         "perf_data" => targets::perf_data(data),
+        "pt_walk" => targets::pt_walk(data),
+        "pt_stitch_diff" => targets::pt_stitch_diff(data),
+        "pt_stretch" => targets::pt_stretch(data),
         t => panic!("no fuzz target {t}"),
     }
 }
@@ -66,11 +69,15 @@ fn seed_corpora_pass_every_check() {
         "stretch",
         "pt_packets",
         "perf_data",
+        "pt_walk",
+        "pt_stitch_diff",
+        "pt_stretch",
     ] {
         let dir = root().join("fuzz/corpus").join(t);
         let mut n = 0;
         for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
             let p = e.unwrap().path();
+            eprintln!("{}", p.display());
             run(t, &std::fs::read(&p).unwrap());
             n += 1;
         }
@@ -307,4 +314,422 @@ fn perf_data_pipe_trailing_length_near_2_64() {
 #[test]
 fn perf_data_identifier_without_sample_id_all() {
     replay("perf_data", "identifier-without-sample-id-all");
+}
+
+/// `pt_stitch_diff`, finding `psb-ahead-of-the-walk` (a seed: a `jumptable` walk with
+/// PSB+ at any step, MTC and TSC): a PSB+ whose FUP names an instruction ahead of the walk
+/// (SDM 36.4.2.17: the IP when the PSB was sent). The walker read it, then walked a direct
+/// call (row 1828) to that IP; the PSB's event came before the row, and the row, which no
+/// packet decides, was placed at the next decided row, after the PSB+ and two MTCs. The
+/// chunked decode, whose stitch ended at that call, placed it before them: its `tsc`
+/// differed. The rows walked up to a PSB+'s FUP retired before the PSB: its events follow
+/// them (`decode/src/flow.rs`, `Walker::status_events`) and a PSB bounds where a `jmp` or
+/// `call` row sits (`decode/src/timing.rs`, `effective_offsets`).
+#[test]
+fn pt_stitch_psb_plus_ahead_of_the_walk_36_4_2_17() {
+    replay("pt_stitch_diff", "psb-ahead-of-the-walk");
+}
+
+/// `pt_walk`, finding `psb-plus-cut-off`: PSB, CBR and the end of the trace. The PSB+
+/// without PSBEND was reported at its PSB (18), after the CBR's `freq_change` (34):
+/// `events.offset` decreased (contract: it never does). Reported where the PSB+ is cut
+/// off, the end of the range or trace (`decode/src/pt/front.rs`, `psb_plus`).
+#[test]
+fn pt_walk_psb_plus_cut_off_keeps_event_offsets_ordered() {
+    replay("pt_walk", "psb-plus-cut-off");
+    replay("pt_stitch_diff", "psb-plus-cut-off-stitched");
+}
+
+/// `pt_stitch_diff`, finding `psb-inside-psb-plus`: a busybox-image trace where a PSB+
+/// holds a packet out of place and then a PSB (at 47). The sequential decode took the PSB
+/// for the broken PSB+'s bad packet and read its PSB+ as ordinary packets (a PIP event at
+/// 75); a chunk starting at that PSB read it as one (a `psb` event at 47). A PSB ends the
+/// broken PSB+ and starts the next (SDM 36.4.2.17): it is read again
+/// (`decode/src/pt/front.rs`, `psb_plus`).
+#[test]
+fn pt_stitch_psb_inside_a_psb_plus_starts_the_next_36_4_2_17() {
+    replay("pt_stitch_diff", "psb-inside-psb-plus");
+}
+
+/// `pt_stitch_diff`, finding `tail-across-psb`: TIP.PGE, a TNT, a direct call to a far
+/// transfer, then a PSB+ cut off by the end of the trace. The sequential decode walked the
+/// call, read the PSB, met the error and dropped the call's row as unproven; the chunked
+/// decode ended the first chunk at the PSB with the row already handed on. A chunk may
+/// start at every PSB: the rows walked before a PSB stay whatever follows it
+/// (`decode/src/flow.rs`, `next_item`).
+#[test]
+fn pt_stitch_rows_walked_before_a_psb_stay() {
+    replay("pt_stitch_diff", "tail-across-psb");
+}
+
+/// `pt_stitch_diff`, finding `tail-across-psb-in-look-ahead`: a TNT, a direct jump to a
+/// far transfer, then a FUP.FAR whose look-ahead for its TIP read a PSB at the next
+/// chunk's start and its broken PSB+. The sequential decode dropped the jump's row at the
+/// error; the chunked one, whose first chunk ended at the PSB, had handed it on. The rule
+/// of `tail-across-psb` holds for a PSB read in a look-ahead too.
+#[test]
+fn pt_stitch_rows_walked_before_a_psb_read_looking_ahead_stay() {
+    replay("pt_stitch_diff", "tail-across-psb-in-look-ahead");
+}
+
+/// `pt_walk`, finding `mode-before-ovf`: PSB+, MODE.Exec (18), a TNT while tracing is
+/// off (an error at 20), OVF (21). The MODE.Exec waited for the packet it binds to; the
+/// OVF resolved it with tracing off, and its event came out at its own offset, 18, after
+/// the error at 20: `events.offset` decreased (contract: it never does). Bound by the
+/// OVF, it is reported at the OVF (`decode/src/pt/front.rs`, `overflow`; SDM 36.4.2.16).
+#[test]
+fn pt_walk_mode_resolved_by_an_overflow_keeps_event_offsets_ordered() {
+    replay("pt_walk", "mode-before-ovf");
+}
+
+/// `pt_stitch_diff`, finding `mtc-before-undone-fup`: MTC mode, a TNT (row 0, a `cond`
+/// at 0x37), a direct jump to a far transfer (row 1, no packet), an MTC (0x38), a FUP.FAR
+/// (0x3a) and a PSB (0x3d) whose PSB+ is broken. Sequentially, row 1 sits at the error the
+/// FUP.FAR without a TIP makes (offset 58), so the MTC comes before it and row 0 is
+/// interpolated towards the MTC. With 1-byte chunks the first chunk ends at the PSB: the
+/// FUP's look-ahead runs off the range and is undone back to before the MTC, so that piece
+/// ends with row 1 and no mark after it; the MTC and the error came in the next piece,
+/// after row 1, and row 0 was held at the TSC. The `jmp`/`call` rows that end a piece now
+/// sit where the next piece's first decided row or stop is, and the next piece's marks
+/// before that are handled with them (`decode/src/timing.rs`, `lead_bound`,
+/// `Timeline::process`).
+#[test]
+fn pt_stitch_trailing_undecided_rows_and_the_next_pieces_marks() {
+    replay("pt_stitch_diff", "mtc-before-undone-fup");
+}
+
+/// `pt_walk` (found by `pt_stitch_diff`'s contract check), finding `mwait-before-exstop`:
+/// MWAIT (18), a TNT while tracing is off (an error at 28), EXSTOP without IP (29). The
+/// MWAIT waits for the EXSTOP it binds to (SDM 36.4.2.22-23); bound, it came out at its own
+/// offset, after the error: `events.offset` decreased. A bound MWAIT (and a PWRE bound by
+/// its PWRX) is reported at the binding packet, as one bound to a FUP is at the FUP
+/// (`decode/src/pt/front.rs`).
+#[test]
+fn pt_walk_mwait_bound_by_exstop_keeps_event_offsets_ordered() {
+    replay("pt_walk", "mwait-before-exstop");
+}
+
+/// `pt_walk`, finding `skd010-timing-before-ovf` (Skylake, 6/78): OVF (18), CBR (20),
+/// TIP.PGD (24). With SKD010 (the FUP after an OVF may be dropped) the front end moves to
+/// the recovery point, the TIP.PGD, counting the timing packets on the way (the CBR's
+/// `freq_change` at 20), and then reported the overflow at the OVF, 18: `events.offset`
+/// decreased. It is reported at the recovery point (`decode/src/pt/front.rs`,
+/// `skd010_at`).
+#[test]
+fn pt_walk_skd010_overflow_keeps_event_offsets_ordered() {
+    replay("pt_walk", "skd010-timing-before-ovf");
+}
+
+/// `pt_walk`, `ovf-before-psb-plus-body` and, minimized, `ovf-cbr-mode` (Skylake 6/78):
+/// an OVF, then timing packets (CBR) and what looks like a PSB+ without its PSB. The same
+/// fault as `skd010-timing-before-ovf` (the overflow reported at the OVF, after the CBR's
+/// `freq_change` that SKD010's move to the recovery point counted), found again by a
+/// campaign that ran a binary built before that fix; kept as two more regressions.
+#[test]
+fn pt_walk_overflow_before_a_headless_psb_plus_keeps_event_offsets_ordered() {
+    replay("pt_walk", "ovf-cbr-mode");
+    replay("pt_walk", "ovf-before-psb-plus-body");
+}
+
+// ----- Intel PT seeds ---------------------------------------------------------------------
+
+/// The seed corpora of `pt_walk`, `pt_stitch_diff` and `pt_stretch` (`fuzz/corpus/pt_*`):
+/// synthetic walks over the code of the targets' two image sets (the `jumptable` ELF;
+/// busybox, CR3-tagged 0x1000), encoded as Intel PT by `pt_encode` with RET compression
+/// on and off, user-only or every CPL, TNT-64, deferred TIPs, PSB+ at any step and
+/// overflows. Each PSB+ gains a PIP (busybox) and, as the case's header enables them,
+/// TSC/TMA/CBR; CYCs go before the packets that decide branches, MTCs as a model CTC
+/// crosses 2^MTCFreq. The whole trace must decode to the same branches as the encoder's
+/// (no timing packets), then slices of about 2 KiB at and around PSBs become the seeds.
+///
+/// Writes the files (run from anywhere):
+/// `cargo test --release -p tracemill-datasets --test fuzz_regressions -- --ignored write_pt_seed_corpora`
+#[test]
+#[ignore = "writes fuzz/corpus/pt_*; run by hand to regenerate the seeds"]
+fn write_pt_seed_corpora() {
+    use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
+    use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtOverflow};
+    use tracemill_decode::pt::{self, Packet};
+    use tracemill_decode::stream::TraceStream;
+
+    struct Variant {
+        name: &'static str,
+        images: u8,
+        seed: u64,
+        opts: PtOptions,
+        // cyc, mtc, tsc, cpu index, [byte 1, byte 2, byte 3]
+        cyc: bool,
+        mtc: bool,
+        tsc: bool,
+        cpu: u8,
+        hdr: [u8; 3],
+    }
+    let base = PtOptions {
+        psb_every: 512,
+        ..PtOptions::default()
+    };
+    let ovf = Some(PtOverflow {
+        seed: 3,
+        every_steps: (300, 1_500),
+        duration_steps: (1, 40),
+    });
+    let variants = [
+        Variant {
+            name: "jumptable-retc",
+            images: 0,
+            seed: 1,
+            opts: base.clone(),
+            cyc: false,
+            mtc: false,
+            tsc: false,
+            cpu: 0,
+            hdr: [0, 0, 0],
+        },
+        Variant {
+            name: "jumptable-noretc-tnt64-timed",
+            images: 0,
+            seed: 2,
+            opts: PtOptions {
+                ret_compression: false,
+                long_tnt: true,
+                ..base.clone()
+            },
+            cyc: true,
+            mtc: true,
+            tsc: true,
+            cpu: 1,
+            hdr: [0x23, 168, 24],
+        },
+        Variant {
+            name: "jumptable-allcpl-deferred-anystep",
+            images: 0,
+            seed: 3,
+            opts: PtOptions {
+                user_only: false,
+                deferred_tips: true,
+                psb_at_any_step: true,
+                ..base.clone()
+            },
+            cyc: false,
+            mtc: true,
+            tsc: true,
+            cpu: 2,
+            hdr: [0x20, 200, 20],
+        },
+        Variant {
+            name: "jumptable-overflows-cyc",
+            images: 0,
+            seed: 4,
+            opts: PtOptions {
+                overflow: ovf,
+                ..base.clone()
+            },
+            cyc: true,
+            mtc: false,
+            tsc: true,
+            cpu: 4,
+            hdr: [0, 0, 16],
+        },
+        Variant {
+            name: "busybox-retc-tsc",
+            images: 1,
+            seed: 5,
+            opts: base.clone(),
+            cyc: false,
+            mtc: false,
+            tsc: true,
+            cpu: 5,
+            hdr: [0, 0, 0],
+        },
+        Variant {
+            name: "busybox-overflows-deferred-timed",
+            images: 1,
+            seed: 6,
+            opts: PtOptions {
+                overflow: ovf,
+                deferred_tips: true,
+                user_only: false,
+                long_tnt: true,
+                psb_at_any_step: true,
+                ..base.clone()
+            },
+            cyc: true,
+            mtc: true,
+            tsc: true,
+            cpu: 6,
+            hdr: [0x19, 100, 30],
+        },
+    ];
+
+    let elfs: [&[u8]; 2] = [
+        &std::fs::read(root().join("datasets/samples/jumptable/images/jumptable")).unwrap(),
+        &std::fs::read(root().join("datasets/samples/kernel-processes/images/busybox")).unwrap(),
+    ];
+    let put = |target: &str, name: &str, data: &[u8]| {
+        let dir = root().join("fuzz/corpus").join(target);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), data).unwrap();
+    };
+    let put_bytes = |p: &Packet, out: &mut Vec<u8>| pt::encode::encode(p, out).unwrap();
+    let mut total = 0;
+    for v in &variants {
+        let elf = elfs[v.images as usize];
+        let code = Code::from_elf("seed", elf).unwrap();
+        let mut cfg = WalkConfig::new(v.seed, 20_000);
+        cfg.interrupt_rate = 1.0 / 200.0;
+        let exec = code.execution(&cfg);
+        let mut img = tracemill_decode::image::ImageSet::new();
+        img.add_elf("seed", elf, None, None).unwrap();
+        let out = encode_execution(&img, &v.opts, exec.entry, exec.steps.iter().copied());
+
+        // Timing packets and PIPs, put between the encoder's packets.
+        let hdr = [
+            targets::PtCase::flags(v.images, v.opts.ret_compression, v.cyc, v.mtc, v.tsc, v.cpu),
+            v.hdr[0],
+            v.hdr[1],
+            v.hdr[2],
+        ];
+        let mtc_freq = hdr[1] & 0xF;
+        let (mut cycles, mut x) = (0u64, v.seed);
+        let ctc = |c: u64| c / 3;
+        let tsc = |c: u64| 0x1_0000_0000 + c * 2;
+        let stream = TraceStream::linear(&out.bytes);
+        let mut bytes = Vec::new();
+        for item in pt::PacketReader::new(&stream, 0, stream.len(), Default::default()) {
+            let p = item.expect("the encoder's packets parse");
+            let decides = matches!(
+                p.packet,
+                Packet::Tnt8(_)
+                    | Packet::Tnt64(_)
+                    | Packet::Tip(_)
+                    | Packet::TipPge(_)
+                    | Packet::TipPgd(_)
+                    | Packet::Fup(_)
+            );
+            if decides {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let d = 1 + (x >> 58) * (1 + (x >> 40) % 7);
+                let before = ctc(cycles) >> mtc_freq;
+                cycles += d;
+                if v.mtc && ctc(cycles) >> mtc_freq != before {
+                    put_bytes(&Packet::Mtc((ctc(cycles) >> mtc_freq) as u8), &mut bytes);
+                }
+                if v.cyc {
+                    put_bytes(&Packet::Cyc(d), &mut bytes);
+                }
+            }
+            let at = p.offset as usize;
+            bytes.extend_from_slice(&out.bytes[at..at + p.size as usize]);
+            if p.packet == Packet::Psb {
+                if v.tsc {
+                    put_bytes(&Packet::Tsc(tsc(cycles)), &mut bytes);
+                    if v.mtc {
+                        let c = ctc(cycles);
+                        put_bytes(
+                            &Packet::Tma {
+                                ctc: c as u16,
+                                fc: 0,
+                            },
+                            &mut bytes,
+                        );
+                    }
+                }
+                put_bytes(&Packet::Cbr(24), &mut bytes);
+                if v.images == 1 {
+                    put_bytes(
+                        &Packet::Pip {
+                            cr3: 0x1000,
+                            nr: false,
+                        },
+                        &mut bytes,
+                    );
+                }
+            }
+        }
+
+        // The whole trace decodes to the encoder's rows, flow columns alone.
+        let mut data = hdr.to_vec();
+        data.extend_from_slice(&bytes);
+        let case = targets::PtCase::parse(&data).unwrap();
+        let d = case.decode(u64::MAX);
+        let errors: Vec<_> = d
+            .events
+            .iter()
+            .filter(|e| e.kind == tracemill_schemas::EventKind::Error)
+            .take(3)
+            .map(|e| format!("@{} {}", e.offset, e.detail))
+            .collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", v.name);
+        let want = out.truth.provable();
+        assert_eq!(want.len(), d.rows.len(), "{}: rows", v.name);
+        for i in 0..want.len() {
+            let (w, g) = (want.row(i), d.rows.row(i));
+            assert_eq!(
+                (w.ip, w.kind, w.taken, w.target, w.compressed, w.insns),
+                (g.ip, g.kind, g.taken, g.target, g.compressed, g.insns),
+                "{}: row {i}",
+                v.name
+            );
+        }
+        if v.tsc {
+            assert!(d.rows.tsc.get(d.rows.len() - 1).is_some(), "{}", v.name);
+        }
+
+        // Slices: at a PSB (2 KiB), and from 100 bytes before another (1.5 KiB).
+        let psbs = pt::sync::find_psbs(&TraceStream::linear(&bytes));
+        assert!(psbs.len() > 8, "{}: {} PSBs", v.name, psbs.len());
+        let cut = |from: usize, n: usize| {
+            let mut s = hdr.to_vec();
+            s.extend_from_slice(&bytes[from..(from + n).min(bytes.len())]);
+            s
+        };
+        let a = cut(psbs[2] as usize, 2048);
+        let b = cut(psbs[psbs.len() / 2] as usize - 100, 1536);
+        for t in ["pt_walk", "pt_stitch_diff"] {
+            put(t, &format!("{}-psb", v.name), &a);
+            put(t, &format!("{}-mid", v.name), &b);
+            total += a.len() + b.len();
+        }
+
+        // pt_stretch: [header, prefix length, prefix, unit]; the prefix is the PSB+ of
+        // the third PSB, the unit the trace from there to the next PSB (a loop of PSB
+        // segments), or the timing packets and PADs after it (a long idle stretch).
+        let (p2, p3) = (psbs[2] as usize, psbs[3] as usize);
+        let psbend = p2
+            + bytes[p2..]
+                .windows(2)
+                .position(|w| w == [0x02, 0x23])
+                .unwrap()
+            + 2;
+        let prefix = &bytes[p2..psbend];
+        let mut s = hdr.to_vec();
+        s.push(prefix.len() as u8);
+        s.extend_from_slice(prefix);
+        let mut loop_ = s.clone();
+        loop_.extend_from_slice(&bytes[p2..p3.min(p2 + 1000 - s.len())]);
+        put("pt_stretch", &format!("{}-loop", v.name), &loop_);
+        let mut idle = s;
+        let mut unit = Vec::new();
+        for p in [
+            Packet::Mtc(7),
+            Packet::Cyc(300),
+            Packet::Pad,
+            Packet::Cbr(24),
+        ] {
+            put_bytes(&p, &mut unit);
+        }
+        idle.extend_from_slice(&unit);
+        put("pt_stretch", &format!("{}-idle", v.name), &idle);
+        total += loop_.len() + idle.len();
+        eprintln!(
+            "{}: {} bytes, {} PSBs, {} rows",
+            v.name,
+            bytes.len(),
+            psbs.len(),
+            want.len()
+        );
+    }
+    eprintln!("{total} bytes of seeds");
 }

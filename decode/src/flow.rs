@@ -42,7 +42,7 @@ use crate::loop_guard::LoopGuard;
 use crate::piece::PieceStats;
 pub use crate::piece::TimingFact;
 pub use crate::retstack::{Below, NoTarget, RetModel, RetStack};
-use crate::rows::{BranchColumns, BranchRow, PartialBlock};
+use crate::rows::{BranchColumns, BranchRow, EventRow, PartialBlock};
 use crate::stream::TraceStream;
 use crate::tnt::TntQueue;
 
@@ -489,6 +489,11 @@ pub struct Walker<'a, 'c, F: Format, S: RowSink> {
     /// runs in the old address space, so it takes effect when the item is consumed
     /// (fuzz finding cr3-across-psb: a block looked up with the new CR3 found no image).
     cr3_after_fup: Option<Option<u64>>,
+    /// Where the events read with the last PSB+ (`Item::Status`) start in `facts.events`.
+    /// Its FUP may name an instruction ahead of the walk (SDM 36.4.2.17: the IP when the
+    /// PSB was sent); the rows walked up to it retired before the PSB, so its events
+    /// follow them (`Item::Status` below; fuzz finding `psb-ahead-of-the-walk`).
+    status_events: Option<usize>,
     role: Role,
     /// (Stitch) the body's initial state.
     target: Option<Target<F::State>>,
@@ -544,6 +549,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             st,
             la: None,
             cr3_after_fup: None,
+            status_events: None,
             pending: None,
             role,
             target: None,
@@ -795,6 +801,18 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             self.facts.timing.len(),
         );
         let raw = self.front.next(&mut self.st.fe, &mut self.facts);
+        let read = |v: &[EventRow], from: usize| {
+            v[from.min(v.len())..]
+                .iter()
+                .any(|e| e.kind == EventKind::Psb)
+        };
+        if read(&self.facts.events, ne) || read(&self.facts.deferred, nd) {
+            // Every PSB may start a chunk, whose stitch gets the rows walked before it as
+            // final: a gap met after the PSB does not take them back in any decode, even
+            // when a FUP's look-ahead read it (fuzz findings `tail-across-psb`,
+            // `tail-across-psb-in-look-ahead`).
+            self.tail_start = self.rows.len();
+        }
         if let Some(cr3) = self.facts.cr3.take() {
             self.set_cr3(cr3);
         }
@@ -805,7 +823,11 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             Raw::Pge { ip, off } => Item::Pge { ip, off },
             Raw::Ovf { ip, off } => Item::BuffOvf { ip, off },
             Raw::Stop { off } => Item::TraceStop { off },
-            Raw::Status { ip, bits, off } => Item::Status { ip, bits, off },
+            Raw::Status { ip, bits, off } => {
+                // (Read looking for a FUP's TIP, its events wait in `deferred`.)
+                self.status_events = (!self.facts.looking_ahead).then_some(ne);
+                Item::Status { ip, bits, off }
+            }
             Raw::At { ip, off, what } => Item::At { ip, off, what },
             Raw::Error { off, e } => Item::Error { off, e },
             Raw::Limit => Item::NoneNear,
@@ -1232,6 +1254,14 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                         if x == self.st.ip {
                             // A PSB+ while tracing: the walk is where it says.
                             self.consume();
+                            // Its events follow the rows walked since it was read: they
+                            // retired before the PSB went out.
+                            if let Some(k) = self.status_events.take() {
+                                let n = self.rows.len() as u64;
+                                for e in self.facts.events.iter_mut().skip(k) {
+                                    e.seq = n;
+                                }
+                            }
                             if let Some(b) = bits {
                                 self.set_bits(b);
                             }

@@ -260,6 +260,9 @@ pub struct Timeline<C: Clock> {
     /// (the time tracing resumed, to within one MTC period below).
     gap_tsc: Option<u64>,
     next_piece: u64,
+    /// Marks at the head of the next piece already handled with this piece's trailing
+    /// `jmp`/`call` rows (`process`).
+    skip_marks: usize,
     /// Running maxima (never backwards).
     max_cycles: u64,
     max_tsc: u64,
@@ -290,6 +293,7 @@ impl<C: Clock> Timeline<C> {
             in_gap: true,
             gap_tsc: None,
             next_piece: 0,
+            skip_marks: 0,
             max_cycles: 0,
             max_tsc: 0,
             max_pending: 4 << 20,
@@ -305,7 +309,8 @@ impl<C: Clock> Timeline<C> {
             let p = self.queue.pop_front().expect("two pieces queued");
             // The next piece's marks: a FUP.BuffOvf there can undo an exact row here (4.2.5).
             let next_marks = marks_of(&self.queue[0]);
-            out.extend(self.process(p, &next_marks, false));
+            let next_bound = lead_bound(&self.queue[0]);
+            out.extend(self.process(p, &next_marks, next_bound, false));
         }
         out
     }
@@ -315,7 +320,7 @@ impl<C: Clock> Timeline<C> {
         let mut out = Vec::new();
         while let Some(p) = self.queue.pop_front() {
             let last = self.queue.is_empty();
-            out.extend(self.process(p, &[], last));
+            out.extend(self.process(p, &[], u64::MAX, last));
         }
         self.flush(None);
         out.extend(self.release(true));
@@ -323,11 +328,13 @@ impl<C: Clock> Timeline<C> {
     }
 
     /// Time one piece; `next_marks` are the timing packets and events of the piece after
-    /// it; `last`: no piece follows.
+    /// it, `next_bound` where that piece's first decided row or stop is ([`lead_bound`]);
+    /// `last`: no piece follows.
     fn process(
         &mut self,
         p: Piece<BranchColumns>,
         next_marks: &[Mark],
+        next_bound: u64,
         last: bool,
     ) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
         let id = self.next_piece;
@@ -335,7 +342,24 @@ impl<C: Clock> Timeline<C> {
         let mut p = p;
         let mut timing = TimingColumns::default();
         let mut marks = std::mem::take(&mut self.carry);
-        marks.extend(marks_of(&p));
+        let skip = std::mem::take(&mut self.skip_marks);
+        marks.extend(marks_of(&p).into_iter().skip(skip));
+        let mut eff = effective_offsets(&p.rows, &p.events);
+        if !last && next_bound != u64::MAX && eff.last() == Some(&u64::MAX) {
+            // The `jmp`/`call` rows that end the piece sit where the next piece's first
+            // decided row or stop is, as in a decode not cut here: the next piece's marks
+            // before that come before them, handled here and skipped there (fuzz finding
+            // `mtc-before-undone-fup`).
+            for e in eff.iter_mut().rev().take_while(|e| **e == u64::MAX) {
+                *e = next_bound;
+            }
+            let k = next_marks
+                .iter()
+                .take_while(|m| m.offset() < next_bound)
+                .count();
+            marks.extend_from_slice(&next_marks[..k]);
+            self.skip_marks = k;
+        }
         self.marks_handled += marks.len() as u64;
         let exact = if self.cycle_acc {
             exact_rows(&p.rows)
@@ -343,7 +367,6 @@ impl<C: Clock> Timeline<C> {
             Vec::new()
         };
         let n = p.rows.len();
-        let eff = effective_offsets(&p.rows, &p.events);
         let mut mi = 0;
         for i in 0..=n {
             // After the last row, what follows belongs with the next piece's first rows.
@@ -880,6 +903,36 @@ fn interpolate(a: Option<(u64, u64)>, b: Option<(u64, u64)>, x: u64) -> Option<u
 /// the next decided row's packet and a FUP.PGD or FUP.FAR the walk reached after it (it
 /// retired after the previous packet went out, before that one). `u64::MAX` when
 /// neither is in the piece.
+/// Events a `jmp` or `call` row before them retired before: the walk reached them after
+/// it. A PSB too: the rows walked before its PSB+ applied retired before it went out
+/// (fuzz finding `psb-ahead-of-the-walk`).
+fn is_stop(k: EventKind) -> bool {
+    matches!(
+        k,
+        EventKind::Psb
+            | EventKind::Disable
+            | EventKind::Interrupt
+            | EventKind::Overflow
+            | EventKind::Error
+            | EventKind::TraceStop
+    )
+}
+
+/// Where a `jmp` or `call` row just before piece `p` sits: at `p`'s first decided row or
+/// its first stop, whichever comes first (`u64::MAX`: neither).
+fn lead_bound(p: &Piece<BranchColumns>) -> u64 {
+    let r = &p.rows;
+    let decided = (0..r.len())
+        .find(|&i| r.kind[i] != BranchKind::Jmp as u8 && r.kind[i] != BranchKind::Call as u8)
+        .map_or(u64::MAX, |i| r.offset[i]);
+    let stop = p
+        .events
+        .iter()
+        .find(|e| is_stop(e.kind))
+        .map_or(u64::MAX, |e| e.offset);
+    decided.min(stop)
+}
+
 fn effective_offsets(rows: &BranchColumns, events: &[EventRow]) -> Vec<u64> {
     let n = rows.len();
     let mut eff = vec![u64::MAX; n];
@@ -887,16 +940,7 @@ fn effective_offsets(rows: &BranchColumns, events: &[EventRow]) -> Vec<u64> {
     // Stops the walk reached, by the row index they follow.
     let stops: Vec<(usize, u64)> = events
         .iter()
-        .filter(|e| {
-            matches!(
-                e.kind,
-                EventKind::Disable
-                    | EventKind::Interrupt
-                    | EventKind::Overflow
-                    | EventKind::Error
-                    | EventKind::TraceStop
-            )
-        })
+        .filter(|e| is_stop(e.kind))
         .map(|e| (e.seq as usize, e.offset))
         .collect();
     let mut si = stops.len();

@@ -305,6 +305,20 @@ fn non_decreasing(what: &str, v: impl Iterator<Item = u64>) {
 /// long as the table, the columns documented as never decreasing do not, rows and events
 /// lie inside the trace.
 pub fn check_contracts(d: &Decoded, trace_len: u64) {
+    check_contracts_of(d, trace_len, false)
+}
+
+/// [`check_contracts`] for an Intel PT decode. Deferred TIPs (SDM 36.4.2.3) send the TIP
+/// of an indirect branch after the TNT that holds the bits of the conditional branches
+/// that followed it: such a `cond` (or compressed `ret`) row comes after the TIP's row with
+/// its TNT's lower offset. `branches.offset` then never decreases among the rows TNT bits
+/// decide, nor among the rows a TIP or FUP decides; `jmp` and `call` rows (no packet) are
+/// left out of the order.
+pub fn check_pt_contracts(d: &Decoded, trace_len: u64) {
+    check_contracts_of(d, trace_len, true)
+}
+
+fn check_contracts_of(d: &Decoded, trace_len: u64, deferred_tips: bool) {
     let r = &d.rows;
     let n = r.len();
     assert_eq!(r.target.len(), n, "target column length");
@@ -318,10 +332,30 @@ pub fn check_contracts(d: &Decoded, trace_len: u64) {
     assert_eq!(r.offset.len(), n, "offset column length");
     let t = &d.timing_rows;
     let m = t.len();
-    non_decreasing("branches.offset", r.offset.iter().copied());
+    if deferred_tips {
+        use tracemill_schemas::BranchKind;
+        let by_tnt = |i: usize| {
+            r.kind[i] == BranchKind::Cond as u8
+                || (r.kind[i] == BranchKind::Ret as u8 && r.compressed[i])
+        };
+        let no_packet =
+            |i: usize| r.kind[i] == BranchKind::Jmp as u8 || r.kind[i] == BranchKind::Call as u8;
+        non_decreasing(
+            "branches.offset of rows TNT bits decide",
+            (0..n).filter(|&i| by_tnt(i)).map(|i| r.offset[i]),
+        );
+        non_decreasing(
+            "branches.offset of rows a TIP or FUP decides",
+            (0..n)
+                .filter(|&i| !by_tnt(i) && !no_packet(i))
+                .map(|i| r.offset[i]),
+        );
+    } else {
+        non_decreasing("branches.offset", r.offset.iter().copied());
+    }
     non_decreasing("branches.tsc", (0..n).filter_map(|i| r.tsc.get(i)));
     non_decreasing("branches.cycles", (0..n).filter_map(|i| r.cycles.get(i)));
-    if let Some(&o) = r.offset.last() {
+    if let Some(&o) = r.offset.iter().max() {
         assert!(o < trace_len, "row offset {o} past the trace ({trace_len})");
     }
     non_decreasing("events.seq", d.events.iter().map(|e| e.seq));
@@ -353,15 +387,65 @@ pub fn stitch_diff(data: &[u8]) {
     let Some(case) = Case::parse(data) else {
         return;
     };
+    chunks_agree(&case);
+}
+
+/// A decode of a trace by one of the two formats ([`Case`], [`PtCase`]).
+pub trait Decodes {
+    fn trace_len(&self) -> u64;
+    /// The table contracts of the format ([`check_contracts`], [`check_pt_contracts`]).
+    fn check(&self, d: &Decoded);
+    /// Decode with chunks of at least `chunk_bytes` (`u64::MAX`: sequential).
+    fn decode(&self, chunk_bytes: u64) -> Decoded;
+}
+
+impl Decodes for Case {
+    fn trace_len(&self) -> u64 {
+        self.trace.len() as u64
+    }
+    fn check(&self, d: &Decoded) {
+        check_contracts(d, self.trace_len())
+    }
+    fn decode(&self, chunk_bytes: u64) -> Decoded {
+        Case::decode(self, chunk_bytes)
+    }
+}
+
+/// The sequential decode keeps the contracts, and chunks of 1, 64 and 4096 bytes give
+/// the same branches, events, timing table and coverage.
+fn chunks_agree(case: &impl Decodes) {
     let seq = case.decode(u64::MAX);
-    check_contracts(&seq, case.trace.len() as u64);
+    case.check(&seq);
     for chunk in [1, 64, 4096] {
         let par = case.decode(chunk);
-        assert_eq!(seq.rows, par.rows, "branches differ at chunk size {chunk}");
-        assert_eq!(
-            seq.events, par.events,
-            "events differ at chunk size {chunk}"
-        );
+        if seq.rows != par.rows {
+            let (a, b) = (&seq.rows, &par.rows);
+            let i = (0..a.len().min(b.len()))
+                .find(|&i| a.row(i) != b.row(i))
+                .unwrap_or(a.len().min(b.len()));
+            panic!(
+                "branches differ at chunk size {chunk}: {} rows against {}, first at row {i}: \
+                 {:x?} against {:x?}",
+                a.len(),
+                b.len(),
+                (i < a.len()).then(|| a.row(i)),
+                (i < b.len()).then(|| b.row(i)),
+            );
+        }
+        if seq.events != par.events {
+            let (a, b) = (&seq.events, &par.events);
+            let i = (0..a.len().min(b.len()))
+                .find(|&i| a[i] != b[i])
+                .unwrap_or(a.len().min(b.len()));
+            panic!(
+                "events differ at chunk size {chunk}: {} events against {}, first at {i}: \
+                 {:?} against {:?}",
+                a.len(),
+                b.len(),
+                a.get(i),
+                b.get(i),
+            );
+        }
         assert_eq!(
             seq.timing_rows, par.timing_rows,
             "timing differs at chunk size {chunk}"
@@ -395,22 +479,23 @@ pub fn stretch(data: &[u8]) {
     if unit.is_empty() {
         return;
     }
-    let mut bytes = head.to_vec();
-    bytes.extend_from_slice(prefix);
-    while bytes.len() < STRETCH_BYTES {
-        bytes.extend_from_slice(unit);
-    }
-    bytes.extend_from_slice(prefix);
-    let Some(case) = Case::parse(&bytes) else {
+    let Some(case) = Case::parse(&stretched(head, prefix, unit)) else {
         return;
     };
-    let len = case.trace.len() as u64;
+    stretch_bounds(&case);
+}
+
+/// [`stretch`]'s checks: sequential and 4 KiB chunks agree and keep the contracts, the
+/// walkers read the trace at most four times over and the timeline handles its marks at
+/// most three times over.
+fn stretch_bounds(case: &impl Decodes) {
+    let len = case.trace_len();
     let mut runs = Vec::new();
     for chunk in [u64::MAX, 4096] {
         let before = tracemill_decode::flow::bytes_read_on_this_thread();
         let d = case.decode(chunk);
         let read = tracemill_decode::flow::bytes_read_on_this_thread() - before;
-        check_contracts(&d, len);
+        case.check(&d);
         // Bodies read their chunk, stitches a chunk's head again (or all of it), and an
         // undone look-ahead at most 4 KiB per chunk again: well under four times over.
         assert!(
@@ -432,6 +517,185 @@ pub fn stretch(data: &[u8]) {
         seq.timing_rows, par.timing_rows,
         "timing differs in 4 KiB chunks"
     );
+}
+
+/// Repeat `unit` after `head` and `prefix` up to [`STRETCH_BYTES`], then `prefix` again.
+fn stretched(head: &[u8], prefix: &[u8], unit: &[u8]) -> Vec<u8> {
+    let mut bytes = head.to_vec();
+    bytes.extend_from_slice(prefix);
+    while bytes.len() < STRETCH_BYTES {
+        bytes.extend_from_slice(unit);
+    }
+    bytes.extend_from_slice(prefix);
+    bytes
+}
+
+// ---------------------------------------------------------------------------------------
+// pt_walk, pt_stitch_diff, pt_stretch
+
+/// The processors a [`PtCase`] names (header byte 0, bits 7:5): none (no errata), then one
+/// of each group of libipt's errata table (`decode/src/pt/cpu.rs`).
+pub const PT_CPUS: [Option<(u16, u8)>; 8] = [
+    None,
+    Some((6, 0x4e)), // Skylake client: BDM70 SKD007 SKD010 SKD022 SKL014 SKL168
+    Some((6, 0x55)), // Skylake server: BDM70 SKD022 SKL014 SKZ84
+    Some((6, 0x3d)), // Broadwell: BDM70 BDM64
+    Some((6, 0x5c)), // Apollo Lake: APL11 APL12
+    Some((6, 0x97)), // Alder Lake: BDM70 SKD022 APL11
+    Some((6, 0x8f)), // Sapphire Rapids: BDM70 SKD022 SKZ84
+    Some((6, 0x7a)), // Goldmont Plus: APL11
+];
+
+/// A fuzz input read as an Intel PT decode over the images of [`images`]:
+///
+/// | bytes | meaning |
+/// |---|---|
+/// | 0 | bit 0: image set; bit 1: RET compression off (DisRETC); bits 2, 3, 4: CYC, MTC, TSC enabled; bits 7:5: the processor ([`PT_CPUS`]), whose errata apply |
+/// | 1 | bits 3:0: MTCFreq; bits 7:4: CPUID.15H:EAX (TSC/CTC ratio denominator; 0: ratio unknown) |
+/// | 2 | CPUID.15H:EBX (TSC/CTC ratio numerator) |
+/// | 3 | the maximum non-turbo ratio (`nom_freq`; 0 unknown) |
+/// | 4.. | the trace; a PSB and PSBEND are put in front so that something decodes |
+pub struct PtCase {
+    pub images: u8,
+    pub cfg: pt::PtConfig,
+    pub trace: Vec<u8>,
+}
+
+impl PtCase {
+    pub const HEADER: usize = 4;
+
+    /// What is put in front of the trace: PSB, PSBEND.
+    pub fn prologue() -> Vec<u8> {
+        let mut v = pt::packet::PSB_BYTES.to_vec();
+        v.extend_from_slice(&[0x02, 0x23]);
+        v
+    }
+
+    /// The header byte 0 for these settings (the seed generator writes headers with it).
+    pub fn flags(
+        images: u8,
+        ret_compression: bool,
+        cyc: bool,
+        mtc: bool,
+        tsc: bool,
+        cpu: u8,
+    ) -> u8 {
+        (images & 1)
+            | (!ret_compression as u8) << 1
+            | (cyc as u8) << 2
+            | (mtc as u8) << 3
+            | (tsc as u8) << 4
+            | (cpu & 7) << 5
+    }
+
+    pub fn parse(data: &[u8]) -> Option<PtCase> {
+        if data.len() < Self::HEADER {
+            return None;
+        }
+        let f = data[0];
+        let mut cfg = pt::PtConfig {
+            ret_compression: f & 2 == 0,
+            cyc: f & 4 != 0,
+            mtc: f & 8 != 0,
+            tsc: f & 16 != 0,
+            mtc_freq: data[1] & 0xF,
+            tsc_ctc_ratio_d: (data[1] >> 4) as u32,
+            tsc_ctc_ratio_n: data[2] as u32,
+            nom_freq: data[3],
+            ..pt::PtConfig::default()
+        };
+        if cfg.tsc_ctc_ratio_d == 0 {
+            cfg.tsc_ctc_ratio_n = 0;
+        }
+        if let Some((family, model)) = PT_CPUS[(f >> 5) as usize] {
+            cfg.set_cpu(pt::cpu::Cpu {
+                family,
+                model,
+                stepping: 0,
+            })
+            .expect("a processor of the errata table");
+        }
+        let mut trace = Self::prologue();
+        trace.extend_from_slice(&data[Self::HEADER..]);
+        Some(PtCase {
+            images: f & 1,
+            cfg,
+            trace,
+        })
+    }
+
+    /// Decode with chunks of at least `chunk_bytes` (`u64::MAX`: sequential).
+    pub fn decode(&self, chunk_bytes: u64) -> Decoded {
+        let stream = TraceStream::linear(&self.trace);
+        let input = Input::<tracemill_decode::Pt> {
+            stream: &stream,
+            images: images(self.images),
+            timing: pt::clock::PtTiming::new(&self.cfg),
+            cfg: self.cfg.clone(),
+        };
+        decode_all(&input, chunk_bytes)
+    }
+}
+
+impl Decodes for PtCase {
+    fn trace_len(&self) -> u64 {
+        self.trace.len() as u64
+    }
+    fn check(&self, d: &Decoded) {
+        check_pt_contracts(d, self.trace_len())
+    }
+    fn decode(&self, chunk_bytes: u64) -> Decoded {
+        PtCase::decode(self, chunk_bytes)
+    }
+}
+
+/// The Intel PT flow walker over fixed real code images: arbitrary trace bytes behind a
+/// PSB+, the recording settings and processor from the input's first bytes ([`PtCase`]).
+/// No panic, no hang, memory bounded by the trace; the output keeps the table contracts,
+/// and the walker reads the trace at most four times over.
+pub fn pt_walk(data: &[u8]) {
+    let Some(case) = PtCase::parse(data) else {
+        return;
+    };
+    let len = case.trace_len();
+    let before = tracemill_decode::flow::bytes_read_on_this_thread();
+    let d = case.decode(u64::MAX);
+    let read = tracemill_decode::flow::bytes_read_on_this_thread() - before;
+    check_pt_contracts(&d, len);
+    assert!(
+        read <= 4 * len + (64 << 10),
+        "the walker read {read} bytes of a {len}-byte trace"
+    );
+}
+
+/// Intel PT differential: `decode_all` with one chunk against chunks of 1, 64 and 4096
+/// bytes (cut at PSBs): identical branches (timing columns included), events, timing and
+/// coverage, as [`stitch_diff`] for RTIT.
+pub fn pt_stitch_diff(data: &[u8]) {
+    let Some(case) = PtCase::parse(data) else {
+        return;
+    };
+    chunks_agree(&case);
+}
+
+/// Intel PT's [`stretch`]: a [`PtCase`] header, a prefix length byte, the prefix and a
+/// unit; the unit repeated to [`STRETCH_BYTES`] between two copies of the prefix. Decoded
+/// sequentially and in 4 KiB chunks, the two agree, keep the contracts, read the trace at
+/// most four times over and handle its marks at most three times over.
+pub fn pt_stretch(data: &[u8]) {
+    if data.len() < PtCase::HEADER + 2 {
+        return;
+    }
+    let (head, rest) = data.split_at(PtCase::HEADER);
+    let k = (rest[0] as usize).min(rest.len() - 1);
+    let (prefix, unit) = rest[1..].split_at(k);
+    if unit.is_empty() {
+        return;
+    }
+    let Some(case) = PtCase::parse(&stretched(head, prefix, unit)) else {
+        return;
+    };
+    stretch_bounds(&case);
 }
 
 // ---------------------------------------------------------------------------------------

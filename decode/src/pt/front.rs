@@ -263,10 +263,13 @@ impl<'a> PtFront<'a> {
         let mut bits = None;
         loop {
             let p = match self.reader.next_packet() {
-                // Cut off by the end of the range (the next chunk's PSB) or of the trace.
+                // Cut off by the end of the range (the next chunk's PSB) or of the trace:
+                // reported there, after the PSB+'s packets read so far (events in offset
+                // order; a sequential decode reports a PSB+ cut by the next PSB at that
+                // PSB, below). Fuzz finding `psb-plus-cut-off`.
                 None => {
                     return Raw::Error {
-                        off: psb,
+                        off: self.reader.pos().max(psb),
                         e: PtError::PsbPlus,
                     }
                 }
@@ -312,10 +315,16 @@ impl<'a> PtFront<'a> {
                     };
                 }
                 _ => {
+                    if p.packet == Packet::Psb {
+                        // A PSB ends the broken PSB+ and starts the next (36.4.2.17): read
+                        // again, as a chunk starting there reads it (fuzz finding
+                        // `psb-inside-psb-plus`).
+                        self.reader.seek(p.offset);
+                    }
                     return Raw::Error {
                         off: p.offset,
                         e: PtError::PsbPlus,
-                    }
+                    };
                 }
             }
         }
@@ -361,9 +370,13 @@ impl<'a> PtFront<'a> {
             match st.queue[i] {
                 Some(s) if s.bind & bind::READY == 0 => {
                     if !was_enabled && matches!(s.ev, Ev::At(_)) {
+                        // Bound by the OVF: reported there, after whatever the walker
+                        // made of the packets read since it waited (events in offset
+                        // order; fuzz finding `mode-before-ovf`).
                         st.queue[i] = Some(Slot {
                             bind: bind::READY,
                             ip: None,
+                            off,
                             ..s
                         });
                         i += 1;
@@ -568,14 +581,16 @@ impl<'a> PtFront<'a> {
         // where tracing resumes (or stops) and is passed.
         let at = p.offset;
         self.skip_to(facts, p.packet != Packet::Psb, |q| q.offset == at);
+        // The overflow is reported at the recovery point, after the timing packets counted
+        // on the way (events in offset order; fuzz finding `skd010-timing-before-ovf`).
         match pl {
             None => {
-                let _ = st.push(bind::READY, Ev::Ovf, None, off);
+                let _ = st.push(bind::READY, Ev::Ovf, None, at);
             }
             Some(pl) => {
                 let ip = st.last_ip.update(&pl);
                 st.enabled = true;
-                let _ = st.push(bind::READY, Ev::Ovf, ip, off);
+                let _ = st.push(bind::READY, Ev::Ovf, ip, at);
                 if let (Some(t), Packet::Fup(_)) = (tsx, p.packet) {
                     let _ = st.push(bind::READY, Ev::At(t), ip, p.offset);
                 }
@@ -714,8 +729,11 @@ impl<'a> PtFront<'a> {
                     }
                     st.push(bind::FUP_BOUND, Ev::At(Bound::Exstop), None, off)
                 } else {
+                    // Bound here: reported at the EXSTOP, the binding packet, as a FUP-bound
+                    // one is at its FUP (events in offset order whatever came between;
+                    // fuzz finding `mwait-before-exstop`).
                     if let Some(m) = mwait {
-                        st.push(bind::READY, m.ev, None, m.off)?;
+                        st.push(bind::READY, m.ev, None, off)?;
                     }
                     st.push(bind::READY, Ev::At(Bound::Exstop), None, off)
                 };
@@ -737,8 +755,9 @@ impl<'a> PtFront<'a> {
                 )
                 .map(|_| None),
             Packet::Pwrx(x) => {
+                // The PWRE it binds is reported at it, likewise.
                 if let Some(w) = st.take(bind::PWRX) {
-                    st.push(bind::READY, w.ev, None, w.off)?;
+                    st.push(bind::READY, w.ev, None, off)?;
                 }
                 st.push(
                     bind::READY,
