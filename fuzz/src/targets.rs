@@ -493,9 +493,17 @@ fn stretch_bounds(case: &impl Decodes) {
     let mut runs = Vec::new();
     for chunk in [u64::MAX, 4096] {
         let before = tracemill_decode::flow::bytes_read_on_this_thread();
+        let searched_before = tracemill_decode::stream::bytes_searched_on_this_thread();
         let d = case.decode(chunk);
         let read = tracemill_decode::flow::bytes_read_on_this_thread() - before;
+        let searched = tracemill_decode::stream::bytes_searched_on_this_thread() - searched_before;
         case.check(&d);
+        // The PSB searches (the planner's, each reader's, each look-ahead's) scan each
+        // byte a few times, never again at every packet (Intel PT OVFs back to back).
+        assert!(
+            searched <= 8 * len + (256 << 10),
+            "chunks of {chunk}: PSB searches scanned {searched} bytes of a {len}-byte trace"
+        );
         // Bodies read their chunk, stitches a chunk's head again (or all of it), and an
         // undone look-ahead at most 4 KiB per chunk again: well under four times over.
         assert!(
@@ -659,9 +667,15 @@ pub fn pt_walk(data: &[u8]) {
     };
     let len = case.trace_len();
     let before = tracemill_decode::flow::bytes_read_on_this_thread();
+    let searched_before = tracemill_decode::stream::bytes_searched_on_this_thread();
     let d = case.decode(u64::MAX);
     let read = tracemill_decode::flow::bytes_read_on_this_thread() - before;
+    let searched = tracemill_decode::stream::bytes_searched_on_this_thread() - searched_before;
     check_pt_contracts(&d, len);
+    assert!(
+        searched <= 8 * len + (256 << 10),
+        "PSB searches scanned {searched} bytes of a {len}-byte trace"
+    );
     assert!(
         read <= 4 * len + (64 << 10),
         "the walker read {read} bytes of a {len}-byte trace"
