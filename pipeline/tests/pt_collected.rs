@@ -89,6 +89,16 @@ fn flow(r: &BranchColumns) -> Vec<(u64, u8, bool, Option<u64>)> {
         .collect()
 }
 
+/// The rows of `trace` written through ToPA as `plan` sets it up (a bundle in `dir`), and
+/// how stream offsets moved (`bundle = linear + shift`).
+fn decode_topa(dir: &Path, trace: &[u8], plan: &TopaPlan, elf: &[u8]) -> (BranchColumns, i64) {
+    let laid = write_topa(trace, plan);
+    let mut m = Manifest::new(CTL);
+    m.topa = Some(laid.form);
+    m.trace = "trace.topa".into();
+    (decode(&bundle(dir, m, &laid.file, elf)), laid.shift)
+}
+
 /// IA32_RTIT_CTL: TraceEn, User, BranchEn, ToPA (bit 8) as a ToPA recording sets it.
 const CTL: u64 = 1 | 1 << 3 | 1 << 8 | 1 << 13;
 
@@ -122,50 +132,33 @@ fn pt_through_topa_and_a_trace_hub_decodes_as_the_linear_trace() {
     while sizes.iter().map(|&c| 4096u64 << c).sum::<u64>() < len {
         sizes.push(4);
     }
-    let laid = write_topa(
-        &pt.bytes,
-        &TopaPlan {
-            sizes,
-            first_table: 3,
-            circular: false,
-            int_every: 2,
-            seed: 5,
-        },
-    );
-    let mut m = Manifest::new(CTL);
-    m.topa = Some(laid.form);
-    m.trace = "trace.topa".into();
-    let topa = decode(&bundle(&tmp.path().join("topa"), m, &laid.file, &elf));
+    let plan = TopaPlan {
+        sizes,
+        first_table: 3,
+        circular: false,
+        int_every: 2,
+        seed: 5,
+    };
+    let (topa, shift) = decode_topa(&tmp.path().join("topa"), &pt.bytes, &plan, &elf);
     assert_eq!(flow(&topa), truth, "the ToPA dump");
     let moved: Vec<u64> = linear
         .offset
         .iter()
-        .map(|&o| (o as i64 + laid.shift) as u64)
+        .map(|&o| (o as i64 + shift) as u64)
         .collect();
     assert_eq!(topa.offset, moved, "ToPA rows' offsets");
 
     // A circular ToPA buffer of a third of the trace: what survives is the last bytes,
     // and their rows are the truth's last rows from the first PSB on.
     assert!(len > 3 * 8192, "a {len}-byte trace");
-    let laid = write_topa(
-        &pt.bytes,
-        &TopaPlan {
-            sizes: vec![0, 0],
-            first_table: 2,
-            circular: true,
-            int_every: 0,
-            seed: 6,
-        },
-    );
-    let mut m = Manifest::new(CTL);
-    m.topa = Some(laid.form);
-    m.trace = "trace.topa".into();
-    let wrapped = flow(&decode(&bundle(
-        &tmp.path().join("topa-wrapped"),
-        m,
-        &laid.file,
-        &elf,
-    )));
+    let plan = TopaPlan {
+        sizes: vec![0, 0],
+        first_table: 2,
+        circular: true,
+        int_every: 0,
+        seed: 6,
+    };
+    let wrapped = flow(&decode_topa(&tmp.path().join("topa-wrapped"), &pt.bytes, &plan, &elf).0);
     assert!(
         !wrapped.is_empty() && wrapped.len() < truth.len(),
         "{} rows of {}",
