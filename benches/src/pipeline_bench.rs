@@ -38,8 +38,7 @@ use tracemill_datasets::bundle::TraceFormat;
 use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_body, plan_chunks, Body, Input};
 use tracemill_decode::flow::CountSink;
-use tracemill_decode::pt::clock::PtTiming;
-use tracemill_decode::{Format, Pt, Rtit};
+use tracemill_decode::{Format, Rtit};
 
 // The allocator of the `tracemill` binary, so that `write` measures what it runs.
 #[cfg(all(target_os = "linux", not(target_env = "msvc")))]
@@ -70,18 +69,7 @@ fn count_mode(b: &Bundle, jobs: usize) -> Result<(f64, Counts)> {
             },
             jobs,
         ),
-        TraceFormat::Pt => {
-            let cfg = b.pt_config()?;
-            count_walk(
-                &Input::<Pt> {
-                    stream: &stream,
-                    images: &images,
-                    timing: PtTiming::new(&cfg),
-                    cfg,
-                },
-                jobs,
-            )
-        }
+        TraceFormat::Pt => count_walk(&Input::pt(&stream, &images, b.pt_config()?), jobs),
     }
 }
 

@@ -11,11 +11,9 @@ use tracemill_datasets::exec::Execution;
 use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtOutput, PtOverflow};
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::image::ImageSet;
-use tracemill_decode::pt::clock::PtTiming;
 use tracemill_decode::pt::PtConfig;
 use tracemill_decode::rows::BranchColumns;
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::Pt;
 use tracemill_schemas::EventKind;
 
 mod common;
@@ -48,12 +46,7 @@ fn decode_with(images: &ImageSet<'_>, bytes: &[u8], ret_compression: bool, chunk
         ret_compression,
         ..PtConfig::default()
     };
-    let input = Input::<Pt> {
-        stream: &stream,
-        images,
-        timing: PtTiming::new(&cfg),
-        cfg,
-    };
+    let input = Input::pt(&stream, images, cfg);
     decode_all(&input, chunk)
 }
 

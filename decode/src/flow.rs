@@ -1949,10 +1949,9 @@ mod tests {
     /// chunk's body.)
     #[test]
     fn psb_plus_inside_a_block_splits_it_for_every_chunk_size_36_4_2_17() {
-        use crate::pt::clock::PtTiming;
         use crate::pt::encode::{compress_ip, encode};
         use crate::pt::packet::{ExecMode, IpCompression, IpPayload, Packet, Tnt};
-        use crate::pt::{Pt, PtConfig};
+        use crate::pt::PtConfig;
         // 0x1000: nop; nop; nop; jne 0x1000 (75 fb)
         let code = [0x90, 0x90, 0x90, 0x75, 0xFB];
         let mut images = ImageSet::new();
@@ -1982,12 +1981,7 @@ mod tests {
         }));
         let stream = TraceStream::linear(&t);
         let cfg = PtConfig::default();
-        let input = Input::<Pt> {
-            stream: &stream,
-            images: &images,
-            timing: PtTiming::new(&cfg),
-            cfg,
-        };
+        let input = Input::pt(&stream, &images, cfg);
         let seq = decode_all(&input, u64::MAX);
         assert!(errors_of(&seq).is_empty(), "{:?}", errors_of(&seq));
         assert_eq!(seq.rows.insns, [4, 4]);
@@ -2018,10 +2012,9 @@ mod tests {
     /// a repeat).
     #[test]
     fn mode_exec_is_forgotten_at_a_psb_36_4_2_17() {
-        use crate::pt::clock::PtTiming;
         use crate::pt::encode::{compress_ip, encode};
         use crate::pt::packet::{ExecMode, IpCompression, IpPayload, Packet, Tnt};
-        use crate::pt::{Pt, PtConfig};
+        use crate::pt::PtConfig;
         // 0x1000: nop; jne 0x1000 (75 fd)
         let code = [0x90, 0x75, 0xFD];
         let mut images = ImageSet::new();
@@ -2053,12 +2046,7 @@ mod tests {
         }
         let stream = TraceStream::linear(&t);
         let cfg = PtConfig::default();
-        let input = Input::<Pt> {
-            stream: &stream,
-            images: &images,
-            timing: PtTiming::new(&cfg),
-            cfg,
-        };
+        let input = Input::pt(&stream, &images, cfg);
         let seq = decode_all(&input, u64::MAX);
         assert!(errors_of(&seq).is_empty(), "{:?}", errors_of(&seq));
         assert_eq!(seq.rows.len(), 4);

@@ -7,11 +7,9 @@
 
 use tracemill_decode::chunk::{decode_all, Input};
 use tracemill_decode::image::ImageSet;
-use tracemill_decode::pt::clock::PtTiming;
 use tracemill_decode::pt::packet::PSB_BYTES;
 use tracemill_decode::pt::PtConfig;
 use tracemill_decode::stream::{bytes_searched_on_this_thread, TraceStream};
-use tracemill_decode::Pt;
 use tracemill_schemas::EventKind;
 
 /// A PSB+ (PSB, PSBEND), then `n` copies of `unit`.
@@ -28,12 +26,7 @@ fn check(what: &str, trace: &[u8], events: EventKind, want: usize) {
     let stream = TraceStream::linear(trace);
     let images = ImageSet::new();
     let cfg = PtConfig::default();
-    let input = Input::<Pt> {
-        stream: &stream,
-        images: &images,
-        timing: PtTiming::new(&cfg),
-        cfg,
-    };
+    let input = Input::pt(&stream, &images, cfg);
     let len = trace.len() as u64;
     for chunk in [u64::MAX, 4096] {
         let before = bytes_searched_on_this_thread();

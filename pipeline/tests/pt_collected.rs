@@ -28,9 +28,7 @@ use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
 use tracemill_datasets::pt_encode::{encode_execution, PtOptions};
 use tracemill_decode::chunk::{decode_all, Input};
 use tracemill_decode::image::ImageSet;
-use tracemill_decode::pt::clock::PtTiming;
 use tracemill_decode::rows::BranchColumns;
-use tracemill_decode::Pt;
 
 fn busybox() -> Vec<u8> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -64,12 +62,7 @@ fn decode(b: &Bundle) -> BranchColumns {
     let stream = b.stream();
     let (images, _) = b.image_set();
     let cfg = b.pt_config().unwrap();
-    let input = Input::<Pt> {
-        stream: &stream,
-        images: &images,
-        timing: PtTiming::new(&cfg),
-        cfg,
-    };
+    let input = Input::pt(&stream, &images, cfg);
     let seq = decode_all(&input, u64::MAX);
     let par = decode_all(&input, 4096);
     assert_eq!(

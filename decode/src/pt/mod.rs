@@ -67,6 +67,22 @@ use crate::stream::TraceStream;
 #[derive(Clone, Copy, Debug)]
 pub struct Pt;
 
+impl<'a> crate::chunk::Input<'a, Pt> {
+    /// The input of an Intel PT decode: its timing configuration follows from `cfg`.
+    pub fn pt(
+        stream: &'a TraceStream<'a>,
+        images: &'a crate::image::ImageSet<'a>,
+        cfg: PtConfig,
+    ) -> Self {
+        crate::chunk::Input {
+            stream,
+            images,
+            timing: clock::PtTiming::new(&cfg),
+            cfg,
+        }
+    }
+}
+
 impl Format for Pt {
     type Config = PtConfig;
     type Front<'a> = front::PtFront<'a>;
