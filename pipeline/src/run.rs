@@ -39,7 +39,7 @@ use tracemill_sinks::{
 };
 
 use crate::bundle::Bundle;
-use crate::perf::threads::Threads;
+use crate::perf::threads::{LastTimed, Threads};
 
 /// Which tables to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -374,6 +374,7 @@ fn decode_as<F: TraceFormat>(
             .take()
             .map(|enc| RowGroups::new(Grouped::Timing, enc, target, tokens.clone())),
         threads: None,
+        dated: LastTimed::default(),
     };
     // Coverage names images by the first part's set (every part has the same images).
     let cov_images = &prepared[0].1;
@@ -383,7 +384,7 @@ fn decode_as<F: TraceFormat>(
         let writer = s.spawn(move || -> Result<(Vec<Written>, u64, u64)> {
             for m in piece_rx {
                 match m {
-                    ToWriter::Piece(p, t, threads) => writers.write(p, t, threads.as_deref())?,
+                    ToWriter::Piece(p, t, dated) => writers.write(p, t, dated.as_ref())?,
                     ToWriter::RowGroup(table, rx) => {
                         let rg = rx.recv().context("a row group encoder stopped")??;
                         writers.append_row_group(table, rg)?;
@@ -410,6 +411,7 @@ fn decode_as<F: TraceFormat>(
             let caches: Vec<Mutex<BlockCache>> =
                 (0..report.jobs).map(|_| Mutex::default()).collect();
             emitter.threads = part.threads.clone();
+            emitter.dated = LastTimed::default();
             // Chunks are decoded as pool tasks, at most `window` of them between being
             // handed out and being consumed in order: memory stays bounded whatever the
             // trace size, and no thread waits for a whole batch.
@@ -676,7 +678,7 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
 enum ToWriter {
     /// A piece's events, timing rows and coverage (and its branch rows, unless row groups
     /// are encoded on the pool).
-    Piece(Piece<BranchColumns>, TimingColumns, Option<Arc<Threads>>),
+    Piece(Piece<BranchColumns>, TimingColumns, Option<Dated>),
     /// A row group of `branches` or `timing` being encoded on the pool.
     RowGroup(
         Grouped,
@@ -701,6 +703,8 @@ struct Emitter {
     timing: Option<RowGroups>,
     /// The part's threads (perf.data): rows gain the thread columns.
     threads: Option<Arc<Threads>>,
+    /// Where the part's trace is in time, for the thread lookup.
+    dated: LastTimed,
 }
 
 impl Emitter {
@@ -715,6 +719,20 @@ impl Emitter {
         let base = self.seq.rows();
         self.seq.sequence(&mut p);
         report.count(&p);
+        // perf.data: each row's and event's thread by the last timing packet before it.
+        let dates = self.threads.clone().map(|threads| {
+            let t_tsc: Vec<Option<u64>> = (0..t.len()).map(|i| t.tsc.get(i)).collect();
+            let rows = self.dated.dates(&p.rows.offset, &t.offset, &t_tsc);
+            let events: Vec<u64> = p.events.iter().map(|e| e.offset).collect();
+            let events = self.dated.dates(&events, &t.offset, &t_tsc);
+            self.dated.advance(&t_tsc);
+            Dated {
+                threads,
+                rows,
+                events,
+                timing: t_tsc,
+            }
+        });
         if let Some(b) = &self.batches {
             b.send_piece(&mut p, &mut t, base)?;
         }
@@ -722,28 +740,50 @@ impl Emitter {
             let rows = std::mem::take(&mut p.rows);
             if !rows.is_empty() {
                 let b = tracemill_sinks::convert::branches(rows, base)?;
-                g.add(with_threads(b, self.threads.as_deref())?, pool, tx)?;
+                g.add(with_threads(b, dates.as_ref(), Dated::rows)?, pool, tx)?;
             }
         }
         if let Some(g) = &mut self.timing {
             let rows = std::mem::take(&mut t);
             if !rows.is_empty() {
                 let b = tracemill_sinks::convert::timing(rows)?;
-                g.add(with_threads(b, self.threads.as_deref())?, pool, tx)?;
+                g.add(with_threads(b, dates.as_ref(), Dated::timing)?, pool, tx)?;
             }
         }
-        tx.send(ToWriter::Piece(p, t, self.threads.clone()))
+        tx.send(ToWriter::Piece(p, t, dates))
             .map_err(|_| anyhow::anyhow!("the writer stopped"))
     }
 }
 
-/// `batch` with the thread columns of `threads` appended (as it is without).
+/// A perf.data piece's threads, and the time each of its rows, events and timing rows is
+/// looked up at.
+struct Dated {
+    threads: Arc<Threads>,
+    rows: Vec<Option<u64>>,
+    events: Vec<Option<u64>>,
+    timing: Vec<Option<u64>>,
+}
+
+impl Dated {
+    fn rows(&self) -> &[Option<u64>] {
+        &self.rows
+    }
+    fn events(&self) -> &[Option<u64>] {
+        &self.events
+    }
+    fn timing(&self) -> &[Option<u64>] {
+        &self.timing
+    }
+}
+
+/// `batch` with the thread columns appended, its rows dated by `which` (as it is without).
 fn with_threads(
     batch: arrow_array::RecordBatch,
-    threads: Option<&Threads>,
+    dated: Option<&Dated>,
+    which: fn(&Dated) -> &[Option<u64>],
 ) -> Result<arrow_array::RecordBatch> {
-    Ok(match threads {
-        Some(t) => t.extend(&batch)?,
+    Ok(match dated {
+        Some(d) => d.threads.extend(&batch, which(d))?,
         None => batch,
     })
 }
@@ -917,34 +957,41 @@ impl Writers {
         &mut self,
         mut p: Piece<BranchColumns>,
         timing: TimingColumns,
-        threads: Option<&Threads>,
+        dated: Option<&Dated>,
     ) -> Result<()> {
         use tracemill_sinks::convert;
         self.cov.merge(std::mem::take(&mut p.coverage));
         if let Some(w) = &mut self.events {
             if !p.events.is_empty() {
-                match threads {
+                match dated {
                     None => w.write_events(&p.events)?,
-                    Some(_) => w.write(&with_threads(convert::events(&p.events)?, threads)?)?,
+                    Some(_) => {
+                        let b = convert::events(&p.events)?;
+                        w.write(&with_threads(b, dated, Dated::events)?)?
+                    }
                 }
             }
         }
         if let Some(w) = &mut self.timing {
             if !timing.is_empty() {
-                match threads {
+                match dated {
                     None => w.write_timing(timing)?,
-                    Some(_) => w.write(&with_threads(convert::timing(timing)?, threads)?)?,
+                    Some(_) => {
+                        let b = convert::timing(timing)?;
+                        w.write(&with_threads(b, dated, Dated::timing)?)?
+                    }
                 }
             }
         }
         if let Some(w) = &mut self.branches {
             if !p.rows.is_empty() {
-                match threads {
+                match dated {
                     None => w.write_branches(p.rows)?,
                     Some(_) => {
                         // Numbered on from the rows written, as write_branches does.
                         let first = w.rows_written();
-                        w.write(&with_threads(convert::branches(p.rows, first)?, threads)?)?
+                        let b = convert::branches(p.rows, first)?;
+                        w.write(&with_threads(b, dated, Dated::rows)?)?
                     }
                 }
             }

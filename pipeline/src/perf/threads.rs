@@ -36,6 +36,46 @@ pub struct Threads {
     clock: PerfClock,
 }
 
+/// The TSC of the last timing packet before a place in the stream, across the pieces of
+/// one trace: what a row's or an event's thread is looked up by. perf's decoder does the
+/// same (a sample's thread is the one running at the last timestamp the trace gave before
+/// it). The rows' own `tsc` would not do: rows between two disables with no timing packet
+/// between take the next value after them (`decode/src/timing.rs`, the nearest), and
+/// after a context switch that is the next thread's time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LastTimed {
+    last: Option<u64>,
+}
+
+impl LastTimed {
+    /// For each stream offset of `places`, the TSC of the last timing packet before it
+    /// (`timing`: a piece's timing packets, offsets in stream order, and their TSCs);
+    /// afterwards the state is past the piece. `places` may be in any order.
+    pub fn dates(&self, places: &[u64], timing_offsets: &[u64], timing_tsc: &[Option<u64>]) -> Vec<Option<u64>> {
+        // The last known TSC up to and including each timing packet.
+        let mut upto = Vec::with_capacity(timing_offsets.len());
+        let mut last = self.last;
+        for t in timing_tsc {
+            last = t.or(last);
+            upto.push(last);
+        }
+        places
+            .iter()
+            .map(|&o| {
+                let k = timing_offsets.partition_point(|&t| t < o);
+                k.checked_sub(1).map_or(self.last, |k| upto[k])
+            })
+            .collect()
+    }
+
+    /// Move past a piece whose timing packets have these TSCs.
+    pub fn advance(&mut self, timing_tsc: &[Option<u64>]) {
+        if let Some(t) = timing_tsc.iter().rev().find_map(|t| *t) {
+            self.last = Some(t);
+        }
+    }
+}
+
 /// A switch fact as read from a record: at perf time `time` on `cpu`, `pid`/`tid` (or
 /// nobody known) runs from then on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,9 +136,21 @@ impl Threads {
     }
 
     /// `batch` (a row table's columns, with its `tsc` column) with `cpu`, `pid`, `tid`,
-    /// `time` appended, as [`tracemill_schemas::arrow::thread_fields`] defines them.
-    pub fn extend(&self, batch: &RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    /// `time` appended, as [`tracemill_schemas::arrow::thread_fields`] defines them: the
+    /// thread of row `i` is the one at `dates[i]` (see [`LastTimed`]), `time` is the row's
+    /// own `tsc` in perf time.
+    pub fn extend(
+        &self,
+        batch: &RecordBatch,
+        dates: &[Option<u64>],
+    ) -> Result<RecordBatch, arrow_schema::ArrowError> {
         let n = batch.num_rows();
+        if dates.len() != n {
+            return Err(arrow_schema::ArrowError::InvalidArgumentError(format!(
+                "{} dates for {n} rows",
+                dates.len()
+            )));
+        }
         let tsc = batch
             .column_by_name("tsc")
             .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
@@ -110,9 +162,9 @@ impl Threads {
         let mut time = Vec::with_capacity(n);
         // Rows are in time order: one lookup per run of rows in the same span.
         let mut cache: Option<(u64, u64, (Option<u32>, Option<u32>))> = None;
-        for i in 0..n {
+        for (i, &d) in dates.iter().enumerate() {
             let t = (!tsc.is_null(i)).then(|| tsc.value(i));
-            let who = match (t, cache) {
+            let who = match (d, cache) {
                 (Some(t), Some((lo, hi, who))) if lo <= t && t < hi => who,
                 (Some(t), _) => {
                     let who = self.at(Some(t));
@@ -189,6 +241,21 @@ mod tests {
     }
 
     #[test]
+    fn places_are_dated_by_the_last_timing_packet_before_them_across_pieces() {
+        let mut lt = LastTimed::default();
+        let offs = [10, 20, 30];
+        let tscs = [Some(100), None, Some(300)];
+        assert_eq!(
+            lt.dates(&[5, 10, 11, 25, 31, 15], &offs, &tscs),
+            [None, None, Some(100), Some(100), Some(300), Some(100)]
+        );
+        lt.advance(&tscs);
+        assert_eq!(lt.dates(&[40], &[], &[]), [Some(300)]);
+        lt.advance(&[None]);
+        assert_eq!(lt.dates(&[50, 70], &[60], &[None]), [Some(300), Some(300)]);
+    }
+
+    #[test]
     fn a_per_thread_trace_is_its_thread_throughout() {
         let t = Threads::for_thread(Some(7), 71, clock());
         assert_eq!(t.at(None), (Some(7), Some(71)));
@@ -206,7 +273,8 @@ mod tests {
         )]));
         let tsc = UInt64Array::from(vec![Some(10), Some(1000), None, Some(4000)]);
         let b = RecordBatch::try_new(schema, vec![Arc::new(tsc)]).unwrap();
-        let e = t.extend(&b).unwrap();
+        let dates = [Some(10), Some(1000), Some(1000), None];
+        let e = t.extend(&b, &dates).unwrap();
         let names: Vec<_> = e.schema().fields().iter().map(|f| f.name().clone()).collect();
         assert_eq!(names, ["tsc", "cpu", "pid", "tid", "time"]);
         let u32s = |i: usize| {
@@ -218,7 +286,8 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(u32s(1), [Some(3); 4]);
-        assert_eq!(u32s(3), [None, Some(71), None, Some(71)]);
+        // Threads by the dates given, times by the rows' own tsc.
+        assert_eq!(u32s(3), [None, Some(71), Some(71), None]);
         let time = e.column(4).as_any().downcast_ref::<UInt64Array>().unwrap();
         assert_eq!(
             time.iter().collect::<Vec<_>>(),
