@@ -733,7 +733,11 @@ fn build<'a>(
         sid(first.tid, first.cpu, next_time(), 2000),
     ));
     for &tid in &r.tids()[1..] {
-        let c = r.cpus.iter().find(|c| c.tid == tid).expect("a listed thread");
+        let c = r
+            .cpus
+            .iter()
+            .find(|c| c.tid == tid)
+            .expect("a listed thread");
         let time = next_time();
         recs.push((
             user,
@@ -835,7 +839,12 @@ fn build<'a>(
     };
     recs.push((0, Record::FinishedRound, none));
     for &tid in r.tids().iter().rev() {
-        let c = r.cpus.iter().rev().find(|c| c.tid == tid).expect("a listed thread");
+        let c = r
+            .cpus
+            .iter()
+            .rev()
+            .find(|c| c.tid == tid)
+            .expect("a listed thread");
         let time = next_time();
         recs.push((
             user,

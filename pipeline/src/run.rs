@@ -234,7 +234,21 @@ pub fn decode_perf(rec: &crate::perf::Recording, opts: &Options) -> Result<Repor
     let mut meta = file_meta(first.bundle);
     meta.source = rec.path.display().to_string();
     meta.source_size = rec.file_size;
-    meta.extra.push(("tracemill.perf_data".into(), "true".into()));
+    meta.extra
+        .push(("tracemill.perf_data".into(), "true".into()));
+    // The threads' names, for the reports (one flame graph root and timeline track each).
+    let threads: Vec<String> = rec
+        .pids
+        .iter()
+        .map(|(tid, pid)| {
+            let comm = rec.comms.get(tid).map_or("", String::as_str);
+            format!("{pid}/{tid}={}", comm.replace([',', '='], "_"))
+        })
+        .collect();
+    meta.extra.push((
+        tracemill_reports::input::META_THREADS.into(),
+        threads.join(","),
+    ));
     let mut opts = opts.clone();
     opts.writer.thread_columns = true;
     let mut report = decode_parts(&parts, &meta, &opts)?;
@@ -326,7 +340,11 @@ fn decode_as<F: TraceFormat>(
     for (part, (cfg, timing)) in parts.iter().zip(configs) {
         let (images, problems) = part.bundle.image_set();
         // The parts of one recording share their images: say what is wrong with them once.
-        let problems = if prepared.is_empty() { problems } else { Vec::new() };
+        let problems = if prepared.is_empty() {
+            problems
+        } else {
+            Vec::new()
+        };
         let stream = part.bundle.stream();
         match plan::<F>(part.bundle, &stream, &images, problems, Vec::new(), opts) {
             Ok(plan) => {

@@ -271,7 +271,9 @@ pub fn with_thread_fields(table: &str) -> Option<SchemaRef> {
     }
     let mut fields: Vec<Field> = base.fields().iter().map(|f| f.as_ref().clone()).collect();
     fields.extend(thread_fields());
-    Some(Arc::new(Schema::new(fields).with_metadata(base.metadata().clone())))
+    Some(Arc::new(
+        Schema::new(fields).with_metadata(base.metadata().clone()),
+    ))
 }
 
 /// Schema of a table by name.

@@ -135,9 +135,10 @@ fn candidates(m: &Mapping, lookup: &Lookup) -> Vec<PathBuf> {
         v.push(root.join(m.path.trim_start_matches('/')));
     }
     if let Some(id) = m.build_id.as_deref().filter(|id| id.len() > 2) {
-        let cache = lookup.buildid_dir.clone().or_else(|| {
-            std::env::var_os("HOME").map(|h| Path::new(&h).join(".debug"))
-        });
+        let cache = lookup
+            .buildid_dir
+            .clone()
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".debug")));
         if let Some(cache) = cache {
             let dir = cache.join(".build-id").join(&id[..2]);
             v.push(dir.join(&id[2..]).join("elf"));
@@ -189,7 +190,10 @@ mod tests {
 
     #[test]
     fn candidates_follow_perfs_order_symfs_then_build_id_cache_then_the_path() {
-        let m = mapping("/usr/bin/prog", Some("0123456789abcdef0123456789abcdef01234567"));
+        let m = mapping(
+            "/usr/bin/prog",
+            Some("0123456789abcdef0123456789abcdef01234567"),
+        );
         let l = Lookup {
             symfs: Some("/sym".into()),
             buildid_dir: Some("/cache".into()),
@@ -208,7 +212,14 @@ mod tests {
 
     #[test]
     fn anonymous_and_kernel_mappings_are_not_files() {
-        for p in ["", "[vdso]", "[heap]", "//anon", "/memfd:x (deleted)", "/tmp/a (deleted)"] {
+        for p in [
+            "",
+            "[vdso]",
+            "[heap]",
+            "//anon",
+            "/memfd:x (deleted)",
+            "/tmp/a (deleted)",
+        ] {
             assert!(!mapping(p, None).is_file(), "{p}");
         }
         assert!(mapping("/bin/ls", None).is_file());
@@ -221,7 +232,10 @@ mod tests {
         assert!(images.is_empty());
         assert_eq!(problems.len(), 1);
         let p = &problems[0];
-        assert!(p.contains("/nonexistent/prog") && p.contains("build-id aa"), "{p}");
+        assert!(
+            p.contains("/nonexistent/prog") && p.contains("build-id aa"),
+            "{p}"
+        );
         assert!(p.contains("offset 0x100") && p.contains("--symfs"), "{p}");
     }
 }

@@ -256,7 +256,10 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
     let mut traces = Vec::new();
     for q in queues.iter().filter(|q| !q.is_empty()) {
         let (area, threads) = match (q.cpu, q.tid) {
-            (Some(cpu), _) => (format!("cpu {cpu}"), Threads::for_cpu(cpu, &switches, clock)),
+            (Some(cpu), _) => (
+                format!("cpu {cpu}"),
+                Threads::for_cpu(cpu, &switches, clock),
+            ),
             (None, Some(tid)) => (
                 format!("thread {tid}"),
                 Threads::for_thread(pids.get(&tid).copied(), tid, clock),

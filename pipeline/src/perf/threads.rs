@@ -51,7 +51,12 @@ impl LastTimed {
     /// For each stream offset of `places`, the TSC of the last timing packet before it
     /// (`timing`: a piece's timing packets, offsets in stream order, and their TSCs);
     /// afterwards the state is past the piece. `places` may be in any order.
-    pub fn dates(&self, places: &[u64], timing_offsets: &[u64], timing_tsc: &[Option<u64>]) -> Vec<Option<u64>> {
+    pub fn dates(
+        &self,
+        places: &[u64],
+        timing_offsets: &[u64],
+        timing_tsc: &[Option<u64>],
+    ) -> Vec<Option<u64>> {
         // The last known TSC up to and including each timing packet.
         let mut upto = Vec::with_capacity(timing_offsets.len());
         let mut last = self.last;
@@ -237,7 +242,11 @@ mod tests {
         assert_eq!(t.at(Some(1000)), (Some(7), Some(71)));
         assert_eq!(t.at(Some(1999)), (Some(7), Some(71)));
         assert_eq!(t.at(Some(2000)), (None, None));
-        assert_eq!(t.at(None), (None, None), "a row without tsc cannot be placed");
+        assert_eq!(
+            t.at(None),
+            (None, None),
+            "a row without tsc cannot be placed"
+        );
     }
 
     #[test]
@@ -275,7 +284,12 @@ mod tests {
         let b = RecordBatch::try_new(schema, vec![Arc::new(tsc)]).unwrap();
         let dates = [Some(10), Some(1000), Some(1000), None];
         let e = t.extend(&b, &dates).unwrap();
-        let names: Vec<_> = e.schema().fields().iter().map(|f| f.name().clone()).collect();
+        let names: Vec<_> = e
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
         assert_eq!(names, ["tsc", "cpu", "pid", "tid", "time"]);
         let u32s = |i: usize| {
             e.column(i)
