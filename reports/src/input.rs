@@ -215,6 +215,10 @@ pub struct Input {
     pub thread: Option<Option<u32>>,
 }
 
+/// A thread of a perf.data decode: its `tid` (`None`: rows no thread is known for) and
+/// its name (`comm pid/tid`).
+pub type Thread = (Option<u32>, String);
+
 /// Metadata key of a perf.data decode's threads: `pid/tid=comm` entries, comma-separated.
 pub const META_THREADS: &str = "tracemill.perf_threads";
 
@@ -222,7 +226,7 @@ impl Input {
     /// The threads of a perf.data decode (those with rows, in `tid` order; `None` is the
     /// rows no thread is known for), each with its name (`comm pid/tid`); `None` for any
     /// other decode (no `tid` column).
-    pub fn threads(&self) -> Result<Option<Vec<(Option<u32>, String)>>> {
+    pub fn threads(&self) -> Result<Option<Vec<Thread>>> {
         let t = self.table("branches")?;
         if t.schema.field_with_name("tid").is_err() {
             return Ok(None);

@@ -81,6 +81,9 @@ impl LastTimed {
     }
 }
 
+/// `(pid, tid)`, each `None` when unknown.
+type Who = (Option<u32>, Option<u32>);
+
 /// A switch fact as read from a record: at perf time `time` on `cpu`, `pid`/`tid` (or
 /// nobody known) runs from then on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,7 +129,7 @@ impl Threads {
     }
 
     /// The thread at `tsc`: `(pid, tid)`, each `None` when unknown.
-    pub fn at(&self, tsc: Option<u64>) -> (Option<u32>, Option<u32>) {
+    pub fn at(&self, tsc: Option<u64>) -> Who {
         if let Some((pid, tid)) = self.whole {
             return (pid, Some(tid));
         }
@@ -166,7 +169,8 @@ impl Threads {
         let mut tid = Vec::with_capacity(n);
         let mut time = Vec::with_capacity(n);
         // Rows are in time order: one lookup per run of rows in the same span.
-        let mut cache: Option<(u64, u64, (Option<u32>, Option<u32>))> = None;
+        // (from, to, the thread) of the span the last lookup found.
+        let mut cache: Option<(u64, u64, Who)> = None;
         for (i, &d) in dates.iter().enumerate() {
             let t = (!tsc.is_null(i)).then(|| tsc.value(i));
             let who = match (d, cache) {
