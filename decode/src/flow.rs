@@ -554,6 +554,8 @@ pub struct Walker<'a, 'c, F: Format, S: RowSink> {
     stuck: bool,
     /// Walk the hot loop by memoized segments ([`crate::memo`]); false: step by step.
     memo: bool,
+    /// This block ends in a conditional branch (the last segment's end, so known).
+    cond_next: Option<u32>,
     /// (Body) the open instruction count was discarded (a gap) after the body's start and
     /// before any row that is kept: the stitch's open count and partial blocks do not
     /// reach the body's first row (the sequential decode loses them at that gap too).
@@ -603,6 +605,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             spin: LoopGuard::default(),
             stuck: false,
             memo: memo::memo_enabled(),
+            cond_next: None,
             open_forgotten: false,
             read_from,
             undone: 0,
@@ -817,6 +820,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     // ----- packets ----------------------------------------------------------------
 
     /// Next flow item; what the front end reads on the way goes to `facts`.
+    #[inline(always)]
     fn next_item(&mut self) -> ItemOf<'a, F> {
         self.facts.seq = self.rows.len() as u64;
         if !self.facts.looking_ahead {
@@ -834,6 +838,12 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 return Item::Tnt { tnt, off };
             }
         }
+        self.next_item_read()
+    }
+
+    /// [`Walker::next_item`] from the front end's general path.
+    #[inline(never)]
+    fn next_item_read(&mut self) -> ItemOf<'a, F> {
         // What to restore if this is a FUP whose look-ahead runs off the range: the state
         // before this call (the packets before the FUP are read again, with the same
         // result).
@@ -1807,9 +1817,11 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             Some((ip, bi)) if ip == self.st.ip => bi,
             _ => return false,
         };
-        let h = self.cache.hot(bi);
-        if h.end != BlockEnd::Branch || h.class != InsnClass::Cond {
-            return false;
+        if self.cond_next != Some(bi) {
+            let h = self.cache.hot(bi);
+            if h.end != BlockEnd::Branch || h.class != InsnClass::Cond {
+                return false;
+            }
         }
         let Some((tnt, off)) = self.front.try_tnt(&mut self.st.fe) else {
             return false;
@@ -1844,7 +1856,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 return self.fast_walk() || walked;
             }
             let (bits, n) = self.st.tnt.peek(KEY_BITS);
-            let seg = memo::segment(
+            let si = memo::segment(
                 self.cache,
                 self.images,
                 bi,
@@ -1853,6 +1865,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 n,
                 self.st.cr3,
             );
+            let seg = self.cache.memo.seg(si);
             if seg.len == 0 {
                 self.hint = Some((self.st.ip, bi));
                 break;
@@ -1916,6 +1929,11 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             self.st.after_branch = true;
             self.st.resumed_at = None;
             self.hint = Some((seg.end_ip, seg.end_block));
+            self.cond_next = if seg.cond_next {
+                Some(seg.end_block)
+            } else {
+                None
+            };
             walked = true;
             if seg.blocked {
                 break;

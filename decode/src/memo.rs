@@ -43,7 +43,7 @@
 
 use tracemill_schemas::BranchKind;
 
-use crate::block::{AddrMap, BlockCache, BlockEnd};
+use crate::block::{BlockCache, BlockEnd};
 use crate::image::ImageSet;
 use crate::insn::InsnClass;
 
@@ -94,6 +94,11 @@ pub struct Segment {
     pub end_block: u32,
     /// Fall-through of the last branch.
     pub last_next: u64,
+    /// The block where the walk goes on ends in a conditional branch.
+    pub cond_next: bool,
+    /// Its bits' key ([`key`]), and the next segment from the same block.
+    key: u16,
+    next_same: u32,
 }
 
 /// A segment's rows as a sink receives them ([`crate::flow::RowSink::replay`]).
@@ -115,16 +120,18 @@ pub struct Replay<'m> {
     pub first_cond: usize,
 }
 
-/// Direct-mapped front of the memo's index.
-const FRONT_BITS: u32 = 14;
+/// No segment (the end of a chain).
+const NONE: u32 = u32::MAX;
 
 /// The memo of one thread (held by its [`BlockCache`], whose block indices its keys and
-/// segments use, and emptied with it).
+/// segments use, and emptied with it). The segments from each block are chained from
+/// `heads[block]`: a block starts a few (one per pattern of bits seen there), so a lookup
+/// reads two small arrays, where a hash table spread over a large one cost a cache miss
+/// per segment.
 pub struct Memo {
     rows: Vec<MemoRow>,
     segs: Vec<Segment>,
-    index: AddrMap<u64, u32>,
-    front: Box<[(u64, u32)]>,
+    heads: Vec<u32>,
     /// Segments built (memo misses), for statistics.
     pub built: u64,
 }
@@ -134,25 +141,24 @@ impl Default for Memo {
         Memo {
             rows: Vec::new(),
             segs: Vec::new(),
-            index: AddrMap::default(),
-            front: vec![(u64::MAX, 0); 1 << FRONT_BITS].into_boxed_slice(),
+            heads: Vec::new(),
             built: 0,
         }
     }
 }
 
-/// The key of the segment from block `block` with the `n` next queued bits `bits` (the
-/// next one highest).
+/// The key of a segment's bits: the `n` next queued bits `bits` (the next one highest).
 #[inline]
-pub fn key(block: u32, bits: u8, n: u8) -> u64 {
-    ((block as u64) << 16) | ((n as u64) << 8) | bits as u64
+pub fn key(bits: u8, n: u8) -> u16 {
+    ((n as u16) << 8) | bits as u16
 }
 
 impl Memo {
     /// Bytes it holds (about).
     pub fn bytes(&self) -> usize {
         self.rows.len() * std::mem::size_of::<MemoRow>()
-            + self.segs.len() * (std::mem::size_of::<Segment>() + 24)
+            + self.segs.len() * std::mem::size_of::<Segment>()
+            + self.heads.len() * 4
     }
 
     pub fn len(&self) -> usize {
@@ -169,33 +175,45 @@ impl Memo {
         &self.rows[s.first as usize..s.first as usize + s.len as usize]
     }
 
-    /// The segment for `key`, if built.
+    /// The index of the segment from `block` for bits `key`, if built.
     #[inline]
-    pub fn get(&mut self, key: u64) -> Option<Segment> {
-        let slot = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FRONT_BITS)) as usize;
-        let f = self.front[slot];
-        if f.0 == key {
-            return Some(self.segs[f.1 as usize]);
+    pub fn get(&self, block: u32, key: u16) -> Option<u32> {
+        let mut i = *self.heads.get(block as usize)?;
+        while i != NONE {
+            let s = &self.segs[i as usize];
+            if s.key == key {
+                return Some(i);
+            }
+            i = s.next_same;
         }
-        let i = *self.index.get(&key)?;
-        self.front[slot] = (key, i);
-        Some(self.segs[i as usize])
+        None
     }
 
-    fn insert(&mut self, key: u64, rows: &[MemoRow], mut seg: Segment) -> Segment {
+    /// Segment `i`.
+    #[inline]
+    pub fn seg(&self, i: u32) -> Segment {
+        self.segs[i as usize]
+    }
+
+    fn insert(&mut self, block: u32, rows: &[MemoRow], mut seg: Segment) -> u32 {
         seg.first = self.rows.len() as u32;
         self.rows.extend_from_slice(rows);
+        if self.heads.len() <= block as usize {
+            self.heads.resize(block as usize + 1, NONE);
+        }
+        seg.next_same = self.heads[block as usize];
         let i = self.segs.len() as u32;
+        self.heads[block as usize] = i;
         self.segs.push(seg);
-        self.index.insert(key, i);
         self.built += 1;
-        seg
+        i
     }
 }
 
-/// The segment from block `start` (at `ip`) with the `n` next queued bits `bits`, built
-/// if needed: the hot loop's walk, step by step, without a packet. `cr3` is the walker's
-/// (block `start` was looked up with it, so the successors are the step walk's).
+/// The index of the segment from block `start` (at `ip`) with the `n` next queued bits
+/// `bits`, built if needed. `cr3` is the walker's (block `start` was looked up with it,
+/// so the successors are the step walk's).
+#[inline]
 pub fn segment(
     cache: &mut BlockCache,
     images: &ImageSet<'_>,
@@ -204,11 +222,24 @@ pub fn segment(
     bits: u8,
     n: u8,
     cr3: Option<u64>,
-) -> Segment {
-    let k = key(start, bits, n);
-    if let Some(s) = cache.memo.get(k) {
-        return s;
+) -> u32 {
+    match cache.memo.get(start, key(bits, n)) {
+        Some(i) => i,
+        None => build(cache, images, start, ip, bits, n, cr3),
     }
+}
+
+/// Build a segment: the hot loop's walk, step by step, without a packet.
+#[inline(never)]
+fn build(
+    cache: &mut BlockCache,
+    images: &ImageSet<'_>,
+    start: u32,
+    ip: u64,
+    bits: u8,
+    n: u8,
+    cr3: Option<u64>,
+) -> u32 {
     let mut rows: Vec<MemoRow> = Vec::new();
     let mut seg = Segment {
         first: 0,
@@ -223,6 +254,9 @@ pub fn segment(
         end_ip: ip,
         end_block: start,
         last_next: 0,
+        cond_next: false,
+        key: key(bits, n),
+        next_same: NONE,
     };
     let mut bi = start;
     let mut used = 0u8;
@@ -282,7 +316,9 @@ pub fn segment(
     }
     seg.len = rows.len() as u16;
     seg.used = used;
-    cache.memo.insert(k, &rows, seg)
+    let h = cache.hot(seg.end_block);
+    seg.cond_next = h.end == BlockEnd::Branch && h.class == InsnClass::Cond;
+    cache.memo.insert(start, &rows, seg)
 }
 
 thread_local! {

@@ -498,8 +498,14 @@ fn memo_agrees(case: &impl Decodes, chunk: u64, memo: &Decoded) {
         memo.timing_rows, step.timing_rows,
         "memo/step timing table, chunk {chunk}"
     );
-    assert_eq!(memo.coverage, step.coverage, "memo/step coverage, chunk {chunk}");
-    assert_eq!(memo.fallbacks, step.fallbacks, "memo/step fallbacks, chunk {chunk}");
+    assert_eq!(
+        memo.coverage, step.coverage,
+        "memo/step coverage, chunk {chunk}"
+    );
+    assert_eq!(
+        memo.fallbacks, step.fallbacks,
+        "memo/step fallbacks, chunk {chunk}"
+    );
 }
 
 /// The size an input is stretched to by [`stretch`].
