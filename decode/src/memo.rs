@@ -128,23 +128,13 @@ const NONE: u32 = u32::MAX;
 /// `heads[block]`: a block starts a few (one per pattern of bits seen there), so a lookup
 /// reads two small arrays, where a hash table spread over a large one cost a cache miss
 /// per segment.
+#[derive(Default)]
 pub struct Memo {
     rows: Vec<MemoRow>,
     segs: Vec<Segment>,
     heads: Vec<u32>,
     /// Segments built (memo misses), for statistics.
     pub built: u64,
-}
-
-impl Default for Memo {
-    fn default() -> Self {
-        Memo {
-            rows: Vec::new(),
-            segs: Vec::new(),
-            heads: Vec::new(),
-            built: 0,
-        }
-    }
 }
 
 /// The key of a segment's bits: the `n` next queued bits `bits` (the next one highest).
