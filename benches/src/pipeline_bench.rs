@@ -99,6 +99,17 @@ where
             .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     });
     let secs = t.elapsed().as_secs_f64();
+    if std::env::var_os("TRACEMILL_MEMO_STATS").is_some() {
+        for c in &caches {
+            let c = c.lock().unwrap();
+            eprintln!(
+                "# block cache: {} blocks; memo: {} segments, {} KiB",
+                c.len(),
+                c.memo.len(),
+                c.memo.bytes() >> 10
+            );
+        }
+    }
     Ok((secs, Counts { rows, insns }))
 }
 

@@ -9,6 +9,7 @@ use iced_x86::{Decoder, DecoderOptions, Instruction};
 use crate::front::Bits;
 use crate::image::{ImageSet, Lookup};
 use crate::insn::{info_of, InsnClass};
+use crate::memo::Memo;
 
 /// Longest block we build; a longer straight run is split (and continues in a new block).
 const MAX_BLOCK_INSNS: usize = 4096;
@@ -200,6 +201,8 @@ pub struct BlockCache {
     pub misses: u64,
     /// Bytes held by the blocks (for [`BlockCache::trim`]).
     bytes: usize,
+    /// Walk segments over these blocks ([`crate::memo`]), emptied with them.
+    pub memo: Memo,
 }
 
 /// Memory a block costs beyond its instruction lengths: the block, its hot entry, its key
@@ -222,6 +225,7 @@ impl Default for BlockCache {
             front: vec![(u64::MAX, 0, Bits::B64, 0); 1 << FRONT_BITS].into_boxed_slice(),
             misses: 0,
             bytes: 0,
+            memo: Memo::default(),
         }
     }
 }
@@ -367,15 +371,22 @@ impl BlockCache {
         self.blocks.len()
     }
 
-    /// Bytes the cached blocks hold (about).
+    /// Bytes the cached blocks and the memo hold (about).
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.bytes + self.memo.bytes()
+    }
+
+    /// Block `idx` was looked up in the address space `cr3` selects (its successors are
+    /// the ones a walk in `cr3` takes): always, when the images carry no CR3 tags.
+    #[inline]
+    pub fn keyed_for(&self, images: &ImageSet<'_>, idx: u32, cr3: Option<u64>) -> bool {
+        !images.has_cr3_tags() || self.keys[idx as usize].0 == Self::key(images, cr3).0
     }
 
     /// Empty the cache if it holds more than `budget` bytes. Block indices (successor
     /// links, a walker's hint) are invalid afterwards: call it between walks only.
     pub fn trim(&mut self, budget: usize) {
-        if self.bytes > budget {
+        if self.bytes() > budget {
             let misses = self.misses;
             *self = BlockCache::default();
             self.misses = misses;

@@ -39,6 +39,7 @@ use crate::front::{Bits, Bound, Facts, FarRule, Format, Front, FupRole, Raw, Rul
 use crate::image::ImageSet;
 use crate::insn::InsnClass;
 use crate::loop_guard::LoopGuard;
+use crate::memo::{self, Replay, KEY_BITS};
 use crate::piece::PieceStats;
 pub use crate::piece::TimingFact;
 pub use crate::retstack::{Below, NoTarget, RetModel, RetStack};
@@ -388,6 +389,38 @@ pub trait RowSink {
     /// A partial block (start, last instruction, instructions, times) whose instructions
     /// the next row pushed carries; `truncate` drops it with that row.
     fn partial(&mut self, _p: Partial) {}
+    /// Rows replayed from a memoized segment ([`crate::memo`]): the same as pushing them
+    /// one by one, which is what it does unless a sink knows better.
+    #[inline]
+    fn replay(&mut self, r: &Replay<'_>) {
+        let mut block_start = r.block_start;
+        for (j, m) in r.rows.iter().enumerate() {
+            let (insns, in_block) = if j == 0 {
+                let insns = r.open + m.insns;
+                (insns, insns - r.block_base)
+            } else {
+                (m.insns, m.insns)
+            };
+            let row = BranchRow {
+                ip: m.ip,
+                target: Some(m.target),
+                kind: m.kind,
+                taken: m.taken,
+                compressed: false,
+                insns,
+                tsc: None,
+                cycles: None,
+                cr3: r.cr3,
+                offset: if j < r.first_cond {
+                    r.off_before
+                } else {
+                    r.off_after
+                },
+            };
+            self.push(&row, (block_start, in_block));
+            block_start = m.target;
+        }
+    }
     /// Room for about `n` more rows.
     fn reserve(&mut self, _n: usize) {}
     /// The walk is over: complete the rows, count them, aggregate their coverage.
@@ -457,6 +490,11 @@ impl RowSink for CountSink {
         self.rows += 1;
         self.insns += r.insns as u64;
     }
+    #[inline]
+    fn replay(&mut self, r: &Replay<'_>) {
+        self.rows += r.rows.len();
+        self.insns += r.open as u64 + r.insns;
+    }
     fn len(&self) -> usize {
         self.rows
     }
@@ -514,6 +552,10 @@ pub struct Walker<'a, 'c, F: Format, S: RowSink> {
     spin: LoopGuard,
     /// The guard fired inside the hot loop: report it from the general walk.
     stuck: bool,
+    /// Walk the hot loop by memoized segments ([`crate::memo`]); false: step by step.
+    memo: bool,
+    /// This block ends in a conditional branch (the last segment's end, so known).
+    cond_next: Option<u32>,
     /// (Body) the open instruction count was discarded (a gap) after the body's start and
     /// before any row that is kept: the stitch's open count and partial blocks do not
     /// reach the body's first row (the sequential decode loses them at that gap too).
@@ -562,6 +604,8 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             hint: None,
             spin: LoopGuard::default(),
             stuck: false,
+            memo: memo::memo_enabled(),
+            cond_next: None,
             open_forgotten: false,
             read_from,
             undone: 0,
@@ -776,6 +820,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     // ----- packets ----------------------------------------------------------------
 
     /// Next flow item; what the front end reads on the way goes to `facts`.
+    #[inline(always)]
     fn next_item(&mut self) -> ItemOf<'a, F> {
         self.facts.seq = self.rows.len() as u64;
         if !self.facts.looking_ahead {
@@ -785,6 +830,20 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         if let Some(it) = self.pending.take() {
             return it;
         }
+        if self.memo && !self.facts.looking_ahead {
+            // A plain TNT next (the front end says so, or leaves it to `next`): what
+            // `next` would return for it, without the general path's snapshot. (Not while
+            // looking ahead: `next` stops at the look-ahead's limit, this would not.)
+            if let Some((tnt, off)) = self.front.try_tnt(&mut self.st.fe) {
+                return Item::Tnt { tnt, off };
+            }
+        }
+        self.next_item_read()
+    }
+
+    /// [`Walker::next_item`] from the front end's general path.
+    #[inline(never)]
+    fn next_item_read(&mut self) -> ItemOf<'a, F> {
         // What to restore if this is a FUP whose look-ahead runs off the range: the state
         // before this call (the packets before the FUP are read again, with the same
         // result).
@@ -1171,7 +1230,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             if let Some(s) = self.at_target() {
                 return Some(s);
             }
-            if self.st.tnt.is_empty() {
+            if self.st.tnt.is_empty() && !self.tnt_for_cond() {
                 // Nothing queued: the next flow item says what happens next.
                 match self.peek() {
                     Item::Tnt { .. } | Item::Tip { .. } | Item::FupNext | Item::NoneNear => {}
@@ -1308,7 +1367,13 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                     }
                 }
             }
-            if !self.st.tnt.is_empty() && self.fast_walk() {
+            if !self.st.tnt.is_empty()
+                && if self.memo {
+                    self.memo_walk()
+                } else {
+                    self.fast_walk()
+                }
+            {
                 continue;
             }
             self.st.after_branch = false;
@@ -1725,6 +1790,152 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             walked = true;
             if kind != BranchKind::Cond && self.moved_without_packet(to) {
                 self.stuck = true;
+                break;
+            }
+        }
+        walked
+    }
+
+    /// (Memo walk) Nothing queued or read ahead, the walk is at a block ending in a
+    /// conditional branch, and the next packet is a plain TNT: queue its bits, for
+    /// [`Walker::memo_walk`] to walk from this block. The step walk reads the TNT as the
+    /// next item (`peek`), finds nothing applies at the loop's head, walks the block and
+    /// consumes the item for the branch's bit (`need_bit`): the same, since nothing but
+    /// the branch depends on when the TNT is consumed. Not in a stitch, which checks its
+    /// target between the first branch and the rest.
+    #[inline]
+    fn tnt_for_cond(&mut self) -> bool {
+        if !self.memo
+            || self.la.is_some()
+            || self.pending.is_some()
+            || self.target.is_some()
+            || self.facts.looking_ahead
+        {
+            return false;
+        }
+        let bi = match self.hint {
+            Some((ip, bi)) if ip == self.st.ip => bi,
+            _ => return false,
+        };
+        if self.cond_next != Some(bi) {
+            let h = self.cache.hot(bi);
+            if h.end != BlockEnd::Branch || h.class != InsnClass::Cond {
+                return false;
+            }
+        }
+        let Some((tnt, off)) = self.front.try_tnt(&mut self.st.fe) else {
+            return false;
+        };
+        // What reading it as the next item (`next_item`) and consuming it do.
+        self.facts.seq = self.rows.len() as u64;
+        self.facts.flush_deferred(u64::MAX);
+        self.consume();
+        self.st.tnt.push(tnt);
+        self.st.tnt_off = off;
+        true
+    }
+
+    /// The hot loop by memoized segments ([`crate::memo`]): what [`Walker::fast_walk`]
+    /// does, a segment at a time. Each segment's effects are applied as the step walk
+    /// would apply them row by row (the module doc says why that is exact); a segment in
+    /// which the loop guard would fire is left to the step walk.
+    #[inline]
+    fn memo_walk(&mut self) -> bool {
+        let mut walked = false;
+        while !self.st.tnt.is_empty() {
+            let bi = match self.hint {
+                Some((ip, bi)) if ip == self.st.ip => bi,
+                _ => self
+                    .cache
+                    .index(self.images, self.st.ip, self.st.cr3, self.st.bits),
+            };
+            if !self.cache.keyed_for(self.images, bi, self.st.cr3) {
+                // (Not met: the walker drops its link on a CR3 change.) The step walk
+                // looks the successors up itself.
+                self.hint = Some((self.st.ip, bi));
+                return self.fast_walk() || walked;
+            }
+            let (bits, n) = self.st.tnt.peek(KEY_BITS);
+            let si = memo::segment(
+                self.cache,
+                self.images,
+                bi,
+                self.st.ip,
+                bits as u8,
+                n,
+                self.st.cr3,
+            );
+            let seg = self.cache.memo.seg(si);
+            if seg.len == 0 {
+                self.hint = Some((self.st.ip, bi));
+                break;
+            }
+            let rows = self.cache.memo.rows(&seg);
+            let mut spin = self.spin;
+            if seg.has_direct {
+                // The loop guard sees each direct jump and call with the queue as it was
+                // then; if it fires, the step walk stops and reports where it does.
+                let pos = self.front.pos();
+                let tnt = self.st.tnt;
+                let fires = rows.iter().any(|m| {
+                    m.kind != BranchKind::Cond && spin.step(m.target, pos, tnt.after(m.used))
+                });
+                if fires {
+                    self.hint = Some((self.st.ip, bi));
+                    return self.fast_walk() || walked;
+                }
+            }
+            self.spin = spin;
+            if !self.st.partials.is_empty() {
+                // Partial blocks since the last row: the first row carries them.
+                for p in self.st.partials.iter() {
+                    self.rows.partial(p);
+                }
+                self.st.partials.clear();
+            }
+            let has_cond = seg.end_cond > 0;
+            let first = self.rows.len();
+            self.rows.replay(&Replay {
+                rows,
+                open: self.st.open_insns,
+                block_base: self.st.block_base,
+                block_start: self.st.block_start,
+                insns: seg.insns,
+                cr3: self.st.cr3_row,
+                off_before: self.st.decision,
+                off_after: self.st.tnt_off,
+                first_cond: if has_cond {
+                    seg.first_cond as usize
+                } else {
+                    rows.len()
+                },
+            });
+            if seg.has_call {
+                for m in rows.iter().filter(|m| m.kind == BranchKind::Call) {
+                    self.st.ret.call(m.next, m.target == m.next);
+                }
+            }
+            self.st.tnt = self.st.tnt.after(seg.used);
+            if has_cond {
+                self.st.decision = self.st.tnt_off;
+                self.tail_start = first + seg.end_cond as usize;
+                self.alt_pgd = None;
+            }
+            self.st.open_insns = 0;
+            self.st.block_base = 0;
+            self.st.block_start = seg.end_ip;
+            self.st.ip = seg.end_ip;
+            self.st.prev_nlip = seg.last_next;
+            self.st.after_branch = true;
+            self.st.resumed_at = None;
+            self.hint = Some((seg.end_ip, seg.end_block));
+            self.cond_next = if seg.cond_next {
+                Some(seg.end_block)
+            } else {
+                None
+            };
+            walked = true;
+            if seg.blocked {
                 break;
             }
         }

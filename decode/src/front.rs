@@ -268,11 +268,15 @@ impl Facts {
 
     /// Emit the deferred look-ahead events that precede stream offset `before`, with the
     /// current `seq` (they come after the rows walked since they were read).
-    #[inline]
+    #[inline(always)]
     pub fn flush_deferred(&mut self, before: u64) {
-        if self.deferred.is_empty() {
-            return;
+        if !self.deferred.is_empty() {
+            self.flush_deferred_from(before);
         }
+    }
+
+    #[inline(never)]
+    fn flush_deferred_from(&mut self, before: u64) {
         let k = self.deferred.partition_point(|e| e.offset < before);
         let seq = self.seq;
         for mut e in self.deferred.drain(..k) {

@@ -12,7 +12,7 @@
 //!                    \                                   /
 //!                     `-- front: Raw flow items, Facts, Rules --'
 //!                                      |
-//!   flow (Walker, FlowState)  block (BlockCache)  retstack  tnt  loop_guard
+//!   flow (Walker, FlowState)  block (BlockCache)  memo  retstack  tnt  loop_guard
 //!   chunk (plan, bodies, stitch, Stitcher)  timing (Timeline over a format's Clock)
 //!   rows, piece, coverage: the output
 //! ```
@@ -28,6 +28,7 @@
 //! - [`tnt`], [`retstack`]: the small decoding states (queued TNT bits, return
 //!   compression);
 //! - [`image`], [`insn`], [`block`]: code images, instruction classes, the basic-block cache;
+//! - [`memo`]: the memoized walk (segments of the hot loop, replayed);
 //! - [`flow`], [`chunk`], [`timing`]: the walker, parallel chunks and stitching, time;
 //! - [`rows`]: output columns.
 //!
@@ -53,6 +54,7 @@ pub mod front;
 pub mod image;
 pub mod insn;
 pub mod loop_guard;
+pub mod memo;
 pub mod piece;
 pub mod pt;
 pub mod retstack;

@@ -38,6 +38,24 @@ impl TntQueue {
         self.len += t_len;
     }
 
+    /// The next `min(len, k)` bits, the next one highest, and how many (`k` at most 64).
+    #[inline]
+    pub fn peek(&self, k: u8) -> (u64, u8) {
+        let n = self.len.min(k);
+        (self.bits.checked_shr((self.len - n) as u32).unwrap_or(0), n)
+    }
+
+    /// The queue after `n` pops (`n` at most `len`): equal to popping `n` times.
+    #[inline]
+    pub fn after(&self, n: u8) -> TntQueue {
+        debug_assert!(n <= self.len);
+        let len = self.len - n;
+        TntQueue {
+            bits: self.bits & 1u64.checked_shl(len as u32).map_or(u64::MAX, |m| m - 1),
+            len,
+        }
+    }
+
     /// Take the oldest bit.
     #[inline]
     pub fn pop(&mut self) -> Option<bool> {
@@ -70,5 +88,26 @@ mod tests {
         assert_eq!(q.pop(), Some(false));
         assert_eq!(q.pop(), None);
         assert!(q.is_empty());
+    }
+
+    /// `peek` and `after` agree with popping, whatever is queued (up to 64 bits).
+    #[test]
+    fn peek_and_after_agree_with_pop() {
+        for len in [1u8, 5, 8, 9, 47, 63, 64] {
+            let bits = 0xA5C3_0F96_5AA5_3CC3u64 >> (64 - len);
+            let mut q = TntQueue::new();
+            q.push(TntBits { bits, len });
+            let (top, n) = q.peek(8);
+            assert_eq!(n, len.min(8));
+            let mut p = q;
+            for k in 0..=len {
+                assert_eq!(q.after(k), p, "len {len}, after {k}");
+                if k < n {
+                    assert_eq!(p.pop(), Some((top >> (n - 1 - k)) & 1 == 1));
+                } else {
+                    p.pop();
+                }
+            }
+        }
     }
 }

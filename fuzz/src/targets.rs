@@ -412,12 +412,18 @@ impl Decodes for Case {
 }
 
 /// The sequential decode keeps the contracts, and chunks of 1, 64 and 4096 bytes give
-/// the same branches, events, timing table and coverage.
+/// the same branches, events, timing table and coverage; the step walk, the memoized
+/// walk's reference (`decode/src/memo.rs`), gives exactly the same, sequentially and in
+/// chunks of 64 bytes.
 fn chunks_agree(case: &impl Decodes) {
     let seq = case.decode(u64::MAX);
     case.check(&seq);
+    memo_agrees(case, u64::MAX, &seq);
     for chunk in [1, 64, 4096] {
         let par = case.decode(chunk);
+        if chunk == 64 {
+            memo_agrees(case, chunk, &par);
+        }
         if seq.rows != par.rows {
             let (a, b) = (&seq.rows, &par.rows);
             let i = (0..a.len().min(b.len()))
@@ -455,6 +461,51 @@ fn chunks_agree(case: &impl Decodes) {
             "coverage differs at chunk size {chunk}"
         );
     }
+}
+
+/// The step walk decodes `case` with chunks of `chunk` bytes exactly as the memoized walk
+/// did (`memo`): branches, events, timing facts and table, coverage, fallbacks.
+fn memo_agrees(case: &impl Decodes, chunk: u64, memo: &Decoded) {
+    let step = tracemill_decode::memo::step_walk_only(|| case.decode(chunk));
+    let (a, b) = (&memo.rows, &step.rows);
+    if a != b {
+        let i = (0..a.len().min(b.len()))
+            .find(|&i| a.row(i) != b.row(i))
+            .unwrap_or(a.len().min(b.len()));
+        panic!(
+            "memo and step walks differ at chunk size {chunk}: {} rows against {}, first at \
+             row {i}: {:x?} against {:x?}",
+            a.len(),
+            b.len(),
+            (i < a.len()).then(|| a.row(i)),
+            (i < b.len()).then(|| b.row(i)),
+        );
+    }
+    if memo.events != step.events {
+        let (a, b) = (&memo.events, &step.events);
+        let i = (0..a.len().min(b.len()))
+            .find(|&i| a[i] != b[i])
+            .unwrap_or(a.len().min(b.len()));
+        panic!(
+            "memo and step walks: events differ at chunk size {chunk}, first at {i}: {:?} \
+             against {:?}",
+            a.get(i),
+            b.get(i),
+        );
+    }
+    assert_eq!(memo.timing, step.timing, "memo/step timing, chunk {chunk}");
+    assert_eq!(
+        memo.timing_rows, step.timing_rows,
+        "memo/step timing table, chunk {chunk}"
+    );
+    assert_eq!(
+        memo.coverage, step.coverage,
+        "memo/step coverage, chunk {chunk}"
+    );
+    assert_eq!(
+        memo.fallbacks, step.fallbacks,
+        "memo/step fallbacks, chunk {chunk}"
+    );
 }
 
 /// The size an input is stretched to by [`stretch`].
