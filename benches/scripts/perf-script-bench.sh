@@ -35,7 +35,7 @@ print(aux)
 EOF
 )
 samples=$("$perf" script -f --itrace=b -F tid,cpu,ip,addr -i "$file" 2>/dev/null | wc -l)
-rows=$("$bin" decode "$file" -q -j2 --tables branches 2>&1 | awk '/branches/ && /rows/ {gsub(",", "", $0); for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) {print $i; exit}}')
+rows=$("$bin" decode "$file" -q -j2 --tables branches 2>&1 | awk '$1 == "decoded" {gsub(",", "", $2); print $2; exit}')
 echo "file $file: $aux bytes of AUX data; perf: $samples branch samples; tracemill: ${rows:-?} rows"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 

@@ -302,8 +302,8 @@ fn join(q: &AuxQueue<'_>, name: &str, area: &str, warnings: &mut Vec<String>) ->
                 to,
             } => format!(
                 "{name}: {area}: AUX bytes {from:#x}..{to:#x} are in no AUXTRACE record (the \
-                 one at offset {record_offset:#x} starts after them): lost, decoding resumes \
-                 at the next PSB"
+                 one at offset {record_offset:#x} starts after them): lost, and the trace \
+                 after them is read from its next PSB"
             ),
             AuxIssue::Overlap {
                 record_offset,
@@ -327,12 +327,27 @@ fn join(q: &AuxQueue<'_>, name: &str, area: &str, warnings: &mut Vec<String>) ->
     }
     let mut out = Vec::with_capacity(q.len() as usize);
     let mut end: Option<u64> = None;
+    // After a gap, bytes up to the next PSB are skipped: they start inside a packet, and
+    // joined to the bytes before the gap they could parse as packets that never were.
+    let mut resync = false;
+    let psb = memchr::memmem::Finder::new(&tracemill_decode::pt::packet::PSB_BYTES);
     for b in &q.buffers {
         let mut data = b.data;
         if let Some(e) = end {
             if b.offset < e {
                 let skip = (e - b.offset).min(data.len() as u64) as usize;
                 data = &data[skip..];
+            } else if b.offset > e {
+                resync = true;
+            }
+        }
+        if resync {
+            match psb.find(data) {
+                Some(k) => {
+                    data = &data[k..];
+                    resync = false;
+                }
+                None => data = &[],
             }
         }
         out.extend_from_slice(data);
@@ -352,4 +367,64 @@ fn cpuid(perf: &PerfData<'_>) -> Option<String> {
     let s = s.split_once("GenuineIntel").map(|(_, rest)| rest)?;
     let parts: Vec<&str> = s.trim_start_matches(',').split(',').take(3).collect();
     (parts.len() >= 2).then(|| parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracemill_perfdata::aux::AuxBuffer;
+
+    /// Two bytes of a cut packet, a PSB, then "gh".
+    const PSB_THEN_GH: &[u8] = &[
+        0x99, 0x99, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02,
+        0x82, 0x02, 0x82, b'g', b'h',
+    ];
+
+    fn buffer(record_offset: u64, offset: u64, data: &'static [u8]) -> AuxBuffer<'static> {
+        AuxBuffer {
+            record_offset,
+            offset,
+            reference: 0,
+            data,
+        }
+    }
+
+    #[test]
+    fn an_areas_buffers_join_in_aux_order_past_gaps_and_overlaps_with_warnings() {
+        let q = AuxQueue {
+            idx: 0,
+            cpu: Some(0),
+            tid: None,
+            buffers: vec![
+                buffer(0x100, 0, b"abcd"),
+                // Overlaps "cd": only "ef" is new.
+                buffer(0x200, 2, b"cdef"),
+                // After a gap of 4 bytes (6..10 lost): read from its PSB on.
+                buffer(0x300, 10, PSB_THEN_GH),
+                // Wholly inside what was read: nothing new.
+                buffer(0x400, 0, b"ab"),
+            ],
+            issues: vec![
+                AuxIssue::Overlap {
+                    record_offset: 0x200,
+                    offset: 2,
+                    prev_end: 4,
+                },
+                AuxIssue::Gap {
+                    record_offset: 0x300,
+                    from: 6,
+                    to: 10,
+                },
+            ],
+        };
+        let mut w = Vec::new();
+        let mut want = b"abcdef".to_vec();
+        want.extend(&PSB_THEN_GH[2..]);
+        assert_eq!(join(&q, "f", "cpu 0", &mut w), want);
+        assert_eq!(w.len(), 2);
+        assert!(w[0].contains("offset 0x200") && w[0].contains("only its bytes after"));
+        assert!(
+            w[1].contains("0x6..0xa") && w[1].contains("offset 0x300") && w[1].contains("lost")
+        );
+    }
 }
