@@ -11,9 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
-use arrow::array::{AsArray, RecordBatch};
-use arrow::compute::concat_batches;
-use arrow::datatypes::DataType;
+use arrow_array::RecordBatch;
+use arrow_select::concat::concat_batches;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracemill_datasets::rng::Rng;
 
@@ -132,8 +131,8 @@ fn strings(b: &RecordBatch, name: &str) -> Vec<Option<String>> {
     let c = b
         .column_by_name(name)
         .unwrap_or_else(|| panic!("no column {name}"));
-    let c = arrow::compute::cast(c, &DataType::Utf8).unwrap();
-    c.as_string::<i32>()
+    tracemill_sinks::convert::strings(c.as_ref())
+        .unwrap()
         .iter()
         .map(|v| v.map(str::to_string))
         .collect()

@@ -14,8 +14,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{UInt32Type, UInt64Type};
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::{Array, AsArray, RecordBatch};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 fn tracemill(args: &[&str]) -> Output {

@@ -16,8 +16,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::{UInt32Type, UInt64Type};
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::{Array, AsArray};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracemill_datasets::exec::qemu;
 
