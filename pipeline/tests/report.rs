@@ -609,8 +609,9 @@ fn read_drcov(bytes: &[u8]) -> Drcov {
 }
 
 fn coverage_rows(path: &Path) -> Vec<(String, u64, u64)> {
+    use arrow_array::cast::AsArray;
     use arrow_array::types::UInt64Type;
-    use arrow_array::{Array, AsArray};
+    use arrow_array::Array;
     let f = std::fs::File::open(path).unwrap();
     let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
         .unwrap()

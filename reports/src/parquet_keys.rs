@@ -1173,8 +1173,9 @@ mod against_arrow {
     use std::fs::File;
     use std::sync::Arc;
 
+    use arrow_array::cast::AsArray;
     use arrow_array::types::{UInt32Type, UInt64Type};
-    use arrow_array::{ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array, UInt64Array};
+    use arrow_array::{ArrayRef, RecordBatch, StringArray, UInt32Array, UInt64Array};
     use arrow_schema::{DataType, Field, Schema};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use parquet::arrow::ArrowWriter;
