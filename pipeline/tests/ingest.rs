@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt64Type;
 use arrow_array::RecordBatch;
 use arrow_select::concat::concat_batches;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -127,12 +129,17 @@ fn read_parquet(path: &Path) -> RecordBatch {
     concat_batches(&schema, &batches).unwrap()
 }
 
+/// A column's values as strings: string and dictionary columns as they are, the catalog's
+/// counts (UInt64) in decimal, as arrow's `cast` to `Utf8` gives them.
 fn strings(b: &RecordBatch, name: &str) -> Vec<Option<String>> {
     let c = b
         .column_by_name(name)
         .unwrap_or_else(|| panic!("no column {name}"));
+    if let Some(n) = c.as_primitive_opt::<UInt64Type>() {
+        return n.iter().map(|v| v.map(|v| v.to_string())).collect();
+    }
     tracemill_sinks::convert::strings(c.as_ref())
-        .unwrap()
+        .unwrap_or_else(|e| panic!("column {name}: {e}"))
         .iter()
         .map(|v| v.map(str::to_string))
         .collect()
