@@ -18,6 +18,13 @@
 //! program's ELF under `images/`, and `OUT/pt/ipt-images.txt`: the ELF's loadable segments
 //! (file, offset, size, address; hex) for libipt (`benches/libipt/ipt-walk.c`). Prints the
 //! copies, bytes, branches and instructions of each.
+//!
+//! And `OUT/perf.data`: the same copies as `perf record -e intel_pt//u` would store them
+//! (`datasets::perf_data`), each copy one thread's turn on a CPU (threads 4242 and 4243 of
+//! one process, CPUs 0 and 1 in turn), its PT encoded with a TSC in every PSB+ (one tick
+//! per instruction, the copies one after another in time) and the ELF mapped from
+//! `OUT/pt/images/`: for `perf script --itrace=b` against `tracemill decode` on one file
+//! (`benches/scripts/perf-script-bench.sh`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -25,7 +32,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use object::{Object, ObjectSegment};
 use tracemill_datasets::bundle::{ImageKind, Manifest, PtFacts, TraceFormat};
-use tracemill_datasets::pt_encode::{encode_execution, PtOptions};
+use tracemill_datasets::perf_data::{intel_pt_two_threads, CpuStream, PtRecording};
+use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtTsc};
 use tracemill_datasets::samples;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rtit::config::ctl;
@@ -103,6 +111,33 @@ fn main() -> Result<()> {
     write_bundle(&out.join("pt"), &p, &pt.bytes, copies, &g.images)?;
     write_ipt_images(&out.join("pt"), &p)?;
 
+    eprintln!("encoding it as Intel PT with TSC packets, for perf.data...");
+    let timed = encode_execution(
+        &images,
+        &PtOptions {
+            ret_compression: true,
+            user_only: true,
+            tsc: Some(PtTsc {
+                start: 0,
+                per_insn: 1,
+            }),
+            ..PtOptions::default()
+        },
+        exec.entry,
+        exec.steps.iter().copied(),
+    );
+    let elf = std::path::absolute(out.join("pt").join(&p.images[0].path))?;
+    let perf_copies = (size_mb * 1_000_000)
+        .div_ceil(timed.bytes.len() as u64)
+        .max(1);
+    write_perf_data(
+        &out.join("perf.data"),
+        &elf,
+        &timed.bytes,
+        timed.summary.instructions,
+        perf_copies,
+    )?;
+
     let rows = pt.truth.rows.len() as u64;
     println!("{name}: {copies} copies of one execution");
     println!(
@@ -123,6 +158,61 @@ fn main() -> Result<()> {
     ] {
         println!("  {}: {} bytes", out.join(f).display(), one as u64 * copies);
     }
+    Ok(())
+}
+
+/// `OUT/perf.data` of `copies` turns of one execution (`pt`, its TSCs counted from 0,
+/// `instructions` long) alternating between two threads and two CPUs.
+fn write_perf_data(
+    path: &Path,
+    elf: &Path,
+    pt: &[u8],
+    instructions: u64,
+    copies: u64,
+) -> Result<()> {
+    use tracemill_decode::pt::cpu::Errata;
+    use tracemill_decode::pt::packet::Packet;
+    use tracemill_decode::pt::sync::PacketReader;
+    use tracemill_decode::stream::TraceStream;
+    let stream = TraceStream::linear(pt);
+    let mut tscs = Vec::new();
+    for p in PacketReader::new(&stream, 0, stream.len(), Errata::default()) {
+        let p = p.map_err(|e| anyhow::anyhow!("the encoder's own trace: {e:?}"))?;
+        if let Packet::Tsc(_) = p.packet {
+            tscs.push(p.offset as usize + 1);
+        }
+    }
+    const PID: u32 = 4242;
+    let mut r = PtRecording::for_elf(elf, PID, Vec::new()).map_err(anyhow::Error::msg)?;
+    r.config = 1 | 1 << 10 | 1 << 13; // pt, tsc, branch: TSC packets in PSB+ only
+    let ns = |tsc: u64| r.clock.tsc_to_perf_time(tsc);
+    for k in 0..copies {
+        // Copy k runs from TSC `start` for `instructions` ticks, then 100,000 ticks idle.
+        let start = 3_000_000 + k * (instructions + 100_000);
+        let mut bytes = pt.to_vec();
+        for &o in &tscs {
+            let mut v = [0u8; 8];
+            v[..7].copy_from_slice(&bytes[o..o + 7]);
+            let t = u64::from_le_bytes(v) + start;
+            bytes[o..o + 7].copy_from_slice(&t.to_le_bytes()[..7]);
+        }
+        r.cpus.push(CpuStream {
+            cpu: (k % 2) as u32,
+            tid: PID + ((k / 2) % 2) as u32,
+            pt: bytes,
+            switch_in: ns(start) - 1_000,
+            switch_out: ns(start + instructions) + 1_000,
+        });
+    }
+    let w = intel_pt_two_threads(&r).map_err(|e| anyhow::anyhow!("{e}"))?;
+    fs::write(path, &w.bytes).with_context(|| format!("{}", path.display()))?;
+    println!(
+        "  {}: {} bytes, {} turns of {} bytes of PT (with TSC)",
+        path.display(),
+        w.bytes.len(),
+        copies,
+        pt.len()
+    );
     Ok(())
 }
 

@@ -451,8 +451,10 @@ impl PerfDataWriter {
     }
 }
 
-/// One CPU's share of [`intel_pt_two_threads`]: the thread that runs there and the
-/// Intel PT bytes its CPU wrote.
+/// A stretch of one CPU in [`intel_pt_two_threads`]: the thread that runs there from
+/// `switch_in` to `switch_out` and the Intel PT bytes the CPU wrote meanwhile. A CPU may
+/// have several stretches (one thread after another, in time order): its AUX data is
+/// theirs, one after the other.
 #[derive(Clone, Debug)]
 pub struct CpuStream {
     pub cpu: u32,
@@ -537,7 +539,7 @@ pub fn intel_pt_attrs(r: &PtRecording) -> Vec<Attr> {
             | flag::CONTEXT_SWITCH,
         ..EventAttr::default()
     };
-    let ids = |base: u64| r.cpus.iter().map(|c| base + c.cpu as u64).collect();
+    let ids = |base: u64| r.cpu_list().iter().map(|&c| base + c as u64).collect();
     vec![
         Attr {
             attr: pt,
@@ -730,7 +732,12 @@ fn build<'a>(
         }),
         sid(first.tid, first.cpu, next_time(), 2000),
     ));
-    for c in &r.cpus[1..] {
+    for &tid in &r.tids()[1..] {
+        let c = r
+            .cpus
+            .iter()
+            .find(|c| c.tid == tid)
+            .expect("a listed thread");
         let time = next_time();
         recs.push((
             user,
@@ -755,15 +762,22 @@ fn build<'a>(
         ));
     }
     let sideband_end = next_time();
+    let cpus = r.cpu_list();
+    // Per CPU: where its next AUX data goes in its buffer, and when its last thread left.
+    let mut aux_at = vec![0u64; cpus.len()];
+    let mut free_from = vec![sideband_end; cpus.len()];
     for (i, (c, pt)) in r.cpus.iter().zip(streams).enumerate() {
-        if c.switch_in <= sideband_end || c.switch_out <= c.switch_in + 1 {
+        let k = cpus.iter().position(|&x| x == c.cpu).expect("a listed CPU");
+        let first_on_cpu = aux_at[k] == 0;
+        if c.switch_in <= free_from[k] || c.switch_out <= c.switch_in + 1 {
             return Err(WriteError::SwitchTimes(
                 c.cpu,
                 c.switch_in,
                 c.switch_out,
-                sideband_end,
+                free_from[k],
             ));
         }
+        free_from[k] = c.switch_out + 1;
         let size = pt.len() as u64;
         recs.push((
             user,
@@ -774,14 +788,17 @@ fn build<'a>(
             }),
             sid(c.tid, c.cpu, c.switch_in, 2000),
         ));
-        recs.push((
-            user,
-            Record::ItraceStart {
-                pid: r.pid,
-                tid: c.tid,
-            },
-            sid(c.tid, c.cpu, c.switch_in + 1, 1000),
-        ));
+        // perf's AUX event is scheduled in once per CPU (cpu-wide): one ITRACE_START.
+        if first_on_cpu {
+            recs.push((
+                user,
+                Record::ItraceStart {
+                    pid: r.pid,
+                    tid: c.tid,
+                },
+                sid(c.tid, c.cpu, c.switch_in + 1, 1000),
+            ));
+        }
         recs.push((
             user,
             Record::Switch(Switch {
@@ -794,7 +811,7 @@ fn build<'a>(
         recs.push((
             0,
             Record::Aux(Aux {
-                aux_offset: 0,
+                aux_offset: aux_at[k],
                 aux_size: size,
                 flags: 0,
             }),
@@ -804,15 +821,16 @@ fn build<'a>(
             0,
             Record::Auxtrace(Auxtrace {
                 size,
-                offset: 0,
+                offset: aux_at[k],
                 reference: 0x5eed_0000 + i as u64,
-                idx: i as u32,
+                idx: k as u32,
                 tid: u32::MAX,
                 cpu: c.cpu,
                 data: pt,
             }),
             none,
         ));
+        aux_at[k] += size;
     }
     let mut t = r.cpus.iter().map(|c| c.switch_out + 1).max().unwrap_or(0);
     let mut next_time = || {
@@ -820,7 +838,13 @@ fn build<'a>(
         t
     };
     recs.push((0, Record::FinishedRound, none));
-    for c in r.cpus.iter().rev() {
+    for &tid in r.tids().iter().rev() {
+        let c = r
+            .cpus
+            .iter()
+            .rev()
+            .find(|c| c.tid == tid)
+            .expect("a listed thread");
         let time = next_time();
         recs.push((
             user,
@@ -840,6 +864,29 @@ fn build<'a>(
 }
 
 impl PtRecording {
+    /// The CPUs of `cpus`, each once, in order of first appearance (their AUX areas).
+    pub fn cpu_list(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = Vec::new();
+        for c in &self.cpus {
+            if !v.contains(&c.cpu) {
+                v.push(c.cpu);
+            }
+        }
+        v
+    }
+
+    /// The threads of `cpus`, each once, in order of first appearance (the first is the
+    /// process's main thread).
+    pub fn tids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = Vec::new();
+        for c in &self.cpus {
+            if !v.contains(&c.tid) {
+                v.push(c.tid);
+            }
+        }
+        v
+    }
+
     /// A recording of the static ELF at `path` (read for its build-id and its first
     /// executable segment, mapped at its own address), process `pid` named after the
     /// file, on a 2 GHz TSC (perf time = TSC / 2 + 1 s), with perf's default config.

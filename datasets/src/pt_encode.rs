@@ -98,6 +98,25 @@ pub struct PtOptions {
     /// Internal buffer overflows (36.3.8), if any.
     #[serde(default)]
     pub overflow: Option<PtOverflow>,
+    /// TSC packets (IA32_RTIT_CTL.TSCEn): one in every PSB+, right after the PSB
+    /// (36.4.2.11), with the time the clock says; none when `None`.
+    #[serde(default)]
+    pub tsc: Option<PtTsc>,
+}
+
+/// The time stamp counter of [`PtOptions::tsc`]: `start` when the execution begins, and
+/// `per_insn` ticks for every instruction retired since (a core at a steady clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PtTsc {
+    pub start: u64,
+    pub per_insn: u64,
+}
+
+impl PtTsc {
+    /// The counter after `instructions` retired.
+    pub fn at(&self, instructions: u64) -> u64 {
+        self.start + instructions * self.per_insn
+    }
 }
 
 /// When the internal buffer overflows, and for how long (in steps of the execution).
@@ -120,6 +139,7 @@ impl Default for PtOptions {
             deferred_tips: false,
             psb_at_any_step: false,
             overflow: None,
+            tsc: None,
         }
     }
 }
@@ -367,6 +387,14 @@ impl<'i, 'a> Encoder<'i, 'a> {
         }
     }
 
+    /// The TSC packet of a PSB+ (36.4.2.11: TSC comes right after the PSB), when TSC
+    /// packets are on.
+    fn tsc(&mut self) {
+        if let Some(c) = self.o.tsc {
+            self.put(Packet::Tsc(c.at(self.instructions)));
+        }
+    }
+
     fn psb_due(&self) -> bool {
         self.out.len() as u64 - self.last_psb >= self.o.psb_every
     }
@@ -415,6 +443,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
             return;
         }
         self.last_psb = self.put(Packet::Psb);
+        self.tsc();
         self.psbs += 1;
         self.psbs_off_decision += 1;
         self.last_ip = 0;
@@ -430,6 +459,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
         self.first_arrival(self.cur_ip);
         self.flush();
         self.last_psb = self.put(Packet::Psb);
+        self.tsc();
         self.psbs += 1;
         self.last_ip = 0;
         self.stack.clear();
@@ -445,6 +475,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
     fn start(&mut self, entry: u64) {
         // TraceEn 0 -> 1 (cases 2b, 2d): a PSB+ with PacketEn still 0, then the enable.
         self.last_psb = self.put(Packet::Psb);
+        self.tsc();
         self.psbs += 1;
         self.put(Packet::PsbEnd);
         self.cur_ip = entry;

@@ -84,10 +84,30 @@ fn some(v: u32) -> Option<u32> {
 /// The AUX areas of `perf`, by `idx`, each with its buffers in file order, and the AUX
 /// records that report a loss. The first record error ends the walk (it is returned).
 pub fn aux_queues<'a>(perf: &PerfData<'a>) -> Result<(Vec<AuxQueue<'a>>, Vec<AuxLoss>), Error> {
+    let (queues, losses, mut errors) = aux_queues_despite_errors(perf);
+    match errors.is_empty() {
+        true => Ok((queues, losses)),
+        false => Err(errors.swap_remove(0)),
+    }
+}
+
+/// [`aux_queues`], going on past records that cannot be read (the walk reads on where
+/// a record's size was sound, and a file cut in the middle of a record still gives every
+/// buffer before the cut), with the errors met on the way.
+pub fn aux_queues_despite_errors<'a>(
+    perf: &PerfData<'a>,
+) -> (Vec<AuxQueue<'a>>, Vec<AuxLoss>, Vec<Error>) {
     let mut queues: Vec<AuxQueue<'a>> = Vec::new();
     let mut losses = Vec::new();
+    let mut errors = Vec::new();
     for item in perf.records() {
-        let item = item?;
+        let item = match item {
+            Ok(item) => item,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
         match item.record {
             Record::Auxtrace(a) => {
                 let q = match queues.iter().position(|q| q.idx == a.idx) {
@@ -146,5 +166,5 @@ pub fn aux_queues<'a>(perf: &PerfData<'a>) -> Result<(Vec<AuxQueue<'a>>, Vec<Aux
         }
     }
     queues.sort_by_key(|q| q.idx);
-    Ok((queues, losses))
+    (queues, losses, errors)
 }

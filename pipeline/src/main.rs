@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracemill::bundle::{map_file, parse_image_arg, Bundle};
 use tracemill::errors::error_text;
@@ -40,7 +40,8 @@ enum Cmd {
     /// List the packets of a trace (like ptdump): offset, bytes, packet, fields. RTIT or
     /// Intel PT; for Intel PT also libipt ptdump's own listing (--ptdump).
     Dump(DumpArgs),
-    /// Decode a bundle into tables: branches, events, timing, coverage, edges.
+    /// Decode a bundle (or an Intel PT perf.data) into tables: branches, events, timing,
+    /// coverage, edges.
     Decode(DecodeArgs),
     /// Ingest many bundles into one partitioned dataset (a directory or S3), resumably.
     Ingest(tracemill::ingest::IngestArgs),
@@ -53,7 +54,8 @@ enum Cmd {
 /// The trace and the facts about it.
 #[derive(Args)]
 struct Source {
-    /// A bundle directory (with bundle.toml), or a bare trace file (then give --ctl).
+    /// A bundle directory (with bundle.toml), a bare trace file (then give --ctl), or
+    /// (decode) a perf.data recorded with `perf record -e intel_pt//`.
     bundle: PathBuf,
     /// RTIT_CTL value the trace was recorded with (hex like 0x2e0d, or decimal);
     /// overrides the bundle's.
@@ -263,6 +265,14 @@ struct DecodeArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+    /// perf.data: look for the recorded binaries under DIR first (DIR + the recorded
+    /// path), as perf's --symfs.
+    #[arg(long, value_name = "DIR")]
+    symfs: Option<PathBuf>,
+    /// perf.data: the build-id cache to look for binaries in by build-id [default:
+    /// ~/.debug], as perf's --buildid-dir.
+    #[arg(long, value_name = "DIR")]
+    buildid_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -445,7 +455,22 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             if let Some(out) = &a.out {
                 check_out_dir(out)?;
             }
-            let b = open(&a.src)?;
+            let perf = tracemill::perf::is_perf_data(&a.src.bundle);
+            if perf && (a.src.ctl.is_some() || !a.src.images.is_empty()) {
+                bail!(
+                    "{}: a perf.data carries its configuration and the mappings of its \
+                     binaries: --ctl and --image do not apply (--symfs and --buildid-dir say \
+                     where the binaries are)",
+                    a.src.bundle.display()
+                );
+            }
+            if !perf && (a.symfs.is_some() || a.buildid_dir.is_some()) {
+                bail!(
+                    "{}: --symfs and --buildid-dir are for perf.data files, and this is not \
+                     one (no PERFILE2 magic)",
+                    a.src.bundle.display()
+                );
+            }
             let mut opts = run::Options {
                 out: a.out.clone(),
                 tables,
@@ -476,6 +501,33 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                     );
                 }
             }
+            if perf {
+                let lookup = tracemill::perf::Lookup {
+                    symfs: a.symfs.clone(),
+                    buildid_dir: a.buildid_dir.clone(),
+                };
+                let rec = tracemill::perf::open(&a.src.bundle, &lookup)?;
+                let report = run::decode_perf(&rec, &opts)
+                    .with_context(|| format!("decoding {}", a.src.bundle.display()))?;
+                eprint!(
+                    "{}",
+                    run::summary(&a.src.bundle.display().to_string(), &report)
+                );
+                let t = opts.tables;
+                if (t.branches || t.coverage || t.edges) && report.rows == 0 {
+                    eprintln!(
+                        "tracemill: error: no branch decoded{}",
+                        if rec.traces[0].bundle.images.is_empty() {
+                            ": none of the recorded binaries could be loaded"
+                        } else {
+                            ""
+                        }
+                    );
+                    return Ok(ExitCode::from(1));
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let b = open(&a.src)?;
             let report = run::decode(&b, &opts)
                 .with_context(|| format!("decoding {}", a.src.bundle.display()))?;
             eprint!(

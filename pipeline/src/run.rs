@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -39,6 +39,7 @@ use tracemill_sinks::{
 };
 
 use crate::bundle::Bundle;
+use crate::perf::threads::{LastTimed, Threads};
 
 /// Which tables to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,12 +195,84 @@ const RELEASE_STEP: u64 = 16 << 20;
 /// the writer thread ([`Writers`]: append encoded row groups and small tables, rename
 /// into place at the end).
 pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
-    let format = bundle.manifest.format.decode_format();
-    // A trace of the other format would decode into garbage: refuse it by name.
-    if let Some(msg) = sniff::mismatch(&bundle.stream(), format) {
-        bail!("{}: {msg}", bundle.trace_path.display());
+    decode_parts(
+        &[Part {
+            bundle,
+            threads: None,
+        }],
+        &file_meta(bundle),
+        opts,
+    )
+}
+
+/// One trace of a decode: a bundle's, or one AUX area's of a perf.data with the threads
+/// that ran there (its rows gain `cpu`, `pid`, `tid` and `time`).
+pub struct Part<'b> {
+    pub bundle: &'b Bundle,
+    pub threads: Option<Arc<Threads>>,
+}
+
+/// Decode the traces of a perf.data ([`crate::perf::open`]) into one set of tables: every
+/// AUX area's rows in turn (the rows of each CPU in order), numbered on by `seq`, with the
+/// thread columns; coverage and edges over all of them. An area with nothing to decode
+/// (no PSB) is a warning.
+pub fn decode_perf(rec: &crate::perf::Recording, opts: &Options) -> Result<Report> {
+    if opts.batches.is_some() {
+        bail!("a perf.data is decoded to files (--out) or without output, not to a consumer");
     }
+    let parts: Vec<Part<'_>> = rec
+        .traces
+        .iter()
+        .map(|t| Part {
+            bundle: &t.bundle,
+            threads: Some(Arc::new(t.threads.clone())),
+        })
+        .collect();
+    let Some(first) = parts.first() else {
+        bail!("{}: no Intel PT trace to decode", rec.path.display());
+    };
+    let mut meta = file_meta(first.bundle);
+    meta.source = rec.path.display().to_string();
+    meta.source_size = rec.file_size;
+    meta.extra
+        .push(("tracemill.perf_data".into(), "true".into()));
+    // The threads' names, for the reports (one flame graph root and timeline track each).
+    let threads: Vec<String> = rec
+        .pids
+        .iter()
+        .map(|(tid, pid)| {
+            let comm = rec.comms.get(tid).map_or("", String::as_str);
+            format!("{pid}/{tid}={}", comm.replace([',', '='], "_"))
+        })
+        .collect();
+    meta.extra.push((
+        tracemill_reports::input::META_THREADS.into(),
+        threads.join(","),
+    ));
+    let mut opts = opts.clone();
+    opts.writer.thread_columns = true;
+    let mut report = decode_parts(&parts, &meta, &opts)?;
+    let mut warnings = rec.warnings.clone();
+    warnings.append(&mut report.warnings);
+    report.warnings = warnings;
+    Ok(report)
+}
+
+/// Decode `parts` in turn into one set of tables with the metadata `meta`. All parts have
+/// one format (the first's decides) and the same images.
+pub fn decode_parts(parts: &[Part<'_>], meta: &FileMeta, opts: &Options) -> Result<Report> {
+    let Some(first) = parts.first() else {
+        bail!("nothing to decode");
+    };
+    let format = first.bundle.manifest.format.decode_format();
     let mut warnings = Vec::new();
+    for p in parts {
+        // A trace of the other format would decode into garbage: refuse it by name.
+        if let Some(msg) = sniff::mismatch(&p.bundle.stream(), format) {
+            bail!("{}: {msg}", p.bundle.trace_path.display());
+        }
+    }
+    let bundle = first.bundle;
     match format {
         SniffedFormat::Rtit => {
             let cfg = bundle.trace_config();
@@ -210,7 +283,11 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                     cfg.reserved_bits()
                 ));
             }
-            decode_as::<Rtit>(bundle, opts, cfg, bundle.timing_config(), warnings)
+            let configs = parts
+                .iter()
+                .map(|p| (p.bundle.trace_config(), p.bundle.timing_config()))
+                .collect();
+            decode_as::<Rtit>(parts, configs, meta, opts, warnings)
         }
         SniffedFormat::Pt => {
             let cfg = bundle.pt_config()?;
@@ -221,45 +298,74 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
                     ));
                 }
             }
-            let timing = PtTiming::new(&cfg);
-            decode_as::<Pt>(bundle, opts, cfg, timing, warnings)
+            let mut configs = Vec::new();
+            for p in parts {
+                let cfg = p.bundle.pt_config()?;
+                let timing = PtTiming::new(&cfg);
+                configs.push((cfg, timing));
+            }
+            decode_as::<Pt>(parts, configs, meta, opts, warnings)
         }
     }
 }
 
-/// [`decode`] in format `F`, with its configuration and the warnings choosing it raised.
+/// What [`decode_as`] needs of each part: its configuration and timing configuration.
+type Configs<F> = Vec<(
+    <F as TraceFormat>::Config,
+    <<F as TraceFormat>::Clock as Clock>::Config,
+)>;
+
+/// [`decode_parts`] in format `F`, with each part's configuration and the warnings
+/// choosing it raised.
 fn decode_as<F: TraceFormat>(
-    bundle: &Bundle,
+    parts: &[Part<'_>],
+    configs: Configs<F>,
+    meta: &FileMeta,
     opts: &Options,
-    cfg: F::Config,
-    timing: <F::Clock as Clock>::Config,
     warnings: Vec<String>,
 ) -> Result<Report> {
     let t0 = Instant::now();
     if opts.out.is_some() && opts.batches.is_some() {
         bail!("decode writes files (out) or hands batches to a consumer (batches), not both");
     }
-    let stream = bundle.stream();
-    let images_and_problems = bundle.image_set();
-    let images = &images_and_problems.0;
-    let plan = plan::<F>(
-        bundle,
-        &stream,
-        images,
-        images_and_problems.1,
+    let many = parts.len() > 1;
+    // Each part's images and plan first: a bad input fails before any file is created.
+    let mut prepared = Vec::new();
+    let mut report = Report {
+        jobs: opts.jobs.max(1),
         warnings,
-        opts,
-    )?;
-    let mut report = plan.report.clone();
-    let input = Input::<F> {
-        stream: &stream,
-        images,
-        cfg,
-        timing,
+        ..Report::default()
     };
+    let mut no_psb = None;
+    for (part, (cfg, timing)) in parts.iter().zip(configs) {
+        let (images, problems) = part.bundle.image_set();
+        // The parts of one recording share their images: say what is wrong with them once.
+        let problems = if prepared.is_empty() {
+            problems
+        } else {
+            Vec::new()
+        };
+        let stream = part.bundle.stream();
+        match plan::<F>(part.bundle, &stream, &images, problems, Vec::new(), opts) {
+            Ok(plan) => {
+                report.trace_bytes += plan.report.trace_bytes;
+                report.chunks += plan.report.chunks;
+                report.warnings.extend(plan.report.warnings.iter().cloned());
+                prepared.push((part, images, plan, cfg, timing));
+            }
+            Err(e) if many && e.downcast_ref::<crate::errors::NoPsb>().is_some() => {
+                report.trace_bytes += stream.len();
+                report.warnings.push(format!("{e:#}"));
+                no_psb.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if prepared.is_empty() {
+        return Err(no_psb.unwrap_or_else(|| anyhow::anyhow!("nothing to decode")));
+    }
 
-    let meta = file_meta(bundle);
-    let mut writers = Writers::create(opts, &meta)?;
+    let mut writers = Writers::create(opts, meta)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(report.jobs)
         .thread_name(|i| format!("tracemill-decode-{i}"))
@@ -274,7 +380,7 @@ fn decode_as<F: TraceFormat>(
     // branch rows) and its encoder's buffers; the piece channel alone let up to six per
     // table pile up when encoding fell behind (926 MiB peak on a 1 GiB trace).
     let (tokens, tokens_back) = bounded::<()>(report.jobs + 1);
-    let emitter = Emitter {
+    let mut emitter = Emitter {
         seq: Sequencer::default(),
         batches: opts.batches.clone(),
         branches: writers
@@ -285,15 +391,18 @@ fn decode_as<F: TraceFormat>(
             .timing_encoder
             .take()
             .map(|enc| RowGroups::new(Grouped::Timing, enc, target, tokens.clone())),
+        threads: None,
+        dated: LastTimed::default(),
     };
-    let caches: Vec<Mutex<BlockCache>> = (0..report.jobs).map(|_| Mutex::default()).collect();
-    let trace_len = stream.len();
+    // Coverage names images by the first part's set (every part has the same images).
+    let cov_images = &prepared[0].1;
+    let trace_len: u64 = prepared.iter().map(|p| p.0.bundle.stream().len()).sum();
     let (written, blocks, edges) = std::thread::scope(|s| -> Result<(Vec<Written>, u64, u64)> {
         let (piece_tx, piece_rx) = bounded::<ToWriter>(4);
         let writer = s.spawn(move || -> Result<(Vec<Written>, u64, u64)> {
             for m in piece_rx {
                 match m {
-                    ToWriter::Piece(p, t) => writers.write(p, t)?,
+                    ToWriter::Piece(p, t, dated) => writers.write(p, t, dated.as_ref())?,
                     ToWriter::RowGroup(table, rx) => {
                         let rg = rx.recv().context("a row group encoder stopped")??;
                         writers.append_row_group(table, rg)?;
@@ -302,33 +411,67 @@ fn decode_as<F: TraceFormat>(
                     }
                 }
             }
-            writers.finish(images, trace_len)
+            writers.finish(cov_images, trace_len)
         });
-        // Chunks are decoded as pool tasks, at most `window` of them between being handed
-        // out and being consumed in order: memory stays bounded whatever the trace size,
-        // and no thread waits for a whole batch.
-        let window = report.jobs * 2 + 2;
-        let (slot_tx, slot_rx) = bounded::<()>(window);
-        for _ in 0..window {
-            slot_tx.send(()).expect("room for every slot");
+        let mut stopped = false;
+        for (part, images, plan, cfg, timing) in &prepared {
+            if stopped {
+                break;
+            }
+            let stream = part.bundle.stream();
+            let input = Input::<F> {
+                stream: &stream,
+                images,
+                cfg: cfg.clone(),
+                timing: timing.clone(),
+            };
+            // Blocks are cached per thread by address: a new part may have other code.
+            let caches: Vec<Mutex<BlockCache>> =
+                (0..report.jobs).map(|_| Mutex::default()).collect();
+            emitter.threads = part.threads.clone();
+            emitter.dated = LastTimed::default();
+            // Chunks are decoded as pool tasks, at most `window` of them between being
+            // handed out and being consumed in order: memory stays bounded whatever the
+            // trace size, and no thread waits for a whole batch.
+            let window = report.jobs * 2 + 2;
+            let (slot_tx, slot_rx) = bounded::<()>(window);
+            for _ in 0..window {
+                slot_tx.send(()).expect("room for every slot");
+            }
+            let (body_tx, body_rx) =
+                crossbeam_channel::unbounded::<(usize, Body<F, BranchColumns>)>();
+            std::thread::scope(|ps| {
+                let (input_ref, pool_ref, chunks_ref, caches_ref) =
+                    (&input, &pool, &plan.chunks, &caches);
+                let producer = ps.spawn(move || {
+                    produce(
+                        input_ref, pool_ref, chunks_ref, caches_ref, slot_rx, body_tx,
+                    )
+                });
+                let ordered = Ordered {
+                    bundle: part.bundle,
+                    input: &input,
+                    plan,
+                    pool: &pool,
+                    tx: piece_tx.clone(),
+                    progress: opts.progress,
+                };
+                stopped = !ordered.run(&mut emitter, body_rx, slot_tx, &mut report);
+                producer.join().expect("decode threads do not panic");
+            });
         }
-        let (body_tx, body_rx) = crossbeam_channel::unbounded::<(usize, Body<F, BranchColumns>)>();
-        let (input_ref, pool_ref, chunks_ref, caches_ref) = (&input, &pool, &plan.chunks, &caches);
-        let producer = s.spawn(move || {
-            produce(
-                input_ref, pool_ref, chunks_ref, caches_ref, slot_rx, body_tx,
-            )
-        });
-        let ordered = Ordered {
-            bundle,
-            input: &input,
-            plan: &plan,
-            pool: &pool,
-            tx: piece_tx,
-            progress: opts.progress,
-        };
-        ordered.run(emitter, body_rx, slot_tx, &mut report);
-        producer.join().expect("decode threads do not panic");
+        if !stopped {
+            for g in [&mut emitter.branches, &mut emitter.timing]
+                .into_iter()
+                .flatten()
+            {
+                if let Err(e) = g.flush(&pool, &piece_tx) {
+                    report.warnings.push(format!("{e:#}"));
+                }
+            }
+        }
+        drop(piece_tx);
+        drop(emitter);
         writer.join().expect("writer thread does not panic")
     })?;
     report.written = written;
@@ -455,13 +598,14 @@ struct Ordered<'r, 'a, F: TraceFormat> {
 }
 
 impl<F: TraceFormat> Ordered<'_, '_, F> {
+    /// Whether every body was emitted (not stopped by a writer's failure).
     fn run(
         self,
-        mut out: Emitter,
+        out: &mut Emitter,
         bodies: crossbeam_channel::Receiver<(usize, Body<F, BranchColumns>)>,
         slots: crossbeam_channel::Sender<()>,
         report: &mut Report,
-    ) {
+    ) -> bool {
         let chunks = &self.plan.chunks;
         let bar = (self.progress && std::io::stderr().is_terminal()).then(|| {
             let b = indicatif::ProgressBar::new(self.input.stream.len());
@@ -533,19 +677,16 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
             for (p, t) in timeline.finish() {
                 if let Err(e) = out.emit(p, t, report, self.pool, &self.tx) {
                     report.warnings.push(format!("{e:#}"));
+                    send_err = true;
                     break;
-                }
-            }
-            for g in [&mut out.branches, &mut out.timing].into_iter().flatten() {
-                if let Err(e) = g.flush(self.pool, &self.tx) {
-                    report.warnings.push(format!("{e:#}"));
                 }
             }
         }
         if let Some(b) = bar {
             b.finish_and_clear();
         }
-        report.fallbacks = stitcher.fallbacks;
+        report.fallbacks += stitcher.fallbacks;
+        !send_err
     }
 }
 
@@ -555,7 +696,7 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
 enum ToWriter {
     /// A piece's events, timing rows and coverage (and its branch rows, unless row groups
     /// are encoded on the pool).
-    Piece(Piece<BranchColumns>, TimingColumns),
+    Piece(Piece<BranchColumns>, TimingColumns, Option<Dated>),
     /// A row group of `branches` or `timing` being encoded on the pool.
     RowGroup(
         Grouped,
@@ -578,6 +719,10 @@ struct Emitter {
     batches: Option<crate::stream::BatchSink>,
     branches: Option<RowGroups>,
     timing: Option<RowGroups>,
+    /// The part's threads (perf.data): rows gain the thread columns.
+    threads: Option<Arc<Threads>>,
+    /// Where the part's trace is in time, for the thread lookup.
+    dated: LastTimed,
 }
 
 impl Emitter {
@@ -592,24 +737,73 @@ impl Emitter {
         let base = self.seq.rows();
         self.seq.sequence(&mut p);
         report.count(&p);
+        // perf.data: each row's and event's thread by the last timing packet before it.
+        let dates = self.threads.clone().map(|threads| {
+            let t_tsc: Vec<Option<u64>> = (0..t.len()).map(|i| t.tsc.get(i)).collect();
+            let rows = self.dated.dates(&p.rows.offset, &t.offset, &t_tsc);
+            let events: Vec<u64> = p.events.iter().map(|e| e.offset).collect();
+            let events = self.dated.dates(&events, &t.offset, &t_tsc);
+            self.dated.advance(&t_tsc);
+            Dated {
+                threads,
+                rows,
+                events,
+                timing: t_tsc,
+            }
+        });
         if let Some(b) = &self.batches {
             b.send_piece(&mut p, &mut t, base)?;
         }
         if let Some(g) = &mut self.branches {
             let rows = std::mem::take(&mut p.rows);
             if !rows.is_empty() {
-                g.add(tracemill_sinks::convert::branches(rows, base)?, pool, tx)?;
+                let b = tracemill_sinks::convert::branches(rows, base)?;
+                g.add(with_threads(b, dates.as_ref(), Dated::rows)?, pool, tx)?;
             }
         }
         if let Some(g) = &mut self.timing {
             let rows = std::mem::take(&mut t);
             if !rows.is_empty() {
-                g.add(tracemill_sinks::convert::timing(rows)?, pool, tx)?;
+                let b = tracemill_sinks::convert::timing(rows)?;
+                g.add(with_threads(b, dates.as_ref(), Dated::timing)?, pool, tx)?;
             }
         }
-        tx.send(ToWriter::Piece(p, t))
+        tx.send(ToWriter::Piece(p, t, dates))
             .map_err(|_| anyhow::anyhow!("the writer stopped"))
     }
+}
+
+/// A perf.data piece's threads, and the time each of its rows, events and timing rows is
+/// looked up at.
+struct Dated {
+    threads: Arc<Threads>,
+    rows: Vec<Option<u64>>,
+    events: Vec<Option<u64>>,
+    timing: Vec<Option<u64>>,
+}
+
+impl Dated {
+    fn rows(&self) -> &[Option<u64>] {
+        &self.rows
+    }
+    fn events(&self) -> &[Option<u64>] {
+        &self.events
+    }
+    fn timing(&self) -> &[Option<u64>] {
+        &self.timing
+    }
+}
+
+/// `batch` with the thread columns appended, its rows dated by `which` (as it is without).
+fn with_threads(
+    batch: arrow_array::RecordBatch,
+    dated: Option<&Dated>,
+    which: fn(&Dated) -> &[Option<u64>],
+) -> Result<arrow_array::RecordBatch> {
+    Ok(match dated {
+        Some(d) => d.threads.extend(&batch, which(d))?,
+        None => batch,
+    })
 }
 
 /// Gathers a table's rows into row groups of about `target` rows and encodes each on the
@@ -777,21 +971,47 @@ impl Writers {
         Ok(())
     }
 
-    fn write(&mut self, mut p: Piece<BranchColumns>, timing: TimingColumns) -> Result<()> {
+    fn write(
+        &mut self,
+        mut p: Piece<BranchColumns>,
+        timing: TimingColumns,
+        dated: Option<&Dated>,
+    ) -> Result<()> {
+        use tracemill_sinks::convert;
         self.cov.merge(std::mem::take(&mut p.coverage));
         if let Some(w) = &mut self.events {
             if !p.events.is_empty() {
-                w.write_events(&p.events)?;
+                match dated {
+                    None => w.write_events(&p.events)?,
+                    Some(_) => {
+                        let b = convert::events(&p.events)?;
+                        w.write(&with_threads(b, dated, Dated::events)?)?
+                    }
+                }
             }
         }
         if let Some(w) = &mut self.timing {
             if !timing.is_empty() {
-                w.write_timing(timing)?;
+                match dated {
+                    None => w.write_timing(timing)?,
+                    Some(_) => {
+                        let b = convert::timing(timing)?;
+                        w.write(&with_threads(b, dated, Dated::timing)?)?
+                    }
+                }
             }
         }
         if let Some(w) = &mut self.branches {
             if !p.rows.is_empty() {
-                w.write_branches(p.rows)?;
+                match dated {
+                    None => w.write_branches(p.rows)?,
+                    Some(_) => {
+                        // Numbered on from the rows written, as write_branches does.
+                        let first = w.rows_written();
+                        let b = convert::branches(p.rows, first)?;
+                        w.write(&with_threads(b, dated, Dated::rows)?)?
+                    }
+                }
             }
         }
         Ok(())

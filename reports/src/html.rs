@@ -117,7 +117,7 @@ fn sections_of_dataset(
         let results = [
             add_events(&mut events, input, m),
             hotspots(input, By::Function, Weight::Instructions).map(|h| hot.add(h)),
-            stacks.add(input),
+            stacks.add_threads(input),
             merge.add(input),
         ];
         for (i, r) in results.into_iter().enumerate() {

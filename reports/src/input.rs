@@ -210,9 +210,66 @@ pub struct Input {
     pub symbols: Symbolizer,
     /// Problems that left part of the report out or less exact.
     pub warnings: Vec<String>,
+    /// Walk only the rows of one thread (the `tid` column of a perf.data decode; `Some(None)`:
+    /// the rows no thread is known for). `None`: every row.
+    pub thread: Option<Option<u32>>,
 }
 
+/// A thread of a perf.data decode: its `tid` (`None`: rows no thread is known for) and
+/// its name (`comm pid/tid`).
+pub type Thread = (Option<u32>, String);
+
+/// Metadata key of a perf.data decode's threads: `pid/tid=comm` entries, comma-separated.
+pub const META_THREADS: &str = "tracemill.perf_threads";
+
 impl Input {
+    /// The threads of a perf.data decode (those with rows, in `tid` order; `None` is the
+    /// rows no thread is known for), each with its name (`comm pid/tid`); `None` for any
+    /// other decode (no `tid` column).
+    pub fn threads(&self) -> Result<Option<Vec<Thread>>> {
+        let t = self.table("branches")?;
+        if t.schema.field_with_name("tid").is_err() {
+            return Ok(None);
+        }
+        let mut tids = std::collections::BTreeSet::new();
+        for b in t.batches(&["tid"])? {
+            let b = b?;
+            let c = b
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow_array::UInt32Array>()
+                .ok_or_else(|| anyhow!("{}: tid is not UInt32", t.path.display()))?;
+            tids.extend(c.iter());
+        }
+        let known: HashMap<u32, (String, String)> = self
+            .meta
+            .get(META_THREADS)
+            .map(|v| {
+                v.split(',')
+                    .filter_map(|e| {
+                        let (ids, comm) = e.split_once('=')?;
+                        let (pid, tid) = ids.split_once('/')?;
+                        Some((tid.parse().ok()?, (pid.to_string(), comm.to_string())))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Some(
+            tids.into_iter()
+                .map(|tid| {
+                    let name = match tid {
+                        None => "[thread unknown]".to_string(),
+                        Some(t) => match known.get(&t) {
+                            Some((pid, comm)) => format!("{comm} {pid}/{t}"),
+                            None => format!("thread {t}"),
+                        },
+                    };
+                    (tid, name)
+                })
+                .collect(),
+        ))
+    }
+
     /// Open `out` (a `tracemill decode --out` directory); `bundle` overrides the bundle
     /// recorded in the tables.
     pub fn open(out: &Path, bundle: Option<&Path>) -> Result<Input> {
@@ -293,6 +350,7 @@ impl Input {
             manifest: None,
             symbols: Symbolizer::new(),
             warnings,
+            thread: None,
         };
         input.load_images(bundle);
         input

@@ -392,9 +392,10 @@ impl Stacks {
 
     /// Add `other`'s stacks (its function ids mapped by `funcs` to this trie's), node by
     /// node: the same path of functions is the same node. Bundles are walked apart and
-    /// added this way, so no stack ever spans two bundles.
-    fn merge(&mut self, other: &Stacks, funcs: &[u32]) {
-        let mut nodes = vec![0u32; other.len()];
+    /// added this way, so no stack ever spans two bundles (nor two threads). `other`'s root
+    /// goes to node `root` of this trie (0: the root; a thread's frame).
+    fn merge_under(&mut self, other: &Stacks, funcs: &[u32], root: u32) {
+        let mut nodes = vec![root; other.len()];
         for i in 1..other.len() {
             let (p, f) = other.node(i);
             // A node comes after its parent, so the parent is mapped already.
@@ -405,9 +406,9 @@ impl Stacks {
                 self.cycles[n as usize] += other.cycles[i];
             }
         }
-        self.instructions[0] += other.instructions[0];
+        self.instructions[root as usize] += other.instructions[0];
         if other.counts_cycles() {
-            self.cycles[0] += other.cycles[0];
+            self.cycles[root as usize] += other.cycles[0];
         }
         self.max_depth_hit += other.max_depth_hit;
         self.full += other.full;
@@ -1215,6 +1216,12 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
             while let Some(e) = evs.next_if(|e| e.seq <= *seq) {
                 self.event(e);
             }
+            // Another thread's row: its place counts (events are numbered by rows), its
+            // branch is not this thread's.
+            if rows.keep.as_ref().is_some_and(|k| !k[i]) {
+                *seq += 1;
+                continue;
+            }
             let mut dcyc = 0;
             if let Some(c) = &rows.cycles {
                 if valid(c, i) {
@@ -1545,10 +1552,17 @@ struct Rows {
     kinds: Vec<u8>,
     cycles: Option<PrimitiveArray<UInt64Type>>,
     tsc: Option<PrimitiveArray<UInt64Type>>,
+    /// With a thread filter: which rows are the thread's (the others are counted, not walked).
+    keep: Option<Vec<bool>>,
 }
 
 impl Rows {
-    fn of(b: &arrow_array::RecordBatch, cycles: bool, tsc: bool) -> Result<Rows> {
+    fn of(
+        b: &arrow_array::RecordBatch,
+        cycles: bool,
+        tsc: bool,
+        thread: Option<Option<u32>>,
+    ) -> Result<Rows> {
         // A column of nulls only is no column: the walk then keeps its last value.
         let opt = |read: bool, name: &str| -> Result<Option<PrimitiveArray<UInt64Type>>> {
             Ok(if read {
@@ -1564,6 +1578,15 @@ impl Rows {
             kinds: kind_codes(b, "kind", BranchKind::from_name, |k| k as u8)?,
             cycles: opt(cycles, "cycles")?,
             tsc: opt(tsc, "tsc")?,
+            keep: match thread {
+                None => None,
+                Some(want) => Some(
+                    col::<UInt32Type>(b, "tid")?
+                        .iter()
+                        .map(|t| t == want)
+                        .collect(),
+                ),
+            },
         })
     }
 }
@@ -1599,12 +1622,16 @@ pub fn build<'s>(
     };
     let has_cycles = cycles && t.schema.field_with_name("cycles").is_ok();
     let has_tsc = times && t.schema.field_with_name("tsc").is_ok();
+    let thread = input.thread;
     let mut cols = vec!["ip", "target", "kind", "insns"];
     if has_cycles {
         cols.push("cycles");
     }
     if has_tsc {
         cols.push("tsc");
+    }
+    if thread.is_some() {
+        cols.push("tid");
     }
     t.require(&cols)?;
     // Parquet row groups are read side by side, each by the reader `group % readers`,
@@ -1616,7 +1643,10 @@ pub fn build<'s>(
     let readers = groups.clamp(1, cores.clamp(2, 8));
     // Without cycles and times, row groups are read as dictionary keys (where they can
     // be: others go through arrow-rs).
-    let by_keys = footer.as_ref().filter(|_| !has_cycles && !has_tsc);
+    // (A thread filter reads `tid` too: through arrow-rs.)
+    let by_keys = footer
+        .as_ref()
+        .filter(|_| !has_cycles && !has_tsc && thread.is_none());
     let mut reader = EventReader::open(input);
     std::thread::scope(|scope| -> Result<()> {
         let (etx, erx) = std::sync::mpsc::sync_channel::<Vec<Ev>>(4);
@@ -1669,7 +1699,7 @@ pub fn build<'s>(
                     };
                     let sent = batches.and_then(|it| {
                         for b in it {
-                            let rows = Rows::of(&b?, has_cycles, has_tsc)?;
+                            let rows = Rows::of(&b?, has_cycles, has_tsc, thread)?;
                             tx.send(Ok(Some(Batch::Arrow(Box::new(rows)))))
                                 .map_err(|_| anyhow::anyhow!("walk stopped"))?;
                         }
@@ -1758,13 +1788,18 @@ pub fn stacks_of(
     warnings: &mut Vec<String>,
 ) -> Result<(Stacks, Vec<String>)> {
     if let Source::Decode(input) = src {
+        if input.threads()?.is_some() {
+            let mut sum = StacksSum::new(cycles);
+            sum.add_threads(input)?;
+            return Ok(sum.finish(warnings));
+        }
         let mut f = Functions::new(&input.symbols);
         let st = build(input, &mut f, warnings, false, cycles, |_| {})?;
         return Ok((st, f.names));
     }
     let mut sum = StacksSum::new(cycles);
     let mut ws = Vec::new();
-    src.each(&mut ws, |input, _| sum.add(input))?;
+    src.each(&mut ws, |input, _| sum.add_threads(input))?;
     for w in ws {
         crate::source::warn_once(warnings, w);
     }
@@ -1792,6 +1827,27 @@ impl StacksSum {
     }
 
     pub fn add(&mut self, input: &Input) -> Result<()> {
+        self.add_under(input, None)
+    }
+
+    /// Add `input`'s stacks; for a perf.data decode each thread's rows on their own, under
+    /// a frame naming the thread (a thread's stack is its own, and one CPU's rows switch
+    /// between threads).
+    pub fn add_threads(&mut self, input: &mut Input) -> Result<()> {
+        let Some(threads) = input.threads()? else {
+            return self.add(input);
+        };
+        for (tid, name) in threads {
+            input.thread = Some(tid);
+            let added = self.add_under(input, Some(&name));
+            input.thread = None;
+            added?;
+        }
+        Ok(())
+    }
+
+    /// Add `input`'s stacks, under a root frame named `root` when given (a thread).
+    pub fn add_under(&mut self, input: &Input, root: Option<&str>) -> Result<()> {
         let mut f = Functions::new(&input.symbols);
         let mut bw = Vec::new();
         let st = build(
@@ -1812,11 +1868,28 @@ impl StacksSum {
                 })
             })
             .collect();
-        self.all.merge(&st, &funcs);
+        let at = match root {
+            None => 0,
+            Some(name) => {
+                let id = self.intern(name);
+                self.all.child(0, id)
+            }
+        };
+        self.all.merge_under(&st, &funcs, at);
         for w in bw {
             crate::source::warn_once(&mut self.warnings, w);
         }
         Ok(())
+    }
+
+    fn intern(&mut self, n: &str) -> u32 {
+        if let Some(&id) = self.ids.get(n) {
+            return id;
+        }
+        self.names.push(n.to_string());
+        let id = self.names.len() as u32 - 1;
+        self.ids.insert(n.to_string(), id);
+        id
     }
 
     /// The stacks and their function names; the walks' warnings go to `warnings`.

@@ -157,12 +157,12 @@ fn keep_outermost(spans: &mut Vec<Span>, n: usize) {
     }
 }
 
-/// Write one input's spans as complete events of process `pid`.
+/// Write one input's spans as complete events of process `pid`, thread `tid`.
 fn write_spans(
     w: &mut impl Write,
     sp: &Spans,
     opts: &Options,
-    pid: usize,
+    (pid, tid): (usize, usize),
     first: &mut bool,
 ) -> Result<()> {
     let mut names: AddrMap<u32, String> = AddrMap::default();
@@ -176,7 +176,7 @@ fn write_spans(
         let dur = e.saturating_sub(b) as f64 / sp.mhz;
         write!(
             w,
-            "{}{{\"name\":{name},\"ph\":\"X\",\"ts\":{ts:.3},\"dur\":{dur:.3},\"pid\":{pid},\"tid\":1,\"args\":{{\"depth\":{}}}}}",
+            "{}{{\"name\":{name},\"ph\":\"X\",\"ts\":{ts:.3},\"dur\":{dur:.3},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"depth\":{}}}}}",
             if *first { "" } else { "," },
             s.depth
         )
@@ -219,10 +219,31 @@ pub fn write(src: &mut Source, opts: &Options, out: impl Write) -> Result<Timeli
     let mut ws = Vec::new();
     src.each(&mut ws, |input, member| {
         let mut bw = Vec::new();
-        let sp = spans(input, opts, &mut bw, &mut n, &mut dropped)?;
+        // A perf.data decode: one track per thread, each thread's stacks its own, on one
+        // time origin (the threads share the machine's TSC).
+        let tracks = match input.threads()? {
+            Some(threads) => {
+                let mut tracks = Vec::new();
+                for (tid, name) in threads {
+                    input.thread = Some(tid);
+                    let sp = spans(input, opts, &mut bw, &mut n, &mut dropped);
+                    input.thread = None;
+                    tracks.push((Some(name), sp?));
+                }
+                let origin = tracks.iter().map(|t| t.1.origin).min().unwrap_or(0);
+                for t in &mut tracks {
+                    t.1.origin = origin;
+                }
+                tracks
+            }
+            None => vec![(None, spans(input, opts, &mut bw, &mut n, &mut dropped)?)],
+        };
         for x in bw {
             crate::source::warn_once(&mut warnings, x);
         }
+        let Some(sp) = tracks.last().map(|t| &t.1) else {
+            return Ok(());
+        };
         pid += 1;
         {
             let labels: Vec<String> = input
@@ -249,8 +270,19 @@ pub fn write(src: &mut Source, opts: &Options, out: impl Write) -> Result<Timeli
             )?;
             first = false;
         }
-        write_spans(&mut w, &sp, opts, pid, &mut first)?;
-        last = Some((sp.origin, sp.mhz, sp.how));
+        let (origin, mhz, how) = (sp.origin, sp.mhz, sp.how.clone());
+        for (k, (name, sp)) in tracks.iter().enumerate() {
+            if let Some(name) = name {
+                write!(
+                    w,
+                    ",{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{},\"args\":{{\"name\":{}}}}}",
+                    k + 1,
+                    json_str(name)
+                )?;
+            }
+            write_spans(&mut w, sp, opts, (pid, k + 1), &mut first)?;
+        }
+        last = Some((origin, mhz, how));
         Ok(())
     })?;
     let (origin, mhz, how) = last.unwrap_or((0, 1000.0, String::new()));

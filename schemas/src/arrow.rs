@@ -224,6 +224,58 @@ pub fn edges() -> SchemaRef {
     )
 }
 
+/// The tables whose rows happen at a place in the trace (`branches`, `events`, `timing`):
+/// those that gain [`thread_fields`] when decoded from a perf.data.
+pub const ROW_TABLES: [&str; 3] = ["branches", "events", "timing"];
+
+/// The columns a decode of a perf.data appends to every row table ([`ROW_TABLES`]): which
+/// CPU's trace the row comes from, and which thread ran there then (perf's sideband).
+pub fn thread_fields() -> Vec<Field> {
+    vec![
+        f(
+            "cpu",
+            DataType::UInt32,
+            true,
+            "perf.data: the CPU whose trace the row comes from (null for a per-thread \
+             recording, `perf record --per-thread`).",
+        ),
+        f(
+            "pid",
+            DataType::UInt32,
+            true,
+            "perf.data: process that ran on the CPU at the row's tsc, from the context \
+             switch and ITRACE_START records; null where the sideband cannot say (no tsc, \
+             before the first switch record).",
+        ),
+        f(
+            "tid",
+            DataType::UInt32,
+            true,
+            "perf.data: thread that ran on the CPU at the row's tsc (see pid).",
+        ),
+        u64f(
+            "time",
+            true,
+            "perf.data: the row's tsc as perf time (ns of the kernel's perf clock, \
+             TIME_CONV), the time `perf script` prints; null without tsc.",
+        ),
+    ]
+}
+
+/// `table`'s schema with [`thread_fields`] appended (the same schema for the tables not
+/// in [`ROW_TABLES`]).
+pub fn with_thread_fields(table: &str) -> Option<SchemaRef> {
+    let base = by_name(table)?;
+    if !ROW_TABLES.contains(&table) {
+        return Some(base);
+    }
+    let mut fields: Vec<Field> = base.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.extend(thread_fields());
+    Some(Arc::new(
+        Schema::new(fields).with_metadata(base.metadata().clone()),
+    ))
+}
+
 /// Schema of a table by name.
 pub fn by_name(table: &str) -> Option<SchemaRef> {
     Some(match table {

@@ -123,6 +123,10 @@ pub struct WriterOptions {
     /// bytes per row group, not per row. A name equal to one of the table's columns is an
     /// error.
     pub constant_columns: Vec<(String, String)>,
+    /// The row tables (`branches`, `events`, `timing`) have the perf.data columns
+    /// `cpu`, `pid`, `tid`, `time` after their own
+    /// ([`tracemill_schemas::arrow::thread_fields`]); batches written must carry them.
+    pub thread_columns: bool,
     /// Fsync the directory after renaming a finished file into place, so that the name
     /// survives a crash (the default). `tracemill ingest` turns it off for the files it
     /// writes in its staging directory: it renames them again into the dataset and syncs
@@ -138,6 +142,7 @@ impl Default for WriterOptions {
             zstd_level: parquet::DEFAULT_ZSTD_LEVEL,
             data_page_rows: parquet::DEFAULT_DATA_PAGE_ROWS,
             constant_columns: Vec::new(),
+            thread_columns: false,
             sync_directory: true,
         }
     }
@@ -340,7 +345,12 @@ impl TableWriter {
             .copied()
             .find(|t| *t == table)
             .ok_or_else(|| Error::UnknownTable(table.to_string()))?;
-        let schema = tracemill_schemas::arrow::by_name(table).expect("every table has a schema");
+        let schema = if options.thread_columns {
+            tracemill_schemas::arrow::with_thread_fields(table)
+        } else {
+            tracemill_schemas::arrow::by_name(table)
+        }
+        .expect("every table has a schema");
         // The file's Arrow schema carries the metadata too: pyarrow shows only the embedded
         // Arrow schema's metadata (not the Parquet footer's), and for IPC it is the only
         // place. Batches keep the bare table schema; the writers do not compare them.

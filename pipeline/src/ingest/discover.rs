@@ -1,9 +1,14 @@
 //! Finding bundles and naming them.
 //!
-//! A SOURCE is a bundle directory (it has a `bundle.toml`), a directory searched
-//! recursively for bundle directories, or a text file listing bundle paths, one a line.
-//! A bundle's id is a hash of its `bundle.toml` and trace bytes, so the same bundle gets
-//! the same id wherever it is found and whoever finds it.
+//! A SOURCE is a bundle directory (it has a `bundle.toml`), a perf.data file (Intel PT
+//! recorded by `perf record`), a directory searched recursively for both, or a text file
+//! listing their paths, one a line. A bundle's id is a hash of its `bundle.toml` and trace
+//! bytes (a perf.data's: of its labels file and its bytes), so the same bundle gets the
+//! same id wherever it is found and whoever finds it.
+//!
+//! A perf.data's labels are in a file beside it, its name with `.toml` added
+//! (`host1/perf.data.toml`), as a bundle's are in `bundle.toml`: `[labels]` with string
+//! values.
 
 use std::collections::HashSet;
 use std::io::{self, Read};
@@ -30,7 +35,9 @@ pub fn discover(sources: &[PathBuf], skip: Option<&Path>) -> Result<Vec<PathBuf>
     };
     for src in sources {
         let meta = std::fs::metadata(src).with_context(|| format!("source {}", src.display()))?;
-        if meta.is_dir() {
+        if meta.is_file() && crate::perf::is_perf_data(src) {
+            add(src.clone(), &mut out);
+        } else if meta.is_dir() {
             if src.join("bundle.toml").exists() {
                 add(src.clone(), &mut out);
             } else {
@@ -96,6 +103,15 @@ fn walk(
         // are compared with the dataset only.
         let path = e.path();
         if !path.is_dir() {
+            // perf.data files by perf's names (perf.data, perf.data.old, run1.data):
+            // not every file of a tree is opened.
+            let n = name.to_string_lossy();
+            if (n.starts_with("perf.data") || n.ends_with(".data"))
+                && !n.ends_with(".toml")
+                && crate::perf::is_perf_data(&path)
+            {
+                out.push(path);
+            }
             continue;
         }
         if skip.is_some_and(|s| path.canonicalize().is_ok_and(|c| c == s)) {
@@ -138,6 +154,9 @@ const MISSING: u64 = u64::MAX;
 /// regular files are read. A bundle whose `bundle.toml` cannot be read (missing, a FIFO, a
 /// device) is also named by its path.
 pub fn identify(dir: &Path) -> Identity {
+    if dir.is_file() {
+        return identify_perf_data(dir);
+    }
     let mut h = blake3::Hasher::new();
     h.update(b"tracemill-bundle-1\0");
     // Bounded and regular files only: a FIFO or /dev/zero as bundle.toml must not hang or
@@ -170,6 +189,62 @@ pub fn identify(dir: &Path) -> Identity {
         // FIFO for bundle.toml and the same trace are not one): its path does.
         h.update(dir.to_string_lossy().as_bytes());
     }
+    let hex = h.finalize().to_hex();
+    Identity {
+        id: hex[..32].to_string(),
+        trace_bytes,
+        manifest,
+    }
+}
+
+/// The labels file of a perf.data: its name with `.toml` added.
+pub fn labels_file(perf_data: &Path) -> PathBuf {
+    let mut n = perf_data.as_os_str().to_owned();
+    n.push(".toml");
+    PathBuf::from(n)
+}
+
+/// The labels of a perf.data (from [`labels_file`], none without one).
+pub fn perf_data_labels(perf_data: &Path) -> Result<std::collections::BTreeMap<String, String>> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Labels {
+        #[serde(default)]
+        labels: std::collections::BTreeMap<String, String>,
+    }
+    let p = labels_file(perf_data);
+    let text = match read_manifest_text(&p) {
+        Ok(t) => t,
+        Err(_) if !p.exists() => return Ok(Default::default()),
+        Err(e) => bail!("{}: {e}", p.display()),
+    };
+    let l: Labels = toml::from_str(&text).with_context(|| format!("{}", p.display()))?;
+    Ok(l.labels)
+}
+
+/// [`identify`] for a perf.data: BLAKE3 of another version tag, its labels file and its
+/// bytes. Its manifest is one with those labels (the rest of a perf.data's configuration
+/// is read when it is decoded).
+fn identify_perf_data(path: &Path) -> Identity {
+    let mut h = blake3::Hasher::new();
+    h.update(b"tracemill-perf-data-1\0");
+    if hash_file(&mut h, &labels_file(path)).is_none() {
+        h.update(&MISSING.to_le_bytes());
+    }
+    let trace_bytes = hash_file(&mut h, path);
+    if trace_bytes.is_none() {
+        h.update(&MISSING.to_le_bytes());
+        h.update(path.to_string_lossy().as_bytes());
+    }
+    let manifest = perf_data_labels(path).ok().map(|labels| {
+        let mut m = Manifest::new(0);
+        m.format = tracemill_datasets::bundle::TraceFormat::Pt;
+        m.trace = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        m.labels = labels;
+        m
+    });
     let hex = h.finalize().to_hex();
     Identity {
         id: hex[..32].to_string(),

@@ -65,8 +65,9 @@ use crate::run::{self, Tables};
 /// `tracemill ingest` arguments.
 #[derive(clap::Args, Debug)]
 pub struct IngestArgs {
-    /// Bundle directories, directories searched recursively for bundles, or text files
-    /// listing bundle paths (one a line; relative to the list file; `#` comments).
+    /// Bundle directories, perf.data files (Intel PT; labels in FILE.toml beside them),
+    /// directories searched recursively for both, or text files listing their paths (one
+    /// a line; relative to the list file; `#` comments).
     #[arg(required = true, value_name = "SOURCE")]
     pub sources: Vec<PathBuf>,
     /// The dataset: a local directory, or s3://bucket/prefix (endpoint, region and
@@ -700,7 +701,7 @@ fn decode_and_publish(
     } else {
         Reach::InsideOnly
     };
-    let b = Bundle::open_with(path, None, &[], reach)?;
+    let perf = path.is_file();
     let ropts = run::Options {
         jobs,
         chunk_bytes: None,
@@ -717,6 +718,29 @@ fn decode_and_publish(
         progress: false,
         batches: None,
     };
+    if perf {
+        // The labels file must read (its labels are the bundle's partition).
+        discover::perf_data_labels(path)?;
+        let rec = crate::perf::open(path, &crate::perf::Lookup::default())?;
+        let report = run::decode_perf(&rec, &ropts)?;
+        if report.rows == 0
+            && rec
+                .traces
+                .first()
+                .is_none_or(|t| t.bundle.images.is_empty())
+        {
+            let why = rec
+                .warnings
+                .iter()
+                .filter(|w| w.contains("not found") || w.contains("no executable mapping"))
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
+            bail!("no branch decoded: none of the recorded binaries could be loaded ({why})");
+        }
+        return publish(opts, claim, &report, pdir, id, rec.file_size);
+    }
+    let b = Bundle::open_with(path, None, &[], reach)?;
     let report = run::decode(&b, &ropts)?;
     let (set, set_problems) = b.image_set();
     if report.rows == 0 && set.segments().is_empty() {
@@ -731,6 +755,18 @@ fn decode_and_publish(
         };
         bail!("no branch decoded: no code image could be loaded ({why})");
     }
+    publish(opts, claim, &report, pdir, id, b.trace_file_size)
+}
+
+/// Publish a decode's tables into the dataset; its counts for the catalog.
+fn publish(
+    opts: &Options,
+    claim: &claim::Claim,
+    report: &run::Report,
+    pdir: &str,
+    id: &str,
+    trace_bytes: u64,
+) -> Result<Counts> {
     for w in &report.written {
         if !claim.still_held() {
             bail!("{TAKEN_OVER}");
@@ -739,7 +775,7 @@ fn decode_and_publish(
     }
     let ev = |k: &str| report.events_by_kind.get(k).copied().unwrap_or(0);
     Ok(Counts {
-        trace_bytes: b.trace_file_size,
+        trace_bytes,
         branches: report.rows,
         instructions: report.instructions,
         gaps: ev("overflow") + ev("resync"),

@@ -1,0 +1,241 @@
+//! The code images of a perf.data decode: the executable mappings its MMAP and MMAP2
+//! records name, found as perf finds them and checked by build-id.
+//!
+//! Where a binary is looked for, in order (perf's `--symfs` and build-id cache):
+//! 1. with `--symfs DIR`, `DIR` + the recorded path;
+//! 2. the build-id cache (`--buildid-dir`, default `~/.debug`):
+//!    `.build-id/<first 2 hex digits>/<the other 38>/elf`, then the older layout's
+//!    `.build-id/<2>/<38>` (a link to the cached copy);
+//! 3. the recorded path itself.
+//!
+//! A candidate whose build-id differs from the one the recording names (the MMAP2 record's
+//! or HEADER_BUILD_ID's) is passed over with a warning: the binary was rebuilt since, and
+//! its code would decode into wrong rows. A mapping found nowhere is a warning that names
+//! its path and build-id; decoding goes on, and the walk resumes at the next place it can.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSegment};
+use tracemill_datasets::bundle::{ImageEntry, ImageKind};
+
+/// Where to look for binaries.
+#[derive(Clone, Debug, Default)]
+pub struct Lookup {
+    pub symfs: Option<PathBuf>,
+    /// The build-id cache (`~/.debug` when `None`).
+    pub buildid_dir: Option<PathBuf>,
+}
+
+/// An executable mapping as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// Offset of the MMAP/MMAP2 record in the file.
+    pub record_offset: u64,
+    pub pid: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub pgoff: u64,
+    pub path: String,
+    /// Hex build-id, from the record (MMAP2 with a build-id) or HEADER_BUILD_ID.
+    pub build_id: Option<String>,
+}
+
+impl Mapping {
+    /// Mappings that hold no file perf could read: anonymous memory, the vDSO, the
+    /// kernel's `[...]` names, JIT dumps.
+    pub fn is_file(&self) -> bool {
+        !(self.path.is_empty()
+            || self.path.starts_with('[')
+            || self.path.starts_with("//")
+            || self.path.starts_with("/memfd:")
+            || self.path.ends_with(" (deleted)"))
+    }
+}
+
+/// The images of `mappings` (one per distinct file and load address), and what could not
+/// be found or used.
+pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<String>) {
+    let mut images = Vec::new();
+    let mut problems = Vec::new();
+    // One image per (path, bias): a program's mapping recorded again for each process
+    // (fork) or thread is the same code at the same place.
+    let mut seen: BTreeMap<(String, u64), ()> = BTreeMap::new();
+    for m in mappings.iter().filter(|m| m.is_file()) {
+        let candidates = candidates(m, lookup);
+        let mut found = None;
+        for c in &candidates {
+            let Ok(bytes) = std::fs::read(c) else {
+                continue;
+            };
+            let Ok(elf) = object::File::parse(&*bytes) else {
+                problems.push(format!(
+                    "{}: not an ELF file; the mapping of {} at {:#x} (record at offset {:#x}) \
+                     is not decoded from it",
+                    c.display(),
+                    m.path,
+                    m.addr,
+                    m.record_offset
+                ));
+                continue;
+            };
+            let id = elf.build_id().ok().flatten().map(hex);
+            if let (Some(want), Some(got)) = (&m.build_id, &id) {
+                if want != got {
+                    problems.push(format!(
+                        "{}: build-id {got}, but the recording's {} has {want}: a different \
+                         binary, not used",
+                        c.display(),
+                        m.path
+                    ));
+                    continue;
+                }
+            }
+            found = Some((c.clone(), base_of(&elf, m)));
+            break;
+        }
+        let Some((path, base)) = found else {
+            problems.push(format!(
+                "{} (build-id {}), mapped at {:#x}..{:#x} by process {} (record at offset \
+                 {:#x}): not found (looked at {}); its code is not decoded (give --symfs or \
+                 --buildid-dir)",
+                m.path,
+                m.build_id.as_deref().unwrap_or("unknown"),
+                m.addr,
+                m.addr.wrapping_add(m.len),
+                m.pid,
+                m.record_offset,
+                candidates
+                    .iter()
+                    .map(|c| c.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            continue;
+        };
+        let key = (path.display().to_string(), base.unwrap_or(0));
+        if seen.insert(key, ()).is_some() {
+            continue;
+        }
+        images.push(ImageEntry {
+            path: path.display().to_string(),
+            base,
+            cr3: None,
+            kind: ImageKind::Elf,
+            symbols: None,
+        });
+    }
+    (images, problems)
+}
+
+/// Where to look for `m`'s file, in order.
+fn candidates(m: &Mapping, lookup: &Lookup) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if let Some(root) = &lookup.symfs {
+        v.push(root.join(m.path.trim_start_matches('/')));
+    }
+    if let Some(id) = m.build_id.as_deref().filter(|id| id.len() > 2) {
+        let cache = lookup
+            .buildid_dir
+            .clone()
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".debug")));
+        if let Some(cache) = cache {
+            let dir = cache.join(".build-id").join(&id[..2]);
+            v.push(dir.join(&id[2..]).join("elf"));
+            v.push(dir.join(&id[2..]));
+        }
+    }
+    v.push(PathBuf::from(&m.path));
+    v
+}
+
+/// `ImageEntry::base` for an ELF mapped as `m` says: `None` where the file is at its own
+/// addresses (a static or non-PIE executable), else where its lowest PT_LOAD goes.
+fn base_of(elf: &object::File<'_>, m: &Mapping) -> Option<u64> {
+    let segs: Vec<(u64, u64, u64)> = elf
+        .segments()
+        .map(|s| (s.address(), s.file_range().0, s.file_range().1))
+        .collect();
+    let lowest = segs.iter().map(|s| s.0).min()?;
+    // The segment whose file bytes hold the mapping's offset: its address in the file's
+    // own layout, against where the mapping put it.
+    let (vaddr, off, _) = segs
+        .iter()
+        .copied()
+        .find(|&(_, off, size)| off <= m.pgoff && m.pgoff < off + size.max(1))?;
+    let own = vaddr.wrapping_add(m.pgoff - off);
+    let bias = m.addr.wrapping_sub(own);
+    (bias != 0).then(|| lowest.wrapping_add(bias))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping(path: &str, id: Option<&str>) -> Mapping {
+        Mapping {
+            record_offset: 0x100,
+            pid: 7,
+            addr: 0x400000,
+            len: 0x1000,
+            pgoff: 0,
+            path: path.to_string(),
+            build_id: id.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn candidates_follow_perfs_order_symfs_then_build_id_cache_then_the_path() {
+        let m = mapping(
+            "/usr/bin/prog",
+            Some("0123456789abcdef0123456789abcdef01234567"),
+        );
+        let l = Lookup {
+            symfs: Some("/sym".into()),
+            buildid_dir: Some("/cache".into()),
+        };
+        let c = candidates(&m, &l);
+        assert_eq!(
+            c,
+            [
+                PathBuf::from("/sym/usr/bin/prog"),
+                PathBuf::from("/cache/.build-id/01/23456789abcdef0123456789abcdef01234567/elf"),
+                PathBuf::from("/cache/.build-id/01/23456789abcdef0123456789abcdef01234567"),
+                PathBuf::from("/usr/bin/prog"),
+            ]
+        );
+    }
+
+    #[test]
+    fn anonymous_and_kernel_mappings_are_not_files() {
+        for p in [
+            "",
+            "[vdso]",
+            "[heap]",
+            "//anon",
+            "/memfd:x (deleted)",
+            "/tmp/a (deleted)",
+        ] {
+            assert!(!mapping(p, None).is_file(), "{p}");
+        }
+        assert!(mapping("/bin/ls", None).is_file());
+    }
+
+    #[test]
+    fn a_missing_binary_is_a_problem_naming_path_build_id_and_record() {
+        let m = mapping("/nonexistent/prog", Some("aa"));
+        let (images, problems) = resolve(&[m], &Lookup::default());
+        assert!(images.is_empty());
+        assert_eq!(problems.len(), 1);
+        let p = &problems[0];
+        assert!(
+            p.contains("/nonexistent/prog") && p.contains("build-id aa"),
+            "{p}"
+        );
+        assert!(p.contains("offset 0x100") && p.contains("--symfs"), "{p}");
+    }
+}

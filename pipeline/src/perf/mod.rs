@@ -1,0 +1,355 @@
+//! perf.data input: what `perf record -e intel_pt//` writes, decoded through the same
+//! parallel Intel PT pipeline as a bundle ([`crate::run::decode_parts`]).
+//!
+//! A recording holds one Intel PT trace per AUX area (per CPU, or per thread with
+//! `--per-thread`), in AUXTRACE records between the sideband. [`open`] reads the file
+//! once (`tracemill-perfdata`, over the memory-mapped bytes) and makes of each AUX area a
+//! [`Bundle`] in memory (its buffers joined in AUX offset order; IA32_RTIT_CTL from the
+//! event's config and the rest of the configuration from AUXTRACE_INFO), with the images
+//! the MMAP/MMAP2 records name ([`images`]) and the area's threads over time
+//! ([`threads`]). Every problem the file has is a warning with its byte offset; only a
+//! file that is not an Intel PT recording, or has no AUX data at all, is an error.
+//!
+//! Each area's buffers are copied into one stream (perf writes them as AUXTRACE records
+//! with sideband between, so they are never contiguous in the file): memory for the
+//! largest area's trace, released before the next area is read. Decoding a stream made of
+//! borrowed pieces would need the decoder's stream view to have more than two parts.
+
+pub mod images;
+pub mod threads;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+use tracemill_datasets::bundle::{Manifest, PtFacts, TraceFormat};
+use tracemill_perfdata::aux::{aux_queues_despite_errors, AuxIssue, AuxQueue};
+use tracemill_perfdata::record::Mmap2File;
+use tracemill_perfdata::{PerfClock, PerfData, Record};
+
+use crate::bundle::{map_file, Bundle, Bytes};
+pub use images::Lookup;
+use images::Mapping;
+use threads::{Switch, Threads};
+
+/// `PROT_EXEC` in an MMAP2 record's `prot`.
+const PROT_EXEC: u32 = 4;
+/// MMAP record `misc` bit: a data (not executable) mapping.
+const MISC_MMAP_DATA: u16 = 1 << 13;
+
+/// Whether `path` is a perf.data file (its first bytes are perf's magic, file or pipe
+/// mode). Not a perf.data: any read error, a directory, a short file.
+pub fn is_perf_data(path: &Path) -> bool {
+    if !path.is_file() {
+        return false;
+    }
+    let mut magic = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && &magic == b"PERFILE2"
+}
+
+/// One AUX area's trace, ready to decode.
+pub struct Trace {
+    /// `cpu 3` or `thread 1234`: how messages name it.
+    pub name: String,
+    pub bundle: Bundle,
+    pub threads: Threads,
+}
+
+/// A perf.data, opened.
+pub struct Recording {
+    pub path: PathBuf,
+    pub file_size: u64,
+    /// The Intel PT event's `perf_event_attr.config` (IA32_RTIT_CTL bits).
+    pub config: u64,
+    pub traces: Vec<Trace>,
+    /// Everything wrong with the file that decoding goes on past.
+    pub warnings: Vec<String>,
+    /// Thread names (COMM), by thread id.
+    pub comms: BTreeMap<u32, String>,
+    /// The process of each thread (COMM, FORK), by thread id.
+    pub pids: BTreeMap<u32, u32>,
+}
+
+/// Read the perf.data at `path`: its Intel PT traces, sideband and images.
+pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
+    let name = path.display().to_string();
+    let bytes = map_file(path)?;
+    let perf = PerfData::parse(&bytes).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    let (info_at, info) = match perf.intel_pt_info() {
+        Ok(Some(x)) => x,
+        Ok(None) => bail!(
+            "{name}: no AUXTRACE_INFO record: not an Intel PT recording (record one with \
+             `perf record -e intel_pt//u ...`)"
+        ),
+        Err(e) => bail!("{name}: {e}"),
+    };
+    let Some(attr) = perf.attrs().iter().find(|a| a.attr.kind == info.pmu_type) else {
+        bail!(
+            "{name}: AUXTRACE_INFO (at offset {info_at:#x}) names PMU type {}, but no event \
+             of the file has that type",
+            info.pmu_type
+        );
+    };
+    let config = attr.attr.config;
+    let settings = info.settings(config);
+    let mut warnings = Vec::new();
+    if info.snapshot_mode {
+        warnings.push(format!(
+            "{name}: a snapshot recording (perf record -S): each snapshot is decoded from \
+             its first PSB, the bytes before it are skipped"
+        ));
+    }
+    if let Some(f) = info.filter.as_ref().filter(|f| f.iter().any(|&b| b != 0)) {
+        warnings.push(format!(
+            "{name}: recorded with the address filter {:?}: decoded without it (the trace \
+             has no packets outside it)",
+            String::from_utf8_lossy(f).trim_end_matches('\0')
+        ));
+    }
+
+    // The sideband, in one walk.
+    let mut clock = info.clock();
+    let mut mappings = Vec::new();
+    let mut switches = Vec::new();
+    let mut comms = BTreeMap::new();
+    let mut pids = BTreeMap::new();
+    for item in perf.records() {
+        let item = match item {
+            Ok(item) => item,
+            Err(e) => {
+                warnings.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        let sid = item.sample_id;
+        let mut switch_to = |pid: Option<u32>, tid: Option<u32>| {
+            if let (Some(cpu), Some(time)) = (sid.cpu, sid.time) {
+                switches.push(Switch {
+                    cpu,
+                    time,
+                    pid,
+                    tid,
+                });
+            }
+        };
+        match item.record {
+            Record::TimeConv(t) => clock = PerfClock::from_time_conv(&t),
+            Record::Mmap2(m) if m.prot & PROT_EXEC != 0 => mappings.push(Mapping {
+                record_offset: item.offset,
+                pid: m.pid,
+                addr: m.addr,
+                len: m.len,
+                pgoff: m.pgoff,
+                path: String::from_utf8_lossy(m.filename).into_owned(),
+                build_id: match m.file {
+                    Mmap2File::BuildId(id) => Some(id.to_hex()),
+                    Mmap2File::Inode { .. } => None,
+                },
+            }),
+            Record::Mmap(m) if item.misc & MISC_MMAP_DATA == 0 => mappings.push(Mapping {
+                record_offset: item.offset,
+                pid: m.pid,
+                addr: m.addr,
+                len: m.len,
+                pgoff: m.pgoff,
+                path: String::from_utf8_lossy(m.filename).into_owned(),
+                build_id: None,
+            }),
+            Record::Comm(c) => {
+                comms.insert(c.tid, String::from_utf8_lossy(c.comm).into_owned());
+                pids.insert(c.tid, c.pid);
+            }
+            Record::Fork(t) => {
+                pids.insert(t.tid, t.pid);
+            }
+            Record::ItraceStart { pid, tid } => switch_to(Some(pid), Some(tid)),
+            Record::Switch(s) if !s.out => switch_to(sid.pid, sid.tid),
+            // Switched out: to the task a CPU-wide record names, else to one not known.
+            Record::Switch(s) => match s.next_prev {
+                Some((pid, tid)) => switch_to(Some(pid), Some(tid)),
+                None => switch_to(None, None),
+            },
+            Record::Lost { lost, .. } => warnings.push(format!(
+                "{name}: {lost} sideband records lost (LOST at offset {:#x}): threads and \
+                 mappings may be missing",
+                item.offset
+            )),
+            Record::AuxtraceError(e) => warnings.push(format!(
+                "{name}: perf reported a trace error (AUXTRACE_ERROR at offset {:#x}): {}",
+                item.offset,
+                String::from_utf8_lossy(e.msg).trim_end_matches('\0')
+            )),
+            _ => {}
+        }
+    }
+    // Build-ids perf stored at the end of recording, for mappings that carry none.
+    match perf.build_ids() {
+        Ok(ids) => {
+            for m in mappings.iter_mut().filter(|m| m.build_id.is_none()) {
+                m.build_id = ids
+                    .iter()
+                    .find(|e| e.filename == m.path.as_bytes())
+                    .map(|e| e.build_id.to_hex());
+            }
+        }
+        Err(e) => warnings.push(format!("{name}: {e}")),
+    }
+    let (image_entries, image_problems) = images::resolve(&mappings, lookup);
+    warnings.extend(image_problems);
+    if mappings.is_empty() {
+        warnings.push(format!(
+            "{name}: no executable mapping recorded (MMAP/MMAP2): no code to follow"
+        ));
+    }
+
+    let (queues, losses, _) = aux_queues_despite_errors(&perf);
+    for l in &losses {
+        warnings.push(format!(
+            "{name}: AUX data lost on {} (AUX record at offset {:#x}{}{}{}): the trace has \
+             a gap there",
+            match (l.cpu, l.tid) {
+                (Some(c), _) => format!("cpu {c}"),
+                (None, Some(t)) => format!("thread {t}"),
+                _ => "an AUX area".to_string(),
+            },
+            l.record_offset,
+            if l.aux.truncated() { ", truncated" } else { "" },
+            if l.aux.partial() { ", partial" } else { "" },
+            if l.aux.collision() { ", collision" } else { "" },
+        ));
+    }
+    if queues.iter().all(|q| q.is_empty()) {
+        bail!(
+            "{name}: no Intel PT data (no AUXTRACE record with bytes): nothing to decode \
+             (was the recording stopped before its buffers were read?)"
+        );
+    }
+    let manifest = Manifest {
+        format: TraceFormat::Pt,
+        rtit_ctl: config,
+        pt: Some(PtFacts {
+            cpu: cpuid(&perf),
+            mtc_freq: settings.mtc_freq,
+            nom_freq: info.max_nonturbo_ratio.and_then(|r| u8::try_from(r).ok()),
+            tsc_ctc_ratio_n: info.mtc.map(|m| m.tsc_ctc_ratio_n),
+            tsc_ctc_ratio_d: info.mtc.map(|m| m.tsc_ctc_ratio_d),
+            ret_compression: Some(settings.ret_compression),
+            cyc: settings.cyc,
+            mtc: settings.mtc,
+            tsc: Some(settings.tsc),
+            filters: Vec::new(),
+        }),
+        trace: "perf.data".to_string(),
+        ring_offset: None,
+        topa: None,
+        trace_hub: None,
+        guaranteed_ratio: None,
+        images: image_entries,
+        labels: BTreeMap::new(),
+        generator: None,
+    };
+    let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let mut traces = Vec::new();
+    for q in queues.iter().filter(|q| !q.is_empty()) {
+        let (area, threads) = match (q.cpu, q.tid) {
+            (Some(cpu), _) => (
+                format!("cpu {cpu}"),
+                Threads::for_cpu(cpu, &switches, clock),
+            ),
+            (None, Some(tid)) => (
+                format!("thread {tid}"),
+                Threads::for_thread(pids.get(&tid).copied(), tid, clock),
+            ),
+            (None, None) => (format!("AUX area {}", q.idx), Threads::default()),
+        };
+        let stream = join(q, &name, &area, &mut warnings);
+        let bundle = Bundle::from_memory(
+            Bytes::Owned(stream),
+            &format!("{name} ({area})"),
+            manifest.clone(),
+            &dir,
+        )?;
+        traces.push(Trace {
+            name: area,
+            bundle,
+            threads,
+        });
+    }
+    Ok(Recording {
+        path: path.to_path_buf(),
+        file_size: bytes.len() as u64,
+        config,
+        traces,
+        warnings,
+        comms,
+        pids,
+    })
+}
+
+/// An AUX area's buffers as one stream, in AUX offset order: a gap (bytes perf lost) is a
+/// warning and the stream goes on after it (the decoder resyncs at the next PSB); a
+/// buffer that overlaps the bytes already taken gives only its bytes past them.
+fn join(q: &AuxQueue<'_>, name: &str, area: &str, warnings: &mut Vec<String>) -> Vec<u8> {
+    for issue in &q.issues {
+        warnings.push(match issue {
+            AuxIssue::Gap {
+                record_offset,
+                from,
+                to,
+            } => format!(
+                "{name}: {area}: AUX bytes {from:#x}..{to:#x} are in no AUXTRACE record (the \
+                 one at offset {record_offset:#x} starts after them): lost, decoding resumes \
+                 at the next PSB"
+            ),
+            AuxIssue::Overlap {
+                record_offset,
+                offset,
+                prev_end,
+            } => format!(
+                "{name}: {area}: the AUXTRACE record at offset {record_offset:#x} starts at AUX \
+                 offset {offset:#x}, before the end of the data already read ({prev_end:#x}): \
+                 only its bytes after that are used"
+            ),
+            AuxIssue::Conflict {
+                record_offset,
+                cpu,
+                tid,
+            } => format!(
+                "{name}: {area}: the AUXTRACE record at offset {record_offset:#x} names cpu \
+                 {} thread {} for this AUX area: decoded with the area's first buffer's",
+                *cpu as i32, *tid as i32
+            ),
+        });
+    }
+    let mut out = Vec::with_capacity(q.len() as usize);
+    let mut end: Option<u64> = None;
+    for b in &q.buffers {
+        let mut data = b.data;
+        if let Some(e) = end {
+            if b.offset < e {
+                let skip = (e - b.offset).min(data.len() as u64) as usize;
+                data = &data[skip..];
+            }
+        }
+        out.extend_from_slice(data);
+        let this_end = b.offset.saturating_add(b.data.len() as u64);
+        end = Some(end.map_or(this_end, |e| e.max(this_end)));
+    }
+    out
+}
+
+/// The recording machine's processor as `family/model/stepping` (HEADER_CPUID,
+/// `GenuineIntel,6,85,4`), for the errata.
+fn cpuid(perf: &PerfData<'_>) -> Option<String> {
+    let f = perf
+        .string_feature(tracemill_perfdata::header::feature::CPUID)
+        .ok()??;
+    let s = String::from_utf8_lossy(f);
+    let s = s.split_once("GenuineIntel").map(|(_, rest)| rest)?;
+    let parts: Vec<&str> = s.trim_start_matches(',').split(',').take(3).collect();
+    (parts.len() >= 2).then(|| parts.join("/"))
+}

@@ -1,0 +1,320 @@
+//! Which thread ran where, when: the `cpu`, `pid`, `tid` and `time` columns of a perf.data
+//! decode.
+//!
+//! Intel PT traced with `perf record -e intel_pt//u` names no thread (no PIP packets
+//! without kernel tracing), so, as perf's own decoder does, a row's thread comes from the
+//! sideband: on its CPU, the last context switch (SWITCH / SWITCH_CPU_WIDE) or
+//! ITRACE_START record at or before the row's TSC. perf times are turned into TSC with
+//! the recording's conversion (TIME_CONV, `PerfClock`), so the lookup compares TSCs, the
+//! row's own clock; the `time` column is the row's TSC turned the other way.
+
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
+use arrow_schema::Schema;
+use tracemill_perfdata::PerfClock;
+
+/// From TSC `from` on (until the next span), thread `tid` of process `pid` ran; `None`
+/// where the records say the CPU left the traced threads without naming the next one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub from: u64,
+    pub pid: Option<u32>,
+    pub tid: Option<u32>,
+}
+
+/// One trace's threads over time: a CPU's (from its switch records), or one thread's
+/// (a per-thread recording: the same thread throughout).
+#[derive(Clone, Debug, Default)]
+pub struct Threads {
+    /// The CPU the trace was recorded on (`None`: per-thread recording).
+    pub cpu: Option<u32>,
+    /// In order of `from`.
+    spans: Vec<Span>,
+    /// Per-thread: the one thread, whatever the time.
+    whole: Option<(Option<u32>, u32)>,
+    clock: PerfClock,
+}
+
+/// The TSC of the last timing packet before a place in the stream, across the pieces of
+/// one trace: what a row's or an event's thread is looked up by. perf's decoder does the
+/// same (a sample's thread is the one running at the last timestamp the trace gave before
+/// it). The rows' own `tsc` would not do: rows between two disables with no timing packet
+/// between take the next value after them (`decode/src/timing.rs`, the nearest), and
+/// after a context switch that is the next thread's time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LastTimed {
+    last: Option<u64>,
+}
+
+impl LastTimed {
+    /// For each stream offset of `places`, the TSC of the last timing packet before it
+    /// (`timing`: a piece's timing packets, offsets in stream order, and their TSCs);
+    /// afterwards the state is past the piece. `places` may be in any order.
+    pub fn dates(
+        &self,
+        places: &[u64],
+        timing_offsets: &[u64],
+        timing_tsc: &[Option<u64>],
+    ) -> Vec<Option<u64>> {
+        // The last known TSC up to and including each timing packet.
+        let mut upto = Vec::with_capacity(timing_offsets.len());
+        let mut last = self.last;
+        for t in timing_tsc {
+            last = t.or(last);
+            upto.push(last);
+        }
+        places
+            .iter()
+            .map(|&o| {
+                let k = timing_offsets.partition_point(|&t| t < o);
+                k.checked_sub(1).map_or(self.last, |k| upto[k])
+            })
+            .collect()
+    }
+
+    /// Move past a piece whose timing packets have these TSCs.
+    pub fn advance(&mut self, timing_tsc: &[Option<u64>]) {
+        if let Some(t) = timing_tsc.iter().rev().find_map(|t| *t) {
+            self.last = Some(t);
+        }
+    }
+}
+
+/// `(pid, tid)`, each `None` when unknown.
+type Who = (Option<u32>, Option<u32>);
+
+/// A switch fact as read from a record: at perf time `time` on `cpu`, `pid`/`tid` (or
+/// nobody known) runs from then on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Switch {
+    pub cpu: u32,
+    pub time: u64,
+    pub pid: Option<u32>,
+    pub tid: Option<u32>,
+}
+
+impl Threads {
+    /// The threads of CPU `cpu` from every switch fact of the file (others' ignored).
+    pub fn for_cpu(cpu: u32, switches: &[Switch], clock: PerfClock) -> Threads {
+        let mut spans: Vec<Span> = switches
+            .iter()
+            .filter(|s| s.cpu == cpu)
+            .filter_map(|s| {
+                Some(Span {
+                    from: clock.perf_time_to_tsc(s.time)?,
+                    pid: s.pid,
+                    tid: s.tid,
+                })
+            })
+            .collect();
+        // Records are in file order, which perf only orders by time within a round.
+        spans.sort_by_key(|s| s.from);
+        Threads {
+            cpu: Some(cpu),
+            spans,
+            whole: None,
+            clock,
+        }
+    }
+
+    /// A per-thread recording's trace: thread `tid` (of process `pid`, when known).
+    pub fn for_thread(pid: Option<u32>, tid: u32, clock: PerfClock) -> Threads {
+        Threads {
+            cpu: None,
+            spans: Vec::new(),
+            whole: Some((pid, tid)),
+            clock,
+        }
+    }
+
+    /// The thread at `tsc`: `(pid, tid)`, each `None` when unknown.
+    pub fn at(&self, tsc: Option<u64>) -> Who {
+        if let Some((pid, tid)) = self.whole {
+            return (pid, Some(tid));
+        }
+        let Some(tsc) = tsc else {
+            return (None, None);
+        };
+        let i = self.spans.partition_point(|s| s.from <= tsc);
+        match i.checked_sub(1).map(|i| self.spans[i]) {
+            Some(s) => (s.pid, s.tid),
+            None => (None, None),
+        }
+    }
+
+    /// `batch` (a row table's columns, with its `tsc` column) with `cpu`, `pid`, `tid`,
+    /// `time` appended, as [`tracemill_schemas::arrow::thread_fields`] defines them: the
+    /// thread of row `i` is the one at `dates[i]` (see [`LastTimed`]), `time` is the row's
+    /// own `tsc` in perf time.
+    pub fn extend(
+        &self,
+        batch: &RecordBatch,
+        dates: &[Option<u64>],
+    ) -> Result<RecordBatch, arrow_schema::ArrowError> {
+        let n = batch.num_rows();
+        if dates.len() != n {
+            return Err(arrow_schema::ArrowError::InvalidArgumentError(format!(
+                "{} dates for {n} rows",
+                dates.len()
+            )));
+        }
+        let tsc = batch
+            .column_by_name("tsc")
+            .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
+            .ok_or_else(|| {
+                arrow_schema::ArrowError::SchemaError("a row table without tsc".into())
+            })?;
+        let mut pid = Vec::with_capacity(n);
+        let mut tid = Vec::with_capacity(n);
+        let mut time = Vec::with_capacity(n);
+        // Rows are in time order: one lookup per run of rows in the same span.
+        // (from, to, the thread) of the span the last lookup found.
+        let mut cache: Option<(u64, u64, Who)> = None;
+        for (i, &d) in dates.iter().enumerate() {
+            let t = (!tsc.is_null(i)).then(|| tsc.value(i));
+            let who = match (d, cache) {
+                (Some(t), Some((lo, hi, who))) if lo <= t && t < hi => who,
+                (Some(t), _) => {
+                    let who = self.at(Some(t));
+                    let k = self.spans.partition_point(|s| s.from <= t);
+                    let lo = k.checked_sub(1).map_or(0, |k| self.spans[k].from);
+                    let hi = self.spans.get(k).map_or(u64::MAX, |s| s.from);
+                    cache = Some((lo, hi, who));
+                    who
+                }
+                (None, _) => self.at(None),
+            };
+            pid.push(who.0);
+            tid.push(who.1);
+            time.push(t.map(|t| self.clock.tsc_to_perf_time(t)));
+        }
+        let cpu: ArrayRef = Arc::new(UInt32Array::from(vec![self.cpu; n]));
+        let mut fields: Vec<_> = batch.schema_ref().fields().iter().cloned().collect();
+        fields.extend(
+            tracemill_schemas::arrow::thread_fields()
+                .into_iter()
+                .map(Arc::new),
+        );
+        let mut columns = batch.columns().to_vec();
+        columns.extend([
+            cpu,
+            Arc::new(UInt32Array::from(pid)) as ArrayRef,
+            Arc::new(UInt32Array::from(tid)),
+            Arc::new(UInt64Array::from(time)),
+        ]);
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_schema::Field;
+
+    fn clock() -> PerfClock {
+        // perf time = TSC / 2 + 1 s.
+        PerfClock {
+            time_shift: 10,
+            time_mult: 512,
+            time_zero: 1_000_000_000,
+            short: None,
+        }
+    }
+
+    fn sw(cpu: u32, time: u64, tid: Option<u32>) -> Switch {
+        Switch {
+            cpu,
+            time,
+            pid: tid.map(|_| 7),
+            tid,
+        }
+    }
+
+    #[test]
+    fn a_row_belongs_to_the_last_switch_at_or_before_its_tsc_on_its_cpu() {
+        let s = [
+            sw(0, 1_000_000_500, Some(71)), // TSC 1000
+            sw(1, 1_000_000_600, Some(99)), // another CPU
+            sw(0, 1_000_000_250, Some(70)), // TSC 500, out of file order
+            sw(0, 1_000_001_000, None),     // TSC 2000: switched out to an unknown task
+        ];
+        let t = Threads::for_cpu(0, &s, clock());
+        assert_eq!(t.at(Some(499)), (None, None));
+        assert_eq!(t.at(Some(500)), (Some(7), Some(70)));
+        assert_eq!(t.at(Some(999)), (Some(7), Some(70)));
+        assert_eq!(t.at(Some(1000)), (Some(7), Some(71)));
+        assert_eq!(t.at(Some(1999)), (Some(7), Some(71)));
+        assert_eq!(t.at(Some(2000)), (None, None));
+        assert_eq!(
+            t.at(None),
+            (None, None),
+            "a row without tsc cannot be placed"
+        );
+    }
+
+    #[test]
+    fn places_are_dated_by_the_last_timing_packet_before_them_across_pieces() {
+        let mut lt = LastTimed::default();
+        let offs = [10, 20, 30];
+        let tscs = [Some(100), None, Some(300)];
+        assert_eq!(
+            lt.dates(&[5, 10, 11, 25, 31, 15], &offs, &tscs),
+            [None, None, Some(100), Some(100), Some(300), Some(100)]
+        );
+        lt.advance(&tscs);
+        assert_eq!(lt.dates(&[40], &[], &[]), [Some(300)]);
+        lt.advance(&[None]);
+        assert_eq!(lt.dates(&[50, 70], &[60], &[None]), [Some(300), Some(300)]);
+    }
+
+    #[test]
+    fn a_per_thread_trace_is_its_thread_throughout() {
+        let t = Threads::for_thread(Some(7), 71, clock());
+        assert_eq!(t.at(None), (Some(7), Some(71)));
+        assert_eq!(t.at(Some(5)), (Some(7), Some(71)));
+        assert_eq!(t.cpu, None);
+    }
+
+    #[test]
+    fn extend_appends_the_four_columns_with_perf_time() {
+        let t = Threads::for_cpu(3, &[sw(3, 1_000_000_500, Some(71))], clock());
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "tsc",
+            arrow_schema::DataType::UInt64,
+            true,
+        )]));
+        let tsc = UInt64Array::from(vec![Some(10), Some(1000), None, Some(4000)]);
+        let b = RecordBatch::try_new(schema, vec![Arc::new(tsc)]).unwrap();
+        let dates = [Some(10), Some(1000), Some(1000), None];
+        let e = t.extend(&b, &dates).unwrap();
+        let names: Vec<_> = e
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["tsc", "cpu", "pid", "tid", "time"]);
+        let u32s = |i: usize| {
+            e.column(i)
+                .as_any()
+                .downcast_ref::<UInt32Array>()
+                .unwrap()
+                .iter()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(u32s(1), [Some(3); 4]);
+        // Threads by the dates given, times by the rows' own tsc.
+        assert_eq!(u32s(3), [None, Some(71), Some(71), None]);
+        let time = e.column(4).as_any().downcast_ref::<UInt64Array>().unwrap();
+        assert_eq!(
+            time.iter().collect::<Vec<_>>(),
+            [
+                Some(1_000_000_005),
+                Some(1_000_000_500),
+                None,
+                Some(1_000_002_000)
+            ]
+        );
+    }
+}

@@ -1,0 +1,693 @@
+//! perf.data recordings of Intel PT through `tracemill decode`, checked against the truth
+//! of the executions and against perf itself.
+//!
+//! This machine cannot record Intel PT, so the recordings are made: busybox `sort` runs
+//! under qemu, its executions are encoded as Intel PT by the generator (with a TSC in every
+//! PSB+), and the perf.data writer lays them out as `perf record -e intel_pt//u` does with
+//! per-CPU buffers: process 4242 with threads 4242 and 4243; CPU 0 runs thread 4242 (the
+//! first execution) and then thread 4243 (the second), CPU 1 runs thread 4243 (the first
+//! execution again), each between its context-switch records.
+//!
+//! - `tracemill decode` writes every CPU's rows in turn, each row with its CPU, process,
+//!   thread and perf time: the rows are the truth of each execution in order, on the
+//!   thread the switch records put there; `-j1` and `-j2` with the smallest chunks write
+//!   the same bytes.
+//! - Debian's `perf script --itrace=b` decodes the same file to the same taken branches
+//!   (from, to, thread, CPU) as tracemill.
+//! - Bad files: no AUX data, another PMU's AUX data, a file cut in the middle of a record,
+//!   a binary missing: messages that name the record's offset or the path, and every row
+//!   that can still be proved.
+
+use std::path::Path;
+use std::process::Command;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{UInt32Type, UInt64Type};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use tracemill_datasets::exec::qemu;
+use tracemill_datasets::perf_data::{intel_pt_two_threads, CpuStream, PtRecording};
+use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtTsc};
+use tracemill_decode::image::ImageSet;
+
+const BUSYBOX: &str = "/usr/bin/busybox";
+const PID: u32 = 4242;
+
+/// The tools the test needs, or why it is skipped (never in CI).
+fn tools() -> bool {
+    let skip = std::env::var("TRACEMILL_SKIP_MISSING").is_ok_and(|v| v == "1")
+        && std::env::var_os("CI").is_none();
+    let missing = qemu::check_tools()
+        .err()
+        .map(|e| e.to_string())
+        .or_else(|| (!Path::new(BUSYBOX).exists()).then(|| format!("{BUSYBOX} not installed")));
+    if let Some(e) = missing {
+        assert!(
+            skip,
+            "{e} (TRACEMILL_SKIP_MISSING=1 skips this test, except in CI)"
+        );
+        return false;
+    }
+    true
+}
+
+/// One execution's rows as the truth has them: (ip, taken, target, insns, offset).
+type Row = (u64, bool, Option<u64>, u32, u64);
+
+struct Encoded {
+    pt: Vec<u8>,
+    truth: Vec<Row>,
+    instructions: u64,
+}
+
+/// busybox `sort ARGS` of `lines` numbers under qemu, encoded as Intel PT with TSC packets
+/// from `tsc` on (one tick per instruction).
+fn sort_execution(args: &[&str], lines: usize, seed: u32, tsc: u64) -> Encoded {
+    let mut x = seed;
+    let mut input = String::new();
+    for _ in 0..lines {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        input += &format!("{}\n", (x >> 8) % 10_000);
+    }
+    let mut argv = vec!["sort"];
+    argv.extend(args);
+    let cap = qemu::trace(Path::new(BUSYBOX), &argv, input.as_bytes()).unwrap();
+    assert_eq!(cap.exit_code, Some(0));
+    let exec = cap.execution;
+    let elf = exec.images[0].1.clone();
+    let mut images = ImageSet::new();
+    images.add_elf("busybox", &elf, None, None).unwrap();
+    let o = PtOptions {
+        tsc: Some(PtTsc {
+            start: tsc,
+            per_insn: 1,
+        }),
+        ..PtOptions::default()
+    };
+    let out = encode_execution(&images, &o, exec.entry, exec.steps.iter().copied());
+    let t = out.truth.provable();
+    let truth = (0..t.len())
+        .map(|i| {
+            (
+                t.ip[i],
+                t.taken[i],
+                t.target.get(i),
+                t.insns[i],
+                t.offset[i],
+            )
+        })
+        .collect();
+    Encoded {
+        pt: out.bytes,
+        truth,
+        instructions: out.summary.instructions,
+    }
+}
+
+/// The recording and, per CPU, its stretches with their truth.
+struct Made {
+    recording: PtRecording,
+    file: Vec<u8>,
+    /// Per CPU (0, 1): its stretches in order: thread, truth rows, AUX offset of the stretch.
+    cpus: Vec<Vec<(u32, Vec<Row>, u64)>>,
+}
+
+fn recording() -> Made {
+    let mut r = PtRecording::for_elf(Path::new(BUSYBOX), PID, Vec::new()).unwrap();
+    // TSC, MTC off, branches (perf's intel_pt//u with mtc=0): TSC packets in PSB+ only.
+    r.config = 1 | 1 << 10 | 1 << 13;
+    let tsc_of = |perf_ns: u64| r.clock.perf_time_to_tsc(perf_ns).unwrap();
+    let ns_of = |tsc: u64| r.clock.tsc_to_perf_time(tsc);
+    let mut cpus: Vec<Vec<(u32, Vec<Row>, u64)>> = vec![Vec::new(), Vec::new()];
+    let mut at = r.start_time + 100_000;
+    // (cpu, tid, sort args, lines, seed)
+    let plan: [(u32, u32, &[&str], usize, u32); 3] = [
+        (0, PID, &["-n"], 300, 11),
+        (0, PID + 1, &["-r"], 200, 5),
+        (1, PID + 1, &["-n"], 300, 11),
+    ];
+    let mut aux_end = [0u64; 2];
+    for (cpu, tid, args, lines, seed) in plan {
+        let switch_in = at;
+        let e = sort_execution(args, lines, seed, tsc_of(switch_in + 1_000));
+        let switch_out = ns_of(tsc_of(switch_in + 1_000) + e.instructions) + 1_000;
+        let k = cpu as usize;
+        cpus[k].push((tid, e.truth, aux_end[k]));
+        aux_end[k] += e.pt.len().next_multiple_of(8) as u64;
+        r.cpus.push(CpuStream {
+            cpu,
+            tid,
+            pt: e.pt,
+            switch_in,
+            switch_out,
+        });
+        at = switch_out + 10_000;
+    }
+    let w = intel_pt_two_threads(&r).unwrap();
+    Made {
+        recording: r,
+        file: w.bytes,
+        cpus,
+    }
+}
+
+/// The recording, made once for all the tests (three qemu runs).
+fn made() -> &'static Made {
+    static MADE: std::sync::OnceLock<Made> = std::sync::OnceLock::new();
+    MADE.get_or_init(recording)
+}
+
+fn decode(file: &Path, out: &Path, extra: &[&str]) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_tracemill"))
+        .arg("decode")
+        .arg(file)
+        .arg("--out")
+        .arg(out)
+        .arg("-q")
+        .args(extra)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "decode {extra:?}: {stderr}");
+    stderr
+}
+
+/// A decoded row with its thread columns.
+#[derive(Clone, Debug, PartialEq)]
+struct Decoded {
+    row: Row,
+    cpu: Option<u32>,
+    pid: Option<u32>,
+    tid: Option<u32>,
+    tsc: Option<u64>,
+    time: Option<u64>,
+}
+
+fn read_branches(path: &Path) -> Vec<Decoded> {
+    let mut out = Vec::new();
+    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    for b in r {
+        let b = b.unwrap();
+        let col = |n: &str| b.column_by_name(n).unwrap_or_else(|| panic!("{n}")).clone();
+        let u64s = |n: &str| col(n).as_primitive::<UInt64Type>().clone();
+        let u32s = |n: &str| col(n).as_primitive::<UInt32Type>().clone();
+        let (ip, target, offset, tsc, time) = (
+            u64s("ip"),
+            u64s("target"),
+            u64s("offset"),
+            u64s("tsc"),
+            u64s("time"),
+        );
+        let (insns, cpu, pid, tid) = (u32s("insns"), u32s("cpu"), u32s("pid"), u32s("tid"));
+        let taken = col("taken").as_boolean().clone();
+        let opt64 = |a: &arrow::array::UInt64Array, i| a.is_valid(i).then(|| a.value(i));
+        let opt32 = |a: &arrow::array::UInt32Array, i| a.is_valid(i).then(|| a.value(i));
+        for i in 0..b.num_rows() {
+            out.push(Decoded {
+                row: (
+                    ip.value(i),
+                    taken.value(i),
+                    opt64(&target, i),
+                    insns.value(i),
+                    offset.value(i),
+                ),
+                cpu: opt32(&cpu, i),
+                pid: opt32(&pid, i),
+                tid: opt32(&tid, i),
+                tsc: opt64(&tsc, i),
+                time: opt64(&time, i),
+            });
+        }
+    }
+    out
+}
+
+#[test]
+fn a_perf_data_of_two_threads_on_two_cpus_decodes_to_each_executions_truth_on_its_thread() {
+    if !tools() {
+        return;
+    }
+    let made = made();
+    let tmp = tempfile::tempdir().unwrap();
+    // TRACEMILL_KEEP_PERF_DATA=DIR keeps the recording and the tables there.
+    let tmp_path = std::env::var_os("TRACEMILL_KEEP_PERF_DATA")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&tmp_path).unwrap();
+    let tmp = &tmp_path;
+    let file = tmp.join("perf.data");
+    std::fs::write(&file, &made.file).unwrap();
+    let (one, two) = (tmp.join("j1"), tmp.join("j2"));
+    let said = decode(&file, &one, &["-j", "1"]);
+    decode(&file, &two, &["-j", "2", "--chunk-size", "0"]);
+    for t in ["branches", "events", "timing", "coverage", "edges"] {
+        let f = format!("{t}.parquet");
+        assert!(
+            std::fs::read(one.join(&f)).unwrap() == std::fs::read(two.join(&f)).unwrap(),
+            "{t} differs between -j1 and -j2 with the smallest chunks"
+        );
+    }
+    let got = read_branches(&one.join("branches.parquet"));
+    // CPU 0's rows, then CPU 1's; each stretch is its execution's truth, its offsets in the
+    // CPU's AUX stream, on the thread the switch records say, with perf time from its TSC.
+    let mut i = 0;
+    for (cpu, stretches) in made.cpus.iter().enumerate() {
+        for (tid, truth, shift) in stretches {
+            assert!(truth.len() > 10_000, "{} rows", truth.len());
+            for (k, want) in truth.iter().enumerate() {
+                let g = got.get(i).unwrap_or_else(|| {
+                    panic!(
+                        "{} rows decoded, cpu {cpu} thread {tid} row {k} missing",
+                        got.len()
+                    )
+                });
+                let mut want = *want;
+                want.4 += shift;
+                assert_eq!(
+                    g.row, want,
+                    "row {i} (cpu {cpu}, thread {tid}, its row {k})"
+                );
+                assert_eq!(
+                    (g.cpu, g.pid, g.tid),
+                    (Some(cpu as u32), Some(PID), Some(*tid)),
+                    "row {i}: {g:?}"
+                );
+                let tsc = g.tsc.expect("TSC packets: every row is timed");
+                assert_eq!(g.time, Some(tsc / 2 + 1_000_000_000), "row {i}: perf time");
+                i += 1;
+            }
+        }
+    }
+    assert_eq!(got.len(), i, "rows beyond the truth");
+    assert!(
+        !said.contains("warning"),
+        "a well-formed recording decodes without warnings:\n{said}"
+    );
+
+    // perf decodes the same file to the same taken branches on the same threads and CPUs.
+    let Some(perf) = perf_branches(&file) else {
+        return;
+    };
+    let ours: Vec<(u64, u64, u32, u32)> = got
+        .iter()
+        .filter(|d| d.row.1)
+        .filter_map(|d| Some((d.row.0, d.row.2?, d.tid?, d.cpu?)))
+        .collect();
+    assert_eq!(
+        perf.len(),
+        ours.len(),
+        "taken branches: perf against tracemill"
+    );
+    if let Some(k) = (0..ours.len()).find(|&k| perf[k] != ours[k]) {
+        panic!(
+            "taken branch {k}: perf {:x?}, tracemill {:x?}",
+            perf[k], ours[k]
+        );
+    }
+}
+
+/// `perf script --itrace=b` of `file`: (from, to, tid, cpu) of every branch sample between
+/// two traced addresses, in perf's order made CPU by CPU (perf interleaves CPUs by time).
+/// `None` (the check skipped, except in CI) without perf.
+fn perf_branches(file: &Path) -> Option<Vec<(u64, u64, u32, u32)>> {
+    let ok = Command::new("perf")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "perf is not installed (apt-get install linux-perf)"
+        );
+        return None;
+    }
+    let out = Command::new("perf")
+        .args(["script", "-f", "--itrace=b", "-F", "tid,cpu,ip,addr", "-i"])
+        .arg(file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "perf script: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut by_cpu: std::collections::BTreeMap<u32, Vec<(u64, u64, u32, u32)>> = Default::default();
+    for line in text.lines() {
+        // "  4242 [000]           401a2b =>           401a40"
+        let mut w = line.split_whitespace();
+        let (Some(tid), Some(cpu), Some(from), Some("=>"), Some(to)) =
+            (w.next(), w.next(), w.next(), w.next(), w.next())
+        else {
+            continue;
+        };
+        let (Ok(tid), Ok(cpu)) = (
+            tid.parse::<u32>(),
+            cpu.trim_matches(|c| c == '[' || c == ']').parse::<u32>(),
+        ) else {
+            continue;
+        };
+        let (Ok(from), Ok(to)) = (u64::from_str_radix(from, 16), u64::from_str_radix(to, 16))
+        else {
+            continue;
+        };
+        // Trace begin and end samples have 0 on the side outside the trace.
+        if from != 0 && to != 0 {
+            by_cpu.entry(cpu).or_default().push((from, to, tid, cpu));
+        }
+    }
+    Some(by_cpu.into_values().flatten().collect())
+}
+
+/// `tracemill decode FILE --out DIR ARGS`: exit code, stderr.
+fn try_decode(file: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_tracemill"))
+        .arg("decode")
+        .arg(file)
+        .arg("--out")
+        .arg(out)
+        .arg("-q")
+        .args(extra)
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_perf_data_without_aux_data_or_with_another_pmus_is_refused_by_name() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // No AUX data: every CPU's stream empty.
+    let mut r = made().recording.clone();
+    for c in &mut r.cpus {
+        c.pt.clear();
+    }
+    let file = tmp.path().join("empty.data");
+    std::fs::write(&file, intel_pt_two_threads(&r).unwrap().bytes).unwrap();
+    let (code, err) = try_decode(&file, &tmp.path().join("o1"), &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no Intel PT data"), "{err}");
+
+    // Another PMU's AUX data: the AUXTRACE_INFO's type is not Intel PT's (1).
+    let mut bytes = made().file.clone();
+    let at = {
+        let p = tracemill_perfdata::PerfData::parse(&bytes).unwrap();
+        p.records()
+            .map(Result::unwrap)
+            .find(|i| matches!(i.record, tracemill_perfdata::Record::AuxtraceInfo(_)))
+            .unwrap()
+            .offset as usize
+    };
+    bytes[at + 8..at + 12].copy_from_slice(&3u32.to_le_bytes()); // CoreSight ETM
+    let file = tmp.path().join("etm.data");
+    std::fs::write(&file, &bytes).unwrap();
+    let (code, err) = try_decode(&file, &tmp.path().join("o2"), &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let named = err
+        .split("offset 0x")
+        .nth(1)
+        .and_then(|h| h.split(|c: char| !c.is_ascii_hexdigit()).next())
+        .and_then(|h| u64::from_str_radix(h, 16).ok());
+    assert!(
+        named.is_some_and(|o| (at as u64..at as u64 + 16).contains(&o)),
+        "names the offset of the AUXTRACE_INFO record ({at:#x}) or its field: {err}"
+    );
+    assert!(err.contains("not Intel PT"), "{err}");
+
+    // Not a perf.data at all, given perf.data options.
+    let (code, err) = try_decode(
+        Path::new(BUSYBOX),
+        &tmp.path().join("o3"),
+        &["--symfs", "/"],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("not one (no PERFILE2 magic)"), "{err}");
+}
+
+#[test]
+fn a_perf_data_cut_in_the_middle_of_a_record_decodes_what_came_before() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let full = &made().file;
+    // Inside the last AUXTRACE record's data (CPU 1's stream): CPU 0's are whole.
+    let cut = full.len() - 40_000;
+    let file = tmp.path().join("cut.data");
+    std::fs::write(&file, &full[..cut]).unwrap();
+    let out = tmp.path().join("o");
+    let (code, err) = try_decode(&file, &out, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("warning") && err.contains("offset 0x"),
+        "{err}"
+    );
+    let got = read_branches(&out.join("branches.parquet"));
+    let cpu0: usize = made().cpus[0].iter().map(|s| s.1.len()).sum();
+    assert!(
+        got.len() >= cpu0,
+        "CPU 0's rows are all there: {} of {cpu0}",
+        got.len()
+    );
+    for (i, g) in got.iter().take(cpu0).enumerate() {
+        assert_eq!(g.cpu, Some(0), "row {i}");
+    }
+}
+
+#[test]
+fn a_missing_binary_is_named_and_found_again_with_symfs_or_the_build_id_cache() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // Recorded at a path that is not there any more.
+    let gone = tmp.path().join("was/here/busybox");
+    let mut r = made().recording.clone();
+    r.path = gone.as_os_str().as_encoded_bytes().to_vec();
+    let file = tmp.path().join("moved.data");
+    std::fs::write(&file, intel_pt_two_threads(&r).unwrap().bytes).unwrap();
+    let (code, err) = try_decode(&file, &tmp.path().join("o1"), &[]);
+    assert_eq!(code, Some(1), "no code, no branch: {err}");
+    let id = r.build_id.to_hex();
+    assert!(
+        err.contains(&gone.display().to_string()) && err.contains(&id),
+        "names the path and build-id: {err}"
+    );
+
+    let want = read_branches(&{
+        let o = tmp.path().join("o-ref");
+        decode(&write(tmp.path(), "ref.data", &made().file), &o, &[]);
+        o.join("branches.parquet")
+    });
+    // Under a --symfs root, at the recorded path.
+    let root = tmp.path().join("symfs");
+    let at = root.join(gone.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+    std::fs::copy(BUSYBOX, &at).unwrap();
+    let o = tmp.path().join("o2");
+    decode(&file, &o, &["--symfs", root.to_str().unwrap()]);
+    assert_eq!(read_branches(&o.join("branches.parquet")), want, "--symfs");
+    // In a build-id cache, perf's layout.
+    let cache = tmp.path().join("debug");
+    let elf = cache
+        .join(".build-id")
+        .join(&id[..2])
+        .join(&id[2..])
+        .join("elf");
+    std::fs::create_dir_all(elf.parent().unwrap()).unwrap();
+    std::fs::copy(BUSYBOX, &elf).unwrap();
+    let o = tmp.path().join("o3");
+    decode(&file, &o, &["--buildid-dir", cache.to_str().unwrap()]);
+    assert_eq!(
+        read_branches(&o.join("branches.parquet")),
+        want,
+        "--buildid-dir"
+    );
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn tracemill(args: &[&str]) -> (Option<i32>, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_tracemill"))
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    (o.status.code(), err)
+}
+
+#[test]
+fn reports_of_a_perf_data_have_a_flame_graph_root_and_a_timeline_track_per_thread() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(tmp.path(), "perf.data", &made().file);
+    let out = tmp.path().join("out");
+    decode(&file, &out, &[]);
+    let folded = tmp.path().join("fg.folded");
+    let (code, err) = tracemill(&[
+        "report",
+        "flamegraph",
+        out.to_str().unwrap(),
+        "--out",
+        tmp.path().join("fg.svg").to_str().unwrap(),
+        "--folded",
+        folded.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    // Every stack starts at its thread; each thread's instructions are its rows'.
+    let mut by_root: std::collections::BTreeMap<String, u64> = Default::default();
+    for line in std::fs::read_to_string(&folded).unwrap().lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap();
+        let root = stack.split(';').next().unwrap().to_string();
+        *by_root.entry(root).or_default() += n.parse::<u64>().unwrap();
+    }
+    let rows = read_branches(&out.join("branches.parquet"));
+    let insns = |tid: u32| -> u64 {
+        rows.iter()
+            .filter(|r| r.tid == Some(tid))
+            .map(|r| r.row.3 as u64)
+            .sum()
+    };
+    assert_eq!(
+        by_root,
+        [
+            ("busybox_4242/4242".to_string(), insns(PID)),
+            ("busybox_4242/4243".to_string(), insns(PID + 1)),
+        ]
+        .into(),
+        "one root per thread (spaces become _ in folded lines), with its rows' instructions"
+    );
+    assert!(std::fs::read_to_string(tmp.path().join("fg.svg"))
+        .unwrap()
+        .contains("busybox_4242/4243"));
+
+    let json = tmp.path().join("t.json");
+    let (code, err) = tracemill(&[
+        "report",
+        "timeline",
+        out.to_str().unwrap(),
+        "--out",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let names: Vec<(u64, String)> = events
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .map(|e| {
+            (
+                e["tid"].as_u64().unwrap(),
+                e["args"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            (1, "busybox 4242/4242".to_string()),
+            (2, "busybox 4242/4243".to_string())
+        ]
+    );
+    for tid in [1, 2] {
+        assert!(
+            events.iter().any(|e| e["ph"] == "X" && e["tid"] == tid),
+            "spans on track {tid}"
+        );
+    }
+}
+
+#[test]
+fn ingest_takes_perf_data_files_with_their_labels_beside_them() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let fleet = tmp.path().join("fleet");
+    for host in ["h1", "h2"] {
+        let d = fleet.join(host);
+        std::fs::create_dir_all(&d).unwrap();
+        write(&d, "perf.data", &made().file);
+        std::fs::write(
+            d.join("perf.data.toml"),
+            format!("[labels]\nhost = \"{host}\"\n"),
+        )
+        .unwrap();
+    }
+    let ds = tmp.path().join("ds");
+    let (code, err) = tracemill(&[
+        "ingest",
+        fleet.to_str().unwrap(),
+        "--dataset",
+        ds.to_str().unwrap(),
+        "--partition-by",
+        "host",
+        "-q",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let rows = made()
+        .cpus
+        .iter()
+        .flatten()
+        .map(|s| s.1.len())
+        .sum::<usize>();
+    for host in ["h1", "h2"] {
+        let dir = ds.join("branches").join(format!("host={host}"));
+        let files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        let got = read_branches(&files[0]);
+        assert_eq!(got.len(), rows, "{host}");
+        assert!(
+            got.iter().all(|g| g.pid == Some(PID)),
+            "{host}: thread columns"
+        );
+    }
+    // Ingested again: nothing to do (the same ids).
+    let (code, err) = tracemill(&[
+        "ingest",
+        fleet.to_str().unwrap(),
+        "--dataset",
+        ds.to_str().unwrap(),
+        "--partition-by",
+        "host",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("2 already"), "{err}");
+    // The dataset's flame graph: per thread, over both hosts.
+    let folded = tmp.path().join("ds.folded");
+    let (code, err) = tracemill(&[
+        "report",
+        "flamegraph",
+        ds.to_str().unwrap(),
+        "--where",
+        "host = 'h1'",
+        "--out",
+        tmp.path().join("ds.svg").to_str().unwrap(),
+        "--folded",
+        folded.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let text = std::fs::read_to_string(&folded).unwrap();
+    assert!(
+        text.lines().all(|l| l.starts_with("busybox_4242/424")),
+        "{}",
+        &text[..200.min(text.len())]
+    );
+}
