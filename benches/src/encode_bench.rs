@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use arrow::array::{Array, RecordBatch};
+use arrow_array::{Array, RecordBatch};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
@@ -85,7 +85,7 @@ fn main() -> Result<()> {
             break;
         }
     }
-    let batch = arrow::compute::concat_batches(&schema, &batches)?;
+    let batch = arrow_select::concat::concat_batches(&schema, &batches)?;
     let batch = batch.slice(0, rows.min(batch.num_rows()));
     drop(batches);
     let n = batch.num_rows();
@@ -96,19 +96,19 @@ fn main() -> Result<()> {
     let mut targets: Vec<(String, Option<usize>)> = vec![("all columns".into(), None)];
     // What `tracemill ingest` adds: a constant `bundle` column (dictionary of one string).
     let with_bundle = {
-        let keys = arrow::array::Int32Array::from(vec![0; n]);
-        let values = Arc::new(arrow::array::StringArray::from(vec!["0123456789abcdef"; 1]));
+        let keys = arrow_array::Int32Array::from(vec![0; n]);
+        let values = Arc::new(arrow_array::StringArray::from(vec!["0123456789abcdef"; 1]));
         let col =
-            arrow::array::DictionaryArray::<arrow::datatypes::Int32Type>::try_new(keys, values)?;
+            arrow_array::DictionaryArray::<arrow_array::types::Int32Type>::try_new(keys, values)?;
         let mut fields: Vec<_> = batch.schema().fields().iter().cloned().collect();
-        fields.push(Arc::new(arrow::datatypes::Field::new(
+        fields.push(Arc::new(arrow_schema::Field::new(
             "bundle",
             col.data_type().clone(),
             false,
         )));
         let mut cols = batch.columns().to_vec();
         cols.push(Arc::new(col));
-        RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(fields)), cols)?
+        RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), cols)?
     };
     for (i, f) in schema.fields().iter().enumerate() {
         targets.push((f.name().clone(), Some(i)));

@@ -44,7 +44,7 @@ fn check_tables(dir: &Path) -> (Vec<String>, Vec<String>) {
             }
             tables.push(name);
         } else if name.ends_with(".arrow") {
-            let reader = arrow::ipc::reader::FileReader::try_new(f, None)
+            let reader = arrow_ipc::reader::FileReader::try_new(f, None)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             for b in reader {
                 b.unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -11,9 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
-use arrow::array::{AsArray, RecordBatch};
-use arrow::compute::concat_batches;
-use arrow::datatypes::DataType;
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt64Type;
+use arrow_array::RecordBatch;
+use arrow_select::concat::concat_batches;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracemill_datasets::rng::Rng;
 
@@ -128,12 +129,17 @@ fn read_parquet(path: &Path) -> RecordBatch {
     concat_batches(&schema, &batches).unwrap()
 }
 
+/// A column's values as strings: string and dictionary columns as they are, the catalog's
+/// counts (UInt64) in decimal, as arrow's `cast` to `Utf8` gives them.
 fn strings(b: &RecordBatch, name: &str) -> Vec<Option<String>> {
     let c = b
         .column_by_name(name)
         .unwrap_or_else(|| panic!("no column {name}"));
-    let c = arrow::compute::cast(c, &DataType::Utf8).unwrap();
-    c.as_string::<i32>()
+    if let Some(n) = c.as_primitive_opt::<UInt64Type>() {
+        return n.iter().map(|v| v.map(|v| v.to_string())).collect();
+    }
+    tracemill_sinks::convert::strings(c.as_ref())
+        .unwrap_or_else(|e| panic!("column {name}: {e}"))
         .iter()
         .map(|v| v.map(str::to_string))
         .collect()

@@ -21,8 +21,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::{UInt32Type, UInt64Type};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::Array;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracemill_datasets::exec::qemu;
 use tracemill_datasets::perf_data::{intel_pt_two_threads, CpuStream, PtRecording};
@@ -202,8 +203,8 @@ fn read_branches(path: &Path) -> Vec<Decoded> {
         );
         let (insns, cpu, pid, tid) = (u32s("insns"), u32s("cpu"), u32s("pid"), u32s("tid"));
         let taken = col("taken").as_boolean().clone();
-        let opt64 = |a: &arrow::array::UInt64Array, i| a.is_valid(i).then(|| a.value(i));
-        let opt32 = |a: &arrow::array::UInt32Array, i| a.is_valid(i).then(|| a.value(i));
+        let opt64 = |a: &arrow_array::UInt64Array, i| a.is_valid(i).then(|| a.value(i));
+        let opt32 = |a: &arrow_array::UInt32Array, i| a.is_valid(i).then(|| a.value(i));
         for i in 0..b.num_rows() {
             out.push(Decoded {
                 row: (

@@ -16,8 +16,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::{UInt32Type, UInt64Type};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::Array;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracemill_datasets::exec::qemu;
 

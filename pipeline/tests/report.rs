@@ -376,7 +376,7 @@ fn rewrite(dir: &Path, table: &str, props: parquet::file::properties::WriterProp
         .cloned()
         .collect();
     let r = b.build().unwrap();
-    let schema = arrow::record_batch::RecordBatchReader::schema(&r);
+    let schema = arrow_array::RecordBatchReader::schema(&r);
     let batches: Vec<_> = r.map(Result::unwrap).collect();
     let props = props.set_key_value_metadata(Some(kv)).build();
     let tmp = dir.join(format!("{table}.regrouped"));
@@ -609,8 +609,9 @@ fn read_drcov(bytes: &[u8]) -> Drcov {
 }
 
 fn coverage_rows(path: &Path) -> Vec<(String, u64, u64)> {
-    use arrow::array::{Array, AsArray};
-    use arrow::datatypes::UInt64Type;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::UInt64Type;
+    use arrow_array::Array;
     let f = std::fs::File::open(path).unwrap();
     let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
         .unwrap()
@@ -619,12 +620,8 @@ fn coverage_rows(path: &Path) -> Vec<(String, u64, u64)> {
     let mut out = Vec::new();
     for b in r {
         let b = b.unwrap();
-        let img = arrow::compute::cast(
-            b.column_by_name("image").unwrap(),
-            &arrow::datatypes::DataType::Utf8,
-        )
-        .unwrap();
-        let img = img.as_string::<i32>();
+        let img =
+            tracemill_sinks::convert::strings(b.column_by_name("image").unwrap().as_ref()).unwrap();
         let st = b
             .column_by_name("start")
             .unwrap()
@@ -895,7 +892,7 @@ fn bad_input_gives_a_clear_message_and_what_can_be_made() {
     // A column missing (a table from another version): named in the message.
     let cov = out2.join("coverage.parquet");
     {
-        use arrow::array::RecordBatch;
+        use arrow_array::RecordBatch;
         let f = std::fs::File::open(&cov).unwrap();
         let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
             .unwrap()

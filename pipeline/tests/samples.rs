@@ -158,8 +158,9 @@ fn chunked_decoding_equals_sequential_for_every_bundle() {
 type TimingCols = (Vec<u64>, Vec<u64>, Vec<Option<u64>>, Vec<Option<u64>>);
 
 fn read_timing(path: &std::path::Path) -> TimingCols {
-    use arrow::array::{Array, AsArray};
-    use arrow::datatypes::UInt64Type;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::UInt64Type;
+    use arrow_array::Array;
     let f = std::fs::File::open(path).unwrap();
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
         .unwrap()

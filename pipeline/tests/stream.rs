@@ -6,7 +6,7 @@ use std::fs::File;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use arrow::record_batch::RecordBatch;
+use arrow_array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracemill::bundle::Bundle;
 use tracemill::run::{self, Tables};
@@ -30,13 +30,14 @@ fn read_parquet(path: &Path) -> Vec<RecordBatch> {
 /// Parquet reader rebuilds dictionaries from the values used).
 fn plain(batches: &[RecordBatch]) -> RecordBatch {
     let schema = batches[0].schema();
-    let all = arrow::compute::concat_batches(&schema, batches).unwrap();
+    let all = arrow_select::concat::concat_batches(&schema, batches).unwrap();
     let cols = all
         .columns()
         .iter()
         .map(|c| match c.data_type() {
-            arrow::datatypes::DataType::Dictionary(_, _) => {
-                arrow::compute::cast(c, &arrow::datatypes::DataType::Utf8).unwrap()
+            arrow_schema::DataType::Dictionary(_, _) => {
+                std::sync::Arc::new(tracemill_sinks::convert::strings(c.as_ref()).unwrap())
+                    as arrow_array::ArrayRef
             }
             _ => c.clone(),
         })

@@ -1173,8 +1173,10 @@ mod against_arrow {
     use std::fs::File;
     use std::sync::Arc;
 
-    use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray, UInt32Array, UInt64Array};
-    use arrow::datatypes::{DataType, Field, Schema, UInt32Type, UInt64Type};
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{UInt32Type, UInt64Type};
+    use arrow_array::{ArrayRef, RecordBatch, StringArray, UInt32Array, UInt64Array};
+    use arrow_schema::{DataType, Field, Schema};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use parquet::arrow::ArrowWriter;
     use parquet::basic::Compression;
@@ -1237,7 +1239,7 @@ mod against_arrow {
                 .unwrap()
                 .map(|b| b.unwrap())
                 .collect();
-        let expected = arrow::compute::concat_batches(&batch.schema(), &expected).unwrap();
+        let expected = arrow_select::concat::concat_batches(&batch.schema(), &expected).unwrap();
         let meta = SerializedFileReader::new(File::open(&path).unwrap())
             .unwrap()
             .metadata()

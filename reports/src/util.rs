@@ -219,8 +219,8 @@ impl<T: Copy + Default> std::ops::IndexMut<usize> for Chunked<T> {
 mod tests {
     use std::sync::Arc;
 
-    use arrow::array::{DictionaryArray, Int32Array, Int8Array};
-    use arrow::datatypes::{Field, Schema};
+    use arrow_array::{DictionaryArray, Int32Array, Int8Array};
+    use arrow_schema::{Field, Schema};
 
     use super::*;
 

@@ -6,8 +6,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::{UInt32Type, UInt64Type};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::Array;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracemill::bundle::Bundle;
 use tracemill_datasets::samples::TruthSummary;
@@ -74,9 +75,8 @@ pub fn read_branches(path: &Path) -> BranchColumns {
         let taken = b.column_by_name("taken").unwrap().as_boolean().clone();
         let compressed = b.column_by_name("compressed").unwrap().as_boolean().clone();
         let kind = b.column_by_name("kind").unwrap();
-        let kind = arrow::compute::cast(kind, &arrow::datatypes::DataType::Utf8).unwrap();
-        let kind = kind.as_string::<i32>();
-        let opt = |a: &arrow::array::PrimitiveArray<UInt64Type>, i: usize| {
+        let kind = tracemill_sinks::convert::strings(kind.as_ref()).unwrap();
+        let opt = |a: &arrow_array::PrimitiveArray<UInt64Type>, i: usize| {
             if a.is_null(i) {
                 None
             } else {
