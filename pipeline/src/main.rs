@@ -273,6 +273,14 @@ struct DecodeArgs {
     /// ~/.debug], as perf's --buildid-dir.
     #[arg(long, value_name = "DIR")]
     buildid_dir: Option<PathBuf>,
+    /// perf.data: the kernel's ELF image (its code at its own addresses), for traces of
+    /// kernel code, as perf's --vmlinux.
+    #[arg(long, value_name = "FILE")]
+    vmlinux: Option<PathBuf>,
+    /// perf.data: a copy of /proc/kcore taken with the recording (the kernel's text as it
+    /// ran, modules included), as perf's --kcore.
+    #[arg(long, value_name = "FILE")]
+    kcore: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -464,10 +472,14 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                     a.src.bundle.display()
                 );
             }
-            if !perf && (a.symfs.is_some() || a.buildid_dir.is_some()) {
+            let perf_only = a.symfs.is_some()
+                || a.buildid_dir.is_some()
+                || a.vmlinux.is_some()
+                || a.kcore.is_some();
+            if !perf && perf_only {
                 bail!(
-                    "{}: --symfs and --buildid-dir are for perf.data files, and this is not \
-                     one (no PERFILE2 magic)",
+                    "{}: --symfs, --buildid-dir, --vmlinux and --kcore are for perf.data \
+                     files, and this is not one (no PERFILE2 magic)",
                     a.src.bundle.display()
                 );
             }
@@ -505,6 +517,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 let lookup = tracemill::perf::Lookup {
                     symfs: a.symfs.clone(),
                     buildid_dir: a.buildid_dir.clone(),
+                    kernel: a.vmlinux.iter().chain(&a.kcore).cloned().collect(),
                 };
                 let rec = tracemill::perf::open(&a.src.bundle, &lookup)?;
                 let report = run::decode_perf(&rec, &opts)

@@ -429,7 +429,7 @@ fn a_perf_data_without_aux_data_or_with_another_pmus_is_refused_by_name() {
         &["--symfs", "/"],
     );
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("not one (no PERFILE2 magic)"), "{err}");
+    assert!(err.contains("this is not one (no PERFILE2 magic)"), "{err}");
 }
 
 #[test]

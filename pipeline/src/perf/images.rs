@@ -8,6 +8,12 @@
 //!    `.build-id/<2>/<38>` (a link to the cached copy);
 //! 3. the recorded path itself.
 //!
+//! The vDSO (`[vdso]`) is looked for in the build-id cache only (perf keeps a copy there,
+//! `perf buildid-cache`), by the build-id HEADER_BUILD_ID gives it. Kernel code is given
+//! on the command line: `--vmlinux FILE` (an ELF at its own addresses) or `--kcore FILE`
+//! (a copy of `/proc/kcore`, an ELF core whose segments are the kernel's memory), as
+//! perf's options of the same names.
+//!
 //! A candidate whose build-id differs from the one the recording names (the MMAP2 record's
 //! or HEADER_BUILD_ID's) is passed over with a warning: the binary was rebuilt since, and
 //! its code would decode into wrong rows. A mapping found nowhere is a warning that names
@@ -25,6 +31,8 @@ pub struct Lookup {
     pub symfs: Option<PathBuf>,
     /// The build-id cache (`~/.debug` when `None`).
     pub buildid_dir: Option<PathBuf>,
+    /// Kernel code: ELF files at their own addresses (`--vmlinux`, `--kcore`).
+    pub kernel: Vec<PathBuf>,
 }
 
 /// An executable mapping as recorded.
@@ -46,6 +54,7 @@ impl Mapping {
     /// kernel's `[...]` names, JIT dumps.
     pub fn is_file(&self) -> bool {
         !(self.path.is_empty()
+            || self.is_vdso()
             || self.path.starts_with('[')
             || self.path.starts_with("//")
             || self.path.starts_with("/memfd:")
@@ -53,15 +62,38 @@ impl Mapping {
     }
 }
 
-/// The images of `mappings` (one per distinct file and load address), and what could not
-/// be found or used.
+impl Mapping {
+    /// The vDSO: code the kernel maps into every process, found by build-id only.
+    pub fn is_vdso(&self) -> bool {
+        self.path == "[vdso]"
+    }
+}
+
+/// The images of `mappings` (one per distinct file and load address) and of the kernel
+/// files `lookup` names, and what could not be found or used.
 pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<String>) {
     let mut images = Vec::new();
     let mut problems = Vec::new();
+    for k in &lookup.kernel {
+        match std::fs::read(k).map(|b| object::File::parse(&*b).is_ok()) {
+            Ok(true) => images.push(ImageEntry {
+                path: k.display().to_string(),
+                base: None,
+                cr3: None,
+                kind: ImageKind::Elf,
+                symbols: None,
+            }),
+            Ok(false) => problems.push(format!("{}: not an ELF file: not used", k.display())),
+            Err(e) => problems.push(format!("{}: {e}: not used", k.display())),
+        }
+    }
     // One image per (path, bias): a program's mapping recorded again for each process
     // (fork) or thread is the same code at the same place.
     let mut seen: BTreeMap<(String, u64), ()> = BTreeMap::new();
-    for m in mappings.iter().filter(|m| m.is_file()) {
+    for m in mappings
+        .iter()
+        .filter(|m| m.is_file() || (m.is_vdso() && m.build_id.is_some()))
+    {
         let candidates = candidates(m, lookup);
         let mut found = None;
         for c in &candidates {
@@ -131,7 +163,7 @@ pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<S
 /// Where to look for `m`'s file, in order.
 fn candidates(m: &Mapping, lookup: &Lookup) -> Vec<PathBuf> {
     let mut v = Vec::new();
-    if let Some(root) = &lookup.symfs {
+    if let Some(root) = lookup.symfs.as_ref().filter(|_| !m.is_vdso()) {
         v.push(root.join(m.path.trim_start_matches('/')));
     }
     if let Some(id) = m.build_id.as_deref().filter(|id| id.len() > 2) {
@@ -145,7 +177,10 @@ fn candidates(m: &Mapping, lookup: &Lookup) -> Vec<PathBuf> {
             v.push(dir.join(&id[2..]));
         }
     }
-    v.push(PathBuf::from(&m.path));
+    // The vDSO has no file: only the cache holds it.
+    if !m.is_vdso() {
+        v.push(PathBuf::from(&m.path));
+    }
     v
 }
 
@@ -197,6 +232,7 @@ mod tests {
         let l = Lookup {
             symfs: Some("/sym".into()),
             buildid_dir: Some("/cache".into()),
+            kernel: Vec::new(),
         };
         let c = candidates(&m, &l);
         assert_eq!(
@@ -223,6 +259,66 @@ mod tests {
             assert!(!mapping(p, None).is_file(), "{p}");
         }
         assert!(mapping("/bin/ls", None).is_file());
+    }
+
+    #[test]
+    fn the_vdso_is_looked_for_in_the_build_id_cache_only() {
+        let m = mapping("[vdso]", Some("0123456789abcdef0123456789abcdef01234567"));
+        let l = Lookup {
+            symfs: Some("/sym".into()),
+            buildid_dir: Some("/cache".into()),
+            kernel: Vec::new(),
+        };
+        let c = candidates(&m, &l);
+        assert_eq!(c.len(), 2);
+        assert!(
+            c.iter().all(|p| p.starts_with("/cache/.build-id/01")),
+            "{c:?}"
+        );
+        // Without a build-id it cannot be found: not looked for, and no problem said.
+        let (images, problems) = resolve(&[mapping("[vdso]", None)], &l);
+        assert!(images.is_empty() && problems.is_empty());
+        // A copy in the cache (this test's own ELF standing in) is used.
+        let tmp = tempfile::tempdir().unwrap();
+        let elf = std::fs::read("/proc/self/exe").unwrap();
+        let id = object::File::parse(&*elf)
+            .unwrap()
+            .build_id()
+            .unwrap()
+            .map(hex);
+        if let Some(id) = id {
+            let dir = tmp.path().join(".build-id").join(&id[..2]).join(&id[2..]);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("elf"), &elf).unwrap();
+            let l = Lookup {
+                buildid_dir: Some(tmp.path().to_path_buf()),
+                ..Lookup::default()
+            };
+            let (images, problems) = resolve(&[mapping("[vdso]", Some(&id))], &l);
+            assert_eq!(images.len(), 1, "{problems:?}");
+            assert!(images[0].path.ends_with("/elf"));
+        }
+    }
+
+    #[test]
+    fn kernel_files_are_images_at_their_own_addresses_and_others_are_named() {
+        let l = Lookup {
+            kernel: vec![
+                "/proc/self/exe".into(),
+                "/nonexistent/vmlinux".into(),
+                "/etc/hostname".into(),
+            ],
+            ..Lookup::default()
+        };
+        let (images, problems) = resolve(&[], &l);
+        assert_eq!(images.len(), 1);
+        assert_eq!(
+            (images[0].path.as_str(), images[0].base),
+            ("/proc/self/exe", None)
+        );
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("/nonexistent/vmlinux"));
+        assert!(problems[1].contains("not an ELF"));
     }
 
     #[test]
