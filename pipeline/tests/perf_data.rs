@@ -157,18 +157,10 @@ fn made() -> &'static Made {
     MADE.get_or_init(recording)
 }
 
+/// `tracemill decode FILE --out DIR ARGS`, which must succeed: its stderr.
 fn decode(file: &Path, out: &Path, extra: &[&str]) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_tracemill"))
-        .arg("decode")
-        .arg(file)
-        .arg("--out")
-        .arg(out)
-        .arg("-q")
-        .args(extra)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(o.status.success(), "decode {extra:?}: {stderr}");
+    let (code, stderr) = try_decode(file, out, extra);
+    assert_eq!(code, Some(0), "decode {extra:?}: {stderr}");
     stderr
 }
 
