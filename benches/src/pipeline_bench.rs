@@ -41,9 +41,8 @@ use tracemill_decode::flow::CountSink;
 use tracemill_decode::{Format, Rtit};
 
 // The allocator of the `tracemill` binary, so that `write` measures what it runs.
-#[cfg(all(target_os = "linux", not(target_env = "msvc")))]
 #[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -184,6 +183,7 @@ struct Line {
 }
 
 fn main() -> Result<()> {
+    tracemill::allocator::configure();
     const USAGE: &str = "usage: pipeline-bench BUNDLE... [--runs N] [--jobs MAX] \
                          [--modes count,rows,write] [--libipt IPT_WALK]";
     let mut dirs = Vec::new();

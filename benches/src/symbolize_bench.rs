@@ -52,9 +52,8 @@ use object::{Object, ObjectSection, SectionFlags};
 use tracemill_reports::symbols::{ImageSpec, ImageSymbols};
 
 // The allocator of the `tracemill` binary, whose reports use these symbols.
-#[cfg(all(target_os = "linux", not(target_env = "msvc")))]
 #[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Only {
@@ -498,6 +497,7 @@ fn memory(path: &Path, addrs: &[u64], only: Only) -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    tracemill::allocator::configure();
     let args = args()?;
     for path in &args.images {
         let (addrs, code_bytes, bytes) = instruction_starts(path)?;

@@ -4,6 +4,7 @@
 //! trace into chunks at PSBs, decode chunk bodies on a thread pool, stitch them in order,
 //! and stream the rows to Parquet (or Arrow IPC) files.
 //!
+//! - [`allocator`]: the global allocator's settings (mimalloc), for every program of tracemill;
 //! - [`bundle`]: bundle loading;
 //! - [`cli`]: checks of option values, shared by the subcommands;
 //! - [`run`]: the parallel decode and the closing summary;
@@ -15,6 +16,7 @@
 //! - [`synth`]: making bundles (real programs, synthetic walks, spec scenarios);
 //! - [`report`]: the `report` commands (the work is in `tracemill-reports`).
 
+pub mod allocator;
 pub mod bundle;
 pub mod cli;
 pub mod dump;

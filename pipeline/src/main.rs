@@ -16,15 +16,10 @@ use tracemill_decode::sniff::{self, TraceFormat as SniffedFormat};
 use tracemill_decode::stream::TraceStream;
 use tracemill_sinks::Format;
 
-/// jemalloc rather than glibc's malloc. Rows are allocated on the decode threads and
-/// freed on the writer's, piece after piece, for hours: glibc kept the freed memory of
-/// every arena and the heap grew with the trace (the 1 GiB synthetic trace, `-j2 --out`,
-/// peaked at 912 MiB and was still growing at its end; the 200 MB one at 580 MiB), where
-/// jemalloc returns it (peaks of 467 MiB for 1 GiB and 365 MiB for 200 MB; same CPU time).
-/// See benches/README.md, "Memory on the 1 GiB trace".
-#[cfg(all(target_os = "linux", not(target_env = "msvc")))]
+/// mimalloc rather than glibc's malloc, which kept the memory of rows freed on the writer
+/// thread and grew with the trace (`tracemill::allocator` says why, and sets its options).
 #[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Decode Intel RTIT traces (Silvermont/Airmont Real Time Instruction Trace) into
 /// Parquet tables of every executed branch, its timing, and code coverage.
@@ -412,6 +407,7 @@ fn check_out_dir(out: &Path) -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    tracemill::allocator::configure();
     ignore_file_size_signal();
     let cli = Cli::parse();
     match real_main(cli) {

@@ -27,12 +27,11 @@ mod reports;
 mod stream;
 mod tools;
 
-/// The CLI's allocator (`pipeline/src/main.rs` says why); here it serves the Rust side of
+/// The CLI's allocator (`pipeline/src/allocator.rs` says why); here it serves the Rust side of
 /// the module: the decode's rows and the Arrow buffers handed to Python, which are freed
 /// through the release callbacks of the C data interface, by this same allocator.
-#[cfg(all(target_os = "linux", not(target_env = "msvc")))]
 #[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The exception class `name` of `tracemill.errors`, raised with `msg`.
 pub(crate) fn error(py: Python<'_>, name: &str, msg: impl Into<String>) -> PyErr {
@@ -120,6 +119,7 @@ fn table_schema(py: Python<'_>, table: &str) -> PyResult<Py<arrow_export::ArrowS
 
 #[pymodule]
 fn _tracemill(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    tracemill::allocator::configure();
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(_source_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(stream::decode, m)?)?;

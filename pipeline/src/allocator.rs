@@ -1,0 +1,60 @@
+//! The global allocator of tracemill's programs (the CLI, the Python module, the pipeline
+//! benchmarks): mimalloc, with its purge delay set here.
+//!
+//! Not glibc's malloc: rows are allocated on the decode threads and freed on the writer's,
+//! piece after piece, for hours, and glibc kept the freed memory of every arena, so the
+//! heap grew with the trace (the 1 GiB synthetic trace, `-j2 --out`, peaked at 912 MiB and
+//! was still growing at its end). jemalloc, the allocator before this one, gave that memory
+//! back (467 MiB) but its C build (configure and make) was the longest single step of a
+//! first `cargo install`: 74 CPU s of 712, a tenth of the five minutes the README
+//! promises. mimalloc is one C file: 6 CPU s. On the 200 MB synthetic trace (`-j2 --out`,
+//! all tables) mimalloc's default delay of 1 s before it returns freed pages peaked at
+//! 499–519 MiB against jemalloc's 400–403 MiB; 100 ms gives 445–448 MiB for the same CPU
+//! time (user + sys 163–172 s against jemalloc's 156–173 s); 0 (return at once) 387 MiB but
+//! 41 s of system time in `madvise` (benches/README.md, "Allocator").
+
+/// mimalloc's option `purge_delay` (`mi_option_purge_delay`, which libmimalloc-sys 0.1.49
+/// does not name): its index in mimalloc 3's `mi_option_e` (mimalloc.h). The version is
+/// pinned in Cargo.toml so that a new one is read before it is taken.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 16;
+
+/// The delay, in milliseconds, before freed memory goes back to the system.
+pub const PURGE_DELAY_MS: i64 = 100;
+
+/// Sets the allocator's options, unless the user set them (mimalloc reads
+/// `MIMALLOC_PURGE_DELAY` from the environment when the process starts). Call it first
+/// thing in `main` (or when the module is loaded): it only changes when freed pages are
+/// returned, so allocations made before it are unaffected.
+#[allow(unsafe_code)]
+pub fn configure() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
+    // SAFETY: `mi_option_set` stores a value in mimalloc's option table (an atomic store);
+    // any option index below `_mi_option_last` is valid, and 16 is.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS as _) }
+}
+
+/// The purge delay in force (mimalloc's own reading of the option).
+#[allow(unsafe_code)]
+pub fn purge_delay_ms() -> i64 {
+    // SAFETY: reads mimalloc's option table; the index is valid (see `configure`).
+    unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) as i64 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Index 16 is the purge delay: its default (mimalloc 3's 1000 ms, read before
+    /// `configure`) is what mimalloc.h documents for it, and `configure` changes it.
+    #[test]
+    fn option_sixteen_is_the_purge_delay() {
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+            return;
+        }
+        assert_eq!(purge_delay_ms(), 1000, "mimalloc 3's default purge delay");
+        configure();
+        assert_eq!(purge_delay_ms(), PURGE_DELAY_MS);
+    }
+}
