@@ -66,6 +66,30 @@ pub fn parse_chunk_size(s: &str) -> Result<u64, String> {
     Ok(n)
 }
 
+/// `--compression`: the page compression of the Parquet tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Compression {
+    /// ZSTD at `--zstd-level`: the smallest tables, for about the CPU time of the others.
+    Zstd,
+    /// LZ4 (Parquet's LZ4_RAW): larger tables, the fastest to read back.
+    Lz4,
+    /// Snappy: what Spark and pyarrow wrote by default for years.
+    Snappy,
+    /// Uncompressed pages (still dictionary- and delta-encoded).
+    None,
+}
+
+impl From<Compression> for tracemill_sinks::Codec {
+    fn from(c: Compression) -> Self {
+        match c {
+            Compression::Zstd => tracemill_sinks::Codec::Zstd,
+            Compression::Lz4 => tracemill_sinks::Codec::Lz4,
+            Compression::Snappy => tracemill_sinks::Codec::Snappy,
+            Compression::None => tracemill_sinks::Codec::None,
+        }
+    }
+}
+
 /// The ZSTD levels Parquet writers accept (zstd's own range).
 pub const ZSTD_LEVELS: std::ops::RangeInclusive<i32> = -131072..=22;
 

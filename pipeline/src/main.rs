@@ -257,6 +257,10 @@ struct DecodeArgs {
           value_parser = tracemill::cli::parse_zstd_level,
           default_value_t = tracemill_sinks::parquet::DEFAULT_ZSTD_LEVEL)]
     zstd_level: i32,
+    /// Page compression of the Parquet tables (benches/README.md, "Compression", compares
+    /// them).
+    #[arg(long, value_enum, value_name = "CODEC", default_value_t = tracemill::cli::Compression::Zstd)]
+    compression: tracemill::cli::Compression,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -489,6 +493,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 chunk_bytes: a.chunk_size,
                 progress: !a.quiet,
                 writer: tracemill_sinks::WriterOptions {
+                    codec: a.compression.into(),
                     zstd_level: a.zstd_level,
                     ..Default::default()
                 },

@@ -496,3 +496,126 @@ fn the_readme_fleet_ingests_and_filters_by_its_labels() {
     assert!(insns(&one) > 1_000_000);
     assert_eq!(insns(&four), 4 * insns(&one));
 }
+
+/// The page codec of every column chunk of a Parquet file.
+fn codecs(path: &Path) -> std::collections::BTreeSet<String> {
+    let r = parquet::file::reader::SerializedFileReader::new(std::fs::File::open(path).unwrap())
+        .unwrap();
+    use parquet::file::reader::FileReader;
+    r.metadata()
+        .row_groups()
+        .iter()
+        .flat_map(|rg| rg.columns().iter())
+        .map(|c| match c.compression() {
+            parquet::basic::Compression::ZSTD(_) => "ZSTD".to_string(),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+#[test]
+fn compression_chooses_the_codec_of_every_table_in_decode_and_ingest() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (value, codec) in [
+        ("zstd", "ZSTD"),
+        ("lz4", "LZ4_RAW"),
+        ("snappy", "SNAPPY"),
+        ("none", "UNCOMPRESSED"),
+    ] {
+        let out = tmp.path().join(value);
+        let o = tracemill(&[
+            "decode",
+            &recursion(),
+            "-q",
+            "--compression",
+            value,
+            "--out",
+            s(&out),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        for table in ["branches", "events", "timing", "coverage", "edges"] {
+            let f = out.join(format!("{table}.parquet"));
+            assert_eq!(codecs(&f), [codec.to_string()].into(), "{value}: {table}");
+        }
+    }
+    // The default is ZSTD.
+    let out = tmp.path().join("default");
+    let o = tracemill(&["decode", &recursion(), "-q", "--out", s(&out)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        codecs(&out.join("branches.parquet")),
+        ["ZSTD".to_string()].into()
+    );
+    // A value that is none of them is a usage error naming them, before any work.
+    let bad = tmp.path().join("bad");
+    let o = tracemill(&[
+        "decode",
+        &recursion(),
+        "--compression",
+        "gzip",
+        "--out",
+        s(&bad),
+    ]);
+    refused(&o, "zstd, lz4, snappy, none", &bad);
+    // ingest writes its tables with the codec asked for.
+    let ds = tmp.path().join("ds");
+    let o = tracemill(&[
+        "ingest",
+        &recursion(),
+        "--dataset",
+        s(&ds),
+        "-q",
+        "--compression",
+        "lz4",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut files = Vec::new();
+    let mut dirs = vec![ds.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.to_string_lossy().contains("branches")
+                && p.extension().is_some_and(|x| x == "parquet")
+            {
+                files.push(p);
+            }
+        }
+    }
+    assert!(!files.is_empty(), "no branches file under {}", ds.display());
+    for f in files {
+        assert_eq!(
+            codecs(&f),
+            ["LZ4_RAW".to_string()].into(),
+            "{}",
+            f.display()
+        );
+    }
+}
+
+/// `tracemill::allocator` sets mimalloc's option by its index (libmimalloc-sys does not
+/// name it): mimalloc itself, asked to be verbose, lists its options in index order, and
+/// `purge_delay` must be the one at that index.
+#[test]
+fn the_allocator_option_set_is_the_purge_delay() {
+    let o = Command::new(env!("CARGO_BIN_EXE_tracemill"))
+        .arg("--version")
+        .env("MIMALLOC_VERBOSE", "1")
+        .env_remove("MIMALLOC_PURGE_DELAY")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let names: Vec<String> = stderr(&o)
+        .lines()
+        .filter_map(|l| l.strip_prefix("option '"))
+        .filter_map(|l| l.split('\'').next())
+        .map(str::to_string)
+        .collect();
+    let i = tracemill::allocator::MI_OPTION_PURGE_DELAY as usize;
+    assert_eq!(
+        names.get(i).map(String::as_str),
+        Some("purge_delay"),
+        "mimalloc's options: {names:?}"
+    );
+}

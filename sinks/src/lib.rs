@@ -81,5 +81,5 @@ mod tests;
 pub use atomic::{publish_together, remove_stale_temporaries, Unpublished};
 pub use error::{ConvertError, Error};
 pub use writer::{
-    EncodedRowGroup, FileMeta, Format, RowGroupEncoder, TableWriter, WriterOptions, Written,
+    Codec, EncodedRowGroup, FileMeta, Format, RowGroupEncoder, TableWriter, WriterOptions, Written,
 };

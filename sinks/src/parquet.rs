@@ -1,7 +1,10 @@
 //! Parquet layout choices, made for DuckDB, pyarrow and polars queries over traces with
 //! hundreds of millions of rows.
 //!
-//! - **ZSTD** on every column: a good ratio at a speed that keeps up with decoding.
+//! - **ZSTD** on every column by default: the smallest tables for about the same CPU time
+//!   as LZ4 or Snappy, which `WriterOptions::codec` also offers (benches/README.md,
+//!   "Compression"). The dictionary columns are written by `dictionary_chunk` under ZSTD
+//!   or none, by arrow-rs under the others.
 //! - **Dictionary encoding** (the default) for everything except the monotone columns:
 //!   enum and string columns have a handful of values, and `ip`, `target`, `cr3`, `insns`
 //!   repeat a lot (the same loops run again and again).
@@ -36,7 +39,7 @@ use ::parquet::file::properties::{EnabledStatistics, WriterProperties};
 use ::parquet::schema::types::ColumnPath;
 use arrow_schema::SchemaRef;
 
-use crate::WriterOptions;
+use crate::{Codec, WriterOptions};
 
 /// Default row group size: about one million rows. A branches row group is then a few
 /// MiB compressed; smaller groups mean more per-group overhead in the footer and in every
@@ -97,7 +100,12 @@ pub fn writer_properties(
     options: &WriterOptions,
 ) -> Result<WriterProperties, ParquetError> {
     let mut b = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(options.zstd_level)?))
+        .set_compression(match options.codec {
+            Codec::Zstd => Compression::ZSTD(ZstdLevel::try_new(options.zstd_level)?),
+            Codec::Lz4 => Compression::LZ4_RAW,
+            Codec::Snappy => Compression::SNAPPY,
+            Codec::None => Compression::UNCOMPRESSED,
+        })
         .set_dictionary_enabled(true)
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(Some(options.max_row_group_rows.max(1)))

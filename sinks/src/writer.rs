@@ -108,13 +108,29 @@ impl FileMeta {
     }
 }
 
+/// The compression of a Parquet file's pages. ZSTD is the default: the smallest tables
+/// for about the CPU time of the others (benches/README.md, "Compression").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Codec {
+    #[default]
+    Zstd,
+    /// LZ4 (Parquet's `LZ4_RAW`, the block format every current reader takes).
+    Lz4,
+    Snappy,
+    /// No compression.
+    None,
+}
+
 /// Knobs of a [`TableWriter`]; `Default` is what `tracemill decode` uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriterOptions {
     pub format: Format,
     /// Parquet: maximum rows per row group (0 is taken as 1).
     pub max_row_group_rows: usize,
-    /// Parquet: ZSTD level (1–22; negative levels are zstd's fast modes).
+    /// Parquet: the page compression.
+    pub codec: Codec,
+    /// Parquet: ZSTD level (1–22; negative levels are zstd's fast modes), when `codec` is
+    /// [`Codec::Zstd`].
     pub zstd_level: i32,
     /// Parquet: maximum rows per data page (pages also stop at 1 MiB); 0 is taken as 1.
     pub data_page_rows: usize,
@@ -139,6 +155,7 @@ impl Default for WriterOptions {
         WriterOptions {
             format: Format::Parquet,
             max_row_group_rows: parquet::DEFAULT_MAX_ROW_GROUP_ROWS,
+            codec: Codec::Zstd,
             zstd_level: parquet::DEFAULT_ZSTD_LEVEL,
             data_page_rows: parquet::DEFAULT_DATA_PAGE_ROWS,
             constant_columns: Vec::new(),

@@ -108,6 +108,9 @@ pub struct IngestArgs {
           value_parser = crate::cli::parse_zstd_level,
           default_value_t = tracemill_sinks::parquet::DEFAULT_ZSTD_LEVEL)]
     pub zstd_level: i32,
+    /// Page compression of the Parquet tables.
+    #[arg(long, value_enum, value_name = "CODEC", default_value_t = crate::cli::Compression::Zstd)]
+    pub compression: crate::cli::Compression,
     /// No progress bar (the bar only shows on a terminal anyway).
     #[arg(long, short)]
     pub quiet: bool,
@@ -264,6 +267,7 @@ pub struct Options {
     pub jobs: usize,
     pub shard: Shard,
     pub retry_failed: bool,
+    pub codec: tracemill_sinks::Codec,
     pub zstd_level: i32,
     pub progress: bool,
     /// Bundles may name files outside their directory (`--allow-outside-paths`).
@@ -308,6 +312,7 @@ pub fn options(a: &IngestArgs) -> Result<Options> {
         jobs: a.jobs.unwrap_or_else(crate::cli::all_cores),
         shard,
         retry_failed: a.retry_failed,
+        codec: a.compression.into(),
         zstd_level: a.zstd_level,
         progress: !a.quiet,
         allow_outside_paths: a.allow_outside_paths,
@@ -709,6 +714,7 @@ fn decode_and_publish(
         tables: Tables::ALL,
         format: tracemill_sinks::Format::Parquet,
         writer: tracemill_sinks::WriterOptions {
+            codec: opts.codec,
             zstd_level: opts.zstd_level,
             constant_columns: vec![("bundle".to_string(), id.to_string())],
             // Published from staging by a second rename, whose directory is synced.

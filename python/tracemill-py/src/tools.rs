@@ -238,7 +238,7 @@ pub(crate) fn dump(
 /// Ingest bundles into a dataset, as `tracemill ingest` does; one row per bundle of this
 /// run (its share): what happened to it, and its catalog facts.
 #[pyfunction]
-#[pyo3(signature = (sources, dataset, *, partition_by=None, allow_missing_keys=false, jobs=None, shard=None, retry_failed=false, staging=None, zstd_level=3, allow_outside_paths=false))]
+#[pyo3(signature = (sources, dataset, *, partition_by=None, allow_missing_keys=false, jobs=None, shard=None, retry_failed=false, staging=None, zstd_level=3, compression="zstd", allow_outside_paths=false))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn ingest(
     py: Python<'_>,
@@ -251,11 +251,20 @@ pub(crate) fn ingest(
     retry_failed: bool,
     staging: Option<PathBuf>,
     zstd_level: i32,
+    compression: &str,
     allow_outside_paths: bool,
 ) -> PyResult<Py<PyAny>> {
     let jobs = crate::stream::jobs_arg(py, jobs)?;
     tracemill::cli::parse_zstd_level(&zstd_level.to_string())
         .map_err(|e| error(py, "OptionError", format!("zstd_level={zstd_level}: {e}")))?;
+    let compression = <tracemill::cli::Compression as clap::ValueEnum>::from_str(compression, false)
+        .map_err(|_| {
+            error(
+                py,
+                "OptionError",
+                format!("compression={compression:?}: one of \"zstd\", \"lz4\", \"snappy\", \"none\""),
+            )
+        })?;
     let args = IngestArgs {
         sources,
         dataset,
@@ -267,6 +276,7 @@ pub(crate) fn ingest(
         retry_failed,
         staging,
         zstd_level,
+        compression,
         quiet: true,
         allow_outside_paths,
     };

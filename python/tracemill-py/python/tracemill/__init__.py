@@ -216,6 +216,7 @@ def ingest(
     retry_failed: bool = False,
     staging: Union[str, os.PathLike, None] = None,
     zstd_level: int = 3,
+    compression: str = "zstd",
     allow_outside_paths: bool = False,
 ):
     """``tracemill ingest``: bundles into one partitioned dataset (a directory, or
@@ -223,7 +224,9 @@ def ingest(
     row per bundle of this run: ``source``, ``bundle`` (id), ``outcome`` (``committed``,
     ``already committed``, ``not committed``), ``status`` (``ok``/``failed``), ``error``,
     and the catalog's counts. Bundles that fail are rows (and a warning), not an
-    exception; :class:`IngestError` when nothing could be done."""
+    exception; :class:`IngestError` when nothing could be done. ``compression``: the
+    Parquet pages' codec, ``"zstd"`` (at ``zstd_level``), ``"lz4"``, ``"snappy"`` or
+    ``"none"``."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     if isinstance(partition_by, str):
@@ -238,6 +241,7 @@ def ingest(
         retry_failed=retry_failed,
         staging=os.fspath(staging) if staging is not None else None,
         zstd_level=zstd_level,
+        compression=compression,
         allow_outside_paths=allow_outside_paths,
     )
 

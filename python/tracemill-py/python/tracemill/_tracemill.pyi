@@ -85,6 +85,7 @@ def ingest(
     retry_failed: bool = False,
     staging: Optional[str] = None,
     zstd_level: int = 3,
+    compression: str = "zstd",
     allow_outside_paths: bool = False,
 ) -> pa.Table: ...
 def hotspots(
