@@ -11,7 +11,10 @@
 //! all tables) mimalloc's default delay of 1 s before it returns freed pages peaked at
 //! 499–519 MiB against jemalloc's 400–403 MiB; 100 ms gives 445–448 MiB for the same CPU
 //! time (user + sys 163–172 s against jemalloc's 156–173 s); 0 (return at once) 387 MiB but
-//! 41 s of system time in `madvise` (benches/README.md, "Allocator").
+//! 41 s of system time in `madvise`. On the 1 GiB trace (`-j2 --out`, 410 s) RssAnon
+//! sampled every 15 s rose to 474–531 MiB and stayed there (jemalloc's peak: 467 MiB),
+//! within the 600 MB the project allows (benches/README.md, "Build times: earlier
+//! figures").
 
 /// mimalloc's option `purge_delay` (`mi_option_purge_delay`, which libmimalloc-sys 0.1.49
 /// does not name): its index in mimalloc 3's `mi_option_e` (mimalloc.h). The version is
