@@ -30,6 +30,15 @@ mod tools;
 /// The CLI's allocator (`pipeline/src/allocator.rs` says why); here it serves the Rust side of
 /// the module: the decode's rows and the Arrow buffers handed to Python, which are freed
 /// through the release callbacks of the C data interface, by this same allocator.
+///
+/// With mimalloc's own purge delay (1 s), not the CLI's 100 ms (`allocator::configure` is
+/// not called here): the batches' buffers are freed on the consumer's thread, after the
+/// consumer is done with them, so the decode threads keep needing fresh pages, and with
+/// 100 ms mimalloc had returned the freed ones already: 190–250 k page faults per decode
+/// of the 32 MB busybox-sort trace against 28–37 k, and the streaming decode 12–13% over
+/// the CLI's CPU against 4–6% (benches/README.md, "Python streaming decode"). A Python
+/// process holds its tables in memory anyway; the 50–70 MiB more the longer delay keeps
+/// matter less there than in a night of CLI decodes.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -119,7 +128,6 @@ fn table_schema(py: Python<'_>, table: &str) -> PyResult<Py<arrow_export::ArrowS
 
 #[pymodule]
 fn _tracemill(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    tracemill::allocator::configure();
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(_source_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(stream::decode, m)?)?;
