@@ -114,45 +114,25 @@ mod tests {
             }
             d
         };
+        let first = |parts: &[(usize, &[u8])], len: usize| {
+            sniff(&TraceStream::linear(&place(parts, len))).map(|f| (f.format, f.psb as usize))
+        };
+        use TraceFormat::{Pt, Rtit};
         // Straddling the first window's end.
-        let d = place(&[(step - 5, &rtit)], 2 * step);
         assert_eq!(
-            sniff(&TraceStream::linear(&d)),
-            Some(Sniffed {
-                format: TraceFormat::Rtit,
-                psb: (step - 5) as u64
-            })
+            first(&[(step - 5, &rtit)], 2 * step),
+            Some((Rtit, step - 5))
         );
-        let d = place(&[(step - 3, &pt)], 2 * step);
-        assert_eq!(
-            sniff(&TraceStream::linear(&d)),
-            Some(Sniffed {
-                format: TraceFormat::Pt,
-                psb: (step - 3) as u64
-            })
-        );
+        assert_eq!(first(&[(step - 3, &pt)], 2 * step), Some((Pt, step - 3)));
         // In the third window; both formats in one window: the earlier wins.
-        let d = place(
-            &[(2 * step + 100, &pt), (2 * step + 40, &rtit)],
-            3 * step + 7,
+        let (at40, at100) = (2 * step + 40, 2 * step + 100);
+        assert_eq!(
+            first(&[(at100, &pt), (at40, &rtit)], 3 * step + 7),
+            Some((Rtit, at40))
         );
         assert_eq!(
-            sniff(&TraceStream::linear(&d)),
-            Some(Sniffed {
-                format: TraceFormat::Rtit,
-                psb: (2 * step + 40) as u64
-            })
-        );
-        let d = place(
-            &[(2 * step + 100, &rtit), (2 * step + 40, &pt)],
-            3 * step + 7,
-        );
-        assert_eq!(
-            sniff(&TraceStream::linear(&d)),
-            Some(Sniffed {
-                format: TraceFormat::Pt,
-                psb: (2 * step + 40) as u64
-            })
+            first(&[(at100, &rtit), (at40, &pt)], 3 * step + 7),
+            Some((Pt, at40))
         );
         // An RTIT PSB in the first window and a PT one in a later one.
         let d = place(&[(10, &rtit), (step + 10, &pt)], 2 * step);
