@@ -189,6 +189,7 @@ fn finish_piece<F: Format, S: RowSink + Default>(w: &mut Walker<'_, '_, F, S>) -
         coverage,
         events: std::mem::take(&mut w.facts.events),
         timing: std::mem::take(&mut w.facts.timing),
+        prepared: None,
     }
 }
 

@@ -53,4 +53,8 @@ pub struct Piece<S> {
     pub events: Vec<EventRow>,
     /// `row` relative to this piece's first row.
     pub timing: Vec<TimingFact>,
+    /// What the timeline reads of the piece besides its rows, when computed ahead, on the
+    /// thread that decoded it ([`crate::timing::prepare`]); None: the timeline computes it.
+    /// Whoever changes the piece's rows' kinds or offsets, or its events, drops it.
+    pub prepared: Option<Box<crate::timing::Prepared>>,
 }

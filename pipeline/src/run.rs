@@ -11,7 +11,7 @@
 //! every channel is bounded, so memory stays bounded whatever the trace size (consumed
 //! pages of the memory-mapped trace are released behind the reader).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -31,7 +31,7 @@ use tracemill_decode::pt::cpu::Errata;
 use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns};
 use tracemill_decode::sniff::{self, TraceFormat as SniffedFormat};
 use tracemill_decode::stream::TraceStream;
-use tracemill_decode::timing::{Clock, Timeline};
+use tracemill_decode::timing::{Clock, Timed, Timeline};
 use tracemill_decode::{Pt, Rtit};
 use tracemill_schemas::{BranchKind, EventKind, TABLES};
 use tracemill_sinks::{
@@ -579,7 +579,11 @@ fn produce<F: TraceFormat>(
                 let mut cache = caches[t % caches.len()]
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
-                let body = decode_body(input, &mut cache, *c);
+                let mut body = decode_body(input, &mut cache, *c);
+                drop(cache);
+                // What the timeline reads of the piece, computed here rather than on
+                // the ordered thread.
+                tracemill_decode::timing::prepare(&mut body.out);
                 let _ = tx.send((i, body));
             });
         }
@@ -619,6 +623,7 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
             b
         });
         let mut timeline = Timeline::<F::Clock>::new(&self.input.timing);
+        let mut filling = Filling::default();
         let mut stitcher = Stitcher::new(self.input);
         let first_psb = self.plan.chunks[0].start;
         let mut junk = (first_psb > 0).then(|| EventRow {
@@ -644,13 +649,17 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
                 stitcher.push(b, |mut p| {
                     if let Some(j) = junk.take() {
                         p.events.insert(0, j);
+                        p.prepared = None;
                     }
-                    for (p, t) in timeline.push(p) {
+                    for t in timeline.push_timed(p) {
+                        filling.start(t, self.pool);
+                    }
+                    filling.ready(false, |p, t| {
                         if let Err(e) = out.emit(p, t, report, self.pool, &self.tx) {
                             send_err = true;
                             report.warnings.push(format!("{e:#}"));
                         }
-                    }
+                    });
                 });
                 if let Some(b) = &bar {
                     b.inc(done);
@@ -674,19 +683,71 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
         drop(slots);
         drop(bodies);
         if !send_err {
-            for (p, t) in timeline.finish() {
+            for t in timeline.finish_timed() {
+                filling.start(t, self.pool);
+            }
+            filling.ready(true, |p, t| {
+                if send_err {
+                    return;
+                }
                 if let Err(e) = out.emit(p, t, report, self.pool, &self.tx) {
                     report.warnings.push(format!("{e:#}"));
                     send_err = true;
-                    break;
                 }
-            }
+            });
         }
         if let Some(b) = bar {
             b.finish_and_clear();
         }
         report.fallbacks += stitcher.fallbacks;
         !send_err
+    }
+}
+
+/// Pieces whose rows' `cycles` and `tsc` are being written on the pool
+/// ([`Timed::done`]): the timeline only decides them (a range of rows at a time), so that
+/// the thread every piece goes through does a few words of work per range, not a
+/// division per row. They come back to be emitted in trace order.
+#[derive(Default)]
+struct Filling {
+    queue: VecDeque<crossbeam_channel::Receiver<(Piece<BranchColumns>, TimingColumns)>>,
+}
+
+impl Filling {
+    /// Pieces out at once before the ordered thread waits for the first (the pool's
+    /// tasks never block, so it comes). As many as the writer channel holds: each is
+    /// rows in memory.
+    const IN_FLIGHT: usize = 4;
+
+    fn start(&mut self, t: Timed, pool: &rayon::ThreadPool) {
+        let (tx, rx) = bounded(1);
+        pool.spawn(move || {
+            let _ = tx.send(t.done());
+        });
+        self.queue.push_back(rx);
+    }
+
+    /// Hand the pieces that are back, in order, to `emit`: those ready at the front, and
+    /// more while too many are out (`all`: every one, waiting for each).
+    fn ready(&mut self, all: bool, mut emit: impl FnMut(Piece<BranchColumns>, TimingColumns)) {
+        while let Some(rx) = self.queue.front() {
+            let wait = all || self.queue.len() > Self::IN_FLIGHT;
+            let piece = if wait {
+                // A closed channel would mean a task that never ran (a panic aborts
+                // the process first): nothing to emit for it.
+                rx.recv().ok()
+            } else {
+                match rx.try_recv() {
+                    Ok(p) => Some(p),
+                    Err(crossbeam_channel::TryRecvError::Empty) => break,
+                    Err(crossbeam_channel::TryRecvError::Disconnected) => None,
+                }
+            };
+            self.queue.pop_front();
+            if let Some((p, t)) = piece {
+                emit(p, t);
+            }
+        }
     }
 }
 

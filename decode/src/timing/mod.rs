@@ -23,8 +23,13 @@ use std::collections::VecDeque;
 
 use tracemill_schemas::{BranchKind, EventKind, TimingKind};
 
+mod fill;
+
+pub use fill::Fills;
+use fill::{interpolate, Col, Fill, How};
+
 use crate::piece::{Piece, TimingFact};
-use crate::rows::{BranchColumns, EventRow, OptU64, TimingColumns, TimingRow};
+use crate::rows::{BranchColumns, EventRow, TimingColumns, TimingRow};
 
 /// A format's clock: what each timing packet means, in stream order. The [`Timeline`]
 /// asks it for each packet's `timing` row and time, and places that time on rows by the
@@ -147,13 +152,6 @@ impl TscGroup {
     }
 }
 
-/// Which column a stream fills.
-#[derive(Clone, Copy, Debug)]
-enum Col {
-    Cycles,
-    Tsc,
-}
-
 /// A timing packet or an event that matters to time, in stream order.
 #[derive(Clone, Copy, Debug)]
 enum Mark {
@@ -218,6 +216,43 @@ fn marks_of(p: &Piece<BranchColumns>) -> Vec<Mark> {
     out
 }
 
+/// What the timeline reads of a piece besides its rows, computed from the piece alone:
+/// each row's effective offset, its exact rows (cycle-accurate timing) and its lead bound
+/// ([`prepare`], which the pipeline runs on the thread that decoded the piece: on the
+/// ordered thread these were 5% of a decode of a cycle-accurate RTIT trace, with the page
+/// faults of their fresh vectors), then its marks (computed by the timeline once, when
+/// the piece is next in line; they copy the piece's timing packets, so the pieces in
+/// flight do not carry them).
+#[derive(Clone, Debug, Default)]
+pub struct Prepared {
+    eff: Vec<u64>,
+    exact: Vec<bool>,
+    lead: u64,
+    marks: Option<Vec<Mark>>,
+}
+
+/// Compute what the timeline reads of `p`'s rows ([`Prepared`]) and keep it with the piece.
+pub fn prepare(p: &mut Piece<BranchColumns>) {
+    p.prepared = Some(Box::new(Prepared {
+        eff: effective_offsets(&p.rows, &p.events),
+        exact: exact_rows(&p.rows),
+        lead: lead_bound(p),
+        marks: None,
+    }));
+}
+
+/// `p`'s [`Prepared`], marks included.
+fn prepared(p: &mut Piece<BranchColumns>) -> &mut Prepared {
+    if p.prepared.is_none() {
+        prepare(p);
+    }
+    if p.prepared.as_ref().is_some_and(|q| q.marks.is_none()) {
+        let marks = marks_of(p);
+        p.prepared.as_mut().expect("prepared above").marks = Some(marks);
+    }
+    p.prepared.as_mut().expect("prepared above")
+}
+
 /// Fills `tsc` and `cycles` of rows and computes the `timing` table, piece by piece in
 /// trace order. A piece comes back once none of its rows waits for an anchor.
 ///
@@ -249,7 +284,10 @@ pub struct Timeline<C: Clock> {
     scheduled: VecDeque<(u64, u64)>,
     /// Without cycle-accurate timing: MTC/STS TSCs since the last row, for the next rows.
     group: TscGroup,
-    held: VecDeque<(u64, Piece<BranchColumns>, TimingColumns)>,
+    held: VecDeque<Held>,
+    /// The fills and highest values of the piece being processed (not yet held).
+    cur_fills: Vec<Fill>,
+    cur_max: [u64; 2],
     queue: VecDeque<Piece<BranchColumns>>,
     /// Marks after the last row of the previous piece.
     carry: Vec<Mark>,
@@ -288,6 +326,8 @@ impl<C: Clock> Timeline<C> {
             scheduled: VecDeque::new(),
             group: TscGroup::default(),
             held: VecDeque::new(),
+            cur_fills: Vec::new(),
+            cur_max: [0; 2],
             queue: VecDeque::new(),
             carry: Vec::new(),
             in_gap: true,
@@ -303,20 +343,37 @@ impl<C: Clock> Timeline<C> {
 
     /// Add the next piece; returns the pieces, with their `timing` rows, that are done.
     pub fn push(&mut self, p: Piece<BranchColumns>) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
+        self.push_timed(p).into_iter().map(Timed::done).collect()
+    }
+
+    /// The end of the trace: the last rows take the last anchors' values.
+    pub fn finish(&mut self) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
+        self.finish_timed().into_iter().map(Timed::done).collect()
+    }
+
+    /// [`Timeline::push`], leaving the rows' `cycles` and `tsc` to be written by the
+    /// caller ([`Timed::fills`]), on any thread.
+    pub fn push_timed(&mut self, p: Piece<BranchColumns>) -> Vec<Timed> {
         self.queue.push_back(p);
         let mut out = Vec::new();
         while self.queue.len() >= 2 {
             let p = self.queue.pop_front().expect("two pieces queued");
             // The next piece's marks: a FUP.BuffOvf there can undo an exact row here (4.2.5).
-            let next_marks = marks_of(&self.queue[0]);
-            let next_bound = lead_bound(&self.queue[0]);
-            out.extend(self.process(p, &next_marks, next_bound, false));
+            let next = prepared(&mut self.queue[0]);
+            let (marks, lead) = (next.marks.take().unwrap_or_default(), next.lead);
+            out.extend(self.process(p, &marks, lead, false));
+            self.queue[0]
+                .prepared
+                .as_mut()
+                .expect("prepared above")
+                .marks = Some(marks);
         }
         out
     }
 
-    /// The end of the trace: the last rows take the last anchors' values.
-    pub fn finish(&mut self) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
+    /// [`Timeline::finish`], leaving the rows' time to the caller as
+    /// [`Timeline::push_timed`] does.
+    pub fn finish_timed(&mut self) -> Vec<Timed> {
         let mut out = Vec::new();
         while let Some(p) = self.queue.pop_front() {
             let last = self.queue.is_empty();
@@ -336,15 +393,22 @@ impl<C: Clock> Timeline<C> {
         next_marks: &[Mark],
         next_bound: u64,
         last: bool,
-    ) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
+    ) -> Vec<Timed> {
         let id = self.next_piece;
         self.next_piece += 1;
         let mut p = p;
         let mut timing = TimingColumns::default();
+        prepared(&mut p);
+        let prep = *p.prepared.take().expect("prepared above");
+        let own = prep.marks.unwrap_or_default();
         let mut marks = std::mem::take(&mut self.carry);
         let skip = std::mem::take(&mut self.skip_marks);
-        marks.extend(marks_of(&p).into_iter().skip(skip));
-        let mut eff = effective_offsets(&p.rows, &p.events);
+        if marks.is_empty() && skip == 0 {
+            marks = own;
+        } else {
+            marks.extend_from_slice(&own[skip.min(own.len())..]);
+        }
+        let mut eff = prep.eff;
         if !last && next_bound != u64::MAX && eff.last() == Some(&u64::MAX) {
             // The `jmp`/`call` rows that end the piece sit where the next piece's first
             // decided row or stop is, as in a decode not cut here: the next piece's marks
@@ -361,11 +425,7 @@ impl<C: Clock> Timeline<C> {
             self.skip_marks = k;
         }
         self.marks_handled += marks.len() as u64;
-        let exact = if self.cycle_acc {
-            exact_rows(&p.rows)
-        } else {
-            Vec::new()
-        };
+        let exact = prep.exact;
         let n = p.rows.len();
         let mut mi = 0;
         for i in 0..=n {
@@ -490,10 +550,12 @@ impl<C: Clock> Timeline<C> {
                 Some((c, t)) => {
                     self.anchor(Col::Cycles, x, c, &mut p.rows, id);
                     p.rows.cycles.set(i, Some(c));
+                    self.cur_max[Col::Cycles as usize] = self.cur_max[0].max(c);
                     match t {
                         Some(t) => {
                             self.anchor(Col::Tsc, x, t, &mut p.rows, id);
                             p.rows.tsc.set(i, Some(t));
+                            self.cur_max[Col::Tsc as usize] = self.cur_max[1].max(t);
                         }
                         None => self.tsc.wait(id, i, x - p.rows.insns[i] as u64, o),
                     }
@@ -512,7 +574,13 @@ impl<C: Clock> Timeline<C> {
                 self.flush(Some((&mut p.rows, id)));
             }
         }
-        self.held.push_back((id, p, timing));
+        self.held.push_back(Held {
+            id,
+            piece: p,
+            timing,
+            fills: std::mem::take(&mut self.cur_fills),
+            max: std::mem::take(&mut self.cur_max),
+        });
         self.release(false)
     }
 
@@ -758,47 +826,79 @@ impl<C: Clock> Timeline<C> {
                 _ => Some(interpolate(last, next, 0)),
             },
         };
-        let fill = |rows: &mut BranchColumns, from: usize, x: &mut u64, left: &mut usize| {
+        let how = match same {
+            Some(v) => How::Same(v),
+            None => How::Between(
+                last.expect("two rising anchors"),
+                next.expect("two rising anchors"),
+            ),
+        };
+        // Long ranges are written later, on another thread ([`Fills::apply`]): here only
+        // the range, and the highest value it will hold (its last row's) for the running
+        // maximum of the pieces after it. Short ones (a few rows between two anchors, as
+        // with cycle-accurate timing) cost less to write at once than to record.
+        let fill = |rows: &mut BranchColumns,
+                    fills: &mut Vec<Fill>,
+                    max: &mut [u64; 2],
+                    from: usize,
+                    x: &mut u64,
+                    left: &mut usize| {
             let to = rows.len().min(from + *left);
             if to <= from {
                 return;
             }
-            let column = match col {
-                Col::Cycles => &mut rows.cycles,
-                Col::Tsc => &mut rows.tsc,
-            };
-            match same {
-                Some(v) => {
-                    column.values[from..to].fill(v.unwrap_or(0));
-                    column.valid[from..to].fill(v.is_some());
+            let x0 = *x;
+            if to - from <= fill::WRITE_AT_ONCE {
+                fill::write(rows, col, from, to, x, how);
+            } else {
+                if let How::Between(..) = how {
+                    *x += rows.insns[from..to].iter().map(|&n| n as u64).sum::<u64>();
                 }
-                None => {
-                    for (i, &n) in rows.insns[from..to].iter().enumerate() {
-                        *x += n as u64;
-                        column.set(from + i, interpolate(last, next, *x));
-                    }
-                }
+                fills.push(Fill {
+                    col,
+                    from,
+                    to,
+                    x: x0,
+                    how,
+                });
+            }
+            if let Some(v) = how.at(*x) {
+                max[col as usize] = max[col as usize].max(v);
             }
             *left -= to - from;
         };
-        for (pid, p, _) in self.held.iter_mut() {
-            if *pid < start_id || left == 0 {
+        for h in self.held.iter_mut() {
+            if h.id < start_id || left == 0 {
                 continue;
             }
-            let from = if *pid == start_id { start_row } else { 0 };
-            fill(&mut p.rows, from, &mut x, &mut left);
+            let from = if h.id == start_id { start_row } else { 0 };
+            fill(
+                &mut h.piece.rows,
+                &mut h.fills,
+                &mut h.max,
+                from,
+                &mut x,
+                &mut left,
+            );
         }
         if let Some((rows, id)) = cur {
             if left > 0 {
                 let from = if id == start_id { start_row } else { 0 };
-                fill(rows, from, &mut x, &mut left);
+                fill(
+                    rows,
+                    &mut self.cur_fills,
+                    &mut self.cur_max,
+                    from,
+                    &mut x,
+                    &mut left,
+                );
             }
         }
     }
 
-    /// Hand back the pieces no waiting row belongs to (all of them at the end), with
-    /// their columns made non-decreasing.
-    fn release(&mut self, all: bool) -> Vec<(Piece<BranchColumns>, TimingColumns)> {
+    /// Hand back the pieces no waiting row belongs to (all of them at the end), each with
+    /// what is left to write of its time ([`Fills`]).
+    fn release(&mut self, all: bool) -> Vec<Timed> {
         let first_waiting = |s: &Stream| s.pending.map_or(u64::MAX, |p| p.0);
         let keep_from = if all {
             u64::MAX
@@ -806,27 +906,51 @@ impl<C: Clock> Timeline<C> {
             first_waiting(&self.cycles).min(first_waiting(&self.tsc))
         };
         let mut out = Vec::new();
-        while let Some((id, _, _)) = self.held.front() {
-            if !all && *id >= keep_from {
+        while let Some(h) = self.held.front() {
+            if !all && h.id >= keep_from {
                 break;
             }
-            let (_, mut p, t) = self.held.pop_front().expect("front exists");
-            running_max(&mut p.rows.cycles, &mut self.max_cycles);
-            running_max(&mut p.rows.tsc, &mut self.max_tsc);
-            out.push((p, t));
+            let h = self.held.pop_front().expect("front exists");
+            let carry = [self.max_cycles, self.max_tsc];
+            self.max_cycles = self.max_cycles.max(h.max[Col::Cycles as usize]);
+            self.max_tsc = self.max_tsc.max(h.max[Col::Tsc as usize]);
+            out.push(Timed {
+                piece: h.piece,
+                timing: h.timing,
+                fills: Fills {
+                    ops: h.fills,
+                    carry,
+                },
+            });
         }
         out
     }
 }
 
-/// Each non-null value of `col` raised to the highest so far (`max`, carried from piece to
-/// piece), so that time never goes backwards.
-fn running_max(col: &mut OptU64, max: &mut u64) {
-    for (v, &valid) in col.values.iter_mut().zip(&col.valid) {
-        if valid {
-            *max = (*max).max(*v);
-            *v = *max;
-        }
+/// A piece the timeline has processed, not yet released.
+struct Held {
+    id: u64,
+    piece: Piece<BranchColumns>,
+    timing: TimingColumns,
+    fills: Vec<Fill>,
+    /// The highest `cycles` and `tsc` its rows will hold.
+    max: [u64; 2],
+}
+
+/// A piece whose time is decided: its `timing` rows, and its `cycles` and `tsc` once
+/// `fills` are applied ([`Timed::done`], or [`Fills::apply`] on another thread).
+#[derive(Debug)]
+pub struct Timed {
+    pub piece: Piece<BranchColumns>,
+    pub timing: TimingColumns,
+    pub fills: Fills,
+}
+
+impl Timed {
+    /// The piece with its time written.
+    pub fn done(mut self) -> (Piece<BranchColumns>, TimingColumns) {
+        self.fills.apply(&mut self.piece.rows);
+        (self.piece, self.timing)
     }
 }
 
@@ -877,25 +1001,6 @@ fn first_after(marks: &[Mark], mi: usize, o: u64) -> usize {
 fn cyc_search_ends(marks: &[Mark], mi: usize, next_marks: &[Mark], o: u64) -> bool {
     let ends = |m: &Mark| m.offset() > o && (m.is_cyc() || m.ends_cyc_search());
     marks[mi.min(marks.len())..].iter().any(ends) || next_marks.iter().any(ends)
-}
-
-/// Value at cumulative instruction count `x` between anchors `a` and `b` (by
-/// instructions; the earlier value where they disagree, or there is one only).
-fn interpolate(a: Option<(u64, u64)>, b: Option<(u64, u64)>, x: u64) -> Option<u64> {
-    match (a, b) {
-        (Some((xa, u)), Some((xb, v))) if xb > xa && v >= u => {
-            let (d, f, span) = (v - u, x.clamp(xa, xb) - xa, xb - xa);
-            // 64-bit arithmetic unless the product overflows (it nearly never does).
-            let step = match d.checked_mul(f) {
-                Some(p) => p / span,
-                None => (d as u128 * f as u128 / span as u128) as u64,
-            };
-            Some(u + step)
-        }
-        (Some((_, u)), _) => Some(u),
-        (None, Some((_, v))) => Some(v),
-        (None, None) => None,
-    }
 }
 
 /// For each row, the offset of the packet that places it in time: its own for rows
@@ -1040,32 +1145,6 @@ fn overflow_rule(marks: &[Mark], then: &[Mark], kind: u8) -> bool {
 mod tests {
     use super::*;
     use crate::rows::BranchRow;
-
-    #[test]
-    fn interpolation_stays_between_anchors_even_when_the_product_overflows_64_bits() {
-        let (a, b) = (Some((10, 100)), Some((20, 200)));
-        assert_eq!(interpolate(a, b, 15), Some(150));
-        assert_eq!(
-            interpolate(a, b, 5),
-            Some(100),
-            "clamped to the earlier anchor"
-        );
-        assert_eq!(
-            interpolate(a, b, 99),
-            Some(200),
-            "clamped to the later anchor"
-        );
-        assert_eq!(interpolate(a, None, 99), Some(100), "after the last anchor");
-        // (v - u) * f overflows u64: the 128-bit path gives the exact midpoint.
-        let (u, v) = (1u64 << 40, (1u64 << 40) + (1u64 << 62));
-        let (xa, xb) = (0u64, 1u64 << 10);
-        assert_eq!(
-            interpolate(Some((xa, u)), Some((xb, v)), 1 << 9),
-            Some(u + (1u64 << 61))
-        );
-        // An anchor that goes backwards does not pull rows back.
-        assert_eq!(interpolate(Some((0, 50)), Some((10, 40)), 5), Some(50));
-    }
 
     use crate::rtit::clock::{RtitClock, TimingConfig};
 
