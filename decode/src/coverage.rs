@@ -272,7 +272,7 @@ mod tests {
             let insns = if ip == 0x1000 && i % 2 == 1 { 9 } else { 3 };
             rows.push_flow(&BranchRow {
                 ip,
-                target: (x % 5 != 0).then_some(ip + 0x100 + (x >> 40) % 7),
+                target: (!x.is_multiple_of(5)).then_some(ip + 0x100 + (x >> 40) % 7),
                 kind: BranchKind::from_code((x >> 20) as u8 % 6).expect("a kind"),
                 taken: true,
                 compressed: false,

@@ -299,6 +299,16 @@ impl TimingColumns {
     pub fn is_empty(&self) -> bool {
         self.offset.is_empty()
     }
+    /// Room for `n` more rows.
+    pub fn reserve(&mut self, n: usize) {
+        self.offset.reserve(n);
+        self.kind.reserve(n);
+        self.raw.reserve(n);
+        self.value.reserve(n);
+        self.tsc.reserve(n);
+        self.cycles.reserve(n);
+        self.core_bus_ratio.reserve(n);
+    }
     pub fn push(&mut self, r: &TimingRow) {
         self.offset.push(r.offset);
         self.kind.push(r.kind as u8);

@@ -568,6 +568,7 @@ fn produce<F: TraceFormat>(
     slots: crossbeam_channel::Receiver<()>,
     bodies: crossbeam_channel::Sender<(usize, Body<F, BranchColumns>)>,
 ) {
+    let cycle_acc = F::Clock::new(&input.timing).cycle_acc();
     pool.in_place_scope(|sc| {
         for (i, c) in chunks.iter().enumerate() {
             if slots.recv().is_err() {
@@ -583,7 +584,7 @@ fn produce<F: TraceFormat>(
                 drop(cache);
                 // What the timeline reads of the piece, computed here rather than on
                 // the ordered thread.
-                tracemill_decode::timing::prepare(&mut body.out);
+                tracemill_decode::timing::prepare(&mut body.out, cycle_acc);
                 let _ = tx.send((i, body));
             });
         }
@@ -643,6 +644,13 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
         let mut released = 0u64;
         'bodies: for (i, b) in bodies.iter() {
             ready.insert(i, b);
+            // Pieces filled since the last body go on now, not after the next stitch.
+            filling.ready(false, |p, t| {
+                if let Err(e) = out.emit(p, t, report, self.pool, &self.tx) {
+                    send_err = true;
+                    report.warnings.push(format!("{e:#}"));
+                }
+            });
             while let Some(b) = ready.remove(&next) {
                 next += 1;
                 let done = b.chunk.end - b.chunk.start;
@@ -710,38 +718,57 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
 /// division per row. They come back to be emitted in trace order.
 #[derive(Default)]
 struct Filling {
-    queue: VecDeque<crossbeam_channel::Receiver<(Piece<BranchColumns>, TimingColumns)>>,
+    queue: VecDeque<Fill>,
 }
 
+/// One piece out: its job (taken by whichever comes first, the pool task or the ordered
+/// thread) and the pool task's result.
+type Fill = (
+    Arc<Mutex<Option<Timed>>>,
+    crossbeam_channel::Receiver<(Piece<BranchColumns>, TimingColumns)>,
+);
+
 impl Filling {
-    /// Pieces out at once before the ordered thread waits for the first (the pool's
-    /// tasks never block, so it comes). As many as the writer channel holds: each is
-    /// rows in memory.
-    const IN_FLIGHT: usize = 4;
+    /// Pieces out at once. Past it the ordered thread takes the oldest back and fills it
+    /// itself, unless a pool thread already is (then it waits for that): the pool's
+    /// queue is first in, first out, so a task spawned behind a window of chunks to
+    /// decode may not start for a while, and each piece out is rows in memory (with four
+    /// out and waiting, `decode -j2 --out` of the 1 GiB synthetic trace peaked at 613 MiB
+    /// RssAnon against 556 MiB before the fills moved to the pool).
+    const IN_FLIGHT: usize = 2;
 
     fn start(&mut self, t: Timed, pool: &rayon::ThreadPool) {
         let (tx, rx) = bounded(1);
+        let job = Arc::new(Mutex::new(Some(t)));
+        let mine = Arc::clone(&job);
         pool.spawn(move || {
-            let _ = tx.send(t.done());
+            let t = mine.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(t) = t {
+                let _ = tx.send(t.done());
+            }
         });
-        self.queue.push_back(rx);
+        self.queue.push_back((job, rx));
     }
 
     /// Hand the pieces that are back, in order, to `emit`: those ready at the front, and
-    /// more while too many are out (`all`: every one, waiting for each).
+    /// more while too many are out (`all`: every one).
     fn ready(&mut self, all: bool, mut emit: impl FnMut(Piece<BranchColumns>, TimingColumns)) {
-        while let Some(rx) = self.queue.front() {
-            let wait = all || self.queue.len() > Self::IN_FLIGHT;
-            let piece = if wait {
-                // A closed channel would mean a task that never ran (a panic aborts
-                // the process first): nothing to emit for it.
-                rx.recv().ok()
-            } else {
-                match rx.try_recv() {
-                    Ok(p) => Some(p),
-                    Err(crossbeam_channel::TryRecvError::Empty) => break,
-                    Err(crossbeam_channel::TryRecvError::Disconnected) => None,
+        while let Some((job, rx)) = self.queue.front() {
+            let piece = match rx.try_recv() {
+                Ok(p) => Some(p),
+                Err(crossbeam_channel::TryRecvError::Empty) => {
+                    if !all && self.queue.len() <= Self::IN_FLIGHT {
+                        break;
+                    }
+                    let t = job.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    match t {
+                        Some(t) => Some(t.done()),
+                        // A pool thread is filling it. (A closed channel would mean a
+                        // task that never ran: a panic aborts the process first.)
+                        None => rx.recv().ok(),
+                    }
                 }
+                Err(crossbeam_channel::TryRecvError::Disconnected) => None,
             };
             self.queue.pop_front();
             if let Some((p, t)) = piece {

@@ -231,20 +231,26 @@ pub struct Prepared {
     marks: Option<Vec<Mark>>,
 }
 
-/// Compute what the timeline reads of `p`'s rows ([`Prepared`]) and keep it with the piece.
-pub fn prepare(p: &mut Piece<BranchColumns>) {
+/// Compute what the timeline reads of `p`'s rows ([`Prepared`]) and keep it with the piece;
+/// `cycle_acc`: the trace's timing is cycle-accurate ([`Clock::cycle_acc`]; without it no
+/// row is exact).
+pub fn prepare(p: &mut Piece<BranchColumns>, cycle_acc: bool) {
     p.prepared = Some(Box::new(Prepared {
         eff: effective_offsets(&p.rows, &p.events),
-        exact: exact_rows(&p.rows),
+        exact: if cycle_acc {
+            exact_rows(&p.rows)
+        } else {
+            Vec::new()
+        },
         lead: lead_bound(p),
         marks: None,
     }));
 }
 
 /// `p`'s [`Prepared`], marks included.
-fn prepared(p: &mut Piece<BranchColumns>) -> &mut Prepared {
+fn prepared(p: &mut Piece<BranchColumns>, cycle_acc: bool) -> &mut Prepared {
     if p.prepared.is_none() {
-        prepare(p);
+        prepare(p, cycle_acc);
     }
     if p.prepared.as_ref().is_some_and(|q| q.marks.is_none()) {
         let marks = marks_of(p);
@@ -359,7 +365,7 @@ impl<C: Clock> Timeline<C> {
         while self.queue.len() >= 2 {
             let p = self.queue.pop_front().expect("two pieces queued");
             // The next piece's marks: a FUP.BuffOvf there can undo an exact row here (4.2.5).
-            let next = prepared(&mut self.queue[0]);
+            let next = prepared(&mut self.queue[0], self.cycle_acc);
             let (marks, lead) = (next.marks.take().unwrap_or_default(), next.lead);
             out.extend(self.process(p, &marks, lead, false));
             self.queue[0]
@@ -398,7 +404,7 @@ impl<C: Clock> Timeline<C> {
         self.next_piece += 1;
         let mut p = p;
         let mut timing = TimingColumns::default();
-        prepared(&mut p);
+        prepared(&mut p, self.cycle_acc);
         let prep = *p.prepared.take().expect("prepared above");
         let own = prep.marks.unwrap_or_default();
         let mut marks = std::mem::take(&mut self.carry);
@@ -425,6 +431,8 @@ impl<C: Clock> Timeline<C> {
             self.skip_marks = k;
         }
         self.marks_handled += marks.len() as u64;
+        // Each timing packet is a row of the table (events among the marks are few).
+        timing.reserve(marks.len());
         let exact = prep.exact;
         let n = p.rows.len();
         let mut mi = 0;
