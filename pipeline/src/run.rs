@@ -603,6 +603,22 @@ struct Ordered<'r, 'a, F: TraceFormat> {
 }
 
 impl<F: TraceFormat> Ordered<'_, '_, F> {
+    /// Emit a timed piece; a failure (the writer stopped) becomes a warning and sets
+    /// `failed`.
+    fn emit(
+        &self,
+        out: &mut Emitter,
+        p: Piece<BranchColumns>,
+        t: TimingColumns,
+        report: &mut Report,
+        failed: &mut bool,
+    ) {
+        if let Err(e) = out.emit(p, t, report, self.pool, &self.tx) {
+            *failed = true;
+            report.warnings.push(format!("{e:#}"));
+        }
+    }
+
     /// Whether every body was emitted (not stopped by a writer's failure).
     fn run(
         self,
@@ -645,12 +661,7 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
         'bodies: for (i, b) in bodies.iter() {
             ready.insert(i, b);
             // Pieces filled since the last body go on now, not after the next stitch.
-            filling.ready(false, |p, t| {
-                if let Err(e) = out.emit(p, t, report, self.pool, &self.tx) {
-                    send_err = true;
-                    report.warnings.push(format!("{e:#}"));
-                }
-            });
+            filling.ready(false, |p, t| self.emit(out, p, t, report, &mut send_err));
             while let Some(b) = ready.remove(&next) {
                 next += 1;
                 let done = b.chunk.end - b.chunk.start;
@@ -662,12 +673,7 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
                     for t in timeline.push_timed(p) {
                         filling.start(t, self.pool);
                     }
-                    filling.ready(false, |p, t| {
-                        if let Err(e) = out.emit(p, t, report, self.pool, &self.tx) {
-                            send_err = true;
-                            report.warnings.push(format!("{e:#}"));
-                        }
-                    });
+                    filling.ready(false, |p, t| self.emit(out, p, t, report, &mut send_err));
                 });
                 if let Some(b) = &bar {
                     b.inc(done);
@@ -695,12 +701,8 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
                 filling.start(t, self.pool);
             }
             filling.ready(true, |p, t| {
-                if send_err {
-                    return;
-                }
-                if let Err(e) = out.emit(p, t, report, self.pool, &self.tx) {
-                    report.warnings.push(format!("{e:#}"));
-                    send_err = true;
+                if !send_err {
+                    self.emit(out, p, t, report, &mut send_err);
                 }
             });
         }
@@ -718,12 +720,12 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
 /// division per row. They come back to be emitted in trace order.
 #[derive(Default)]
 struct Filling {
-    queue: VecDeque<Fill>,
+    queue: VecDeque<Out>,
 }
 
 /// One piece out: its job (taken by whichever comes first, the pool task or the ordered
 /// thread) and the pool task's result.
-type Fill = (
+type Out = (
     Arc<Mutex<Option<Timed>>>,
     crossbeam_channel::Receiver<(Piece<BranchColumns>, TimingColumns)>,
 );

@@ -86,6 +86,12 @@ impl Fills {
     }
 }
 
+/// Raise the highest value of column `col` to `v`.
+#[inline]
+pub(crate) fn raise(max: &mut [u64; 2], col: Col, v: u64) {
+    max[col as usize] = max[col as usize].max(v);
+}
+
 /// Ranges of at most this many rows are written by the timeline itself.
 pub(crate) const WRITE_AT_ONCE: usize = 32;
 

@@ -249,7 +249,13 @@ pub fn prepare(p: &mut Piece<BranchColumns>, cycle_acc: bool) {
 
 /// `p`'s [`Prepared`], marks included.
 fn prepared(p: &mut Piece<BranchColumns>, cycle_acc: bool) -> &mut Prepared {
-    if p.prepared.is_none() {
+    // Prepared by a caller that judged cycle-accurate timing otherwise (its exact rows
+    // would not match the rows): prepared again.
+    let rows = p.rows.len();
+    if p.prepared
+        .as_ref()
+        .is_none_or(|q| q.exact.len() != if cycle_acc { rows } else { 0 })
+    {
         prepare(p, cycle_acc);
     }
     if p.prepared.as_ref().is_some_and(|q| q.marks.is_none()) {
@@ -307,9 +313,8 @@ pub struct Timeline<C: Clock> {
     /// Marks at the head of the next piece already handled with this piece's trailing
     /// `jmp`/`call` rows (`process`).
     skip_marks: usize,
-    /// Running maxima (never backwards).
-    max_cycles: u64,
-    max_tsc: u64,
+    /// The highest `cycles` and `tsc` of the pieces released so far ([`Col`] order).
+    max: [u64; 2],
     /// Past this many waiting rows, rows take the last anchor's value (bounded memory for
     /// traces whose anchors are far apart).
     pub max_pending: usize,
@@ -340,8 +345,7 @@ impl<C: Clock> Timeline<C> {
             gap_tsc: None,
             next_piece: 0,
             skip_marks: 0,
-            max_cycles: 0,
-            max_tsc: 0,
+            max: [0; 2],
             max_pending: 4 << 20,
             marks_handled: 0,
         }
@@ -558,12 +562,12 @@ impl<C: Clock> Timeline<C> {
                 Some((c, t)) => {
                     self.anchor(Col::Cycles, x, c, &mut p.rows, id);
                     p.rows.cycles.set(i, Some(c));
-                    self.cur_max[Col::Cycles as usize] = self.cur_max[0].max(c);
+                    fill::raise(&mut self.cur_max, Col::Cycles, c);
                     match t {
                         Some(t) => {
                             self.anchor(Col::Tsc, x, t, &mut p.rows, id);
                             p.rows.tsc.set(i, Some(t));
-                            self.cur_max[Col::Tsc as usize] = self.cur_max[1].max(t);
+                            fill::raise(&mut self.cur_max, Col::Tsc, t);
                         }
                         None => self.tsc.wait(id, i, x - p.rows.insns[i] as u64, o),
                     }
@@ -822,24 +826,17 @@ impl<C: Clock> Timeline<C> {
         let mut left = std::mem::take(&mut st.waiting);
         // Every waiting row gets the same value unless it lies between two anchors that
         // rise: decided once here, not per row.
-        let same = match (col, last, floor) {
+        let how = match (col, last, floor) {
             // After a gap, before its first anchor: that anchor's value (held back); with
             // none before the next gap, the value before this gap.
-            (_, None, Some(f)) => Some(Some(next.map_or(f, |n| n.1))),
+            (_, None, Some(f)) => How::Same(Some(next.map_or(f, |n| n.1))),
             // No TSC before the first STS: the MTC bits alone cannot say which.
-            (Col::Tsc, None, None) => Some(None),
+            (Col::Tsc, None, None) => How::Same(None),
             _ => match (last, next) {
-                (Some((xa, u)), Some((xb, v))) if xb > xa && v >= u => None,
+                (Some(a), Some(b)) if b.0 > a.0 && b.1 >= a.1 => How::Between(a, b),
                 // One anchor (or two that do not rise): `interpolate` takes the earlier.
-                _ => Some(interpolate(last, next, 0)),
+                _ => How::Same(interpolate(last, next, 0)),
             },
-        };
-        let how = match same {
-            Some(v) => How::Same(v),
-            None => How::Between(
-                last.expect("two rising anchors"),
-                next.expect("two rising anchors"),
-            ),
         };
         // Long ranges are written later, on another thread ([`Fills::apply`]): here only
         // the range, and the highest value it will hold (its last row's) for the running
@@ -871,7 +868,7 @@ impl<C: Clock> Timeline<C> {
                 });
             }
             if let Some(v) = how.at(*x) {
-                max[col as usize] = max[col as usize].max(v);
+                fill::raise(max, col, v);
             }
             *left -= to - from;
         };
@@ -919,9 +916,10 @@ impl<C: Clock> Timeline<C> {
                 break;
             }
             let h = self.held.pop_front().expect("front exists");
-            let carry = [self.max_cycles, self.max_tsc];
-            self.max_cycles = self.max_cycles.max(h.max[Col::Cycles as usize]);
-            self.max_tsc = self.max_tsc.max(h.max[Col::Tsc as usize]);
+            let carry = self.max;
+            for (m, h) in self.max.iter_mut().zip(h.max) {
+                *m = (*m).max(h);
+            }
             out.push(Timed {
                 piece: h.piece,
                 timing: h.timing,
