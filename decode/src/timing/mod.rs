@@ -219,7 +219,7 @@ fn marks_of(p: &Piece<BranchColumns>) -> Vec<Mark> {
 /// What the timeline reads of a piece besides its rows, computed from the piece alone:
 /// each row's effective offset, its exact rows (cycle-accurate timing) and its lead bound
 /// ([`prepare`], which the pipeline runs on the thread that decoded the piece: on the
-/// ordered thread these were 5% of a decode of a cycle-accurate RTIT trace, with the page
+/// ordered thread these were 3% of a decode of a cycle-accurate RTIT trace, with the page
 /// faults of their fresh vectors), then its marks (computed by the timeline once, when
 /// the piece is next in line; they copy the piece's timing packets, so the pieces in
 /// flight do not carry them).
