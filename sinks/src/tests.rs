@@ -945,6 +945,137 @@ fn row_groups_encoded_elsewhere_read_back_as_written_batch_by_batch() {
     }
 }
 
+/// The unsigned integer columns (`ip`, `target`, `insns`, `cr3`) written from the
+/// encoder's own dictionary carry what arrow-rs writes for them: the same chunk statistics,
+/// column index (page minima, maxima, null pages and counts, boundary order), page
+/// boundaries and bloom filter, and no more bytes.
+#[test]
+fn integer_dictionary_chunks_carry_what_arrow_rs_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    // Row groups of 30,720 rows and pages of 10,240: arrow-rs cuts pages after whole
+    // write batches (1,024 rows), the encoder at exactly the limit; at multiples of 1,024
+    // both cut at the same rows.
+    let opts = WriterOptions {
+        max_row_group_rows: 30_720,
+        data_page_rows: 10_240,
+        ..WriterOptions::default()
+    };
+    let mut cols = sample_branches(75_000, 11, 0);
+    // Rows with no target or cr3: a page of nulls only (rows 40,960..51,200), and pages
+    // with some. Addresses above 2^63 check that minima and maxima compare unsigned.
+    for i in 38_000..52_000 {
+        cols.target.valid[i] = false;
+        cols.target.values[i] = 0;
+        cols.cr3.valid[i] = false;
+        cols.cr3.values[i] = 0;
+    }
+    for i in (0..75_000).step_by(997) {
+        cols.ip[i] = 0xffff_ffff_8100_0000 + i as u64;
+    }
+    let all = crate::convert::branches(cols, 0).unwrap();
+    let groups: Vec<RecordBatch> = [(0, 30_720), (30_720, 30_720), (61_440, 13_560)]
+        .iter()
+        .map(|&(at, n)| all.slice(at, n))
+        .collect();
+
+    let plain = dir.path().join("write");
+    let enc = dir.path().join("enc");
+    fs::create_dir_all(&plain).unwrap();
+    fs::create_dir_all(&enc).unwrap();
+    let mut w = TableWriter::create_in(&plain, "branches", &file_meta(), &opts).unwrap();
+    w.write(&all).unwrap();
+    let by_write = w.finish().unwrap();
+    let mut w = TableWriter::create_in(&enc, "branches", &file_meta(), &opts).unwrap();
+    let e = w.row_group_encoder().unwrap();
+    for (i, g) in groups.iter().enumerate() {
+        w.append_encoded(e.encode(i, std::slice::from_ref(g)).unwrap())
+            .unwrap();
+    }
+    let by_encoder = w.finish().unwrap();
+    assert_eq!(read_parquet(&by_write.path), read_parquet(&by_encoder.path));
+
+    let (ma, mb) = (parquet_meta(&by_write.path), parquet_meta(&by_encoder.path));
+    assert_eq!(ma.num_row_groups(), 3);
+    assert_eq!(mb.num_row_groups(), 3);
+    let blooms = |path: &Path| {
+        let props = ReaderProperties::builder()
+            .set_read_bloom_filter(true)
+            .build();
+        let opts = ReadOptionsBuilder::new()
+            .with_reader_properties(props)
+            .build();
+        let r = SerializedFileReader::new_with_options(File::open(path).unwrap(), opts).unwrap();
+        (0..3)
+            .map(|g| {
+                let rg = r.get_row_group(g).unwrap();
+                let f = rg.get_column_bloom_filter(1).expect("a bloom filter on ip");
+                let mut bytes = Vec::new();
+                f.write(&mut bytes).unwrap();
+                bytes
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        blooms(&by_write.path),
+        blooms(&by_encoder.path),
+        "ip bloom filters"
+    );
+    for g in 0..3 {
+        for name in ["ip", "target", "insns", "cr3"] {
+            let find = |m: &ParquetMetaData| {
+                let rg = &m.row_groups()[g];
+                let i = rg
+                    .columns()
+                    .iter()
+                    .position(|c| c.column_path().string() == name)
+                    .unwrap();
+                let pages = m.page_index_for_row_group(g);
+                (
+                    rg.column(i).clone(),
+                    pages.column_index(i).cloned(),
+                    pages
+                        .offset_index(i)
+                        .unwrap()
+                        .page_locations()
+                        .iter()
+                        .map(|l| l.first_row_index)
+                        .collect::<Vec<_>>(),
+                )
+            };
+            let (ca, ia, ra) = find(&ma);
+            let (cb, ib, rb) = find(&mb);
+            let at = format!("row group {g}, {name}");
+            assert_eq!(ca.statistics(), cb.statistics(), "{at}");
+            assert!(cb.statistics().is_some(), "{at}");
+            assert_eq!(ia, ib, "{at}: column index");
+            assert!(ib.is_some(), "{at}");
+            assert_eq!(ra, rb, "{at}: pages");
+            assert_eq!(ca.num_values(), cb.num_values(), "{at}");
+            assert_eq!(
+                ca.encodings().collect::<Vec<_>>(),
+                cb.encodings().collect::<Vec<_>>(),
+                "{at}"
+            );
+            assert_eq!(ca.page_encoding_stats(), cb.page_encoding_stats(), "{at}");
+            assert_eq!(
+                ca.definition_level_histogram(),
+                cb.definition_level_histogram(),
+                "{at}"
+            );
+            assert_eq!(
+                ca.bloom_filter_offset().is_some(),
+                cb.bloom_filter_offset().is_some()
+            );
+            assert!(
+                cb.compressed_size() <= ca.compressed_size(),
+                "{at}: {} bytes against {}",
+                cb.compressed_size(),
+                ca.compressed_size()
+            );
+        }
+    }
+}
+
 #[test]
 fn encoded_row_groups_of_no_rows_and_of_one_row_read_back() {
     let dir = tempfile::tempdir().unwrap();

@@ -194,8 +194,9 @@ pub struct RowGroupEncoder {
     /// The file's columns: the table's, then the constant ones.
     schema: SchemaRef,
     constants: Arc<Constants>,
-    /// Per column of `schema`: the Parquet column, for the string dictionary columns
-    /// [`dictionary_chunk`] encodes (arrow-rs would hash every row's string again).
+    /// Per column of `schema`: the Parquet column, for the dictionary columns
+    /// [`dictionary_chunk`] encodes (string dictionaries and unsigned integers, whose
+    /// dictionary index arrow-rs would find by hashing every row's value).
     keyed: Arc<Vec<Option<ColumnDescPtr>>>,
     props: WriterPropertiesPtr,
     path: PathBuf,
@@ -267,9 +268,13 @@ impl RowGroupEncoder {
         let encode_column = |(i, mut w): (usize, ArrowColumnWriter)| {
             if let Some(descr) = self.keyed[i].as_ref().filter(|_| keyed_ok) {
                 let arrays: Vec<ArrayRef> = extended.iter().map(|b| b.column(i).clone()).collect();
-                let (bytes, close) =
-                    dictionary_chunk::encode(descr.clone(), &self.props, &arrays).map_err(perr)?;
-                return Ok(EncodedColumn::Keyed(bytes, close));
+                // None: a dictionary too large for one page, which arrow-rs writes (it
+                // falls back to plain pages).
+                if let Some((bytes, close)) =
+                    dictionary_chunk::encode(descr.clone(), &self.props, &arrays).map_err(perr)?
+                {
+                    return Ok(EncodedColumn::Keyed(bytes, close));
+                }
             }
             let field = &self.schema.fields()[i];
             let column: Vec<ArrayRef> = extended.iter().map(|b| b.column(i).clone()).collect();

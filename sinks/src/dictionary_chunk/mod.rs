@@ -1,0 +1,420 @@
+//! Parquet column chunks written from dictionary codes found without arrow-rs's per-row
+//! hash table: the dictionary columns that cost most to encode.
+//!
+//! arrow-rs finds each row's dictionary index by hashing its value in a general hash
+//! table (its `Interner`). For the columns tracemill writes most, that lookup is most of
+//! the encoding (`encode-bench`, benches/README.md): a `branches` row's `ip` cost 27.5 ns,
+//! `target` 30, `insns` 17.5 and `kind` 25 of a row's 175 ns, while the values come from
+//! small sets (a program's branch addresses, eight kind names). Two sources of codes:
+//!
+//! - [`strings`]: string columns that are already Arrow dictionaries (`kind`, ingest's
+//!   constant `bundle`): the Arrow keys remapped through a table as long as the Arrow
+//!   dictionary, a load per row.
+//! - [`numbers`]: `UInt64`/`UInt32` columns (`ip`, `target`, `insns`, `cr3`): a
+//!   direct-mapped table of recently seen values in front of the hash map, so a row whose
+//!   value sits in its slot (most rows: a program runs the same branches again and again)
+//!   costs a multiply, a load and a compare. Statistics, the column index and the bloom
+//!   filter are built from the dictionary and from each page's codes, not from every row
+//!   through arrow-rs's per-value paths.
+//!
+//! Either way the chunk is laid out as arrow-rs lays out a dictionary chunk ([`Chunk`]):
+//! a PLAIN dictionary page, then RLE_DICTIONARY data pages (version 1) of at most the
+//! properties' row count, each compressed with the column's codec (ZSTD or none), with the
+//! offset index and the page encoding statistics. A reader cannot tell the difference but
+//! for the bytes saved: the writer's tests read both back and compare rows, statistics,
+//! page indexes and bloom filters.
+
+mod numbers;
+mod strings;
+
+use ::parquet::basic::{Compression, Encoding, PageType};
+use ::parquet::column::page::{CompressedPage, Page, PageWriter};
+use ::parquet::column::writer::ColumnCloseResult;
+use ::parquet::errors::ParquetError;
+use ::parquet::file::metadata::{
+    ColumnChunkMetaData, ColumnChunkMetaDataBuilder, PageEncodingStats,
+};
+use ::parquet::file::page_index::offset_index::{OffsetIndexMetaData, PageLocation};
+use ::parquet::file::properties::{WriterProperties, WriterVersion};
+use ::parquet::file::writer::{SerializedPageWriter, TrackedWrite};
+use ::parquet::schema::types::{ColumnDescPtr, ColumnPath};
+use arrow_array::ArrayRef;
+use arrow_schema::Field;
+use bytes::Bytes;
+
+/// Whether `field` (leaf column `path`) is written by [`encode`] under `props`: a string
+/// dictionary ([`strings::accepts`]) or an unsigned integer column ([`numbers::accepts`]),
+/// dictionary encoding on, version 1 data pages (the default), compressed with ZSTD or
+/// not at all.
+pub(crate) fn applies(field: &Field, path: &ColumnPath, props: &WriterProperties) -> bool {
+    (strings::accepts(field, path, props) || numbers::accepts(field))
+        && props.dictionary_enabled(path)
+        && props.writer_version() == WriterVersion::PARQUET_1_0
+        && matches!(
+            props.compression(path),
+            Compression::ZSTD(_) | Compression::UNCOMPRESSED
+        )
+}
+
+/// Encodes `arrays` (one column of consecutive batches, of a field [`applies`] accepted)
+/// as one column chunk: its bytes, with offsets counted from their start, and what closing
+/// a column writer would have said of them. `None` when arrow-rs must write the chunk
+/// instead: a number column whose dictionary outgrows the properties' dictionary page
+/// limit (arrow-rs then falls back to PLAIN pages part-way through the chunk).
+pub(crate) fn encode(
+    descr: ColumnDescPtr,
+    props: &WriterProperties,
+    arrays: &[ArrayRef],
+) -> Result<Option<(Bytes, ColumnCloseResult)>, ParquetError> {
+    if descr.converted_type() == ::parquet::basic::ConvertedType::UTF8
+        || descr.physical_type() == ::parquet::basic::Type::BYTE_ARRAY
+    {
+        strings::encode(descr, props, arrays).map(Some)
+    } else {
+        numbers::encode(descr, props, arrays)
+    }
+}
+
+/// One column chunk being written: the dictionary page, then the data pages, in memory.
+struct Chunk {
+    out: TrackedWrite<Vec<u8>>,
+    compress: Compressor,
+    dictionary_encoding: Encoding,
+    data_encoding: Encoding,
+    uncompressed: u64,
+    dictionary_offset: Option<i64>,
+    data_offset: Option<i64>,
+    locations: Vec<PageLocation>,
+    rows: u64,
+}
+
+impl Chunk {
+    fn new(path: &ColumnPath, props: &WriterProperties) -> Result<Chunk, ParquetError> {
+        Ok(Chunk {
+            out: TrackedWrite::new(Vec::new()),
+            compress: Compressor::new(path, props.compression(path))?,
+            dictionary_encoding: props.dictionary_page_encoding(),
+            data_encoding: props.dictionary_data_page_encoding(),
+            uncompressed: 0,
+            dictionary_offset: None,
+            data_offset: None,
+            locations: Vec::new(),
+            rows: 0,
+        })
+    }
+
+    /// The dictionary page: `plain` holds `values` values, PLAIN-encoded.
+    fn dictionary(&mut self, plain: &[u8], values: usize) -> Result<(), ParquetError> {
+        let page = Page::DictionaryPage {
+            buf: self.compress.page(plain)?,
+            num_values: values as u32,
+            encoding: self.dictionary_encoding,
+            is_sorted: false,
+        };
+        let spec = SerializedPageWriter::new(&mut self.out)
+            .write_page(CompressedPage::new(page, plain.len()))?;
+        self.uncompressed += spec.uncompressed_size as u64;
+        self.dictionary_offset = Some(spec.offset as i64);
+        Ok(())
+    }
+
+    /// A version 1 data page of `rows` rows: `body` holds its levels (if any) and codes.
+    fn data(&mut self, body: &[u8], rows: usize) -> Result<(), ParquetError> {
+        let page = Page::DataPage {
+            buf: self.compress.page(body)?,
+            num_values: rows as u32,
+            encoding: self.data_encoding,
+            def_level_encoding: Encoding::RLE,
+            rep_level_encoding: Encoding::RLE,
+            statistics: None,
+        };
+        let spec = SerializedPageWriter::new(&mut self.out)
+            .write_page(CompressedPage::new(page, body.len()))?;
+        self.uncompressed += spec.uncompressed_size as u64;
+        self.data_offset.get_or_insert(spec.offset as i64);
+        self.locations.push(PageLocation {
+            offset: spec.offset as i64,
+            compressed_page_size: spec.bytes_written as i32,
+            first_row_index: self.rows as i64,
+        });
+        self.rows += rows as u64;
+        Ok(())
+    }
+
+    /// The chunk's bytes and its close result; `more` adds to the metadata (statistics,
+    /// level histograms), and the caller fills in the bloom filter and column index.
+    fn finish(
+        self,
+        descr: ColumnDescPtr,
+        props: &WriterProperties,
+        more: impl FnOnce(ColumnChunkMetaDataBuilder) -> ColumnChunkMetaDataBuilder,
+    ) -> Result<(Bytes, ColumnCloseResult), ParquetError> {
+        let path = descr.path().clone();
+        let bytes = self.out.bytes_written() as u64;
+        let pages = self.locations.len();
+        let out = self.out.into_inner()?;
+        let mut encoding_stats = Vec::new();
+        if self.dictionary_offset.is_some() {
+            encoding_stats.push(PageEncodingStats {
+                page_type: PageType::DICTIONARY_PAGE,
+                encoding: self.dictionary_encoding,
+                count: 1,
+            });
+        }
+        if pages > 0 {
+            encoding_stats.push(PageEncodingStats {
+                page_type: PageType::DATA_PAGE,
+                encoding: self.data_encoding,
+                count: pages as i32,
+            });
+        }
+        let builder = ColumnChunkMetaData::builder(descr)
+            .set_compression(props.compression(&path))
+            .set_encodings(vec![
+                self.dictionary_encoding,
+                Encoding::RLE,
+                self.data_encoding,
+            ])
+            .set_page_encoding_stats(encoding_stats)
+            .set_total_compressed_size(bytes as i64)
+            .set_total_uncompressed_size(self.uncompressed as i64)
+            .set_num_values(self.rows as i64)
+            // An empty chunk has no data page; point at where one would start. (The writer
+            // leaves empty row groups to arrow-rs, so this is only for other callers.)
+            .set_data_page_offset(self.data_offset.unwrap_or(bytes as i64))
+            .set_dictionary_page_offset(self.dictionary_offset);
+        let metadata = more(builder).build()?;
+        let offset_index = (!props.offset_index_disabled()).then_some(OffsetIndexMetaData {
+            page_locations: self.locations,
+            unencoded_byte_array_data_bytes: None,
+        });
+        Ok((
+            Bytes::from(out),
+            ColumnCloseResult {
+                bytes_written: bytes,
+                rows_written: self.rows,
+                metadata,
+                bloom_filter: None,
+                column_index: None,
+                offset_index,
+            },
+        ))
+    }
+}
+
+/// Rows per data page: the properties' row limit, and no more than fits their byte
+/// limit at `width` bits per row.
+fn page_rows(props: &WriterProperties, width: u8) -> usize {
+    let by_bytes = props.data_page_size_limit().saturating_mul(8) / usize::from(width.max(1));
+    props.data_page_row_count_limit().min(by_bytes).max(8)
+}
+
+/// Bits per code for a dictionary of `n` values (0 for one value: every code is 0).
+fn bit_width(n: usize) -> u8 {
+    (usize::BITS - n.saturating_sub(1).leading_zeros()) as u8
+}
+
+/// Appends `codes` in Parquet's RLE/bit-packed hybrid encoding at `width` bits each,
+/// without the length prefix (dictionary indices in a data page carry none): a run of
+/// eight or more equal codes becomes an RLE run, everything else bit-packed groups of
+/// eight (the last group padded with zeros; the page's value count says where it ends).
+/// A bit-packed run holds at most 63 groups, so its header is one byte, as other writers
+/// do.
+fn rle_hybrid<T: Copy + Eq + Into<u64>>(codes: &[T], width: u8, out: &mut Vec<u8>) {
+    let n = codes.len();
+    if width == 0 {
+        // One value: a single RLE run with a value of no bytes.
+        if n > 0 {
+            varint((n as u64) << 1, out);
+        }
+        return;
+    }
+    let mut literal_start = 0;
+    let mut i = 0;
+    while i < n {
+        let v = codes[i];
+        let mut run = 1;
+        while i + run < n && codes[i + run] == v {
+            run += 1;
+        }
+        // A literal stretch must end on a group of eight: borrow the run's first codes
+        // to fill the last group, and take the run only if eight or more remain.
+        let fill = (8 - (i - literal_start) % 8) % 8;
+        if run >= fill + 8 {
+            bit_packed(&codes[literal_start..i + fill], width, out);
+            let start = i + fill;
+            let len = run - fill;
+            varint((len as u64) << 1, out);
+            let bytes = usize::from(width).div_ceil(8);
+            out.extend_from_slice(&v.into().to_le_bytes()[..bytes]);
+            i = start + len;
+            literal_start = i;
+        } else {
+            i += run;
+        }
+    }
+    bit_packed(&codes[literal_start..], width, out);
+}
+
+/// Bit-packed runs of `codes`, padded with zeros to whole groups of eight.
+fn bit_packed<T: Copy + Into<u64>>(codes: &[T], width: u8, out: &mut Vec<u8>) {
+    const MAX_GROUPS: usize = 63;
+    for run in codes.chunks(MAX_GROUPS * 8) {
+        let groups = run.len().div_ceil(8);
+        varint(((groups as u64) << 1) | 1, out);
+        let mut acc: u64 = 0;
+        let mut bits = 0u32;
+        for k in 0..groups * 8 {
+            let c: u64 = run.get(k).copied().map_or(0, Into::into);
+            acc |= c << bits;
+            bits += u32::from(width);
+            while bits >= 8 {
+                out.push(acc as u8);
+                acc >>= 8;
+                bits -= 8;
+            }
+        }
+        // groups * 8 * width bits is a whole number of bytes.
+        debug_assert_eq!(bits, 0);
+    }
+}
+
+/// ULEB128, as run headers are written.
+fn varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Page compression: ZSTD at the column's level (one context for the whole chunk), or
+/// none.
+struct Compressor(Option<zstd::bulk::Compressor<'static>>);
+
+impl Compressor {
+    /// The codecs [`applies`] accepts; any other is an error naming the column.
+    fn new(path: &ColumnPath, codec: Compression) -> Result<Compressor, ParquetError> {
+        match codec {
+            Compression::UNCOMPRESSED => Ok(Compressor(None)),
+            Compression::ZSTD(l) => zstd::bulk::Compressor::new(l.compression_level())
+                .map(|c| Compressor(Some(c)))
+                .map_err(|e| ParquetError::External(Box::new(e))),
+            other => Err(ParquetError::General(format!(
+                "{path}: {other} is not written by the dictionary chunk encoder"
+            ))),
+        }
+    }
+
+    fn page(&mut self, data: &[u8]) -> Result<Bytes, ParquetError> {
+        match &mut self.0 {
+            None => Ok(Bytes::copy_from_slice(data)),
+            Some(c) => c
+                .compress(data)
+                .map(Bytes::from)
+                .map_err(|e| ParquetError::External(Box::new(e))),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Decodes the hybrid encoding back (the reference reading of the format), for
+    /// `n` values.
+    pub(crate) fn read_hybrid(mut b: &[u8], width: u8, n: usize) -> Vec<u32> {
+        let mut out = Vec::new();
+        let read_varint = |b: &mut &[u8]| {
+            let mut v = 0u64;
+            let mut shift = 0;
+            loop {
+                let byte = b[0];
+                *b = &b[1..];
+                v |= u64::from(byte & 0x7f) << shift;
+                if byte < 0x80 {
+                    return v;
+                }
+                shift += 7;
+            }
+        };
+        while out.len() < n {
+            let h = read_varint(&mut b);
+            if h & 1 == 1 {
+                let count = (h >> 1) as usize * 8;
+                let mut acc = 0u64;
+                let mut bits = 0;
+                for _ in 0..count {
+                    while bits < u32::from(width) {
+                        acc |= u64::from(b[0]) << bits;
+                        b = &b[1..];
+                        bits += 8;
+                    }
+                    out.push((acc & ((1u64 << width) - 1)) as u32);
+                    acc >>= width;
+                    bits -= u32::from(width);
+                }
+            } else {
+                let bytes = usize::from(width).div_ceil(8);
+                let mut v = [0u8; 4];
+                v[..bytes].copy_from_slice(&b[..bytes]);
+                b = &b[bytes..];
+                out.extend(std::iter::repeat_n(
+                    u32::from_le_bytes(v),
+                    (h >> 1) as usize,
+                ));
+            }
+        }
+        assert!(b.is_empty(), "{} bytes left over", b.len());
+        out.truncate(n);
+        out
+    }
+
+    fn round_trip(codes: &[u32], width: u8) {
+        let mut b = Vec::new();
+        rle_hybrid(codes, width, &mut b);
+        assert_eq!(read_hybrid(&b, width, codes.len()), codes, "width {width}");
+    }
+
+    #[test]
+    fn hybrid_round_trips_runs_literals_and_their_seams() {
+        round_trip(&[], 3);
+        round_trip(&[0; 100], 0);
+        round_trip(&[5; 7], 3);
+        round_trip(&[5; 8], 3);
+        // A literal stretch not a multiple of eight, then a run: the run lends codes.
+        let mut v: Vec<u32> = (0..13).map(|i| i % 4).collect();
+        v.extend([3; 9]);
+        v.extend((0..5).map(|i| i % 2));
+        round_trip(&v, 2);
+        // Long literal stretches cross the 63-group limit of one run.
+        let v: Vec<u32> = (0..5000u32)
+            .map(|i| i.wrapping_mul(2654435761) % 200)
+            .collect();
+        round_trip(&v, 8);
+        let v: Vec<u32> = (0..5000u32).map(|i| (i / 37) % 300).collect();
+        round_trip(&v, 9);
+        round_trip(&[1 << 20; 20], 21);
+    }
+
+    #[test]
+    fn runs_become_rle_and_short_repeats_stay_packed() {
+        let mut b = Vec::new();
+        rle_hybrid(&[2u32; 1000], 2, &mut b);
+        // One RLE run: header varint(2000) = 2 bytes, the value in 1 byte.
+        assert_eq!(b, vec![0xd0, 0x0f, 2]);
+        let mut b = Vec::new();
+        rle_hybrid(&[1u32, 1, 1, 0, 0, 0, 1, 1], 1, &mut b);
+        assert_eq!(b, vec![0b11, 0b1100_0111]);
+    }
+
+    #[test]
+    fn bit_width_of_dictionary_sizes() {
+        assert_eq!(bit_width(0), 0);
+        assert_eq!(bit_width(1), 0);
+        assert_eq!(bit_width(2), 1);
+        assert_eq!(bit_width(8), 3);
+        assert_eq!(bit_width(9), 4);
+        assert_eq!(bit_width(256), 8);
+    }
+}

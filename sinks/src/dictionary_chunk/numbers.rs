@@ -1,0 +1,425 @@
+//! `UInt64` and `UInt32` columns (`ip`, `target`, `insns`, `cr3`): dictionary codes from a
+//! direct-mapped table of recently seen values.
+//!
+//! A row whose value sits in its slot of the table costs a multiply, a load and a compare;
+//! a value seen for the first time, or pushed out of its slot by another, is looked up in
+//! a hash map behind it. The table has 8 Ki slots (128 KiB, in L2): a row group of
+//! `branches` holds a few thousand distinct branch addresses. The statistics follow the
+//! codes rather than the rows where they can: the chunk's minimum and maximum are the
+//! dictionary's, the bloom filter holds the dictionary's values (as arrow-rs's does for a
+//! dictionary chunk), and only the page minimum and maximum read one dictionary value per
+//! row. Values are compared unsigned, as the columns' logical type says.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use ::parquet::basic::{BoundaryOrder, Type};
+use ::parquet::bloom_filter::Sbbf;
+use ::parquet::column::writer::ColumnCloseResult;
+use ::parquet::errors::ParquetError;
+use ::parquet::file::metadata::{ColumnIndexBuilder, LevelHistogram};
+use ::parquet::file::properties::{EnabledStatistics, WriterProperties};
+use ::parquet::file::statistics::{Statistics, ValueStatistics};
+use ::parquet::schema::types::ColumnDescPtr;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::{Array, ArrayRef};
+use arrow_buffer::NullBuffer;
+use arrow_schema::{DataType, Field};
+use bytes::Bytes;
+
+use super::{bit_width, page_rows, rle_hybrid, Chunk};
+
+/// An unsigned integer column, nullable or not.
+pub(super) fn accepts(field: &Field) -> bool {
+    matches!(field.data_type(), DataType::UInt64 | DataType::UInt32)
+}
+
+/// The chunk of `arrays` (`UInt64` arrays for an INT64 column, `UInt32` for INT32), or
+/// `None` once the dictionary would outgrow the properties' dictionary page limit.
+pub(super) fn encode(
+    descr: ColumnDescPtr,
+    props: &WriterProperties,
+    arrays: &[ArrayRef],
+) -> Result<Option<(Bytes, ColumnCloseResult)>, ParquetError> {
+    let path = descr.path().clone();
+    let wide = match descr.physical_type() {
+        Type::INT64 => true,
+        Type::INT32 => false,
+        other => {
+            return Err(ParquetError::General(format!(
+                "{path}: {other} is not written by the dictionary chunk encoder"
+            )))
+        }
+    };
+    let value_bytes = if wide { 8 } else { 4 };
+    let limit = props.dictionary_page_size_limit() / value_bytes;
+    let nullable = descr.max_def_level() > 0;
+    let rows: usize = arrays.iter().map(|a| a.len()).sum();
+
+    let mut d = Dictionary::new(rows, nullable);
+    for a in arrays {
+        if !nullable && a.null_count() > 0 {
+            return Err(ParquetError::General(format!(
+                "{path}: nulls in a column declared non-null"
+            )));
+        }
+        match (a.data_type(), wide) {
+            (DataType::UInt64, true) => d.add(a.as_primitive::<UInt64Type>().values(), a.nulls()),
+            (DataType::UInt32, false) => d.add(a.as_primitive::<UInt32Type>().values(), a.nulls()),
+            (other, _) => {
+                return Err(ParquetError::General(format!(
+                    "{path}: {other} arrays for a {} column",
+                    descr.physical_type()
+                )))
+            }
+        }
+        if d.values.len() > limit {
+            return Ok(None);
+        }
+    }
+
+    let width = bit_width(d.values.len());
+    let mut chunk = Chunk::new(&path, props)?;
+    let mut plain = Vec::with_capacity(d.values.len() * value_bytes);
+    for &v in &d.values {
+        if wide {
+            plain.extend_from_slice(&v.to_le_bytes());
+        } else {
+            plain.extend_from_slice(&(v as u32).to_le_bytes());
+        }
+    }
+    chunk.dictionary(&plain, d.values.len())?;
+
+    let statistics = props.statistics_enabled(&path);
+    let mut pages = (statistics == EnabledStatistics::Page).then(|| PageIndex {
+        builder: ColumnIndexBuilder::new(descr.physical_type()),
+        ascending: true,
+        descending: true,
+        last: None,
+    });
+    let bytes_of = |v: u64| {
+        if wide {
+            v.to_le_bytes().to_vec()
+        } else {
+            (v as u32).to_le_bytes().to_vec()
+        }
+    };
+    let mut buf = Vec::new();
+    let mut next_code = 0;
+    let mut seen = 0u32;
+    let mut start = 0;
+    let page = page_rows(props, width);
+    while start < rows {
+        let end = (start + page).min(rows);
+        buf.clear();
+        // Version 1 page: the definition levels (a u32 length, then the hybrid at one
+        // bit), then the bit width and the codes of the rows that have a value.
+        let valid = if nullable {
+            let levels = &d.levels[start..end];
+            buf.extend_from_slice(&[0; 4]);
+            rle_hybrid(levels, 1, &mut buf);
+            let len = (buf.len() - 4) as u32;
+            buf[..4].copy_from_slice(&len.to_le_bytes());
+            levels.iter().map(|&l| usize::from(l)).sum()
+        } else {
+            end - start
+        };
+        let codes = &d.codes[next_code..next_code + valid];
+        next_code += valid;
+        // Each page is written at the width of the dictionary as it stood at the page's
+        // end, as arrow-rs writes it: early pages of a chunk whose dictionary keeps
+        // growing take fewer bits (5% smaller `target` chunks than the final width).
+        seen = codes.iter().fold(seen, |m, &c| m.max(c + 1));
+        let page_width = bit_width(seen as usize);
+        buf.push(page_width);
+        rle_hybrid(codes, page_width, &mut buf);
+        chunk.data(&buf, end - start)?;
+
+        if let Some(p) = pages.as_mut() {
+            let nulls = (end - start - valid) as i64;
+            match min_max(codes, &d.values) {
+                None => p.builder.append(true, Vec::new(), Vec::new(), nulls, None),
+                Some((lo, hi)) => {
+                    if let Some((last_lo, last_hi)) = p.last {
+                        p.ascending &= last_lo <= lo && last_hi <= hi;
+                        p.descending &= last_lo >= lo && last_hi >= hi;
+                    }
+                    p.last = Some((lo, hi));
+                    p.builder
+                        .append(false, bytes_of(lo), bytes_of(hi), nulls, None);
+                }
+            }
+            if nullable {
+                let levels = LevelHistogram::from(vec![nulls, valid as i64]);
+                p.builder.append_histograms(&None, &Some(levels));
+            }
+        }
+        start = end;
+    }
+
+    let nulls = d.nulls;
+    let valid = rows as i64 - nulls as i64;
+    let (lo, hi) = match min_max_all(&d.values) {
+        Some((lo, hi)) => (Some(lo), Some(hi)),
+        None => (None, None),
+    };
+    let signed = descr.sort_order().is_signed();
+    let (bytes, mut close) = chunk.finish(descr, props, |b| {
+        if statistics == EnabledStatistics::None {
+            return b;
+        }
+        let stats = if wide {
+            Statistics::Int64(
+                ValueStatistics::new(
+                    lo.map(|v| v as i64),
+                    hi.map(|v| v as i64),
+                    None,
+                    Some(nulls),
+                    false,
+                )
+                .with_backwards_compatible_min_max(signed),
+            )
+        } else {
+            Statistics::Int32(
+                ValueStatistics::new(
+                    lo.map(|v| v as u32 as i32),
+                    hi.map(|v| v as u32 as i32),
+                    None,
+                    Some(nulls),
+                    false,
+                )
+                .with_backwards_compatible_min_max(signed),
+            )
+        };
+        let b = b.set_statistics(stats);
+        if nullable {
+            b.set_definition_level_histogram(Some(LevelHistogram::from(vec![nulls as i64, valid])))
+        } else {
+            b
+        }
+    })?;
+    if let Some(mut p) = pages {
+        p.builder
+            .set_boundary_order(match (p.ascending, p.descending) {
+                (true, _) => BoundaryOrder::ASCENDING,
+                (false, true) => BoundaryOrder::DESCENDING,
+                (false, false) => BoundaryOrder::UNORDERED,
+            });
+        if p.builder.valid() {
+            close.column_index = Some(p.builder.build()?);
+        }
+    }
+    if let Some(bp) = props.bloom_filter_properties(&path) {
+        if props.bloom_filter_for_dictionary_encoded_chunks() {
+            let mut filter = Sbbf::new_with_ndv_fpp(bp.ndv(), bp.fpp())?;
+            for &v in &d.values {
+                // As arrow-rs hashes them: the physical type's little-endian bytes.
+                if wide {
+                    filter.insert(&(v as i64));
+                } else {
+                    filter.insert(&(v as u32 as i32));
+                }
+            }
+            filter.fold_to_target_fpp(bp.fpp());
+            close.bloom_filter = Some(filter);
+        }
+    }
+    Ok(Some((bytes, close)))
+}
+
+/// The column index being built, page by page, and whether the pages' minima and maxima
+/// rise (or fall) throughout.
+struct PageIndex {
+    builder: ColumnIndexBuilder,
+    ascending: bool,
+    descending: bool,
+    last: Option<(u64, u64)>,
+}
+
+/// The smallest and largest value of `codes`, unsigned.
+fn min_max(codes: &[u32], values: &[u64]) -> Option<(u64, u64)> {
+    let (mut lo, mut hi) = (u64::MAX, 0);
+    for &c in codes {
+        let v = values[c as usize];
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    (!codes.is_empty()).then_some((lo, hi))
+}
+
+fn min_max_all(values: &[u64]) -> Option<(u64, u64)> {
+    let lo = values.iter().copied().min()?;
+    let hi = values.iter().copied().max()?;
+    Some((lo, hi))
+}
+
+/// log2 of the direct-mapped table's slots.
+const FRONT_BITS: u32 = 13;
+/// A slot that holds no value yet.
+const EMPTY: u32 = u32::MAX;
+
+/// The dictionary of a chunk: distinct values in order of first use, the code of every
+/// row that has a value, and (nullable columns) every row's definition level.
+struct Dictionary {
+    values: Vec<u64>,
+    codes: Vec<u32>,
+    levels: Vec<u8>,
+    nulls: u64,
+    nullable: bool,
+    index: HashMap<u64, u32, BuildHasherDefault<Fold>>,
+    front: Box<[(u64, u32)]>,
+}
+
+impl Dictionary {
+    fn new(rows: usize, nullable: bool) -> Dictionary {
+        Dictionary {
+            values: Vec::new(),
+            codes: Vec::with_capacity(rows),
+            levels: Vec::with_capacity(if nullable { rows } else { 0 }),
+            nulls: 0,
+            nullable,
+            index: HashMap::default(),
+            front: vec![(0, EMPTY); 1 << FRONT_BITS].into_boxed_slice(),
+        }
+    }
+
+    fn add<T: Copy + Into<u64>>(&mut self, values: &[T], nulls: Option<&NullBuffer>) {
+        match nulls.filter(|n| n.null_count() > 0) {
+            None => {
+                for &v in values {
+                    let c = self.code(v.into());
+                    self.codes.push(c);
+                }
+                if self.nullable {
+                    self.levels.resize(self.levels.len() + values.len(), 1);
+                }
+            }
+            Some(n) => {
+                for (&v, valid) in values.iter().zip(n.iter()) {
+                    if valid {
+                        let c = self.code(v.into());
+                        self.codes.push(c);
+                    } else {
+                        self.nulls += 1;
+                    }
+                    self.levels.push(u8::from(valid));
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn code(&mut self, v: u64) -> u32 {
+        let slot = (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FRONT_BITS)) as usize;
+        let (seen, code) = self.front[slot];
+        if seen == v && code != EMPTY {
+            return code;
+        }
+        self.miss(v, slot)
+    }
+
+    #[inline(never)]
+    fn miss(&mut self, v: u64, slot: usize) -> u32 {
+        let next = self.values.len() as u32;
+        let values = &mut self.values;
+        let code = *self.index.entry(v).or_insert_with(|| {
+            values.push(v);
+            next
+        });
+        self.front[slot] = (v, code);
+        code
+    }
+}
+
+/// Hash of a u64 key: the two halves of its 128-bit product with an odd constant, folded
+/// (the map's bucket and control bits both come out mixed; the values are addresses).
+#[derive(Default)]
+struct Fold(u64);
+
+impl Hasher for Fold {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b) ^ self.0.rotate_left(8));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        let m = u128::from(n ^ self.0) * 0x9E37_79B9_7F4A_7C15;
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ::parquet::arrow::ArrowSchemaConverter;
+    use ::parquet::file::properties::WriterProperties;
+    use arrow_array::UInt64Array;
+    use arrow_schema::Schema;
+
+    use super::*;
+
+    fn descr(nullable: bool) -> ColumnDescPtr {
+        let schema = Schema::new(vec![Field::new("ip", DataType::UInt64, nullable)]);
+        let parquet = ArrowSchemaConverter::new().convert(&schema).unwrap();
+        parquet.column(0)
+    }
+
+    #[test]
+    fn codes_follow_first_use_when_values_share_a_slot() {
+        // 20,000 distinct values over 8 Ki slots, each used again and again in a shuffled
+        // order: most rows meet another value in their slot and go to the map.
+        let mut d = Dictionary::new(0, false);
+        let values: Vec<u64> = (0..100_000u64)
+            .map(|i| 0x40_0000 + (i.wrapping_mul(2_654_435_761) % 20_000) * 0x10)
+            .collect();
+        d.add(&values, None);
+        let mut first: HashMap<u64, u32> = HashMap::new();
+        let want: Vec<u32> = values
+            .iter()
+            .map(|&v| {
+                let n = first.len() as u32;
+                *first.entry(v).or_insert(n)
+            })
+            .collect();
+        assert_eq!(d.codes, want);
+        assert_eq!(d.values.len(), 20_000);
+        for (code, &v) in d.values.iter().enumerate() {
+            assert_eq!(first[&v], code as u32);
+        }
+    }
+
+    #[test]
+    fn nulls_take_no_code_and_level_zero() {
+        let mut d = Dictionary::new(0, true);
+        let a = UInt64Array::from(vec![Some(7), None, Some(7), Some(9), None]);
+        d.add(a.values(), a.nulls());
+        assert_eq!(d.codes, [0, 0, 1]);
+        assert_eq!(d.levels, [1, 0, 1, 1, 0]);
+        assert_eq!((d.nulls, d.values.clone()), (2, vec![7, 9]));
+    }
+
+    #[test]
+    fn a_dictionary_past_the_page_limit_is_left_to_arrow_rs() {
+        let props = WriterProperties::builder()
+            .set_dictionary_page_size_limit(64)
+            .build();
+        let eight: ArrayRef = Arc::new(UInt64Array::from_iter_values((0..100).map(|i| i % 8)));
+        let nine: ArrayRef = Arc::new(UInt64Array::from_iter_values((0..100).map(|i| i % 9)));
+        assert!(encode(descr(false), &props, &[eight]).unwrap().is_some());
+        assert!(encode(descr(false), &props, &[nine]).unwrap().is_none());
+    }
+
+    #[test]
+    fn nulls_in_a_required_column_are_an_error() {
+        let props = WriterProperties::builder().build();
+        let a: ArrayRef = Arc::new(UInt64Array::from(vec![Some(1), None]));
+        let e = encode(descr(false), &props, &[a]).unwrap_err();
+        assert!(e.to_string().contains("non-null"), "{e}");
+    }
+}
