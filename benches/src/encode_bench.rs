@@ -1,6 +1,7 @@
 //! Where Parquet encoding time goes: re-encodes the first rows of a table written by
 //! `tracemill decode` (read back into memory once) with the writer properties tracemill
-//! uses and with variations of them, each column alone and all together, into memory.
+//! uses and with variations of them, each column alone and all together, into memory, and
+//! once through the writer's row-group encoder as `tracemill decode` runs it.
 //! Prints CPU nanoseconds per row and bytes per row of each variant, medians of the runs
 //! given, variants interleaved so that a busy machine slows them alike.
 //!
@@ -119,6 +120,55 @@ fn main() -> Result<()> {
         "{:<32} {:<14} {:>9} {:>9}",
         "variant", "columns", "ns/row", "B/row"
     );
+    // What `tracemill decode` runs: the writer's row-group encoder (its own dictionary
+    // chunks for string and unsigned integer columns, arrow-rs for the rest), row groups
+    // of the default size, on a pool of one thread; CPU of the whole process.
+    {
+        let dir = std::env::temp_dir().join(format!("encode-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let meta = tracemill_sinks::FileMeta {
+            source: path.clone(),
+            source_size: 0,
+            rtit_ctl: 0,
+            extra: vec![],
+        };
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
+        let group = tracemill_sinks::parquet::DEFAULT_MAX_ROW_GROUP_ROWS;
+        let mut times = Vec::new();
+        let mut size = 0;
+        for _ in 0..runs {
+            let mut w = tracemill_sinks::TableWriter::create_in(
+                &dir,
+                &table,
+                &meta,
+                &WriterOptions::default(),
+            )?;
+            let e = w.row_group_encoder()?;
+            let t0 = process_cpu_time();
+            let mut groups = Vec::new();
+            pool.install(|| -> Result<()> {
+                for (i, at) in (0..n).step_by(group).enumerate() {
+                    let b = batch.slice(at, group.min(n - at));
+                    groups.push(e.encode(i, std::slice::from_ref(&b))?);
+                }
+                Ok(())
+            })?;
+            times.push(process_cpu_time() - t0);
+            for g in groups {
+                w.append_encoded(g)?;
+            }
+            size = w.finish()?.bytes as usize;
+        }
+        std::fs::remove_dir_all(&dir)?;
+        times.sort_by(f64::total_cmp);
+        println!(
+            "{:<32} {:<14} {:>9.1} {:>9.3}",
+            "row-group encoder (decode)",
+            "all columns",
+            times[times.len() / 2] * 1e9 / n as f64,
+            size as f64 / n as f64
+        );
+    }
     for (target, col) in &targets {
         let b = match col {
             None => batch.clone(),
@@ -186,7 +236,16 @@ fn encode(b: &RecordBatch, props: WriterProperties) -> Result<(f64, usize)> {
 
 /// CPU time of the calling thread, from /proc (no unsafe, no libc call).
 fn cpu_time() -> f64 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
+    ticks_of("/proc/thread-self/stat")
+}
+
+/// CPU time of the whole process (all its threads).
+fn process_cpu_time() -> f64 {
+    ticks_of("/proc/self/stat")
+}
+
+fn ticks_of(file: &str) -> f64 {
+    let stat = std::fs::read_to_string(file).unwrap_or_default();
     // Fields after the command name (in parentheses): utime is the 12th, stime the 13th.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = rest.split_whitespace().collect();

@@ -256,26 +256,32 @@ fn rle_hybrid<T: Copy + Eq + Into<u64>>(codes: &[T], width: u8, out: &mut Vec<u8
     bit_packed(&codes[literal_start..], width, out);
 }
 
-/// Bit-packed runs of `codes`, padded with zeros to whole groups of eight.
+/// Bit-packed runs of `codes`, padded with zeros to whole groups of eight. Codes are
+/// gathered in a 128-bit accumulator and written eight bytes at a time (widths are at
+/// most 32 bits): byte by byte, this was the writer's costliest loop after zstd.
 fn bit_packed<T: Copy + Into<u64>>(codes: &[T], width: u8, out: &mut Vec<u8>) {
     const MAX_GROUPS: usize = 63;
+    debug_assert!(width <= 32);
+    let w = u32::from(width);
     for run in codes.chunks(MAX_GROUPS * 8) {
         let groups = run.len().div_ceil(8);
         varint(((groups as u64) << 1) | 1, out);
-        let mut acc: u64 = 0;
+        out.reserve(groups * usize::from(width) + 8);
+        let mut acc: u128 = 0;
         let mut bits = 0u32;
-        for k in 0..groups * 8 {
-            let c: u64 = run.get(k).copied().map_or(0, Into::into);
-            acc |= c << bits;
-            bits += u32::from(width);
-            while bits >= 8 {
-                out.push(acc as u8);
-                acc >>= 8;
-                bits -= 8;
+        let padding = std::iter::repeat_n(0, groups * 8 - run.len());
+        for c in run.iter().map(|&c| c.into()).chain(padding) {
+            acc |= u128::from(c) << bits;
+            bits += w;
+            if bits >= 64 {
+                out.extend_from_slice(&(acc as u64).to_le_bytes());
+                acc >>= 64;
+                bits -= 64;
             }
         }
         // groups * 8 * width bits is a whole number of bytes.
-        debug_assert_eq!(bits, 0);
+        debug_assert_eq!(bits % 8, 0);
+        out.extend_from_slice(&acc.to_le_bytes()[..(bits / 8) as usize]);
     }
 }
 

@@ -64,18 +64,28 @@ pub(super) fn encode(
                 "{path}: nulls in a column declared non-null"
             )));
         }
-        match (a.data_type(), wide) {
-            (DataType::UInt64, true) => d.add(a.as_primitive::<UInt64Type>().values(), a.nulls()),
-            (DataType::UInt32, false) => d.add(a.as_primitive::<UInt32Type>().values(), a.nulls()),
-            (other, _) => {
-                return Err(ParquetError::General(format!(
-                    "{path}: {other} arrays for a {} column",
-                    descr.physical_type()
-                )))
+        // A window at a time, so that a column of mostly distinct values (timing's `raw`
+        // on a trace of TSC packets) is handed to arrow-rs after a few thousand rows, not
+        // after a pass over the whole chunk.
+        for at in (0..a.len()).step_by(WINDOW) {
+            let part = a.slice(at, WINDOW.min(a.len() - at));
+            match (part.data_type(), wide) {
+                (DataType::UInt64, true) => {
+                    d.add(part.as_primitive::<UInt64Type>().values(), part.nulls())
+                }
+                (DataType::UInt32, false) => {
+                    d.add(part.as_primitive::<UInt32Type>().values(), part.nulls())
+                }
+                (other, _) => {
+                    return Err(ParquetError::General(format!(
+                        "{path}: {other} arrays for a {} column",
+                        descr.physical_type()
+                    )))
+                }
             }
-        }
-        if d.values.len() > limit {
-            return Ok(None);
+            if d.values.len() > limit {
+                return Ok(None);
+            }
         }
     }
 
@@ -253,6 +263,9 @@ fn min_max_all(values: &[u64]) -> Option<(u64, u64)> {
     let hi = values.iter().copied().max()?;
     Some((lo, hi))
 }
+
+/// Rows added between two checks of the dictionary's size.
+const WINDOW: usize = 8192;
 
 /// log2 of the direct-mapped table's slots.
 const FRONT_BITS: u32 = 13;
