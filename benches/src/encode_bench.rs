@@ -120,55 +120,6 @@ fn main() -> Result<()> {
         "{:<32} {:<14} {:>9} {:>9}",
         "variant", "columns", "ns/row", "B/row"
     );
-    // What `tracemill decode` runs: the writer's row-group encoder (its own dictionary
-    // chunks for string and unsigned integer columns, arrow-rs for the rest), row groups
-    // of the default size, on a pool of one thread; CPU of the whole process.
-    {
-        let dir = std::env::temp_dir().join(format!("encode-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let meta = tracemill_sinks::FileMeta {
-            source: path.clone(),
-            source_size: 0,
-            rtit_ctl: 0,
-            extra: vec![],
-        };
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
-        let group = tracemill_sinks::parquet::DEFAULT_MAX_ROW_GROUP_ROWS;
-        let mut times = Vec::new();
-        let mut size = 0;
-        for _ in 0..runs {
-            let mut w = tracemill_sinks::TableWriter::create_in(
-                &dir,
-                &table,
-                &meta,
-                &WriterOptions::default(),
-            )?;
-            let e = w.row_group_encoder()?;
-            let t0 = process_cpu_time();
-            let mut groups = Vec::new();
-            pool.install(|| -> Result<()> {
-                for (i, at) in (0..n).step_by(group).enumerate() {
-                    let b = batch.slice(at, group.min(n - at));
-                    groups.push(e.encode(i, std::slice::from_ref(&b))?);
-                }
-                Ok(())
-            })?;
-            times.push(process_cpu_time() - t0);
-            for g in groups {
-                w.append_encoded(g)?;
-            }
-            size = w.finish()?.bytes as usize;
-        }
-        std::fs::remove_dir_all(&dir)?;
-        times.sort_by(f64::total_cmp);
-        println!(
-            "{:<32} {:<14} {:>9.1} {:>9.3}",
-            "row-group encoder (decode)",
-            "all columns",
-            times[times.len() / 2] * 1e9 / n as f64,
-            size as f64 / n as f64
-        );
-    }
     for (target, col) in &targets {
         let b = match col {
             None => batch.clone(),
@@ -191,17 +142,30 @@ fn main() -> Result<()> {
         } else {
             variants()[..1].to_vec()
         };
-        let mut times = vec![Vec::new(); list.len()];
-        let mut sizes = vec![0usize; list.len()];
+        // All columns: also what `tracemill decode` runs, the writer's row-group encoder,
+        // in the same runs.
+        let with_encoder = col.is_none();
+        let mut names: Vec<&str> = list.iter().map(|(name, _)| *name).collect();
+        if with_encoder {
+            names.insert(0, "row-group encoder (decode)");
+        }
+        let mut times = vec![Vec::new(); names.len()];
+        let mut sizes = vec![0usize; names.len()];
         for _ in 0..runs {
+            if with_encoder {
+                let (t, size) = encode_row_groups(&b, &table, path)?;
+                times[0].push(t);
+                sizes[0] = size;
+            }
+            let first = usize::from(with_encoder);
             for (k, (_, tweak)) in list.iter().enumerate() {
                 let props = tweak(base.clone().into_builder()).build();
                 let (t, size) = encode(&b, props)?;
-                times[k].push(t);
-                sizes[k] = size;
+                times[first + k].push(t);
+                sizes[first + k] = size;
             }
         }
-        for (k, (name, _)) in list.iter().enumerate() {
+        for (k, name) in names.iter().enumerate() {
             times[k].sort_by(f64::total_cmp);
             let med = times[k][times[k].len() / 2];
             println!(
@@ -214,6 +178,43 @@ fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Encodes `b` as `tracemill decode` does: the writer's row-group encoder (its own
+/// dictionary chunks for string and unsigned integer columns, arrow-rs for the rest), row
+/// groups of the default size, on a pool of one thread, into a file in the temporary
+/// directory (removed). (CPU seconds of the whole process while encoding, bytes written.)
+fn encode_row_groups(b: &RecordBatch, table: &str, source: &str) -> Result<(f64, usize)> {
+    let dir = std::env::temp_dir().join(format!("encode-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let meta = tracemill_sinks::FileMeta {
+        source: source.to_string(),
+        source_size: 0,
+        rtit_ctl: 0,
+        extra: vec![],
+    };
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
+    let group = tracemill_sinks::parquet::DEFAULT_MAX_ROW_GROUP_ROWS;
+    let n = b.num_rows();
+    let mut w =
+        tracemill_sinks::TableWriter::create_in(&dir, table, &meta, &WriterOptions::default())?;
+    let e = w.row_group_encoder()?;
+    let t0 = process_cpu_time();
+    let mut groups = Vec::new();
+    pool.install(|| -> Result<()> {
+        for (i, at) in (0..n).step_by(group).enumerate() {
+            let part = b.slice(at, group.min(n - at));
+            groups.push(e.encode(i, std::slice::from_ref(&part))?);
+        }
+        Ok(())
+    })?;
+    let secs = process_cpu_time() - t0;
+    for g in groups {
+        w.append_encoded(g)?;
+    }
+    let size = w.finish()?.bytes as usize;
+    std::fs::remove_dir_all(&dir)?;
+    Ok((secs, size))
 }
 
 /// Encodes `b` into memory: (CPU seconds of this thread, bytes written).
