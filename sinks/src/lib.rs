@@ -68,8 +68,8 @@
 
 mod aligned;
 mod atomic;
+mod chunks;
 pub mod convert;
-mod dictionary_chunk;
 mod error;
 pub mod ipc;
 pub mod parquet;

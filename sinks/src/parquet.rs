@@ -4,7 +4,7 @@
 //! - **ZSTD** on every column by default: the smallest tables for about the same CPU time
 //!   as LZ4 or Snappy, which `WriterOptions::codec` also offers (benches/README.md,
 //!   "Compression"). In row groups encoded on the pool, the dictionary columns are
-//!   written by `dictionary_chunk` under ZSTD or none, by arrow-rs under the others.
+//!   written by `chunks` under ZSTD or none, by arrow-rs under the others.
 //! - **Dictionary encoding** (the default) for everything except the monotone columns:
 //!   enum and string columns have a handful of values, and `ip`, `target`, `cr3`, `insns`
 //!   repeat a lot (the same loops run again and again).

@@ -867,7 +867,7 @@ fn constant_columns_reach_every_row_by_every_write_path() {
 #[test]
 fn row_groups_encoded_elsewhere_read_back_as_written_batch_by_batch() {
     // The RowGroupEncoder writes string dictionary columns (`kind`, constant columns)
-    // with its own chunk encoder (dictionary_chunk.rs), everything else with arrow-rs.
+    // with its own chunk encoder (chunks/), everything else with arrow-rs.
     // Whatever wrote them, a reader must see the same rows, the same layout, and no
     // larger file.
     let dir = tempfile::tempdir().unwrap();
@@ -945,12 +945,13 @@ fn row_groups_encoded_elsewhere_read_back_as_written_batch_by_batch() {
     }
 }
 
-/// The unsigned integer columns (`ip`, `target`, `insns`, `cr3`) written from the
-/// encoder's own dictionary carry what arrow-rs writes for them: the same chunk statistics,
+/// The unsigned integer columns written by the encoder's own chunks (dictionaries: `ip`,
+/// `target`, `insns`, `cr3`; deltas: `seq`, `offset`, `tsc`, `cycles`) carry what
+/// arrow-rs writes for them: the same chunk statistics,
 /// column index (page minima, maxima, null pages and counts, boundary order), page
 /// boundaries and bloom filter, and no more bytes.
 #[test]
-fn integer_dictionary_chunks_carry_what_arrow_rs_writes() {
+fn integer_chunks_carry_what_arrow_rs_writes() {
     let dir = tempfile::tempdir().unwrap();
     // Row groups of 30,720 rows and pages of 10,240: arrow-rs cuts pages after whole
     // write batches (1,024 rows), the encoder at exactly the limit; at multiples of 1,024
@@ -972,6 +973,13 @@ fn integer_dictionary_chunks_carry_what_arrow_rs_writes() {
     for i in (0..75_000).step_by(997) {
         cols.ip[i] = 0xffff_ffff_8100_0000 + i as u64;
     }
+    // The delta columns: a stretch going down (negative deltas), and a value near 2^64
+    // (deltas of 64 bits either way). `cycles` is null throughout.
+    for i in 20_000..20_300 {
+        cols.offset[i] = 5_000_000 - i as u64 * 7;
+    }
+    cols.offset[33_333] = u64::MAX - 5;
+    assert!(cols.cycles.valid.iter().all(|&v| !v));
     let all = crate::convert::branches(cols, 0).unwrap();
     let groups: Vec<RecordBatch> = [(0, 30_720), (30_720, 30_720), (61_440, 13_560)]
         .iter()
@@ -1021,7 +1029,9 @@ fn integer_dictionary_chunks_carry_what_arrow_rs_writes() {
         "ip bloom filters"
     );
     for g in 0..3 {
-        for name in ["ip", "target", "insns", "cr3"] {
+        for name in [
+            "ip", "target", "insns", "cr3", "seq", "offset", "tsc", "cycles",
+        ] {
             let find = |m: &ParquetMetaData| {
                 let rg = &m.row_groups()[g];
                 let i = rg
@@ -1068,9 +1078,11 @@ fn integer_dictionary_chunks_carry_what_arrow_rs_writes() {
             );
             assert!(
                 cb.compressed_size() <= ca.compressed_size(),
-                "{at}: {} bytes against {}",
+                "{at}: {} bytes against {} ({} against {} uncompressed)",
                 cb.compressed_size(),
-                ca.compressed_size()
+                ca.compressed_size(),
+                cb.uncompressed_size(),
+                ca.uncompressed_size()
             );
         }
     }

@@ -24,7 +24,7 @@ use tracemill_schemas::{meta, SCHEMA_VERSION, TABLES};
 use crate::aligned::{aligned_arrays, Restager};
 use crate::atomic::{PendingFile, Unpublished};
 use crate::convert::ImageDictionary;
-use crate::{convert, dictionary_chunk, ipc, parquet, ConvertError, Error};
+use crate::{chunks, convert, ipc, parquet, ConvertError, Error};
 
 /// Output file format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -195,7 +195,7 @@ pub struct RowGroupEncoder {
     schema: SchemaRef,
     constants: Arc<Constants>,
     /// Per column of `schema`: the Parquet column, for the dictionary columns
-    /// [`dictionary_chunk`] encodes (string dictionaries and unsigned integers, whose
+    /// [`chunks`] encodes (string dictionaries and unsigned integers, whose
     /// dictionary index arrow-rs would find by hashing every row's value).
     keyed: Arc<Vec<Option<ColumnDescPtr>>>,
     props: WriterPropertiesPtr,
@@ -218,7 +218,7 @@ pub struct EncodedRowGroup {
 
 enum EncodedColumn {
     Arrow(ArrowColumnChunk),
-    /// From [`dictionary_chunk::encode`]: the chunk's bytes and its metadata.
+    /// From [`chunks::encode`]: the chunk's bytes and its metadata.
     Keyed(Bytes, ColumnCloseResult),
 }
 
@@ -271,7 +271,7 @@ impl RowGroupEncoder {
                 // None: a dictionary too large for one page, which arrow-rs writes (it
                 // falls back to plain pages).
                 if let Some((bytes, close)) =
-                    dictionary_chunk::encode(descr.clone(), &self.props, &arrays).map_err(perr)?
+                    chunks::encode(descr.clone(), &self.props, &arrays).map_err(perr)?
                 {
                     return Ok(EncodedColumn::Keyed(bytes, close));
                 }
@@ -566,9 +566,7 @@ impl TableWriter {
                 let keyed = fields
                     .iter()
                     .zip(leaves)
-                    .map(|(f, leaf)| {
-                        dictionary_chunk::applies(f, leaf.path(), &props).then(|| leaf.clone())
-                    })
+                    .map(|(f, leaf)| chunks::applies(f, leaf.path(), &props).then(|| leaf.clone()))
                     .collect();
                 self.sink = Sink::ParquetRowGroups(writer);
                 Ok(RowGroupEncoder {

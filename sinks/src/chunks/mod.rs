@@ -1,29 +1,33 @@
-//! Parquet column chunks written from dictionary codes found without arrow-rs's per-row
-//! hash table: the dictionary columns that cost most to encode.
+//! Parquet column chunks tracemill encodes itself, for the columns that cost most to
+//! encode through arrow-rs's general paths.
 //!
 //! arrow-rs finds each row's dictionary index by hashing its value in a general hash
-//! table (its `Interner`). For the columns tracemill writes most, that lookup is most of
+//! table (its `Interner`). For the columns tracemill writes most, that lookup was most of
 //! the encoding (`encode-bench`, benches/README.md): a `branches` row's `ip` cost 27.5 ns,
 //! `target` 30, `insns` 17.5 and `kind` 25 of a row's 175 ns, while the values come from
-//! small sets (a program's branch addresses, eight kind names). Two sources of codes:
+//! small sets (a program's branch addresses, eight kind names). And its delta encoder
+//! for the columns that only grow buffers every value through a generic bit writer. Three
+//! kinds of chunk:
 //!
 //! - [`strings`]: string columns that are already Arrow dictionaries (`kind`, ingest's
 //!   constant `bundle`): the Arrow keys remapped through a table as long as the Arrow
 //!   dictionary, a load per row.
-//! - [`numbers`]: `UInt64`/`UInt32` columns (`ip`, `target`, `insns`, `cr3`): a
-//!   direct-mapped table of recently seen values in front of the hash map, so a row whose
-//!   value sits in its slot (most rows: a program runs the same branches again and again)
-//!   costs a multiply, a load and a compare. Statistics, the column index and the bloom
-//!   filter are built from the dictionary and from each page's codes, not from every row
-//!   through arrow-rs's per-value paths.
+//! - [`numbers`]: `UInt64`/`UInt32` dictionary columns (`ip`, `target`, `insns`, `cr3`):
+//!   a direct-mapped table of recently seen values in front of the hash map, so a row
+//!   whose value sits in its slot (most rows: a program runs the same branches again and
+//!   again) costs a multiply, a load and a compare. Statistics, the column index and the
+//!   bloom filter are built from the dictionary and from each page's codes.
+//! - [`delta`]: `UInt64` columns that only grow (`seq`, `offset`, `tsc`, `cycles`) as
+//!   DELTA_BINARY_PACKED, a block of 256 values at a time.
 //!
-//! Either way the chunk is laid out as arrow-rs lays out a dictionary chunk ([`Chunk`]):
-//! a PLAIN dictionary page, then RLE_DICTIONARY data pages (version 1) of at most the
-//! properties' row count, each compressed with the column's codec (ZSTD or none), with the
-//! offset index and the page encoding statistics. A reader cannot tell the difference but
-//! for the bytes saved: the writer's tests read both back and compare rows, statistics,
+//! Each is laid out as arrow-rs lays out the same chunk ([`Chunk`]): for dictionaries a
+//! PLAIN dictionary page, then RLE_DICTIONARY data pages; version 1 data pages of at most
+//! the properties' row count, each compressed with the column's codec (ZSTD or none), with
+//! the offset index and the page encoding statistics. A reader cannot tell the difference
+//! but for the time saved: the writer's tests read both back and compare rows, statistics,
 //! page indexes and bloom filters.
 
+mod delta;
 mod numbers;
 mod strings;
 
@@ -43,12 +47,13 @@ use arrow_schema::Field;
 use bytes::Bytes;
 
 /// Whether `field` (leaf column `path`) is written by [`encode`] under `props`: a string
-/// dictionary ([`strings::accepts`]) or an unsigned integer column ([`numbers::accepts`]),
-/// dictionary encoding on, version 1 data pages (the default), compressed with ZSTD or
-/// not at all.
+/// dictionary ([`strings::accepts`]) or an unsigned integer column ([`numbers::accepts`])
+/// with dictionary encoding on, or a delta column ([`delta::accepts`]); version 1 data
+/// pages (the default), compressed with ZSTD or not at all.
 pub(crate) fn applies(field: &Field, path: &ColumnPath, props: &WriterProperties) -> bool {
-    (strings::accepts(field, path, props) || numbers::accepts(field))
-        && props.dictionary_enabled(path)
+    let dictionary = props.dictionary_enabled(path);
+    (dictionary && (strings::accepts(field, path, props) || numbers::accepts(field))
+        || delta::accepts(field, path, props))
         && props.writer_version() == WriterVersion::PARQUET_1_0
         && matches!(
             props.compression(path),
@@ -66,12 +71,12 @@ pub(crate) fn encode(
     props: &WriterProperties,
     arrays: &[ArrayRef],
 ) -> Result<Option<(Bytes, ColumnCloseResult)>, ParquetError> {
-    if descr.converted_type() == ::parquet::basic::ConvertedType::UTF8
-        || descr.physical_type() == ::parquet::basic::Type::BYTE_ARRAY
-    {
+    if descr.physical_type() == ::parquet::basic::Type::BYTE_ARRAY {
         strings::encode(descr, props, arrays).map(Some)
-    } else {
+    } else if props.dictionary_enabled(descr.path()) {
         numbers::encode(descr, props, arrays)
+    } else {
+        delta::encode(descr, props, arrays).map(Some)
     }
 }
 
@@ -89,12 +94,22 @@ struct Chunk {
 }
 
 impl Chunk {
+    /// A chunk of dictionary-encoded pages.
     fn new(path: &ColumnPath, props: &WriterProperties) -> Result<Chunk, ParquetError> {
+        Chunk::with_data_encoding(path, props, props.dictionary_data_page_encoding())
+    }
+
+    /// A chunk whose data pages are written in `data_encoding`.
+    fn with_data_encoding(
+        path: &ColumnPath,
+        props: &WriterProperties,
+        data_encoding: Encoding,
+    ) -> Result<Chunk, ParquetError> {
         Ok(Chunk {
             out: TrackedWrite::new(Vec::new()),
             compress: Compressor::new(path, props.compression(path))?,
             dictionary_encoding: props.dictionary_page_encoding(),
-            data_encoding: props.dictionary_data_page_encoding(),
+            data_encoding,
             uncompressed: 0,
             dictionary_offset: None,
             data_offset: None,
@@ -153,14 +168,17 @@ impl Chunk {
         let bytes = self.out.bytes_written() as u64;
         let pages = self.locations.len();
         let out = self.out.into_inner()?;
+        let mut encodings = Vec::new();
         let mut encoding_stats = Vec::new();
         if self.dictionary_offset.is_some() {
+            encodings.push(self.dictionary_encoding);
             encoding_stats.push(PageEncodingStats {
                 page_type: PageType::DICTIONARY_PAGE,
                 encoding: self.dictionary_encoding,
                 count: 1,
             });
         }
+        encodings.extend([Encoding::RLE, self.data_encoding]);
         if pages > 0 {
             encoding_stats.push(PageEncodingStats {
                 page_type: PageType::DATA_PAGE,
@@ -170,11 +188,7 @@ impl Chunk {
         }
         let builder = ColumnChunkMetaData::builder(descr)
             .set_compression(props.compression(&path))
-            .set_encodings(vec![
-                self.dictionary_encoding,
-                Encoding::RLE,
-                self.data_encoding,
-            ])
+            .set_encodings(encodings)
             .set_page_encoding_stats(encoding_stats)
             .set_total_compressed_size(bytes as i64)
             .set_total_uncompressed_size(self.uncompressed as i64)
@@ -257,31 +271,65 @@ fn rle_hybrid<T: Copy + Eq + Into<u64>>(codes: &[T], width: u8, out: &mut Vec<u8
 }
 
 /// Bit-packed runs of `codes`, padded with zeros to whole groups of eight. Codes are
-/// gathered in a 128-bit accumulator and written eight bytes at a time (widths are at
-/// most 32 bits): byte by byte, this was the writer's costliest loop after zstd.
+/// gathered in a 64-bit word written eight bytes at a time ([`Packer`]): byte by byte,
+/// this was the writer's costliest loop after zstd.
 fn bit_packed<T: Copy + Into<u64>>(codes: &[T], width: u8, out: &mut Vec<u8>) {
     const MAX_GROUPS: usize = 63;
-    debug_assert!(width <= 32);
-    let w = u32::from(width);
     for run in codes.chunks(MAX_GROUPS * 8) {
         let groups = run.len().div_ceil(8);
         varint(((groups as u64) << 1) | 1, out);
         out.reserve(groups * usize::from(width) + 8);
-        let mut acc: u128 = 0;
-        let mut bits = 0u32;
-        let padding = std::iter::repeat_n(0, groups * 8 - run.len());
-        for c in run.iter().map(|&c| c.into()).chain(padding) {
-            acc |= u128::from(c) << bits;
-            bits += w;
-            if bits >= 64 {
-                out.extend_from_slice(&(acc as u64).to_le_bytes());
-                acc >>= 64;
-                bits -= 64;
-            }
+        let mut p = Packer::new(u32::from(width));
+        for &c in run {
+            p.put(c.into(), out);
         }
-        // groups * 8 * width bits is a whole number of bytes.
-        debug_assert_eq!(bits % 8, 0);
-        out.extend_from_slice(&acc.to_le_bytes()[..(bits / 8) as usize]);
+        for _ in run.len()..groups * 8 {
+            p.put(0, out);
+        }
+        p.finish(out);
+    }
+}
+
+/// Values of `width` bits (at most 64) packed least significant bit first.
+struct Packer {
+    word: u64,
+    bits: u32,
+    width: u32,
+}
+
+impl Packer {
+    fn new(width: u32) -> Packer {
+        debug_assert!((1..=64).contains(&width));
+        Packer {
+            word: 0,
+            bits: 0,
+            width,
+        }
+    }
+
+    /// Appends `v` (less than 2^width); a full word goes to `out`.
+    #[inline]
+    fn put(&mut self, v: u64, out: &mut Vec<u8>) {
+        self.word |= v << self.bits;
+        let end = self.bits + self.width;
+        if end >= 64 {
+            out.extend_from_slice(&self.word.to_le_bytes());
+            // The bits of `v` that did not fit (none when the word started empty).
+            self.word = if self.bits == 0 {
+                0
+            } else {
+                v >> (64 - self.bits)
+            };
+            self.bits = end - 64;
+        } else {
+            self.bits = end;
+        }
+    }
+
+    /// Appends what is left: whole bytes, as every run packs a multiple of eight values.
+    fn finish(self, out: &mut Vec<u8>) {
+        debug_assert_eq!(self.bits % 8, 0);
+        out.extend_from_slice(&self.word.to_le_bytes()[..(self.bits / 8) as usize]);
     }
 }
 
@@ -412,6 +460,36 @@ pub(crate) mod tests {
         let mut b = Vec::new();
         rle_hybrid(&[1u32, 1, 1, 0, 0, 0, 1, 1], 1, &mut b);
         assert_eq!(b, vec![0b11, 0b1100_0111]);
+    }
+
+    #[test]
+    fn the_packer_lays_values_out_bit_by_bit_at_every_width() {
+        for width in 1..=64u32 {
+            let mask = if width == 64 {
+                u64::MAX
+            } else {
+                (1 << width) - 1
+            };
+            let values: Vec<u64> = (0..64u64)
+                .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(i as u32) & mask)
+                .collect();
+            let mut out = Vec::new();
+            let mut p = Packer::new(width);
+            for &v in &values {
+                p.put(v, &mut out);
+            }
+            p.finish(&mut out);
+            let mut want = vec![0u8; 64 * width as usize / 8];
+            for (i, &v) in values.iter().enumerate() {
+                for b in 0..width as usize {
+                    if v >> b & 1 == 1 {
+                        let at = i * width as usize + b;
+                        want[at / 8] |= 1 << (at % 8);
+                    }
+                }
+            }
+            assert_eq!(out, want, "width {width}");
+        }
     }
 
     #[test]
