@@ -21,7 +21,7 @@ use ::parquet::file::statistics::{Statistics, ValueStatistics};
 use ::parquet::schema::types::{ColumnDescPtr, ColumnPath};
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt64Type;
-use arrow_array::{Array, ArrayRef};
+use arrow_array::{Array, ArrayRef, UInt64Array};
 use arrow_schema::{DataType, Field};
 use bytes::Bytes;
 
@@ -53,10 +53,7 @@ pub(super) fn encode(
         )));
     }
     let nullable = descr.max_def_level() > 0;
-    // The values that are present, and (nullable columns) every row's level.
-    let rows: usize = arrays.iter().map(|a| a.len()).sum();
-    let mut values: Vec<u64> = Vec::with_capacity(rows);
-    let mut levels: Vec<u8> = Vec::with_capacity(if nullable { rows } else { 0 });
+    let mut columns = Vec::with_capacity(arrays.len());
     for a in arrays {
         if a.data_type() != &DataType::UInt64 {
             return Err(ParquetError::General(format!(
@@ -64,29 +61,20 @@ pub(super) fn encode(
                 a.data_type()
             )));
         }
-        let v = a.as_primitive::<UInt64Type>().values();
-        match a.nulls().filter(|n| n.null_count() > 0) {
-            None => {
-                values.extend_from_slice(v);
-                if nullable {
-                    levels.resize(levels.len() + v.len(), 1);
-                }
-            }
-            Some(_) if !nullable => {
-                return Err(ParquetError::General(format!(
-                    "{path}: nulls in a column declared non-null"
-                )))
-            }
-            Some(n) => {
-                for (&x, valid) in v.iter().zip(n.iter()) {
-                    if valid {
-                        values.push(x);
-                    }
-                    levels.push(u8::from(valid));
-                }
-            }
+        if !nullable && a.null_count() > 0 {
+            return Err(ParquetError::General(format!(
+                "{path}: nulls in a column declared non-null"
+            )));
         }
+        columns.push(a.as_primitive::<UInt64Type>());
     }
+    let rows: usize = columns.iter().map(|c| c.len()).sum();
+    // A page's values are read from the arrays in place when they lie in one array
+    // without nulls, and gathered here otherwise: a page at a time, not the chunk (the
+    // chunk's copy cost 4 MiB per column of a `branches` row group, several at once).
+    let mut gathered: Vec<u64> = Vec::new();
+    let mut levels: Vec<u8> = Vec::new();
+    let mut cursor = Cursor::default();
 
     let statistics = props.statistics_enabled(&path);
     let mut index = (statistics == EnabledStatistics::Page).then(|| {
@@ -101,23 +89,20 @@ pub(super) fn encode(
     let page_rows = props.data_page_row_count_limit().max(1);
     let mut buf = Vec::new();
     let (mut lo_all, mut hi_all) = (u64::MAX, 0u64);
-    let mut next_value = 0;
+    let mut present_all = 0usize;
     let mut start = 0;
     while start < rows {
         let end = (start + page_rows).min(rows);
         buf.clear();
-        let present = if nullable {
-            let l = &levels[start..end];
+        let page = cursor.take(&columns, end - start, nullable, &mut gathered, &mut levels);
+        let present = page.len();
+        if nullable {
             buf.extend_from_slice(&[0; 4]);
-            rle_hybrid(l, 1, &mut buf);
+            rle_hybrid(&levels, 1, &mut buf);
             let len = (buf.len() - 4) as u32;
             buf[..4].copy_from_slice(&len.to_le_bytes());
-            l.iter().map(|&x| usize::from(x)).sum()
-        } else {
-            end - start
-        };
-        let page = &values[next_value..next_value + present];
-        next_value += present;
+        }
+        present_all += present;
         let min_max = delta_page(page, &mut buf);
         chunk.data(&buf, end - start)?;
 
@@ -152,14 +137,14 @@ pub(super) fn encode(
         start = end;
     }
 
-    let nulls = (rows - values.len()) as u64;
-    let (lo, hi) = if values.is_empty() {
+    let nulls = (rows - present_all) as u64;
+    let (lo, hi) = if present_all == 0 {
         (None, None)
     } else {
         (Some(lo_all as i64), Some(hi_all as i64))
     };
     let signed = descr.sort_order().is_signed();
-    let present = values.len() as i64;
+    let present = present_all as i64;
     let (bytes, mut close) = chunk.finish(descr, props, |b| {
         if statistics == EnabledStatistics::None {
             return b;
@@ -189,6 +174,74 @@ pub(super) fn encode(
         }
     }
     Ok((bytes, close))
+}
+
+/// Where the next page starts: an array, and a row in it.
+#[derive(Default)]
+struct Cursor {
+    array: usize,
+    row: usize,
+}
+
+impl Cursor {
+    /// The present values of the next `rows` rows: borrowed from the array when they lie
+    /// in one without nulls, else gathered into `gathered`. `levels` gets the rows'
+    /// definition levels (nullable columns only).
+    fn take<'a>(
+        &mut self,
+        columns: &[&'a UInt64Array],
+        rows: usize,
+        nullable: bool,
+        gathered: &'a mut Vec<u64>,
+        levels: &mut Vec<u8>,
+    ) -> &'a [u64] {
+        levels.clear();
+        gathered.clear();
+        while self.array < columns.len() && self.row == columns[self.array].len() {
+            self.array += 1;
+            self.row = 0;
+        }
+        if let Some(c) = columns.get(self.array) {
+            if self.row + rows <= c.len() && c.null_count() == 0 {
+                if nullable {
+                    levels.resize(rows, 1);
+                }
+                let page = &c.values()[self.row..self.row + rows];
+                self.row += rows;
+                return page;
+            }
+        }
+        let mut left = rows;
+        while left > 0 {
+            let c = columns[self.array];
+            let n = left.min(c.len() - self.row);
+            let values = &c.values()[self.row..self.row + n];
+            match c.nulls().filter(|n| n.null_count() > 0) {
+                None => {
+                    gathered.extend_from_slice(values);
+                    if nullable {
+                        levels.resize(levels.len() + n, 1);
+                    }
+                }
+                Some(nulls) => {
+                    for (i, &v) in values.iter().enumerate() {
+                        let valid = nulls.is_valid(self.row + i);
+                        if valid {
+                            gathered.push(v);
+                        }
+                        levels.push(u8::from(valid));
+                    }
+                }
+            }
+            left -= n;
+            self.row += n;
+            if self.row == c.len() {
+                self.array += 1;
+                self.row = 0;
+            }
+        }
+        gathered
+    }
 }
 
 /// Appends `values` as one DELTA_BINARY_PACKED page; their smallest and largest (unsigned),
