@@ -12,12 +12,10 @@
 //! the definition levels before the values for nullable columns; chunk statistics and the
 //! column index compared unsigned.
 
-use ::parquet::basic::{BoundaryOrder, Encoding, Type};
+use ::parquet::basic::{Encoding, Type};
 use ::parquet::column::writer::ColumnCloseResult;
 use ::parquet::errors::ParquetError;
-use ::parquet::file::metadata::{ColumnIndexBuilder, LevelHistogram};
 use ::parquet::file::properties::{EnabledStatistics, WriterProperties};
-use ::parquet::file::statistics::{Statistics, ValueStatistics};
 use ::parquet::schema::types::{ColumnDescPtr, ColumnPath};
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt64Type;
@@ -25,7 +23,8 @@ use arrow_array::{Array, ArrayRef, UInt64Array};
 use arrow_schema::{DataType, Field};
 use bytes::Bytes;
 
-use super::{rle_hybrid, varint, Chunk, Packer};
+use super::stats::{chunk_statistics, definition_levels, PageIndex};
+use super::{varint, Chunk, Packer};
 
 /// Values per block and per miniblock, as arrow-rs writes INT64 columns.
 const BLOCK: usize = 256;
@@ -77,18 +76,11 @@ pub(super) fn encode(
     let mut cursor = Cursor::default();
 
     let statistics = props.statistics_enabled(&path);
-    let mut index = (statistics == EnabledStatistics::Page).then(|| {
-        (
-            ColumnIndexBuilder::new(Type::INT64),
-            true,
-            true,
-            None::<(u64, u64)>,
-        )
-    });
+    let mut pages = (statistics == EnabledStatistics::Page).then(|| PageIndex::new(&descr));
     let mut chunk = Chunk::with_data_encoding(&path, props, Encoding::DELTA_BINARY_PACKED)?;
     let page_rows = props.data_page_row_count_limit().max(1);
     let mut buf = Vec::new();
-    let (mut lo_all, mut hi_all) = (u64::MAX, 0u64);
+    let mut all: Option<(u64, u64)> = None;
     let mut present_all = 0usize;
     let mut start = 0;
     while start < rows {
@@ -97,81 +89,29 @@ pub(super) fn encode(
         let page = cursor.take(&columns, end - start, nullable, &mut gathered, &mut levels);
         let present = page.len();
         if nullable {
-            buf.extend_from_slice(&[0; 4]);
-            rle_hybrid(&levels, 1, &mut buf);
-            let len = (buf.len() - 4) as u32;
-            buf[..4].copy_from_slice(&len.to_le_bytes());
+            definition_levels(&levels, &mut buf);
         }
         present_all += present;
         let min_max = delta_page(page, &mut buf);
         chunk.data(&buf, end - start)?;
-
         if let Some((lo, hi)) = min_max {
-            lo_all = lo_all.min(lo);
-            hi_all = hi_all.max(hi);
+            all = Some(all.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
         }
-        if let Some((b, ascending, descending, last)) = index.as_mut() {
-            let nulls = (end - start - present) as i64;
-            match min_max {
-                None => b.append(true, Vec::new(), Vec::new(), nulls, None),
-                Some((lo, hi)) => {
-                    if let Some((last_lo, last_hi)) = *last {
-                        *ascending &= last_lo <= lo && last_hi <= hi;
-                        *descending &= last_lo >= lo && last_hi >= hi;
-                    }
-                    *last = Some((lo, hi));
-                    b.append(
-                        false,
-                        lo.to_le_bytes().to_vec(),
-                        hi.to_le_bytes().to_vec(),
-                        nulls,
-                        None,
-                    );
-                }
-            }
-            if nullable {
-                let h = LevelHistogram::from(vec![nulls, present as i64]);
-                b.append_histograms(&None, &Some(h));
-            }
+        if let Some(p) = pages.as_mut() {
+            p.page(min_max, end - start, present);
         }
         start = end;
     }
 
-    let nulls = (rows - present_all) as u64;
-    let (lo, hi) = if present_all == 0 {
-        (None, None)
-    } else {
-        (Some(lo_all as i64), Some(hi_all as i64))
-    };
-    let signed = descr.sort_order().is_signed();
-    let present = present_all as i64;
-    let (bytes, mut close) = chunk.finish(descr, props, |b| {
+    let nulls = rows - present_all;
+    let (bytes, mut close) = chunk.finish(descr.clone(), props, |b| {
         if statistics == EnabledStatistics::None {
             return b;
         }
-        let stats = Statistics::Int64(
-            ValueStatistics::new(lo, hi, None, Some(nulls), false)
-                .with_backwards_compatible_min_max(signed),
-        );
-        let b = b.set_statistics(stats);
-        if nullable {
-            b.set_definition_level_histogram(Some(LevelHistogram::from(vec![
-                nulls as i64,
-                present,
-            ])))
-        } else {
-            b
-        }
+        chunk_statistics(b, &descr, all, rows, nulls)
     })?;
-    if let Some((mut b, ascending, descending, _)) = index {
-        b.set_boundary_order(match (ascending, descending) {
-            (true, _) => BoundaryOrder::ASCENDING,
-            (false, true) => BoundaryOrder::DESCENDING,
-            (false, false) => BoundaryOrder::UNORDERED,
-        });
-        if b.valid() {
-            close.column_index = Some(b.build()?);
-        }
+    if let Some(p) = pages {
+        close.column_index = p.build()?;
     }
     Ok((bytes, close))
 }

@@ -29,6 +29,7 @@
 
 mod delta;
 mod numbers;
+mod stats;
 mod strings;
 
 use ::parquet::basic::{Compression, Encoding, PageType};

@@ -13,13 +13,11 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use ::parquet::basic::{BoundaryOrder, Type};
+use ::parquet::basic::Type;
 use ::parquet::bloom_filter::Sbbf;
 use ::parquet::column::writer::ColumnCloseResult;
 use ::parquet::errors::ParquetError;
-use ::parquet::file::metadata::{ColumnIndexBuilder, LevelHistogram};
 use ::parquet::file::properties::{EnabledStatistics, WriterProperties};
-use ::parquet::file::statistics::{Statistics, ValueStatistics};
 use ::parquet::schema::types::ColumnDescPtr;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
@@ -28,6 +26,7 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Field};
 use bytes::Bytes;
 
+use super::stats::{chunk_statistics, definition_levels, PageIndex};
 use super::{bit_width, page_rows, rle_hybrid, Chunk};
 
 /// An unsigned integer column, nullable or not.
@@ -102,19 +101,7 @@ pub(super) fn encode(
     chunk.dictionary(&plain, d.values.len())?;
 
     let statistics = props.statistics_enabled(&path);
-    let mut pages = (statistics == EnabledStatistics::Page).then(|| PageIndex {
-        builder: ColumnIndexBuilder::new(descr.physical_type()),
-        ascending: true,
-        descending: true,
-        last: None,
-    });
-    let bytes_of = |v: u64| {
-        if wide {
-            v.to_le_bytes().to_vec()
-        } else {
-            (v as u32).to_le_bytes().to_vec()
-        }
-    };
+    let mut pages = (statistics == EnabledStatistics::Page).then(|| PageIndex::new(&descr));
     let mut buf = Vec::new();
     let mut next_code = 0;
     let mut seen = 0u32;
@@ -123,14 +110,11 @@ pub(super) fn encode(
     while start < rows {
         let end = (start + page).min(rows);
         buf.clear();
-        // Version 1 page: the definition levels (a u32 length, then the hybrid at one
-        // bit), then the bit width and the codes of the rows that have a value.
+        // Version 1 page: the definition levels, then the bit width and the codes of the
+        // rows that have a value.
         let valid = if nullable {
             let levels = &d.levels[start..end];
-            buf.extend_from_slice(&[0; 4]);
-            rle_hybrid(levels, 1, &mut buf);
-            let len = (buf.len() - 4) as u32;
-            buf[..4].copy_from_slice(&len.to_le_bytes());
+            definition_levels(levels, &mut buf);
             levels.iter().map(|&l| usize::from(l)).sum()
         } else {
             end - start
@@ -145,80 +129,21 @@ pub(super) fn encode(
         buf.push(page_width);
         rle_hybrid(codes, page_width, &mut buf);
         chunk.data(&buf, end - start)?;
-
         if let Some(p) = pages.as_mut() {
-            let nulls = (end - start - valid) as i64;
-            match min_max(codes, &d.values) {
-                None => p.builder.append(true, Vec::new(), Vec::new(), nulls, None),
-                Some((lo, hi)) => {
-                    if let Some((last_lo, last_hi)) = p.last {
-                        p.ascending &= last_lo <= lo && last_hi <= hi;
-                        p.descending &= last_lo >= lo && last_hi >= hi;
-                    }
-                    p.last = Some((lo, hi));
-                    p.builder
-                        .append(false, bytes_of(lo), bytes_of(hi), nulls, None);
-                }
-            }
-            if nullable {
-                let levels = LevelHistogram::from(vec![nulls, valid as i64]);
-                p.builder.append_histograms(&None, &Some(levels));
-            }
+            p.page(min_max(codes, &d.values), end - start, valid);
         }
         start = end;
     }
 
-    let nulls = d.nulls;
-    let valid = rows as i64 - nulls as i64;
-    let (lo, hi) = match min_max_all(&d.values) {
-        Some((lo, hi)) => (Some(lo), Some(hi)),
-        None => (None, None),
-    };
-    let signed = descr.sort_order().is_signed();
-    let (bytes, mut close) = chunk.finish(descr, props, |b| {
+    let nulls = d.nulls as usize;
+    let (bytes, mut close) = chunk.finish(descr.clone(), props, |b| {
         if statistics == EnabledStatistics::None {
             return b;
         }
-        let stats = if wide {
-            Statistics::Int64(
-                ValueStatistics::new(
-                    lo.map(|v| v as i64),
-                    hi.map(|v| v as i64),
-                    None,
-                    Some(nulls),
-                    false,
-                )
-                .with_backwards_compatible_min_max(signed),
-            )
-        } else {
-            Statistics::Int32(
-                ValueStatistics::new(
-                    lo.map(|v| v as u32 as i32),
-                    hi.map(|v| v as u32 as i32),
-                    None,
-                    Some(nulls),
-                    false,
-                )
-                .with_backwards_compatible_min_max(signed),
-            )
-        };
-        let b = b.set_statistics(stats);
-        if nullable {
-            b.set_definition_level_histogram(Some(LevelHistogram::from(vec![nulls as i64, valid])))
-        } else {
-            b
-        }
+        chunk_statistics(b, &descr, min_max_all(&d.values), rows, nulls)
     })?;
-    if let Some(mut p) = pages {
-        p.builder
-            .set_boundary_order(match (p.ascending, p.descending) {
-                (true, _) => BoundaryOrder::ASCENDING,
-                (false, true) => BoundaryOrder::DESCENDING,
-                (false, false) => BoundaryOrder::UNORDERED,
-            });
-        if p.builder.valid() {
-            close.column_index = Some(p.builder.build()?);
-        }
+    if let Some(p) = pages {
+        close.column_index = p.build()?;
     }
     if let Some(bp) = props.bloom_filter_properties(&path) {
         if props.bloom_filter_for_dictionary_encoded_chunks() {
@@ -236,15 +161,6 @@ pub(super) fn encode(
         }
     }
     Ok(Some((bytes, close)))
-}
-
-/// The column index being built, page by page, and whether the pages' minima and maxima
-/// rise (or fall) throughout.
-struct PageIndex {
-    builder: ColumnIndexBuilder,
-    ascending: bool,
-    descending: bool,
-    last: Option<(u64, u64)>,
 }
 
 /// The smallest and largest value of `codes`, unsigned.
