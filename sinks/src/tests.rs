@@ -973,13 +973,21 @@ fn integer_chunks_carry_what_arrow_rs_writes() {
     for i in (0..75_000).step_by(997) {
         cols.ip[i] = 0xffff_ffff_8100_0000 + i as u64;
     }
-    // The delta columns: a stretch going down (negative deltas), and a value near 2^64
-    // (deltas of 64 bits either way). `cycles` is null throughout.
+    // The delta columns: a stretch going down (negative deltas), a value near 2^64, and
+    // one at 2^63 - 1 between small ones (deltas of 64 bits). `cycles` is null throughout,
+    // `cr3` in the last row group. `insns` above 2^31 compare unsigned as INT32.
     for i in 20_000..20_300 {
         cols.offset[i] = 5_000_000 - i as u64 * 7;
     }
     cols.offset[33_333] = u64::MAX - 5;
+    cols.offset[44_444] = i64::MAX as u64;
     assert!(cols.cycles.valid.iter().all(|&v| !v));
+    for i in 61_440..75_000 {
+        cols.cr3.valid[i] = false;
+    }
+    for i in (0..75_000).step_by(1_001) {
+        cols.insns[i] = 0x8000_0000 + i as u32;
+    }
     let all = crate::convert::branches(cols, 0).unwrap();
     let groups: Vec<RecordBatch> = [(0, 30_720), (30_720, 30_720), (61_440, 13_560)]
         .iter()
@@ -995,9 +1003,17 @@ fn integer_chunks_carry_what_arrow_rs_writes() {
     let by_write = w.finish().unwrap();
     let mut w = TableWriter::create_in(&enc, "branches", &file_meta(), &opts).unwrap();
     let e = w.row_group_encoder().unwrap();
+    // Each row group handed over in three batches (one empty), as the pipeline hands
+    // over pieces: pages cross batches, with and without nulls.
     for (i, g) in groups.iter().enumerate() {
-        w.append_encoded(e.encode(i, std::slice::from_ref(g)).unwrap())
-            .unwrap();
+        let (a, b) = (7_000, (7_000 + 12_345).min(g.num_rows()));
+        let parts = [
+            g.slice(0, a),
+            g.slice(a, 0),
+            g.slice(a, b - a),
+            g.slice(b, g.num_rows() - b),
+        ];
+        w.append_encoded(e.encode(i, &parts).unwrap()).unwrap();
     }
     let by_encoder = w.finish().unwrap();
     assert_eq!(read_parquet(&by_write.path), read_parquet(&by_encoder.path));

@@ -31,11 +31,13 @@ const BLOCK: usize = 256;
 const MINIBLOCKS: usize = 4;
 const MINIBLOCK: usize = BLOCK / MINIBLOCKS;
 
-/// A `UInt64` column configured for DELTA_BINARY_PACKED without a dictionary.
+/// A `UInt64` column configured for DELTA_BINARY_PACKED, without a dictionary or a bloom
+/// filter.
 pub(super) fn accepts(field: &Field, path: &ColumnPath, props: &WriterProperties) -> bool {
     field.data_type() == &DataType::UInt64
         && !props.dictionary_enabled(path)
         && props.encoding(path) == Some(Encoding::DELTA_BINARY_PACKED)
+        && props.bloom_filter_properties(path).is_none()
 }
 
 /// The chunk of `arrays` (`UInt64` arrays of an INT64 column).
@@ -78,7 +80,11 @@ pub(super) fn encode(
     let statistics = props.statistics_enabled(&path);
     let mut pages = (statistics == EnabledStatistics::Page).then(|| PageIndex::new(&descr));
     let mut chunk = Chunk::with_data_encoding(&path, props, Encoding::DELTA_BINARY_PACKED)?;
-    let page_rows = props.data_page_row_count_limit().max(1);
+    // The row limit, and the byte limit at the worst case of 64 bits per value.
+    let page_rows = props
+        .column_data_page_row_count_limit(&path)
+        .min(props.column_data_page_size_limit(&path) / 8)
+        .max(1);
     let mut buf = Vec::new();
     let mut all: Option<(u64, u64)> = None;
     let mut present_all = 0usize;
@@ -243,4 +249,58 @@ fn pack(deltas: &[i64], min_delta: i64, width: u32, out: &mut Vec<u8>) {
 
 fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The present values and levels of rows `at..at + n` of `rows`, the plain way.
+    fn expected(rows: &[Option<u64>], at: usize, n: usize) -> (Vec<u64>, Vec<u8>) {
+        let page = &rows[at..at + n];
+        (
+            page.iter().flatten().copied().collect(),
+            page.iter().map(|r| u8::from(r.is_some())).collect(),
+        )
+    }
+
+    #[test]
+    fn the_cursor_reads_pages_across_arrays_empty_arrays_slices_and_nulls() {
+        let rows: Vec<Option<u64>> = (0..100u64)
+            .map(|i| (i % 7 != 3 || i < 20).then_some(i * 10))
+            .collect();
+        let whole = UInt64Array::from(rows.clone());
+        // Arrays of 13, 0, 40 and 47 rows, sliced out of one (offsets into its buffers);
+        // the first 20 rows have no nulls.
+        let parts = [
+            whole.slice(0, 13),
+            whole.slice(13, 0),
+            whole.slice(13, 40),
+            whole.slice(53, 47),
+        ];
+        let columns: Vec<&UInt64Array> = parts.iter().collect();
+        for page in [1, 5, 13, 20, 33, 100] {
+            let mut cursor = Cursor::default();
+            let (mut gathered, mut levels) = (Vec::new(), Vec::new());
+            let mut at = 0;
+            while at < rows.len() {
+                let n = page.min(rows.len() - at);
+                let got = cursor.take(&columns, n, true, &mut gathered, &mut levels);
+                let (values, want_levels) = expected(&rows, at, n);
+                assert_eq!(got, values.as_slice(), "page of {page} at {at}");
+                assert_eq!(levels, want_levels, "page of {page} at {at}");
+                at += n;
+            }
+        }
+    }
+
+    #[test]
+    fn a_page_of_one_value_and_of_none_has_the_header_only() {
+        let mut out = Vec::new();
+        assert_eq!(delta_page(&[], &mut out), None);
+        assert_eq!(out, [0x80, 0x02, 4, 0, 0]);
+        out.clear();
+        assert_eq!(delta_page(&[7], &mut out), Some((7, 7)));
+        assert_eq!(out, [0x80, 0x02, 4, 1, 14]);
+    }
 }

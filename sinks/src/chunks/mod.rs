@@ -56,6 +56,10 @@ pub(crate) fn applies(field: &Field, path: &ColumnPath, props: &WriterProperties
     (dictionary && (strings::accepts(field, path, props) || numbers::accepts(field))
         || delta::accepts(field, path, props))
         && props.writer_version() == WriterVersion::PARQUET_1_0
+        // What these chunks do not write: left to arrow-rs.
+        && !props.write_page_header_statistics(path)
+        && props.content_defined_chunking().is_none()
+        && !props.write_row_group_number_distinct_values()
         && matches!(
             props.compression(path),
             Compression::ZSTD(_) | Compression::UNCOMPRESSED
@@ -217,11 +221,15 @@ impl Chunk {
     }
 }
 
-/// Rows per data page: the properties' row limit, and no more than fits their byte
-/// limit at `width` bits per row.
-fn page_rows(props: &WriterProperties, width: u8) -> usize {
-    let by_bytes = props.data_page_size_limit().saturating_mul(8) / usize::from(width.max(1));
-    props.data_page_row_count_limit().min(by_bytes).max(8)
+/// Rows per data page of column `path`: its row limit, and no more than fits its byte
+/// limit at `width` bits per row (at least 8 rows: one bit-packed group).
+fn page_rows(props: &WriterProperties, path: &ColumnPath, width: u8) -> usize {
+    let bytes = props.column_data_page_size_limit(path);
+    let by_bytes = bytes.saturating_mul(8) / usize::from(width.max(1));
+    props
+        .column_data_page_row_count_limit(path)
+        .min(by_bytes)
+        .max(8)
 }
 
 /// Bits per code for a dictionary of `n` values (0 for one value: every code is 0).

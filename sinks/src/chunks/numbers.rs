@@ -52,7 +52,7 @@ pub(super) fn encode(
         }
     };
     let value_bytes = if wide { 8 } else { 4 };
-    let limit = props.dictionary_page_size_limit() / value_bytes;
+    let limit = props.column_dictionary_page_size_limit(&path) / value_bytes;
     let nullable = descr.max_def_level() > 0;
     let rows: usize = arrays.iter().map(|a| a.len()).sum();
 
@@ -82,7 +82,8 @@ pub(super) fn encode(
                     )))
                 }
             }
-            if d.values.len() > limit {
+            // As arrow-rs decides it: a dictionary at the limit is already too large.
+            if d.values.len() >= limit {
                 return Ok(None);
             }
         }
@@ -106,7 +107,7 @@ pub(super) fn encode(
     let mut next_code = 0;
     let mut seen = 0u32;
     let mut start = 0;
-    let page = page_rows(props, width);
+    let page = page_rows(props, &path, width);
     while start < rows {
         let end = (start + page).min(rows);
         buf.clear();
@@ -338,10 +339,11 @@ mod tests {
         let props = WriterProperties::builder()
             .set_dictionary_page_size_limit(64)
             .build();
+        // 64 bytes: eight u64 values reach the limit.
+        let seven: ArrayRef = Arc::new(UInt64Array::from_iter_values((0..100).map(|i| i % 7)));
         let eight: ArrayRef = Arc::new(UInt64Array::from_iter_values((0..100).map(|i| i % 8)));
-        let nine: ArrayRef = Arc::new(UInt64Array::from_iter_values((0..100).map(|i| i % 9)));
-        assert!(encode(descr(false), &props, &[eight]).unwrap().is_some());
-        assert!(encode(descr(false), &props, &[nine]).unwrap().is_none());
+        assert!(encode(descr(false), &props, &[seven]).unwrap().is_some());
+        assert!(encode(descr(false), &props, &[eight]).unwrap().is_none());
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub(super) fn encode(
     // Data pages: the bit width, then the codes in the RLE/bit-packed hybrid (a non-null
     // flat column has no levels).
     let mut buf = Vec::new();
-    for codes in dict.codes.chunks(page_rows(props, width)) {
+    for codes in dict.codes.chunks(page_rows(props, &path, width)) {
         buf.clear();
         buf.push(width);
         rle_hybrid(codes, width, &mut buf);
@@ -88,7 +88,8 @@ impl Dictionary {
         };
         let mut index: HashMap<Vec<u8>, u32> = HashMap::new();
         for a in arrays {
-            if a.null_count() > 0 {
+            // A key may point at a null string: the array's logical nulls count both.
+            if a.logical_null_count() > 0 {
                 return Err(ParquetError::General(
                     "nulls in a column declared non-null".into(),
                 ));
