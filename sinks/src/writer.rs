@@ -194,10 +194,9 @@ pub struct RowGroupEncoder {
     /// The file's columns: the table's, then the constant ones.
     schema: SchemaRef,
     constants: Arc<Constants>,
-    /// Per column of `schema`: the Parquet column, for the dictionary columns
-    /// [`chunks`] encodes (string dictionaries and unsigned integers, whose
-    /// dictionary index arrow-rs would find by hashing every row's value).
-    keyed: Arc<Vec<Option<ColumnDescPtr>>>,
+    /// Per column of `schema`: the Parquet column and which of [`chunks`] writes it, for
+    /// the columns tracemill encodes itself (string and integer dictionaries, deltas).
+    keyed: Arc<Vec<Option<(ColumnDescPtr, chunks::Kind)>>>,
     props: WriterPropertiesPtr,
     path: PathBuf,
 }
@@ -266,18 +265,17 @@ impl RowGroupEncoder {
         // those.
         let keyed_ok = rows > 0;
         let encode_column = |(i, mut w): (usize, ArrowColumnWriter)| {
-            if let Some(descr) = self.keyed[i].as_ref().filter(|_| keyed_ok) {
-                let arrays: Vec<ArrayRef> = extended.iter().map(|b| b.column(i).clone()).collect();
+            let column: Vec<ArrayRef> = extended.iter().map(|b| b.column(i).clone()).collect();
+            if let Some((descr, kind)) = self.keyed[i].as_ref().filter(|_| keyed_ok) {
                 // None: a dictionary too large for one page, which arrow-rs writes (it
                 // falls back to plain pages).
                 if let Some((bytes, close)) =
-                    chunks::encode(descr.clone(), &self.props, &arrays).map_err(perr)?
+                    chunks::encode(*kind, descr.clone(), &self.props, &column).map_err(perr)?
                 {
                     return Ok(EncodedColumn::Keyed(bytes, close));
                 }
             }
             let field = &self.schema.fields()[i];
-            let column: Vec<ArrayRef> = extended.iter().map(|b| b.column(i).clone()).collect();
             let step = self.props.write_batch_size();
             for a in aligned_arrays(&column, step).map_err(|e| perr(e.into()))? {
                 for leaf in compute_leaves(field, &a).map_err(perr)? {
@@ -566,7 +564,9 @@ impl TableWriter {
                 let keyed = fields
                     .iter()
                     .zip(leaves)
-                    .map(|(f, leaf)| chunks::applies(f, leaf.path(), &props).then(|| leaf.clone()))
+                    .map(|(f, leaf)| {
+                        chunks::kind(f, leaf.path(), &props).map(|k| (leaf.clone(), k))
+                    })
                     .collect();
                 self.sink = Sink::ParquetRowGroups(writer);
                 Ok(RowGroupEncoder {

@@ -47,15 +47,20 @@ use arrow_array::ArrayRef;
 use arrow_schema::Field;
 use bytes::Bytes;
 
-/// Whether `field` (leaf column `path`) is written by [`encode`] under `props`: a string
+/// Which of tracemill's chunks writes a column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Strings,
+    Numbers,
+    Delta,
+}
+
+/// The chunk that writes `field` (leaf column `path`) under `props`, if any: a string
 /// dictionary ([`strings::accepts`]) or an unsigned integer column ([`numbers::accepts`])
 /// with dictionary encoding on, or a delta column ([`delta::accepts`]); version 1 data
 /// pages (the default), compressed with ZSTD or not at all.
-pub(crate) fn applies(field: &Field, path: &ColumnPath, props: &WriterProperties) -> bool {
-    let dictionary = props.dictionary_enabled(path);
-    (dictionary && (strings::accepts(field, path, props) || numbers::accepts(field))
-        || delta::accepts(field, path, props))
-        && props.writer_version() == WriterVersion::PARQUET_1_0
+pub(crate) fn kind(field: &Field, path: &ColumnPath, props: &WriterProperties) -> Option<Kind> {
+    let supported = props.writer_version() == WriterVersion::PARQUET_1_0
         // What these chunks do not write: left to arrow-rs.
         && !props.write_page_header_statistics(path)
         && props.content_defined_chunking().is_none()
@@ -63,25 +68,36 @@ pub(crate) fn applies(field: &Field, path: &ColumnPath, props: &WriterProperties
         && matches!(
             props.compression(path),
             Compression::ZSTD(_) | Compression::UNCOMPRESSED
-        )
+        );
+    let dictionary = props.dictionary_enabled(path);
+    if !supported {
+        None
+    } else if dictionary && strings::accepts(field, path, props) {
+        Some(Kind::Strings)
+    } else if dictionary && numbers::accepts(field) {
+        Some(Kind::Numbers)
+    } else if delta::accepts(field, path, props) {
+        Some(Kind::Delta)
+    } else {
+        None
+    }
 }
 
-/// Encodes `arrays` (one column of consecutive batches, of a field [`applies`] accepted)
+/// Encodes `arrays` (one column of consecutive batches, of a field [`kind`] gave `kind`)
 /// as one column chunk: its bytes, with offsets counted from their start, and what closing
 /// a column writer would have said of them. `None` when arrow-rs must write the chunk
 /// instead: a number column whose dictionary outgrows the properties' dictionary page
 /// limit (arrow-rs then falls back to PLAIN pages part-way through the chunk).
 pub(crate) fn encode(
+    kind: Kind,
     descr: ColumnDescPtr,
     props: &WriterProperties,
     arrays: &[ArrayRef],
 ) -> Result<Option<(Bytes, ColumnCloseResult)>, ParquetError> {
-    if descr.physical_type() == ::parquet::basic::Type::BYTE_ARRAY {
-        strings::encode(descr, props, arrays).map(Some)
-    } else if props.dictionary_enabled(descr.path()) {
-        numbers::encode(descr, props, arrays)
-    } else {
-        delta::encode(descr, props, arrays).map(Some)
+    match kind {
+        Kind::Strings => strings::encode(descr, props, arrays).map(Some),
+        Kind::Numbers => numbers::encode(descr, props, arrays),
+        Kind::Delta => delta::encode(descr, props, arrays).map(Some),
     }
 }
 
@@ -356,7 +372,7 @@ fn varint(mut v: u64, out: &mut Vec<u8>) {
 struct Compressor(Option<zstd::bulk::Compressor<'static>>);
 
 impl Compressor {
-    /// The codecs [`applies`] accepts; any other is an error naming the column.
+    /// The codecs [`kind`] accepts; any other is an error naming the column.
     fn new(path: &ColumnPath, codec: Compression) -> Result<Compressor, ParquetError> {
         match codec {
             Compression::UNCOMPRESSED => Ok(Compressor(None)),
