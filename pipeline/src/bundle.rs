@@ -141,7 +141,7 @@ pub enum Reach {
 }
 
 /// Whether `file` (which exists) lies outside directory `dir`, symbolic links resolved.
-fn outside(dir: &Path, file: &Path) -> bool {
+pub(crate) fn outside(dir: &Path, file: &Path) -> bool {
     match (dir.canonicalize(), file.canonicalize()) {
         (Ok(d), Ok(f)) => !f.starts_with(d),
         // A file that does not exist is reported as missing where it is opened.
@@ -173,7 +173,7 @@ impl Bundle {
             Err(e) => return Err(e).with_context(|| format!("{}: cannot open", path.display())),
         }
         let (dir, mut manifest, trace_path) = if path.is_dir() {
-            let m = load_manifest(path)?;
+            let m = load_manifest(path, reach)?;
             let t = m.trace_path(path);
             (path.to_path_buf(), m, t)
         } else {
@@ -484,9 +484,19 @@ fn image_problem(path: &Path, e: &ImageError) -> String {
 }
 
 /// Read `DIR/bundle.toml`. A syntax or type error names the file, line, column and key,
-/// and shows the line.
-fn load_manifest(dir: &Path) -> Result<Manifest> {
+/// and shows the line when the user chose the bundle ([`Reach::Anywhere`]). Read
+/// unattended ([`Reach::InsideOnly`], `ingest`), a `bundle.toml` that is a link out of its
+/// directory is not read at all (a link to `/etc/shadow` would otherwise be parsed, and its
+/// first line quoted into the catalog's `error` column), and no error quotes the file.
+fn load_manifest(dir: &Path, reach: Reach) -> Result<Manifest> {
     let path = dir.join("bundle.toml");
+    if reach == Reach::InsideOnly && outside(dir, &path) {
+        bail!(
+            "{}: a link to a file outside the bundle directory: not read \
+             (--allow-outside-paths reads it)",
+            path.display()
+        );
+    }
     let text = match read_manifest_text(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
@@ -504,7 +514,11 @@ fn load_manifest(dir: &Path) -> Result<Manifest> {
         }
         Err(e) => return Err(e).with_context(|| format!("{}: cannot read", path.display())),
     };
-    parse_manifest(&path, &text)
+    match reach {
+        Reach::Anywhere => parse_manifest(&path, &text),
+        Reach::InsideOnly => toml::from_str(&text)
+            .map_err(|e| anyhow::anyhow!(toml_error_unquoted(&path, &text, &e))),
+    }
 }
 
 /// A `bundle.toml`'s text as a [`Manifest`]; `path` names it in errors (which show the
@@ -515,6 +529,16 @@ pub fn parse_manifest(path: &Path, text: &str) -> Result<Manifest> {
 
 /// `PATH:LINE:COLUMN: key `KEY`: MESSAGE`, then the line with a caret under the place.
 fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
+    toml_error_with(path, text, e, true)
+}
+
+/// [`toml_error`] without the line: for errors that are stored or published (ingest's
+/// catalog), which must not carry what a file holds.
+pub(crate) fn toml_error_unquoted(path: &Path, text: &str, e: &toml::de::Error) -> String {
+    toml_error_with(path, text, e, false)
+}
+
+fn toml_error_with(path: &Path, text: &str, e: &toml::de::Error, quote: bool) -> String {
     let msg = e.message().trim_end();
     // No place, or the whole document (a missing top-level key, which the message names).
     let whole =
@@ -536,6 +560,9 @@ fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
         }
     }
     out.push_str(msg);
+    if !quote {
+        return out;
+    }
     let width = text[start..span.end.clamp(start, line_start + line.len())]
         .chars()
         .count()

@@ -519,6 +519,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                     symfs: a.symfs.clone(),
                     buildid_dir: a.buildid_dir.clone(),
                     kernel: a.vmlinux.iter().chain(&a.kcore).cloned().collect(),
+                    confine: None,
                 };
                 let rec = tracemill::perf::open(&a.src.bundle, &lookup)?;
                 let report = run::decode_perf(&rec, &opts)

@@ -144,7 +144,12 @@ fn a_fifo_or_a_device_where_a_file_belongs_is_refused_by_name_without_hanging() 
     for (bundle, why) in [
         ("fifo-trace", "is a FIFO"),
         ("fifo-toml", "is a FIFO"),
-        ("zero-toml", "is a character device"),
+        // A link to /dev/zero leads out of the bundle: ingest does not open it at all
+        // (`decode` above, the user's choice, finds it a device).
+        (
+            "zero-toml",
+            "a link to a file outside the bundle directory: not read",
+        ),
         ("big-toml", "larger than 1024 KiB"),
     ] {
         assert!(
@@ -262,6 +267,65 @@ fn files_named_outside_the_bundle_are_refused_by_ingest_and_a_warning_in_decode(
         "{}",
         text(&o)
     );
+}
+
+#[test]
+fn a_bundle_toml_linked_out_of_its_bundle_is_not_read_by_ingest_nor_quoted() {
+    let tmp = tempfile::tempdir().unwrap();
+    // What /etc/shadow would be: a file outside the tree, whose first line must not reach
+    // the catalog or stderr.
+    let secret = tmp.path().join("shadow");
+    std::fs::write(&secret, "root:$6$SECRET-HASH:19000:0:99999:7:::\n").unwrap();
+    let night = tmp.path().join("night");
+    let linked = copy_bundle("recursion", &night.join("linked"));
+    std::fs::remove_file(linked.join("bundle.toml")).unwrap();
+    std::os::unix::fs::symlink(&secret, linked.join("bundle.toml")).unwrap();
+    // A bundle.toml of its own that does not parse, with a value that must not be quoted.
+    let bad = copy_bundle("recursion", &night.join("bad"));
+    let t = std::fs::read_to_string(bad.join("bundle.toml")).unwrap();
+    std::fs::write(
+        bad.join("bundle.toml"),
+        format!("{t}\nowner = SECRET-VALUE\n"),
+    )
+    .unwrap();
+    let dest = tmp.path().join("dest");
+    let o = run_within(&["ingest", s(&night), "--dataset", s(&dest), "-q"], LIMIT);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(!text(&o).contains("SECRET"), "{}", text(&o));
+    assert!(
+        text(&o).contains("a link to a file outside the bundle directory: not read"),
+        "{}",
+        text(&o)
+    );
+    // Nothing of either file in the published catalog.
+    let mut errors = Vec::new();
+    for e in std::fs::read_dir(dest.join("bundles")).unwrap() {
+        let f = std::fs::File::open(e.unwrap().path()).unwrap();
+        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+            .unwrap()
+            .build()
+            .unwrap();
+        for b in r {
+            let b = b.unwrap();
+            let c = b.column_by_name("error").unwrap();
+            let c = arrow_array::cast::AsArray::as_string::<i32>(c);
+            errors.extend(c.iter().flatten().map(str::to_string));
+        }
+    }
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    for e in &errors {
+        assert!(!e.contains("SECRET"), "the catalog quotes a file: {e}");
+    }
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("bundle.toml:") && e.contains("owner")),
+        "the bad bundle's error names file, line and key: {errors:?}"
+    );
+    // `decode`, the user's own choice, shows the line of its own bundle.toml.
+    let o = run_within(&["decode", s(&bad)], LIMIT);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("SECRET-VALUE"), "{}", text(&o));
 }
 
 #[test]

@@ -505,6 +505,18 @@ fn a_missing_binary_is_named_and_found_again_with_symfs_or_the_build_id_cache() 
     );
 }
 
+/// A copy of the recorded binary in perf's build-id cache layout under `cache`.
+fn build_id_cache(cache: &Path) {
+    let id = made().recording.build_id.to_hex();
+    let elf = cache
+        .join(".build-id")
+        .join(&id[..2])
+        .join(&id[2..])
+        .join("elf");
+    std::fs::create_dir_all(elf.parent().unwrap()).unwrap();
+    std::fs::copy(BUSYBOX, &elf).unwrap();
+}
+
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, bytes).unwrap();
@@ -620,6 +632,9 @@ fn ingest_takes_perf_data_files_with_their_labels_beside_them() {
             format!("[labels]\nhost = \"{host}\"\n"),
         )
         .unwrap();
+        // The binary in perf's build-id cache beside the recording (what `perf archive`
+        // packs): ingest reads nothing outside the recording's directory by default.
+        build_id_cache(&d.join(".debug"));
     }
     let ds = tmp.path().join("ds");
     let (code, err) = tracemill(&[
@@ -683,4 +698,185 @@ fn ingest_takes_perf_data_files_with_their_labels_beside_them() {
         "{}",
         &text[..200.min(text.len())]
     );
+}
+
+/// `tracemill ARGS`, killed (and the test failed) if it runs longer than `secs`.
+fn tracemill_within(secs: u64, args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tracemill"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            let o = child.wait_with_output().unwrap();
+            return (
+                o.status.code(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            );
+        }
+        if t0.elapsed().as_secs() >= secs {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("tracemill {args:?} still running after {secs} s (it must not block)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn files_a_recording_names_are_opened_as_regular_files_only_and_never_block() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    // An MMAP2 naming a FIFO, then /dev/zero: decode ends (no code, no branch) and says why.
+    for (name, says) in [
+        (fifo.to_str().unwrap(), "FIFO"),
+        ("/dev/zero", "character device"),
+    ] {
+        let mut r = made().recording.clone();
+        r.path = name.as_bytes().to_vec();
+        let file = write(
+            tmp.path(),
+            "named.data",
+            &intel_pt_two_threads(&r).unwrap().bytes,
+        );
+        let out = tmp.path().join("o");
+        let (code, err) = tracemill_within(
+            120,
+            &[
+                "decode",
+                file.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(code, Some(1), "no code, no branch: {err}");
+        assert!(err.contains(name) && err.contains(says), "{name}: {err}");
+    }
+}
+
+#[test]
+fn ingest_reads_nothing_outside_the_recordings_directory_and_quotes_no_file() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let fleet = tmp.path().join("fleet");
+    let (a, b) = (fleet.join("a"), fleet.join("b"));
+    for d in [&a, &b] {
+        std::fs::create_dir_all(d).unwrap();
+        write(d, "perf.data", &made().file);
+    }
+    // a: its labels file is a link to a secret outside the tree (as /etc/shadow would be).
+    let secret = tmp.path().join("shadow");
+    std::fs::write(&secret, "root:$6$SECRET-HASH:19000:0:99999:7:::\n").unwrap();
+    std::os::unix::fs::symlink(&secret, a.join("perf.data.toml")).unwrap();
+    // b: a labels file that does not parse, and no binary inside its directory (the
+    // recording names /usr/bin/busybox).
+    std::fs::write(b.join("perf.data.toml"), "[labels]\nhost = SECRET-VALUE\n").unwrap();
+    let ds = tmp.path().join("ds");
+    let (code, err) = tracemill_within(
+        300,
+        &[
+            "ingest",
+            fleet.to_str().unwrap(),
+            "--dataset",
+            ds.to_str().unwrap(),
+            "-q",
+        ],
+    );
+    assert_eq!(code, Some(3), "both fail, the run goes on: {err}");
+    assert!(!err.contains("SECRET"), "stderr quotes no file: {err}");
+    assert!(
+        err.contains("outside the recording's directory"),
+        "the link is refused by name: {err}"
+    );
+    let catalog = catalog_errors(&ds);
+    assert_eq!(catalog.len(), 2, "{catalog:?}");
+    for e in &catalog {
+        assert!(!e.contains("SECRET"), "the catalog quotes no file: {e}");
+    }
+    assert!(
+        catalog.iter().any(|e| e.contains("perf.data.toml:2:")),
+        "{catalog:?}"
+    );
+
+    // With a labels file that parses, the binary outside the tree is not read: no branch.
+    std::fs::remove_file(a.join("perf.data.toml")).unwrap();
+    std::fs::write(b.join("perf.data.toml"), "[labels]\nhost = \"b\"\n").unwrap();
+    let (code, err) = tracemill_within(
+        300,
+        &[
+            "ingest",
+            fleet.to_str().unwrap(),
+            "--dataset",
+            ds.to_str().unwrap(),
+            "-q",
+            "--retry-failed",
+        ],
+    );
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("/usr/bin/busybox is outside the recording's directory")
+            && err.contains("--allow-outside-paths"),
+        "{err}"
+    );
+    // --allow-outside-paths reads it, as --buildid-dir would find it elsewhere.
+    let (code, err) = tracemill_within(
+        300,
+        &[
+            "ingest",
+            fleet.to_str().unwrap(),
+            "--dataset",
+            ds.to_str().unwrap(),
+            "-q",
+            "--retry-failed",
+            "--allow-outside-paths",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// The `error` column of a local dataset's catalog, failed rows only.
+fn catalog_errors(ds: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in walk_files(&ds.join("bundles")) {
+        if e.extension().is_none_or(|x| x != "parquet") {
+            continue;
+        }
+        let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&e).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        for b in r {
+            let b = b.unwrap();
+            let c = b.column_by_name("error").unwrap();
+            let c = arrow_array::cast::AsArray::as_string::<i32>(c);
+            out.extend(c.iter().flatten().map(str::to_string));
+        }
+    }
+    out
+}
+
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

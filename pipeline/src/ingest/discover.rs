@@ -15,6 +15,8 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+
+use crate::bundle::{outside, toml_error_unquoted, Reach};
 use tracemill_datasets::bundle::{open_regular, read_limited, read_manifest_text, Manifest};
 
 /// The largest bundle list read (a million bundle paths of 60 bytes).
@@ -152,17 +154,23 @@ const MISSING: u64 = u64::MAX;
 /// (each as its length and bytes; a file that cannot be read counts as absent). The trace
 /// is the manifest's `trace` (`trace.rtit` when the manifest does not parse). Only
 /// regular files are read. A bundle whose `bundle.toml` cannot be read (missing, a FIFO, a
-/// device) is also named by its path.
-pub fn identify(dir: &Path) -> Identity {
+/// device; with `reach` [`Reach::InsideOnly`], a link out of its directory) is also named
+/// by its path.
+pub fn identify(dir: &Path, reach: Reach) -> Identity {
     if dir.is_file() {
-        return identify_perf_data(dir);
+        return identify_perf_data(dir, reach);
     }
     let mut h = blake3::Hasher::new();
     h.update(b"tracemill-bundle-1\0");
     // Bounded and regular files only: a FIFO or /dev/zero as bundle.toml must not hang or
     // exhaust the run (the bundle then fails to open, with the reason).
     let toml_path = dir.join("bundle.toml");
-    let toml = read_manifest_text(&toml_path).ok();
+    // A link out of the bundle is not read: its labels would be published (the bundle
+    // then fails to open, saying why).
+    let refused = reach == Reach::InsideOnly && outside(dir, &toml_path);
+    let toml = (!refused)
+        .then(|| read_manifest_text(&toml_path).ok())
+        .flatten();
     let toml_hashed = match &toml {
         Some(t) => {
             h.update(&(t.len() as u64).to_le_bytes());
@@ -171,6 +179,7 @@ pub fn identify(dir: &Path) -> Identity {
         }
         // Too large, or not text: its bytes still name it (streamed, bounded memory). A
         // FIFO or a device is not read at all (it could block, or never end).
+        None if refused => false,
         None => hash_file(&mut h, &toml_path).is_some(),
     };
     if !toml_hashed {
@@ -204,8 +213,13 @@ pub fn labels_file(perf_data: &Path) -> PathBuf {
     PathBuf::from(n)
 }
 
-/// The labels of a perf.data (from [`labels_file`], none without one).
-pub fn perf_data_labels(perf_data: &Path) -> Result<std::collections::BTreeMap<String, String>> {
+/// The labels of a perf.data (from [`labels_file`], none without one). With `reach`
+/// [`Reach::InsideOnly`] a labels file that is a link out of the perf.data's directory is
+/// an error, and not read; an error never quotes the file (it goes into the catalog).
+pub fn perf_data_labels(
+    perf_data: &Path,
+    reach: Reach,
+) -> Result<std::collections::BTreeMap<String, String>> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Labels {
@@ -213,22 +227,34 @@ pub fn perf_data_labels(perf_data: &Path) -> Result<std::collections::BTreeMap<S
         labels: std::collections::BTreeMap<String, String>,
     }
     let p = labels_file(perf_data);
+    let dir = perf_data.parent().unwrap_or(Path::new("."));
+    if reach == Reach::InsideOnly && outside(dir, &p) {
+        bail!(
+            "{}: a link to a file outside the recording's directory: not read \
+             (--allow-outside-paths reads it)",
+            p.display()
+        );
+    }
     let text = match read_manifest_text(&p) {
         Ok(t) => t,
         Err(_) if !p.exists() => return Ok(Default::default()),
         Err(e) => bail!("{}: {e}", p.display()),
     };
-    let l: Labels = toml::from_str(&text).with_context(|| format!("{}", p.display()))?;
+    let l: Labels =
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!(toml_error_unquoted(&p, &text, &e)))?;
     Ok(l.labels)
 }
 
 /// [`identify`] for a perf.data: BLAKE3 of another version tag, its labels file and its
 /// bytes. Its manifest is one with those labels (the rest of a perf.data's configuration
 /// is read when it is decoded).
-fn identify_perf_data(path: &Path) -> Identity {
+fn identify_perf_data(path: &Path, reach: Reach) -> Identity {
     let mut h = blake3::Hasher::new();
     h.update(b"tracemill-perf-data-1\0");
-    if hash_file(&mut h, &labels_file(path)).is_none() {
+    let labels = labels_file(path);
+    let labels_outside =
+        reach == Reach::InsideOnly && outside(path.parent().unwrap_or(Path::new(".")), &labels);
+    if labels_outside || hash_file(&mut h, &labels).is_none() {
         h.update(&MISSING.to_le_bytes());
     }
     let trace_bytes = hash_file(&mut h, path);
@@ -236,7 +262,7 @@ fn identify_perf_data(path: &Path) -> Identity {
         h.update(&MISSING.to_le_bytes());
         h.update(path.to_string_lossy().as_bytes());
     }
-    let manifest = perf_data_labels(path).ok().map(|labels| {
+    let manifest = perf_data_labels(path, reach).ok().map(|labels| {
         let mut m = Manifest::new(0);
         m.format = tracemill_datasets::bundle::TraceFormat::Pt;
         m.trace = path
@@ -305,12 +331,12 @@ mod tests {
             std::fs::write(p.join("bundle.toml"), "rtit_ctl = 1\n").unwrap();
             std::fs::write(p.join("trace.rtit"), b"\x02\x82").unwrap();
         }
-        let ia = identify(&a);
-        assert_eq!(ia.id, identify(&b).id);
+        let ia = identify(&a, Reach::InsideOnly);
+        assert_eq!(ia.id, identify(&b, Reach::InsideOnly).id);
         assert_eq!(ia.id.len(), 32);
         assert_eq!(ia.trace_bytes, Some(2));
         std::fs::write(b.join("trace.rtit"), b"\x02\x83").unwrap();
-        assert_ne!(ia.id, identify(&b).id);
+        assert_ne!(ia.id, identify(&b, Reach::InsideOnly).id);
         // Discovery: recursive, a bundle once however it is reached, list files.
         let list = d.path().join("list.txt");
         std::fs::write(&list, "# night 1\na\n\nnested/b/bundle.toml\nmissing\n").unwrap();
@@ -318,7 +344,10 @@ mod tests {
         assert_eq!(found.len(), 3, "{found:?}");
         assert!(found[2].ends_with("missing"));
         // Two missing bundles differ by path.
-        assert_ne!(identify(&found[2]).id, identify(&d.path().join("other")).id);
+        assert_ne!(
+            identify(&found[2], Reach::InsideOnly).id,
+            identify(&d.path().join("other"), Reach::InsideOnly).id
+        );
         assert!(discover(&[d.path().join("nope")], None).is_err());
     }
 }

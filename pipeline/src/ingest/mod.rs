@@ -119,6 +119,15 @@ pub struct IngestArgs {
     /// host must not make this run read any file of this machine.
     #[arg(long)]
     pub allow_outside_paths: bool,
+    /// perf.data: look for the recorded binaries under DIR (DIR + the recorded path), as
+    /// perf's --symfs. Without it, and without --allow-outside-paths, they are looked for
+    /// only inside each recording's directory (its `.debug` build-id cache).
+    #[arg(long, value_name = "DIR")]
+    pub symfs: Option<PathBuf>,
+    /// perf.data: perf's build-id cache to look for binaries in [default: `.debug` beside
+    /// each recording; ~/.debug with --allow-outside-paths], as perf's --buildid-dir.
+    #[arg(long, value_name = "DIR")]
+    pub buildid_dir: Option<PathBuf>,
 }
 
 /// Traces of at least this many bytes decode alone, on all threads.
@@ -272,6 +281,20 @@ pub struct Options {
     pub progress: bool,
     /// Bundles may name files outside their directory (`--allow-outside-paths`).
     pub allow_outside_paths: bool,
+    /// perf.data binaries: `--symfs`, `--buildid-dir` (the user's: read wherever they are).
+    pub symfs: Option<PathBuf>,
+    pub buildid_dir: Option<PathBuf>,
+}
+
+impl Options {
+    /// How far the files a bundle or a recording names may be read from.
+    fn reach(&self) -> Reach {
+        if self.allow_outside_paths {
+            Reach::Anywhere
+        } else {
+            Reach::InsideOnly
+        }
+    }
 }
 
 /// `tracemill ingest`: the exit status, or an error when nothing could be done (bad
@@ -316,6 +339,8 @@ pub fn options(a: &IngestArgs) -> Result<Options> {
         zstd_level: a.zstd_level,
         progress: !a.quiet,
         allow_outside_paths: a.allow_outside_paths,
+        symfs: a.symfs.clone(),
+        buildid_dir: a.buildid_dir.clone(),
     };
     Ok(opts)
 }
@@ -339,7 +364,7 @@ pub fn ingest(sources: &[PathBuf], opts: &Options) -> Result<Summary> {
     }
     // Identify every bundle (its id decides its shard), on all threads; their labels are
     // checked against the partition keys before the dataset is made and locked to them.
-    let idents = parallel_map(&found, opts.jobs, |p| identify(p));
+    let idents = parallel_map(&found, opts.jobs, |p| identify(p, opts.reach()));
     if !opts.allow_missing_keys {
         check_partition_keys(&opts.partition_by, &idents)?;
     }
@@ -701,11 +726,7 @@ fn decode_and_publish(
     jobs: usize,
 ) -> Result<Counts> {
     let staging = claim.staging();
-    let reach = if opts.allow_outside_paths {
-        Reach::Anywhere
-    } else {
-        Reach::InsideOnly
-    };
+    let reach = opts.reach();
     let perf = path.is_file();
     let ropts = run::Options {
         jobs,
@@ -726,8 +747,25 @@ fn decode_and_publish(
     };
     if perf {
         // The labels file must read (its labels are the bundle's partition).
-        discover::perf_data_labels(path)?;
-        let rec = crate::perf::open(path, &crate::perf::Lookup::default())?;
+        discover::perf_data_labels(path, reach)?;
+        // Unattended: the recording's binaries only from inside its directory (or where
+        // the user said), never from wherever its MMAP records point.
+        let confine = match reach {
+            Reach::Anywhere => None,
+            Reach::InsideOnly => Some(
+                path.parent()
+                    .unwrap_or(Path::new("."))
+                    .canonicalize()
+                    .with_context(|| format!("{}: its directory", path.display()))?,
+            ),
+        };
+        let lookup = crate::perf::Lookup {
+            symfs: opts.symfs.clone(),
+            buildid_dir: opts.buildid_dir.clone(),
+            kernel: Vec::new(),
+            confine,
+        };
+        let rec = crate::perf::open(path, &lookup)?;
         let report = run::decode_perf(&rec, &ropts)?;
         if report.rows == 0
             && rec

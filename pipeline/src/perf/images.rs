@@ -20,19 +20,40 @@
 //! its path and build-id; decoding goes on, and the walk resumes at the next place it can.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use object::{Object, ObjectSegment};
 use tracemill_datasets::bundle::{ImageEntry, ImageKind};
+
+use crate::bundle::map_file;
 
 /// Where to look for binaries.
 #[derive(Clone, Debug, Default)]
 pub struct Lookup {
     pub symfs: Option<PathBuf>,
-    /// The build-id cache (`~/.debug` when `None`).
+    /// The build-id cache (`~/.debug` when `None`, or `DIR/.debug` when confined to `DIR`).
     pub buildid_dir: Option<PathBuf>,
     /// Kernel code: ELF files at their own addresses (`--vmlinux`, `--kcore`).
     pub kernel: Vec<PathBuf>,
+    /// Unattended reading (`ingest` without `--allow-outside-paths`): a recorded path is
+    /// opened only when it lies inside this directory (the recording's), symbolic links
+    /// resolved, and the build-id cache defaults to `DIR/.debug`. A perf.data from another
+    /// host names any path it likes (`/etc/shadow`, `/dev/zero`); it must not make the run
+    /// read this machine's files. `--symfs` and `--buildid-dir` are the user's, and used.
+    pub confine: Option<PathBuf>,
+}
+
+impl Lookup {
+    /// The build-id cache searched.
+    fn cache(&self) -> Option<PathBuf> {
+        if let Some(d) = &self.buildid_dir {
+            return Some(d.clone());
+        }
+        match &self.confine {
+            Some(dir) => Some(dir.join(".debug")),
+            None => std::env::var_os("HOME").map(|h| Path::new(&h).join(".debug")),
+        }
+    }
 }
 
 /// An executable mapping as recorded.
@@ -71,11 +92,17 @@ impl Mapping {
 
 /// The images of `mappings` (one per distinct file and load address) and of the kernel
 /// files `lookup` names, and what could not be found or used.
+///
+/// Every candidate is opened as a bundle's files are ([`map_file`]): regular files only,
+/// without blocking (a FIFO named by a recording must not hang the run), mapped rather
+/// than read (a 4 GB file costs address space, not memory; `/dev/zero` is refused as a
+/// device). Messages name paths and record offsets, never what a file holds.
 pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<String>) {
     let mut images = Vec::new();
     let mut problems = Vec::new();
     for k in &lookup.kernel {
-        match std::fs::read(k).map(|b| object::File::parse(&*b).is_ok()) {
+        let elf = map_file(k).map(|b| object::File::parse(&*b).is_ok());
+        match elf {
             Ok(true) => images.push(ImageEntry {
                 path: k.display().to_string(),
                 base: None,
@@ -84,7 +111,7 @@ pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<S
                 symbols: None,
             }),
             Ok(false) => problems.push(format!("{}: not an ELF file: not used", k.display())),
-            Err(e) => problems.push(format!("{}: {e}: not used", k.display())),
+            Err(e) => problems.push(format!("{e:#}: not used")),
         }
     }
     // One image per (path, bias): a program's mapping recorded again for each process
@@ -96,15 +123,35 @@ pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<S
     {
         let candidates = candidates(m, lookup);
         let mut found = None;
+        let mut passed_over = Vec::new();
         for c in &candidates {
-            let Ok(bytes) = std::fs::read(c) else {
-                continue;
+            let path = match c {
+                Candidate::At(p) => p,
+                Candidate::Refused(why) => {
+                    passed_over.push(why.clone());
+                    continue;
+                }
+            };
+            let bytes = match map_file(path) {
+                Ok(b) => b,
+                Err(e) => {
+                    // Not there is the ordinary case (the next place is tried); anything
+                    // else (a FIFO, a device, a directory, no permission) is said.
+                    if path.exists() {
+                        problems.push(format!(
+                            "{e:#}; the mapping of {} at {:#x} (record at offset {:#x}) is \
+                             not decoded from it",
+                            m.path, m.addr, m.record_offset
+                        ));
+                    }
+                    continue;
+                }
             };
             let Ok(elf) = object::File::parse(&*bytes) else {
                 problems.push(format!(
                     "{}: not an ELF file; the mapping of {} at {:#x} (record at offset {:#x}) \
                      is not decoded from it",
-                    c.display(),
+                    path.display(),
                     m.path,
                     m.addr,
                     m.record_offset
@@ -117,32 +164,49 @@ pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<S
                     problems.push(format!(
                         "{}: build-id {got}, but the recording's {} has {want}: a different \
                          binary, not used",
-                        c.display(),
+                        path.display(),
                         m.path
                     ));
                     continue;
                 }
             }
-            found = Some((c.clone(), base_of(&elf, m)));
+            found = Some((path.clone(), base_of(&elf, m)));
             break;
         }
         let Some((path, base)) = found else {
-            problems.push(format!(
+            let looked: Vec<String> = candidates
+                .iter()
+                .filter_map(|c| match c {
+                    Candidate::At(p) => Some(p.display().to_string()),
+                    Candidate::Refused(_) => None,
+                })
+                .collect();
+            let mut why = format!(
                 "{} (build-id {}), mapped at {:#x}..{:#x} by process {} (record at offset \
-                 {:#x}): not found (looked at {}); its code is not decoded (give --symfs or \
-                 --buildid-dir)",
+                 {:#x}): not found (looked at {})",
                 m.path,
                 m.build_id.as_deref().unwrap_or("unknown"),
                 m.addr,
                 m.addr.wrapping_add(m.len),
                 m.pid,
                 m.record_offset,
-                candidates
-                    .iter()
-                    .map(|c| c.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+                if looked.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    looked.join(", ")
+                }
+            );
+            for p in &passed_over {
+                why.push_str("; ");
+                why.push_str(p);
+            }
+            why.push_str(if lookup.confine.is_some() {
+                "; its code is not decoded (give --symfs or --buildid-dir, or put perf's \
+                 build-id cache in .debug beside the recording)"
+            } else {
+                "; its code is not decoded (give --symfs or --buildid-dir)"
+            });
+            problems.push(why);
             continue;
         };
         let key = (path.display().to_string(), base.unwrap_or(0));
@@ -160,28 +224,107 @@ pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<S
     (images, problems)
 }
 
+/// A place to look for a mapping's file, or why a place was not looked at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Candidate {
+    /// The file to open: symbolic links resolved where it exists, and inside the
+    /// directory it was looked for under.
+    At(PathBuf),
+    Refused(String),
+}
+
 /// Where to look for `m`'s file, in order.
-fn candidates(m: &Mapping, lookup: &Lookup) -> Vec<PathBuf> {
+fn candidates(m: &Mapping, lookup: &Lookup) -> Vec<Candidate> {
     let mut v = Vec::new();
+    let recorded = Path::new(&m.path);
+    // `..` in a recorded name would climb out of any root it is looked for under.
+    let climbs = recorded.components().any(|c| c == Component::ParentDir);
     if let Some(root) = lookup.symfs.as_ref().filter(|_| !m.is_vdso()) {
-        v.push(root.join(m.path.trim_start_matches('/')));
+        if climbs {
+            v.push(Candidate::Refused(format!(
+                "the recorded name has `..` in it: not looked for under --symfs {}",
+                root.display()
+            )));
+        } else {
+            v.push(under(
+                root,
+                &root.join(recorded.strip_prefix("/").unwrap_or(recorded)),
+                "--symfs",
+            ));
+        }
     }
-    if let Some(id) = m.build_id.as_deref().filter(|id| id.len() > 2) {
-        let cache = lookup
-            .buildid_dir
-            .clone()
-            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".debug")));
-        if let Some(cache) = cache {
+    if let Some(id) = m
+        .build_id
+        .as_deref()
+        .filter(|id| id.len() > 2 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+    {
+        if let Some(cache) = lookup.cache() {
             let dir = cache.join(".build-id").join(&id[..2]);
-            v.push(dir.join(&id[2..]).join("elf"));
-            v.push(dir.join(&id[2..]));
+            v.push(under(
+                &cache,
+                &dir.join(&id[2..]).join("elf"),
+                "the build-id cache",
+            ));
+            v.push(under(&cache, &dir.join(&id[2..]), "the build-id cache"));
         }
     }
     // The vDSO has no file: only the cache holds it.
     if !m.is_vdso() {
-        v.push(PathBuf::from(&m.path));
+        if !recorded.is_absolute() {
+            // perf records absolute names; a relative one would be opened against
+            // whatever directory tracemill runs in.
+            v.push(Candidate::Refused(
+                "a relative name is never looked for in the current directory".to_string(),
+            ));
+        } else if let Some(dir) = &lookup.confine {
+            v.push(match under(dir, recorded, "the recording's directory") {
+                Candidate::Refused(_) => Candidate::Refused(format!(
+                    "{} is outside the recording's directory {}: not read \
+                     (--allow-outside-paths reads it)",
+                    m.path,
+                    dir.display()
+                )),
+                c => c,
+            });
+        } else {
+            v.push(Candidate::At(recorded.to_path_buf()));
+        }
     }
     v
+}
+
+/// `path` looked for under `root` (named `what` in messages): the file itself, symbolic
+/// links resolved, when it lies inside `root`; refused when a link (or `..`) leads out.
+/// A path that does not exist is a candidate as it is (it is not found when opened).
+fn under(root: &Path, path: &Path, what: &str) -> Candidate {
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Candidate::Refused(format!(
+            "{}: has `..` in it: not looked for under {what} {}",
+            path.display(),
+            root.display()
+        ));
+    }
+    let Ok(real) = path.canonicalize() else {
+        // Not there (or a dangling link): opening it finds nothing. Still only inside.
+        return if path.starts_with(root) {
+            Candidate::At(path.to_path_buf())
+        } else {
+            Candidate::Refused(format!(
+                "{}: outside {what} {}: not read",
+                path.display(),
+                root.display()
+            ))
+        };
+    };
+    match root.canonicalize() {
+        Ok(r) if real.starts_with(&r) => Candidate::At(real),
+        _ => Candidate::Refused(format!(
+            "{}: leads out of {what} {} (to {}): not read",
+            path.display(),
+            root.display(),
+            real.display()
+        )),
+    }
 }
 
 /// `ImageEntry::base` for an ELF mapped as `m` says: `None` where the file is at its own
@@ -211,6 +354,10 @@ fn hex(b: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    fn at(p: &str) -> Candidate {
+        Candidate::At(PathBuf::from(p))
+    }
+
     fn mapping(path: &str, id: Option<&str>) -> Mapping {
         Mapping {
             record_offset: 0x100,
@@ -232,16 +379,16 @@ mod tests {
         let l = Lookup {
             symfs: Some("/sym".into()),
             buildid_dir: Some("/cache".into()),
-            kernel: Vec::new(),
+            ..Lookup::default()
         };
         let c = candidates(&m, &l);
         assert_eq!(
             c,
             [
-                PathBuf::from("/sym/usr/bin/prog"),
-                PathBuf::from("/cache/.build-id/01/23456789abcdef0123456789abcdef01234567/elf"),
-                PathBuf::from("/cache/.build-id/01/23456789abcdef0123456789abcdef01234567"),
-                PathBuf::from("/usr/bin/prog"),
+                at("/sym/usr/bin/prog"),
+                at("/cache/.build-id/01/23456789abcdef0123456789abcdef01234567/elf"),
+                at("/cache/.build-id/01/23456789abcdef0123456789abcdef01234567"),
+                at("/usr/bin/prog"),
             ]
         );
     }
@@ -267,12 +414,13 @@ mod tests {
         let l = Lookup {
             symfs: Some("/sym".into()),
             buildid_dir: Some("/cache".into()),
-            kernel: Vec::new(),
+            ..Lookup::default()
         };
         let c = candidates(&m, &l);
         assert_eq!(c.len(), 2);
         assert!(
-            c.iter().all(|p| p.starts_with("/cache/.build-id/01")),
+            c.iter()
+                .all(|p| matches!(p, Candidate::At(p) if p.starts_with("/cache/.build-id/01"))),
             "{c:?}"
         );
         // Without a build-id it cannot be found: not looked for, and no problem said.
@@ -333,5 +481,155 @@ mod tests {
             "{p}"
         );
         assert!(p.contains("offset 0x100") && p.contains("--symfs"), "{p}");
+    }
+
+    /// `resolve` of `m`, on a thread: a test of a FIFO must fail, not hang, if the open
+    /// ever blocks again.
+    fn resolve_within_seconds(m: Mapping, l: Lookup) -> (Vec<ImageEntry>, Vec<String>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(resolve(&[m], &l));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(20))
+            .expect("resolve returned (a FIFO or a device must not block it)")
+    }
+
+    fn this_elf() -> (Vec<u8>, Option<String>) {
+        let elf = std::fs::read("/proc/self/exe").unwrap();
+        let id = object::File::parse(&*elf)
+            .unwrap()
+            .build_id()
+            .unwrap()
+            .map(hex);
+        (elf, id)
+    }
+
+    #[test]
+    fn a_fifo_or_a_device_named_by_a_recording_is_refused_without_blocking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("prog");
+        let ok = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mkfifo");
+        // At the recorded path, and under --symfs.
+        for (m, l) in [
+            (mapping(fifo.to_str().unwrap(), None), Lookup::default()),
+            (
+                mapping("/prog", None),
+                Lookup {
+                    symfs: Some(tmp.path().to_path_buf()),
+                    ..Lookup::default()
+                },
+            ),
+        ] {
+            let (images, problems) = resolve_within_seconds(m, l);
+            assert!(images.is_empty());
+            assert!(problems.iter().any(|p| p.contains("FIFO")), "{problems:?}");
+        }
+        let (images, problems) =
+            resolve_within_seconds(mapping("/dev/zero", None), Lookup::default());
+        assert!(images.is_empty());
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("/dev/zero") && p.contains("character device")),
+            "{problems:?}"
+        );
+        // A --vmlinux that is a FIFO, likewise.
+        let l = Lookup {
+            kernel: vec![fifo.clone()],
+            ..Lookup::default()
+        };
+        let (images, problems) = resolve_within_seconds(mapping("", None), l);
+        assert!(
+            images.is_empty() && problems[0].contains("FIFO"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn symfs_is_never_left_by_dot_dot_or_a_symbolic_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        std::fs::create_dir_all(root.join("usr/bin")).unwrap();
+        // A link out of the root, to a real ELF.
+        std::os::unix::fs::symlink("/proc/self/exe", root.join("usr/bin/out")).unwrap();
+        let l = Lookup {
+            symfs: Some(root.clone()),
+            buildid_dir: Some(tmp.path().join("no-cache")),
+            ..Lookup::default()
+        };
+        // `..` climbing out: not looked for under the root; the recorded path itself is
+        // the user's to read (decode), and it does not exist.
+        let c = candidates(&mapping("/../../../../../proc/self/exe", None), &l);
+        assert!(
+            matches!(&c[0], Candidate::Refused(w) if w.contains("`..`")),
+            "{c:?}"
+        );
+        let c = candidates(&mapping("/usr/bin/out", None), &l);
+        assert!(
+            matches!(&c[0], Candidate::Refused(w) if w.contains("leads out of --symfs")),
+            "{c:?}"
+        );
+        // A file inside the root is used, at its real place.
+        let (elf, _) = this_elf();
+        std::fs::write(root.join("usr/bin/in"), &elf).unwrap();
+        let (images, problems) = resolve(&[mapping("/usr/bin/in", None)], &l);
+        assert_eq!(images.len(), 1, "{problems:?}");
+        assert!(images[0].path.ends_with("usr/bin/in"));
+    }
+
+    #[test]
+    fn a_relative_name_is_never_looked_for_in_the_current_directory() {
+        let c = candidates(&mapping("prog", None), &Lookup::default());
+        assert_eq!(c.len(), 1);
+        assert!(
+            matches!(&c[0], Candidate::Refused(w) if w.contains("current directory")),
+            "{c:?}"
+        );
+        let (images, problems) = resolve(&[mapping("prog", None)], &Lookup::default());
+        assert!(images.is_empty());
+        assert!(problems[0].contains("looked at nothing"), "{problems:?}");
+    }
+
+    #[test]
+    fn confined_lookups_read_nothing_outside_the_recordings_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().canonicalize().unwrap();
+        let l = Lookup {
+            confine: Some(dir.clone()),
+            ..Lookup::default()
+        };
+        // A recorded path outside (an ELF that exists): not read, and said why.
+        let (images, problems) = resolve(&[mapping("/proc/self/exe", None)], &l);
+        assert!(images.is_empty());
+        assert!(
+            problems[0].contains("outside the recording's directory")
+                && problems[0].contains("--allow-outside-paths"),
+            "{problems:?}"
+        );
+        // A link inside the directory to a file outside: refused too.
+        std::os::unix::fs::symlink("/proc/self/exe", dir.join("link")).unwrap();
+        let link = dir.join("link").display().to_string();
+        let (images, problems) = resolve(&[mapping(&link, None)], &l);
+        assert!(images.is_empty(), "{problems:?}");
+        // The build-id cache beside the recording (`.debug`) is where confined lookups
+        // find binaries; a file inside the directory at its recorded path is used too.
+        let (elf, id) = this_elf();
+        if let Some(id) = id {
+            let e = dir.join(".debug/.build-id").join(&id[..2]).join(&id[2..]);
+            std::fs::create_dir_all(&e).unwrap();
+            std::fs::write(e.join("elf"), &elf).unwrap();
+            let (images, problems) = resolve(&[mapping("/usr/bin/gone", Some(&id))], &l);
+            assert_eq!(images.len(), 1, "{problems:?}");
+            assert!(images[0].path.starts_with(dir.to_str().unwrap()));
+        }
+        std::fs::write(dir.join("prog"), &elf).unwrap();
+        let inside = dir.join("prog").display().to_string();
+        let (images, problems) = resolve(&[mapping(&inside, None)], &l);
+        assert_eq!(images.len(), 1, "{problems:?}");
     }
 }

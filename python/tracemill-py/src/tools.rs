@@ -238,7 +238,7 @@ pub(crate) fn dump(
 /// Ingest bundles into a dataset, as `tracemill ingest` does; one row per bundle of this
 /// run (its share): what happened to it, and its catalog facts.
 #[pyfunction]
-#[pyo3(signature = (sources, dataset, *, partition_by=None, allow_missing_keys=false, jobs=None, shard=None, retry_failed=false, staging=None, zstd_level=3, compression="zstd", allow_outside_paths=false))]
+#[pyo3(signature = (sources, dataset, *, partition_by=None, allow_missing_keys=false, jobs=None, shard=None, retry_failed=false, staging=None, zstd_level=3, compression="zstd", allow_outside_paths=false, symfs=None, buildid_dir=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn ingest(
     py: Python<'_>,
@@ -253,6 +253,8 @@ pub(crate) fn ingest(
     zstd_level: i32,
     compression: &str,
     allow_outside_paths: bool,
+    symfs: Option<PathBuf>,
+    buildid_dir: Option<PathBuf>,
 ) -> PyResult<Py<PyAny>> {
     let jobs = crate::stream::jobs_arg(py, jobs)?;
     tracemill::cli::parse_zstd_level(&zstd_level.to_string())
@@ -279,6 +281,8 @@ pub(crate) fn ingest(
         compression,
         quiet: true,
         allow_outside_paths,
+        symfs,
+        buildid_dir,
     };
     let opts = tracemill::ingest::options(&args).map_err(|e| error_from(py, "IngestError", &e))?;
     let sources = args.sources.clone();

@@ -218,6 +218,8 @@ def ingest(
     zstd_level: int = 3,
     compression: str = "zstd",
     allow_outside_paths: bool = False,
+    symfs: Union[str, os.PathLike, None] = None,
+    buildid_dir: Union[str, os.PathLike, None] = None,
 ):
     """``tracemill ingest``: bundles into one partitioned dataset (a directory, or
     ``s3://bucket/prefix``), exactly once, resumably. Returns a ``pyarrow.Table`` with one
@@ -226,7 +228,9 @@ def ingest(
     and the catalog's counts. Bundles that fail are rows (and a warning), not an
     exception; :class:`IngestError` when nothing could be done. ``compression``: the
     Parquet pages' codec, ``"zstd"`` (at ``zstd_level``), ``"lz4"``, ``"snappy"`` or
-    ``"none"``."""
+    ``"none"``. ``symfs``, ``buildid_dir``: where a perf.data's binaries are looked for,
+    as perf's ``--symfs`` and ``--buildid-dir`` (without them, and without
+    ``allow_outside_paths``, only inside each recording's directory)."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     if isinstance(partition_by, str):
@@ -243,6 +247,8 @@ def ingest(
         zstd_level=zstd_level,
         compression=compression,
         allow_outside_paths=allow_outside_paths,
+        symfs=os.fspath(symfs) if symfs is not None else None,
+        buildid_dir=os.fspath(buildid_dir) if buildid_dir is not None else None,
     )
 
 

@@ -87,6 +87,8 @@ def ingest(
     zstd_level: int = 3,
     compression: str = "zstd",
     allow_outside_paths: bool = False,
+    symfs: Optional[str] = None,
+    buildid_dir: Optional[str] = None,
 ) -> pa.Table: ...
 def hotspots(
     source: str, *, by: str = ..., weight: str = ..., where: Optional[str] = None, bundle: Optional[str] = None
