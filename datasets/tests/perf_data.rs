@@ -195,6 +195,16 @@ fn read_all(bytes: &[u8]) -> Vec<tracemill_perfdata::Error> {
     errors
 }
 
+/// When `n` cuts `record` (start, end) inside an AUXTRACE record's data: the data's bytes
+/// before the cut.
+fn cut_aux_data<'a>(bytes: &'a [u8], record: Option<&(u64, u64)>, n: usize) -> Option<&'a [u8]> {
+    let &(start, _) = record?;
+    let start = start as usize;
+    let kind = u32::from_le_bytes(bytes[start..start + 4].try_into().unwrap());
+    let head = u16::from_le_bytes([bytes[start + 6], bytes[start + 7]]) as usize;
+    (kind == 71 && n > start + head).then(|| &bytes[start + head..n])
+}
+
 #[test]
 fn every_cut_is_an_error_at_or_before_the_cut_after_the_whole_records() {
     let (_, w) = small();
@@ -213,9 +223,27 @@ fn every_cut_is_an_error_at_or_before_the_cut_after_the_whole_records() {
             let p = PerfData::parse(cut).unwrap();
             let got: Vec<_> = p.records().collect();
             let whole = records.iter().take_while(|r| r.1 <= n as u64).count();
-            assert_eq!(got.len(), whole + 1, "cut at {n}");
+            // A cut inside an AUXTRACE record's data gives that record with the bytes
+            // up to the cut (the trace there is decoded), then the error.
+            let partial = cut_aux_data(bytes, records.get(whole), n);
+            assert_eq!(
+                got.len(),
+                whole + 1 + partial.is_some() as usize,
+                "cut at {n}"
+            );
             assert!(got[..whole].iter().all(|r| r.is_ok()));
-            let e = got[whole].as_ref().unwrap_err();
+            if let Some(data) = partial {
+                match &got[whole].as_ref().unwrap().record {
+                    Record::Auxtrace(a) => {
+                        assert_eq!(a.data, data, "cut at {n}");
+                        assert!((a.data.len() as u64) < a.size);
+                    }
+                    r => panic!("cut at {n}: {r:?}"),
+                }
+            }
+            let e = got[whole + partial.is_some() as usize]
+                .as_ref()
+                .unwrap_err();
             assert!(e.is_truncated(), "cut at {n}: {e}");
             let cut_record = records.get(whole).map_or(data_end, |r| r.0);
             assert!(e.offset() >= cut_record.min(n as u64), "cut at {n}: {e}");
@@ -292,10 +320,15 @@ fn pipe_mode_cuts_give_the_records_before_them() {
         assert!(got[..whole].iter().all(|r| r.is_ok()), "cut at {n}");
         // A pipe has no length: a cut between records is the end of the stream.
         let at_boundary = n == 16 || records.iter().any(|r| r.1 == n as u64);
-        assert_eq!(got.len(), whole + !at_boundary as usize, "cut at {n}");
+        let partial = cut_aux_data(&bytes, records.get(whole), n).is_some() as usize;
+        assert_eq!(
+            got.len(),
+            whole + partial + !at_boundary as usize,
+            "cut at {n}"
+        );
         if !at_boundary {
             assert!(
-                got[whole].as_ref().unwrap_err().is_truncated(),
+                got[whole + partial].as_ref().unwrap_err().is_truncated(),
                 "cut at {n}"
             );
         }

@@ -154,6 +154,7 @@ impl<'a> PerfData<'a> {
             file: self,
             pos: self.data_start,
             done: false,
+            pending: None,
         }
     }
 
@@ -563,12 +564,18 @@ pub struct Records<'p, 'a> {
     file: &'p PerfData<'a>,
     pos: usize,
     done: bool,
+    /// The error to give after a cut AUXTRACE record's bytes (see `next`).
+    pending: Option<Error>,
 }
 
 impl<'a> Iterator for Records<'_, 'a> {
     type Item = Result<Item<'a>, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.pending.take() {
+            self.done = true;
+            return Some(Err(e));
+        }
         if self.done {
             return None;
         }
@@ -624,10 +631,29 @@ impl<'a> Iterator for Records<'_, 'a> {
             };
             let left = (end - at - size) as u64;
             if head.size > left {
-                return fail(
-                    self,
-                    Error::truncated(at as u64, "AUXTRACE record's data", head.size, left),
-                );
+                let e = Error::truncated(at as u64, "AUXTRACE record's data", head.size, left);
+                // A file that ends inside this record's data (perf killed while writing,
+                // a copy cut short; pipe mode has no length at all): the bytes that are
+                // there are the trace up to the cut, given as the record (its `data`
+                // shorter than its `size`), then the error. Where the header's data size
+                // was written and the record claims more than that section holds, the
+                // size is a lie, and what follows is not its data: only the error.
+                let cut = f.data_cut || f.header.data.size == 0 || f.header.is_pipe();
+                if !cut || left == 0 {
+                    return fail(self, e);
+                }
+                self.pending = Some(e);
+                self.pos = end;
+                return Some(Ok(Item {
+                    offset: at as u64,
+                    misc,
+                    record: Record::Auxtrace(record::Auxtrace {
+                        data: &f.bytes[at + size..end],
+                        ..head
+                    }),
+                    sample_id: SampleId::default(),
+                    attr: None,
+                }));
             }
             let data = &f.bytes[at + size..at + size + head.size as usize];
             self.pos = at + size + head.size as usize;

@@ -234,6 +234,8 @@ pub struct Auxtrace<'a> {
     pub tid: u32,
     /// `u32::MAX` (-1) with per-thread buffers.
     pub cpu: u32,
+    /// The buffer's bytes: `size` of them, or fewer in a file that ends inside them
+    /// ([`crate::PerfData::records`] gives the error after it).
     pub data: &'a [u8],
 }
 

@@ -97,6 +97,55 @@ pub struct LoadedImage {
     pub bytes: Bytes,
 }
 
+/// What a file given without `--ctl` is, when that is not "a bare trace missing its
+/// RTIT_CTL": a FIFO or a device, an empty file, a perf.data perf cannot have written for
+/// this machine (its older or byte-swapped magic). Each gets its own message; the rest
+/// `Ok` (then it needs --ctl).
+fn not_a_bare_trace(path: &Path) -> Result<()> {
+    let mut f = match open_regular(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            bail!("{}: {e}", path.display())
+        }
+        Err(e) => return Err(e).with_context(|| format!("{}: cannot open", path.display())),
+    };
+    let mut magic = [0u8; 8];
+    let mut n = 0;
+    while n < magic.len() {
+        match std::io::Read::read(&mut f, &mut magic[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).with_context(|| format!("{}: cannot read", path.display())),
+        }
+    }
+    match &magic[..n] {
+        [] => bail!("{}: an empty file: nothing to decode", path.display()),
+        b"PERFILE2" => bail!(
+            "{}: a perf.data: `tracemill decode` and `tracemill ingest` read it (this \
+             command takes bundles and bare traces)",
+            path.display()
+        ),
+        b"PERFFILE" => bail!(
+            "{}: a perf.data of perf's first format (PERFFILE magic): not read (tracemill \
+             reads PERFILE2, what perf has written since Linux 2.6.35)",
+            path.display()
+        ),
+        [b'P', b'E', b'R', b'F', b'I', b'L', b'E', v] => bail!(
+            "{}: a perf.data of a format tracemill does not know (magic PERFILE{}): not \
+             read (tracemill reads PERFILE2)",
+            path.display(),
+            char::from(*v).escape_default()
+        ),
+        b"2ELIFREP" => bail!(
+            "{}: a perf.data written on a big-endian machine (byte-swapped PERFILE2 magic): \
+             not read (Intel PT is little-endian only)",
+            path.display()
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// A bundle, ready to decode.
 pub struct Bundle {
     pub dir: PathBuf,
@@ -178,6 +227,9 @@ impl Bundle {
             (path.to_path_buf(), m, t)
         } else {
             let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+            if ctl.is_none() {
+                not_a_bare_trace(path)?;
+            }
             let ctl = ctl.with_context(|| {
                 format!(
                     "{}: a bare trace file needs --ctl (the RTIT_CTL value it was recorded with)",

@@ -439,6 +439,16 @@ fn ignore_file_size_signal() {
     }
 }
 
+/// How a failed decode's message ends: what became of `--out`.
+fn nothing_written(opts: &run::Options, report: &run::Report) -> String {
+    match &opts.out {
+        Some(out) if report.unpublished => {
+            format!(" (nothing written: {} keeps what it held)", out.display())
+        }
+        _ => String::new(),
+    }
+}
+
 fn real_main(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
         Cmd::Dump(a) => {
@@ -522,27 +532,37 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                     confine: None,
                 };
                 let rec = tracemill::perf::open(&a.src.bundle, &lookup)?;
+                let t = opts.tables;
+                // No branch, no code: a failure, and nothing published over `--out`.
+                opts.require_rows = t.branches || t.coverage || t.edges;
                 let report = run::decode_perf(&rec, &opts)
                     .with_context(|| format!("decoding {}", a.src.bundle.display()))?;
                 eprint!(
                     "{}",
                     run::summary(&a.src.bundle.display().to_string(), &report)
                 );
-                let t = opts.tables;
-                if (t.branches || t.coverage || t.edges) && report.rows == 0 {
+                if opts.require_rows && report.rows == 0 {
                     eprintln!(
-                        "tracemill: error: no branch decoded{}",
+                        "tracemill: error: no branch decoded{}{}",
                         if rec.traces[0].bundle.images.is_empty() {
                             ": none of the recorded binaries could be loaded"
                         } else {
                             ""
-                        }
+                        },
+                        nothing_written(&opts, &report)
                     );
                     return Ok(ExitCode::from(1));
                 }
                 return Ok(ExitCode::SUCCESS);
             }
             let b = open(&a.src)?;
+            // Without a code image not one branch can be decoded: when branches (or the
+            // coverage made of them) were asked for, that is a failure, whatever events and
+            // timing rows were decoded, and nothing is published over `--out`.
+            let t = opts.tables;
+            let wants_code = t.branches || t.coverage || t.edges;
+            let no_code = b.image_set().0.segments().is_empty();
+            opts.require_rows = wants_code && no_code;
             let report = run::decode(&b, &opts)
                 .with_context(|| format!("decoding {}", a.src.bundle.display()))?;
             eprint!(
@@ -552,13 +572,11 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             if let Some(h) = ctl_hint(&report, b.manifest.rtit_ctl, a.src.ctl.is_some()) {
                 eprintln!("tracemill: hint: {h}");
             }
-            // Without a code image not one branch can be decoded: when branches (or the
-            // coverage made of them) were asked for, that is a failure, whatever events and
-            // timing rows were written.
-            let t = opts.tables;
-            let wants_code = t.branches || t.coverage || t.edges;
-            if wants_code && report.rows == 0 && b.image_set().0.segments().is_empty() {
-                eprintln!("tracemill: error: no branch decoded: no code image could be loaded");
+            if opts.require_rows && report.rows == 0 {
+                eprintln!(
+                    "tracemill: error: no branch decoded: no code image could be loaded{}",
+                    nothing_written(&opts, &report)
+                );
                 return Ok(ExitCode::from(1));
             }
             Ok(ExitCode::SUCCESS)

@@ -112,6 +112,9 @@ pub struct Options {
     /// Hand the tables asked for to a consumer as Arrow batches instead of writing files
     /// ([`crate::stream`]); not with `out`.
     pub batches: Option<crate::stream::BatchSink>,
+    /// A run that decodes no branch row writes nothing (`Report::unpublished`): the
+    /// caller fails it (no code could be loaded), and `out` keeps what it held.
+    pub require_rows: bool,
 }
 
 impl Default for Options {
@@ -125,6 +128,7 @@ impl Default for Options {
             writer: WriterOptions::default(),
             progress: false,
             batches: None,
+            require_rows: false,
         }
     }
 }
@@ -146,6 +150,9 @@ pub struct Report {
     pub fallbacks: usize,
     pub elapsed: Duration,
     pub written: Vec<Written>,
+    /// No branch was decoded and `Options::require_rows` held: the tables were not
+    /// published.
+    pub unpublished: bool,
     /// Distinct basic blocks and edges executed (coverage; lost stretches excluded).
     pub blocks: u64,
     pub edges: u64,
@@ -397,9 +404,9 @@ fn decode_as<F: TraceFormat>(
     // Coverage names images by the first part's set (every part has the same images).
     let cov_images = &prepared[0].1;
     let trace_len: u64 = prepared.iter().map(|p| p.0.bundle.stream().len()).sum();
-    let (written, blocks, edges) = std::thread::scope(|s| -> Result<(Vec<Written>, u64, u64)> {
+    let closed = std::thread::scope(|s| -> Result<Closed> {
         let (piece_tx, piece_rx) = bounded::<ToWriter>(4);
-        let writer = s.spawn(move || -> Result<(Vec<Written>, u64, u64)> {
+        let writer = s.spawn(move || -> Result<Closed> {
             for m in piece_rx {
                 match m {
                     ToWriter::Piece(p, t, dated) => writers.write(p, t, dated.as_ref())?,
@@ -474,7 +481,24 @@ fn decode_as<F: TraceFormat>(
         drop(emitter);
         writer.join().expect("writer thread does not panic")
     })?;
-    report.written = written;
+    let Closed {
+        files,
+        stale,
+        written,
+        blocks,
+        edges,
+    } = closed;
+    if opts.require_rows && report.rows == 0 {
+        // A run that decoded no branch publishes nothing: the directory keeps the tables
+        // an earlier run wrote there (dropping the files removes their temporaries).
+        drop(files);
+        report.unpublished = !written.is_empty();
+    } else {
+        if !files.is_empty() {
+            tracemill_sinks::publish_together(files, &stale)?;
+        }
+        report.written = written;
+    }
     // Every PSB from the first on is read as a packet (after an error the reader resumes
     // at the next one), so the decode's own count is the trace's.
     report.psbs = report.events_by_kind.get("psb").copied().unwrap_or(0) as usize;
@@ -1116,7 +1140,7 @@ impl Writers {
     /// does not replace are removed, and the new ones renamed into place.
     /// (With a consumer instead, `coverage` and `edges` go to it; `trace_len` is where
     /// decoding ended.)
-    fn finish(mut self, images: &ImageSet<'_>, trace_len: u64) -> Result<(Vec<Written>, u64, u64)> {
+    fn finish(mut self, images: &ImageSet<'_>, trace_len: u64) -> Result<Closed> {
         let (blocks, edges) = (self.cov.blocks.len() as u64, self.cov.edges.len() as u64);
         if let Some(b) = &self.batches {
             b.send_coverage(&self.cov, images, trace_len)?;
@@ -1143,19 +1167,32 @@ impl Writers {
             files.push(file);
             out.push(written);
         }
-        if files.is_empty() {
-            return Ok((out, blocks, edges));
-        }
         let stale: Vec<PathBuf> = TABLES
             .iter()
             .flat_map(|t| {
                 [Format::Parquet, Format::ArrowIpc].map(|f| self.dir.join(f.file_name(t)))
             })
-            .filter(|p| !out.iter().any(|w| &w.path == p) && p.exists())
+            .filter(|p| !files.is_empty() && !out.iter().any(|w| &w.path == p) && p.exists())
             .collect();
-        tracemill_sinks::publish_together(files, &stale)?;
-        Ok((out, blocks, edges))
+        Ok(Closed {
+            files,
+            stale,
+            written: out,
+            blocks,
+            edges,
+        })
     }
+}
+
+/// A run's tables, finished and synced under their temporary names, not yet published
+/// (dropped, they are removed).
+struct Closed {
+    files: Vec<tracemill_sinks::Unpublished>,
+    /// Tables an earlier decode left that this run does not replace.
+    stale: Vec<PathBuf>,
+    written: Vec<Written>,
+    blocks: u64,
+    edges: u64,
 }
 
 /// The closing summary, one screen.

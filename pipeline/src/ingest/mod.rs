@@ -744,6 +744,8 @@ fn decode_and_publish(
         },
         progress: false,
         batches: None,
+        // Decoded into staging; a bundle with no branch fails below, unpublished.
+        require_rows: false,
     };
     if perf {
         // The labels file must read (its labels are the bundle's partition).

@@ -206,7 +206,7 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
         ));
     }
 
-    let (queues, losses, _) = aux_queues_despite_errors(&perf);
+    let (queues, losses, aux_errors) = aux_queues_despite_errors(&perf);
     for l in &losses {
         warnings.push(format!(
             "{name}: AUX data lost on {} (AUX record at offset {:#x}{}{}{}): the trace has \
@@ -223,6 +223,14 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
         ));
     }
     if queues.iter().all(|q| q.is_empty()) {
+        // The walk stopped at a record it could not read (a size that lies, a file cut
+        // before any AUX data): that is the reason, at its offset.
+        if let Some(e) = aux_errors.first() {
+            bail!(
+                "{name}: no Intel PT data could be read: {e} (the records after it cannot \
+                 be found)"
+            );
+        }
         bail!(
             "{name}: no Intel PT data (no AUXTRACE record with bytes): nothing to decode \
              (was the recording stopped before its buffers were read?)"
