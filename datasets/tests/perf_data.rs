@@ -444,6 +444,12 @@ fn lengths_that_claim_more_than_the_file_are_refused_before_allocating() {
             .contains("AUXTRACE record's data needs 1099511627776 bytes"),
         "{e}"
     );
+    // The header's data size was written: what follows is not its data, and no record
+    // gives it as such.
+    assert!(p.records().all(|r| match r {
+        Ok(i) => !matches!(&i.record, Record::Auxtrace(a) if a.size == 1 << 40),
+        Err(_) => true,
+    }));
     // An attr's ids section of 2^60 bytes.
     let mut b = w.bytes.clone();
     let ids_size_at = 104 + 128 + 8;

@@ -880,3 +880,134 @@ fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn a_cut_or_lying_auxtrace_is_named_and_the_bytes_before_it_are_decoded() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let full = &made().file;
+    let p = tracemill_perfdata::PerfData::parse(full).unwrap();
+    let first = p
+        .records()
+        .map(Result::unwrap)
+        .find(|i| matches!(i.record, tracemill_perfdata::Record::Auxtrace(_)))
+        .unwrap();
+    let aux_at = first.offset as usize;
+    let tracemill_perfdata::Record::Auxtrace(a) = first.record else {
+        unreachable!()
+    };
+    // Cut in the middle of the first AUXTRACE record's data (CPU 0's stream): the rows of
+    // the bytes that are there decode, each its execution's truth; the cut is named.
+    let data_at = aux_at + u16::from_le_bytes([full[aux_at + 6], full[aux_at + 7]]) as usize;
+    let cut = data_at + a.data.len() / 2;
+    let file = write(tmp.path(), "cut.data", &full[..cut]);
+    let out = tmp.path().join("o");
+    let (code, err) = try_decode(&file, &out, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains(&format!("AUXTRACE record's data needs {} bytes", a.size))
+            && err.contains(&format!("offset {aux_at:#x}")),
+        "names the cut record: {err}"
+    );
+    let got = read_branches(&out.join("branches.parquet"));
+    let truth = &made().cpus[0][0].1;
+    assert!(
+        got.len() > truth.len() / 4 && got.len() < truth.len(),
+        "about half of CPU 0's first stretch: {} of {}",
+        got.len(),
+        truth.len()
+    );
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g.row, truth[i], "row {i}");
+    }
+
+    // The same record claiming 2^40 bytes in a whole file: that is the error, at its
+    // offset (the records after it cannot be found).
+    let mut b = full.clone();
+    b[aux_at + 8..aux_at + 16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    let file = write(tmp.path(), "lying.data", &b);
+    let (code, err) = try_decode(&file, &tmp.path().join("o2"), &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("AUXTRACE record's data needs 1099511627776 bytes")
+            && err.contains(&format!("offset {aux_at:#x}"))
+            && !err.contains("was the recording stopped"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_empty_file_a_foreign_magic_or_a_fifo_each_get_their_own_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("fifo.data");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let mut swapped = b"2ELIFREP".to_vec();
+    swapped.resize(200, 0);
+    let mut old = b"PERFFILE".to_vec();
+    old.resize(200, 0);
+    let cases: [(std::path::PathBuf, &str); 4] = [
+        (write(tmp.path(), "empty.data", b""), "an empty file"),
+        (write(tmp.path(), "be.data", &swapped), "big-endian"),
+        (write(tmp.path(), "v1.data", &old), "perf's first format"),
+        (fifo, "is a FIFO (named pipe), not a regular file"),
+    ];
+    for (file, says) in cases {
+        let (code, err) = tracemill_within(60, &["decode", file.to_str().unwrap()]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains(says) && !err.contains("--ctl"),
+            "{}: {err}",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn a_decode_with_no_branch_publishes_nothing_and_keeps_what_out_held() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    decode(&write(tmp.path(), "good.data", &made().file), &out, &[]);
+    let before: Vec<_> = ["branches", "events", "timing", "coverage", "edges"]
+        .iter()
+        .map(|t| std::fs::read(out.join(format!("{t}.parquet"))).unwrap())
+        .collect();
+    // The same recording with its binary gone: no code, no branch.
+    let mut r = made().recording.clone();
+    r.path = tmp
+        .path()
+        .join("gone/busybox")
+        .as_os_str()
+        .as_encoded_bytes()
+        .to_vec();
+    let file = write(
+        tmp.path(),
+        "gone.data",
+        &intel_pt_two_threads(&r).unwrap().bytes,
+    );
+    let (code, err) = try_decode(&file, &out, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("nothing written"), "{err}");
+    for (t, b) in ["branches", "events", "timing", "coverage", "edges"]
+        .iter()
+        .zip(&before)
+    {
+        assert!(
+            &std::fs::read(out.join(format!("{t}.parquet"))).unwrap() == b,
+            "{t} kept"
+        );
+    }
+    let names: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 5, "no temporary left: {names:?}");
+}
