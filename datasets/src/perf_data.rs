@@ -29,6 +29,8 @@ pub enum WriteError {
     NoAttr,
     #[error("no CPU stream to write")]
     NoStream,
+    #[error("zstd: {0}")]
+    Compress(String),
     #[error("CPU {0}'s switch times ({1}, {2}) are not after the process's sideband (at {3}) and in order")]
     SwitchTimes(u32, u64, u64, u64),
 }
@@ -45,7 +47,21 @@ pub struct PerfDataWriter {
     /// HEADER_EVENT_DESC's names, one per attribute (none: no feature).
     names: Vec<String>,
     pmus: Vec<(u32, String)>,
+    /// `perf record -z`: kernel records wait here to be compressed.
+    compress: Option<Compress>,
 }
+
+/// `perf record -z`'s state: the zstd stream all compressed records are cut from, and
+/// the kernel records not yet compressed.
+struct Compress {
+    level: i32,
+    enc: zstd::stream::raw::Encoder<'static>,
+    pending: Vec<u8>,
+}
+
+/// perf's `comp_mmap_len` with its default 512 KiB + 1 page ring buffers: the most a
+/// compressed record decompresses to.
+const COMP_MMAP_LEN: usize = 528_384;
 
 /// `s` and at least one NUL, padded with NULs to a multiple of `align`.
 fn padded(s: &[u8], align: usize) -> Vec<u8> {
@@ -79,7 +95,63 @@ impl PerfDataWriter {
             strings: Vec::new(),
             names: Vec::new(),
             pmus: Vec::new(),
+            compress: None,
         })
+    }
+
+    /// Write as `perf record -z` does (zstd at `level`): the kernel records (what perf
+    /// reads from the ring buffers) go into COMPRESSED records, one zstd stream flushed
+    /// after each group, written before the next record of perf's own (AUXTRACE,
+    /// FINISHED_ROUND...) and at the end; the file gets HEADER_COMPRESSED.
+    pub fn compress(&mut self, level: i32) -> Result<(), WriteError> {
+        let enc = zstd::stream::raw::Encoder::new(level)
+            .map_err(|e| WriteError::Compress(e.to_string()))?;
+        self.compress = Some(Compress {
+            level,
+            enc,
+            pending: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Write the kernel records waiting to be compressed, as COMPRESSED records of at
+    /// most a record's size each (done before each record of perf's own; call it once
+    /// after the last record, before `finish`).
+    pub fn flush_compressed(&mut self) -> Result<(), WriteError> {
+        use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
+        let Some(c) = &mut self.compress else {
+            return Ok(());
+        };
+        if c.pending.is_empty() {
+            return Ok(());
+        }
+        // Each group decompresses to at most perf's buffer.
+        let mut z = Vec::new();
+        for group in c.pending.chunks(COMP_MMAP_LEN) {
+            let mut out = vec![0u8; zstd::zstd_safe::compress_bound(group.len()) + 1024];
+            let mut input = InBuffer::around(group);
+            let mut o = OutBuffer::around(&mut out[..]);
+            while input.pos() < group.len() {
+                c.enc
+                    .run(&mut input, &mut o)
+                    .map_err(|e| WriteError::Compress(e.to_string()))?;
+            }
+            c.enc
+                .flush(&mut o)
+                .map_err(|e| WriteError::Compress(e.to_string()))?;
+            let n = o.pos();
+            z.extend_from_slice(&out[..n]);
+        }
+        c.pending.clear();
+        // perf cuts its output into records of at most a record's size.
+        for part in z.chunks(u16::MAX as usize - 8) {
+            put32(&mut self.data, kind::COMPRESSED);
+            self.data.extend_from_slice(&0u16.to_le_bytes());
+            self.data
+                .extend_from_slice(&((8 + part.len()) as u16).to_le_bytes());
+            self.data.extend_from_slice(part);
+        }
+        Ok(())
     }
 
     /// The attribute a kernel record with this sample id belongs to (by its id; the first
@@ -247,6 +319,16 @@ impl PerfDataWriter {
         if size > u16::MAX as usize {
             return Err(WriteError::TooLarge(size));
         }
+        if let Some(c) = &mut self.compress {
+            if k < kind::USER_TYPE_START {
+                put32(&mut c.pending, k);
+                c.pending.extend_from_slice(&misc_.to_le_bytes());
+                c.pending.extend_from_slice(&(size as u16).to_le_bytes());
+                c.pending.extend(body);
+                return Ok(());
+            }
+        }
+        self.flush_compressed()?;
         let at = self.data.len() as u64;
         put32(&mut self.data, k);
         self.data.extend_from_slice(&misc_.to_le_bytes());
@@ -322,6 +404,14 @@ impl PerfDataWriter {
                 }
             }
             feats.push((feature::EVENT_DESC, f));
+        }
+        if let Some(c) = &self.compress {
+            // perf's write_compressed: version 1, type 1 (zstd), level, ratio, mmap_len.
+            let mut f = Vec::new();
+            for x in [1, 1, c.level.max(0) as u32, 4, COMP_MMAP_LEN as u32] {
+                put32(&mut f, x);
+            }
+            feats.push((feature::COMPRESSED, f));
         }
         if !self.pmus.is_empty() {
             let mut f = Vec::new();
@@ -490,6 +580,8 @@ pub struct PtRecording {
     /// each CPU's records at its `switch_in` and `switch_out`.
     pub start_time: u64,
     pub cpus: Vec<CpuStream>,
+    /// `perf record -z` at this zstd level: the sideband in COMPRESSED records.
+    pub compress: Option<i32>,
 }
 
 /// IA32_RTIT_CTL bits perf's intel_pt PMU exposes in `format/` (the masks its
@@ -631,9 +723,13 @@ fn written(
         .collect();
     let recs = build(r, &private, &streams)?;
     let mut w = PerfDataWriter::new(intel_pt_attrs(r))?;
+    if let Some(level) = r.compress {
+        w.compress(level)?;
+    }
     for (cpumode, rec, sid) in &recs {
         w.push(*cpumode, rec, sid)?;
     }
+    w.flush_compressed()?;
     w.add_build_id(misc::USER, u32::MAX, r.build_id, &r.path);
     w.set_event_names(&["intel_pt//u", "dummy:u"]);
     w.add_pmu(attr_type::SOFTWARE, "software");
@@ -933,6 +1029,7 @@ impl PtRecording {
             pid,
             start_time: 1_000_000_000 + 1_000_000,
             cpus,
+            compress: None,
         })
     }
 }

@@ -921,3 +921,64 @@ fn files_perf_records_read_as_perf_reads_them() {
         assert_eq!(String::from_utf8_lossy(ours), theirs, "{label}");
     }
 }
+
+/// `perf record -z` here (software events): the records inside its COMPRESSED records are
+/// those `perf script -D` lists, at the compressed record's offset, with perf's times.
+#[test]
+fn compressed_files_perf_records_read_as_perf_reads_them() {
+    let Some(perf) = perf() else {
+        common::missing_tool("perf is not installed (Debian: apt-get install linux-perf)");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("z.data");
+    let rec = Command::new(&perf)
+        .args(["record", "-q", "-z", "-e", "task-clock", "-c", "100000"])
+        .arg("--switch-events")
+        .arg("-o")
+        .arg(&file)
+        .args([
+            "--",
+            "/bin/sh",
+            "-c",
+            "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; ls / >/dev/null",
+        ])
+        .output()
+        .unwrap();
+    if !rec.status.success() {
+        eprintln!(
+            "SKIPPED: perf record is refused here: {}",
+            String::from_utf8_lossy(&rec.stderr)
+        );
+        return;
+    }
+    let bytes = std::fs::read(&file).unwrap();
+    let p = PerfData::parse(&bytes).unwrap();
+    let mut ours: Vec<(u64, String, u64)> = Vec::new();
+    let mut compressed = 0;
+    p.for_each_record(|i| {
+        let i = i.unwrap();
+        if let Some(name) = perf_record_name(i.record.kind()) {
+            ours.push((i.offset, name.to_owned(), i.sample_id.time.unwrap_or(0)));
+        }
+    });
+    for i in p.records() {
+        compressed += (i.unwrap().record.kind() == kind::COMPRESSED) as usize;
+    }
+    assert!(compressed > 0, "perf record -z wrote no COMPRESSED record");
+    ours.sort();
+    let (dump, _) = run(&perf, &["script", "-f", "-D"], &file);
+    let mut theirs: Vec<(u64, String, u64)> = perf_dump_records(&dump)
+        .into_iter()
+        .map(|(o, _, n, t)| (o, n, t))
+        .collect();
+    theirs.sort();
+    assert!(ours.iter().any(|r| r.1 == "MMAP2" || r.1 == "MMAP"));
+    assert!(ours.iter().any(|r| r.1 == "SAMPLE"), "no samples recorded");
+    assert!(
+        ours == theirs,
+        "records as perf script -D lists them: {} against {}",
+        ours.len(),
+        theirs.len()
+    );
+}

@@ -165,6 +165,29 @@ pub fn aux_queues_despite_errors<'a>(
             _ => {}
         }
     }
+    // `perf record -z` compresses the AUX records (they come from the ring buffer) but
+    // not the AUXTRACE ones: the losses inside compressed records, in their place by
+    // file offset. (Their errors are the sideband walk's to report.)
+    let mut inner = Vec::new();
+    perf.for_each_compressed_record(|item| {
+        if let Ok(item) = item {
+            if let Record::Aux(aux) = item.record {
+                if aux.truncated() || aux.partial() || aux.collision() {
+                    inner.push(AuxLoss {
+                        record_offset: item.offset,
+                        cpu: item.sample_id.cpu,
+                        tid: item.sample_id.tid,
+                        time: item.sample_id.time,
+                        aux,
+                    });
+                }
+            }
+        }
+    });
+    if !inner.is_empty() {
+        losses.extend(inner);
+        losses.sort_by_key(|l| l.record_offset);
+    }
     queues.sort_by_key(|q| q.idx);
     (queues, losses, errors)
 }

@@ -354,7 +354,16 @@ impl<'a> PerfData<'a> {
             .or((self.attrs.len() == 1).then_some(0))
     }
 
-    fn item(&self, at: usize, kind_: u32, misc: u16, body: &'a [u8]) -> Result<Item<'a>, Error> {
+    /// The record of type `kind_` whose body is `body`, its header at file offset `at`
+    /// (for a record inside a compressed one, the compressed record's: see
+    /// [`PerfData::for_each_record`]).
+    pub(crate) fn item<'b>(
+        &self,
+        at: usize,
+        kind_: u32,
+        misc: u16,
+        body: &'b [u8],
+    ) -> Result<Item<'b>, Error> {
         let offset = at as u64;
         let body_at = offset + 8;
         if kind_ >= kind::USER_TYPE_START {

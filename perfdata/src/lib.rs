@@ -53,12 +53,14 @@
 //! ```
 //!
 //! Pipe mode (`perf record -o -`, `perf inject -o -`) is read too: its attributes come
-//! from HEADER_ATTR records, its features from HEADER_FEATURE records. Not read:
-//! big-endian files, compressed records (`perf record -z`: `Record::Other`), the other
-//! features.
+//! from HEADER_ATTR records, its features from HEADER_FEATURE records. Compressed records
+//! (`perf record -z`) are `Record::Other` in [`PerfData::records`];
+//! [`PerfData::for_each_record`] gives the records inside them in their place
+//! ([`compressed`]). Not read: big-endian files, the other features.
 
 pub mod attr;
 pub mod aux;
+pub mod compressed;
 mod cursor;
 pub mod error;
 pub mod features;

@@ -1011,3 +1011,38 @@ fn a_decode_with_no_branch_publishes_nothing_and_keeps_what_out_held() {
         .collect();
     assert_eq!(names.len(), 5, "no temporary left: {names:?}");
 }
+
+#[test]
+fn a_recording_made_with_perf_record_z_decodes_as_the_same_recording_without() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut r = made().recording.clone();
+    r.compress = Some(3);
+    let z = intel_pt_two_threads(&r).unwrap().bytes;
+    // The sideband is inside COMPRESSED records: no MMAP2 or switch record outside them.
+    let p = tracemill_perfdata::PerfData::parse(&z).unwrap();
+    let kinds: Vec<u32> = p.records().map(|i| i.unwrap().record.kind()).collect();
+    assert!(kinds.contains(&tracemill_perfdata::record::kind::COMPRESSED));
+    assert!(!kinds.contains(&tracemill_perfdata::record::kind::MMAP2));
+    let zfile = write(tmp.path(), "z.data", &z);
+    let plain = write(tmp.path(), "plain.data", &made().file);
+    let (zo, po) = (tmp.path().join("z"), tmp.path().join("p"));
+    let said = decode(&zfile, &zo, &[]);
+    decode(&plain, &po, &[]);
+    assert!(!said.contains("warning"), "{said}");
+    for t in ["branches", "events", "timing", "coverage", "edges"] {
+        let f = format!("{t}.parquet");
+        let (a, b) = (zo.join(&f), po.join(&f));
+        if t == "branches" {
+            assert_eq!(read_branches(&a), read_branches(&b), "{t}");
+        }
+        assert!(!std::fs::read(&a).unwrap().is_empty(), "{t}");
+    }
+    // perf reads the compressed file to the same taken branches as the plain one.
+    if let (Some(pz), Some(pp)) = (perf_branches(&zfile), perf_branches(&plain)) {
+        assert!(!pp.is_empty());
+        assert_eq!(pz, pp, "perf script on the -z file");
+    }
+}

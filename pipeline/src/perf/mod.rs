@@ -117,12 +117,13 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
     let mut switches = Vec::new();
     let mut comms = BTreeMap::new();
     let mut pids = BTreeMap::new();
-    for item in perf.records() {
+    // Records inside compressed records (`perf record -z`) in their place.
+    perf.for_each_record(|item| {
         let item = match item {
             Ok(item) => item,
             Err(e) => {
                 warnings.push(format!("{name}: {e}"));
-                continue;
+                return;
             }
         };
         let sid = item.sample_id;
@@ -185,7 +186,7 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
             )),
             _ => {}
         }
-    }
+    });
     // Build-ids perf stored at the end of recording, for mappings that carry none.
     match perf.build_ids() {
         Ok(ids) => {
