@@ -851,20 +851,22 @@ impl Emitter {
         let base = self.seq.rows();
         self.seq.sequence(&mut p);
         report.count(&p);
-        // perf.data: each row's and event's thread by the last timing packet before it.
-        let dates = self.threads.clone().map(|threads| {
-            let t_tsc: Vec<Option<u64>> = (0..t.len()).map(|i| t.tsc.get(i)).collect();
-            let rows = self.dated.dates(&p.rows.offset, &t.offset, &t_tsc);
-            let events: Vec<u64> = p.events.iter().map(|e| e.offset).collect();
-            let events = self.dated.dates(&events, &t.offset, &t_tsc);
-            self.dated.advance(&t_tsc);
-            Dated {
-                threads,
-                rows,
-                events,
-                timing: t_tsc,
-            }
+        // An event's time is the TSC of the last timing packet before it (perf's rule for
+        // the samples it makes of the trace), and on perf.data, each row's and event's
+        // thread is the one running then.
+        let t_tsc: Vec<Option<u64>> = (0..t.len()).map(|i| t.tsc.get(i)).collect();
+        let event_places: Vec<u64> = p.events.iter().map(|e| e.offset).collect();
+        let events = self.dated.dates(&event_places, &t.offset, &t_tsc);
+        for (e, d) in p.events.iter_mut().zip(&events) {
+            e.tsc = *d;
+        }
+        let dates = self.threads.clone().map(|threads| Dated {
+            threads,
+            rows: self.dated.dates(&p.rows.offset, &t.offset, &t_tsc),
+            events,
+            timing: t_tsc.clone(),
         });
+        self.dated.advance(&t_tsc);
         if let Some(b) = &self.batches {
             b.send_piece(&mut p, &mut t, base)?;
         }
