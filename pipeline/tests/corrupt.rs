@@ -228,6 +228,7 @@ fn a_missing_image_is_reported_with_addresses_and_decoding_goes_on() {
         path: "/nonexistent/prog".into(),
         base: None,
         cr3: None,
+        space: None,
         kind: ImageKind::Elf,
         symbols: None,
     };
