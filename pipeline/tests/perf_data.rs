@@ -694,7 +694,8 @@ fn ingest_takes_perf_data_files_with_their_labels_beside_them() {
 /// A `perf record -a` of two programs at the same addresses: process 4242 runs busybox and
 /// process 5151 the sample program `recursion` (both static and non-PIE: their code starts
 /// at 0x401000). CPU 0 runs 4242 (`sort -n`), 5151, then 4242 again (`sort -r`); CPU 1
-/// runs 5151, then, after 4242 exec'd `recursion`, 4242 running it.
+/// runs 5151, its child 6161 (forked: `recursion` is in the mappings it inherited), then,
+/// after 4242 exec'd `recursion`, 4242 running it.
 struct TwoPrograms {
     /// Holds the compiled `recursion` the recording maps.
     _dir: tempfile::TempDir,
@@ -704,6 +705,7 @@ struct TwoPrograms {
 }
 
 const OTHER: u32 = 5151;
+const FORKED: u32 = 6161;
 
 fn two_programs() -> &'static TwoPrograms {
     static MADE: std::sync::OnceLock<TwoPrograms> = std::sync::OnceLock::new();
@@ -727,6 +729,14 @@ fn two_programs() -> &'static TwoPrograms {
             image: Some(image.clone()),
             start: r.start_time + 50_000,
         });
+        // A child of 5151 that runs its parent's program: its code is in the mappings
+        // the fork copied (no MMAP of its own).
+        r.processes.push(PtProcess {
+            pid: FORKED,
+            parent: Some(OTHER),
+            image: None,
+            start: r.start_time + 60_000,
+        });
         let tsc_of = |perf_ns: u64| r.clock.perf_time_to_tsc(perf_ns).unwrap();
         let ns_of = |tsc: u64| r.clock.tsc_to_perf_time(tsc);
         let recursion = |input: &str, tsc| execution(&prog, &["recursion"], input.as_bytes(), tsc);
@@ -735,10 +745,11 @@ fn two_programs() -> &'static TwoPrograms {
         let mut at = r.start_time + 100_000;
         // (cpu, process, what it runs); `None`: 4242 execs `recursion` here.
         #[allow(clippy::type_complexity)]
-        let plan: [Option<(u32, u32, &dyn Fn(u64) -> Encoded)>; 6] = [
+        let plan: [Option<(u32, u32, &dyn Fn(u64) -> Encoded)>; 7] = [
             Some((0, PID, &|t| sort_execution(&["-n"], 300, 11, t))),
             Some((0, OTHER, &|t| recursion("12 8 300 5", t))),
             Some((1, OTHER, &|t| recursion("10 6 200 4", t))),
+            Some((1, FORKED, &|t| recursion("11 7 250 5", t))),
             Some((0, PID, &|t| sort_execution(&["-r"], 200, 5, t))),
             None,
             Some((1, PID, &|t| recursion("14 5 100 6", t))),
