@@ -33,6 +33,7 @@ fn decode_bytes(b: &Bundle, bytes: &[u8], ctl: u64, chunk: u64) -> Decoded {
 fn decode_with(images: &ImageSet<'_>, bytes: &[u8], ctl: u64, chunk: u64) -> Decoded {
     let stream = TraceStream::linear(bytes);
     let input = Input::<tracemill_decode::Rtit> {
+        spaces: None,
         stream: &stream,
         images,
         cfg: TraceConfig::from_ctl(ctl),
