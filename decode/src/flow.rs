@@ -2272,6 +2272,71 @@ mod tests {
         assert_eq!(p.iter().nth(1), Some((0x20, 0x20, 1, 3)));
     }
 
+    /// A trace without PIPs of two processes with different code at the same address
+    /// (`crate::spaces`): the space is chosen at each enable by the time of the last
+    /// timing packet before it, the same in every decode; rows keep a null CR3.
+    #[test]
+    fn sideband_spaces_choose_the_code_at_each_enable_for_every_chunk_size() {
+        use crate::pt::encode::{compress_ip, encode};
+        use crate::pt::packet::{ExecMode, IpCompression, IpPayload, Packet};
+        use crate::pt::PtConfig;
+        // Space 1 has `ret` at 0x1000, space 2 `jmp *%rax`.
+        let (ret, jmp) = ([0xC3u8], [0xFFu8, 0xE0]);
+        let mut images = ImageSet::new();
+        images.add_raw("one", &ret, 0x1000, Some(1));
+        images.add_raw("two", &jmp, 0x1000, Some(2));
+        let mode = Packet::ModeExec(ExecMode {
+            csl: true,
+            csd: false,
+            iflag: false,
+        });
+        let mut t = Vec::new();
+        let mut put = |p: Packet| encode(&p, &mut t).unwrap();
+        for tsc in [1000, 2000, 3000] {
+            put(Packet::Psb);
+            put(Packet::Tsc(tsc));
+            put(Packet::PsbEnd);
+            put(mode);
+            put(Packet::TipPge(compress_ip(0x1000, 0)));
+            // The branch leaves the traced region.
+            put(Packet::TipPgd(IpPayload {
+                compression: IpCompression::Suppressed,
+                bits: 0,
+            }));
+        }
+        let stream = TraceStream::linear(&t);
+        let cfg = PtConfig {
+            tsc: true,
+            ..PtConfig::default()
+        };
+        let mut input = Input::pt(&stream, &images, cfg);
+        // The sideband: process 1 until TSC 2000, 2 until 3000, then 1 again.
+        let key = |d: Option<u64>| d.map(|t| if (2000..3000).contains(&t) { 2 } else { 1 });
+        let spaces = crate::spaces::schedule::<crate::Pt>(&stream, &input.cfg, &input.timing, key);
+        // The first PSB has no time before it; the rest follow the enables.
+        assert_eq!(spaces.len(), 3, "{spaces:?}");
+        input.spaces = Some(&spaces);
+        let seq = decode_all(&input, u64::MAX);
+        assert!(errors_of(&seq).is_empty(), "{:?}", errors_of(&seq));
+        let kinds: Vec<_> = seq.rows.rows().map(|r| (r.ip, r.kind, r.cr3)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (0x1000, tracemill_schemas::BranchKind::Ret, None),
+                (0x1000, tracemill_schemas::BranchKind::JmpInd, None),
+                (0x1000, tracemill_schemas::BranchKind::Ret, None)
+            ]
+        );
+        let chunked = decode_all(&input, 1);
+        assert_eq!(chunked.fallbacks, 0);
+        assert_eq!(seq.rows, chunked.rows);
+        assert_eq!(seq.events, chunked.events);
+        assert_eq!(seq.coverage, chunked.coverage);
+        // Without the sideband the code at 0x1000 is ambiguous: nothing is decoded there.
+        input.spaces = None;
+        assert_eq!(decode_all(&input, u64::MAX).rows.len(), 0);
+    }
+
     /// SDM 36.4.2.17: a PSB+ gives the state "at the time of the PSB", so its FUP may name
     /// an instruction inside a basic block. A chunk starting at that PSB+ resumes there
     /// and cannot know where the block began: every decode splits the block at the FUP
