@@ -44,7 +44,7 @@ impl Spaces {
     /// last step's is taken as that step's).
     pub fn push(&mut self, offset: u64, key: Option<u64>) {
         let last = self.steps.last().copied();
-        if last.map_or(None, |s| s.1) == key {
+        if last.and_then(|s| s.1) == key {
             return;
         }
         match last {
