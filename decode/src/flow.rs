@@ -1062,9 +1062,9 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         }
     }
 
-    /// Select the space of the place just read, if it is one: the last PSB read for
-    /// `raw` (events from `ne` and deferred events from `nd` on), or `raw` itself when it
-    /// is an enable or an overflow's resume (where execution may be in another process).
+    /// Select the space of the last place just read, if any: a PSB read for `raw` (events
+    /// from `ne` and deferred events from `nd` on), or `raw` itself when it is an enable
+    /// or an overflow's resume (where execution may be in another process).
     fn select_space(
         &mut self,
         spaces: &Spaces,
@@ -1079,10 +1079,15 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 .find(|e| e.kind == EventKind::Psb)
                 .map(|e| e.offset)
         };
-        let at = match *raw {
+        let item = match *raw {
             Raw::Pge { off, .. } | Raw::Ovf { off, .. } => Some(off),
-            _ => psb(&self.facts.events, ne).max(psb(&self.facts.deferred, nd)),
+            _ => None,
         };
+        // The last place read wins: a chunk body starting at a PSB read here selects
+        // there too.
+        let at = item
+            .max(psb(&self.facts.events, ne))
+            .max(psb(&self.facts.deferred, nd));
         if let Some(o) = at {
             let space = spaces.at(o);
             if self.st.space != space {

@@ -158,16 +158,14 @@ impl AddressSpaces {
         }
         let mut out = Vec::new();
         let mut shared: BTreeSet<Id<'_>> = BTreeSet::new();
+        let mut placed: BTreeSet<(Id<'_>, usize)> = BTreeSet::new();
         for m in mappings {
             let i = id(m);
             if collides.contains(&i) {
                 // Once per space that holds it (a process's own record names one; a
                 // fork's copy is the parent's record).
                 for &k in spaces_of.get(&i).into_iter().flatten() {
-                    if out
-                        .iter()
-                        .any(|o: &Mapping| o.space == Some(k as u64) && id(o) == i)
-                    {
+                    if !placed.insert((i, k)) {
                         continue;
                     }
                     out.push(Mapping {
