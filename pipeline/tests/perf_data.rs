@@ -843,6 +843,17 @@ fn processes_with_programs_at_the_same_addresses_decode_each_in_its_own_address_
         }
     }
     assert_eq!(got.len(), i, "rows beyond the truth");
+    // Every chunk's body is used: bodies select the space the sequential decode selects
+    // at the same packet, so each stitch meets its body.
+    let rec = tracemill::perf::open(&file, &Default::default()).unwrap();
+    let opts = tracemill::run::Options {
+        jobs: 2,
+        chunk_bytes: Some(1),
+        ..Default::default()
+    };
+    let report = tracemill::run::decode_perf(&rec, &opts).unwrap();
+    assert_eq!(report.rows, i as u64);
+    assert_eq!(report.fallbacks, 0, "chunks decoded by their stitch alone");
 
     // perf, which looks code up in each thread's own maps, takes the same branches.
     let Some(perf) = perf_branches(&file) else {
