@@ -667,7 +667,9 @@ impl Written {
 /// Two threads of one process on their own CPUs (`r.cpus`, usually two), recorded the way
 /// `perf record -e intel_pt//u` does with per-CPU buffers: AUXTRACE_INFO, TIME_CONV; the
 /// process's COMM (exec), its MMAP2 (with build-id), a FORK and COMM per further thread;
-/// then per CPU: SWITCH_CPU_WIDE in (from the idle task), ITRACE_START, AUX, SWITCH_CPU_WIDE
+/// each of `r.processes` (`perf record -a`: a FORK from its parent, and/or its program's
+/// COMM (exec) and MMAP2, at its `start`) and each of `r.execs` (COMM (exec) and the new
+/// program's MMAP2); then per CPU: SWITCH_CPU_WIDE in (from the idle task), ITRACE_START, AUX, SWITCH_CPU_WIDE
 /// out, AUXTRACE with the CPU's stream; the threads' EXITs; HEADER_BUILD_ID,
 /// HEADER_EVENT_DESC (`intel_pt//u`, `dummy:u`), HEADER_PMU_MAPPINGS, strings, and
 /// HEADER_AUXTRACE.
