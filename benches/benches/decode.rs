@@ -100,6 +100,7 @@ fn bench_bundle(c: &mut Criterion, tag: &str, ctl: u64) {
     let (images, _) = b.image_set();
     let cfg = b.trace_config();
     let input = Input::<tracemill_decode::Rtit> {
+        spaces: None,
         stream: &stream,
         images: &images,
         cfg,

@@ -61,6 +61,7 @@ fn count_mode(b: &Bundle, jobs: usize) -> Result<(f64, Counts)> {
     match b.manifest.format {
         TraceFormat::Rtit => count_walk(
             &Input::<Rtit> {
+                spaces: None,
                 stream: &stream,
                 images: &images,
                 cfg: b.trace_config(),

@@ -24,7 +24,9 @@
 //! one process, CPUs 0 and 1 in turn), its PT encoded with a TSC in every PSB+ (one tick
 //! per instruction, the copies one after another in time) and the ELF mapped from
 //! `OUT/pt/images/`: for `perf script --itrace=b` against `tracemill decode` on one file
-//! (`benches/scripts/perf-script-bench.sh`).
+//! (`benches/scripts/perf-script-bench.sh`). `OUT/perf-two.data` is the same with the
+//! second thread's turns in another process (5151) that maps a copy of the ELF: two
+//! programs at the same addresses, decoded with address spaces.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -32,7 +34,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use object::{Object, ObjectSegment};
 use tracemill_datasets::bundle::{ImageKind, Manifest, PtFacts, TraceFormat};
-use tracemill_datasets::perf_data::{intel_pt_two_threads, CpuStream, PtRecording};
+use tracemill_datasets::perf_data::{
+    intel_pt_two_threads, CpuStream, PtImage, PtProcess, PtRecording,
+};
 use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtTsc};
 use tracemill_datasets::samples;
 use tracemill_decode::image::ImageSet;
@@ -136,6 +140,20 @@ fn main() -> Result<()> {
         &timed.bytes,
         timed.summary.instructions,
         perf_copies,
+        None,
+    )?;
+    // The same turns with the second thread's as another process's, which maps a copy of
+    // the program (another file at the same addresses): its code collides, and the decode
+    // selects an address space at each place (`perf-two.data`).
+    let copy = out.join("pt").join("program-copy");
+    fs::copy(&elf, &copy).with_context(|| format!("{}", copy.display()))?;
+    write_perf_data(
+        &out.join("perf-two.data"),
+        &elf,
+        &timed.bytes,
+        timed.summary.instructions,
+        perf_copies,
+        Some(&std::path::absolute(&copy)?),
     )?;
 
     let rows = pt.truth.rows.len() as u64;
@@ -162,13 +180,15 @@ fn main() -> Result<()> {
 }
 
 /// `OUT/perf.data` of `copies` turns of one execution (`pt`, its TSCs counted from 0,
-/// `instructions` long) alternating between two threads and two CPUs.
+/// `instructions` long) alternating between two threads and two CPUs; with `other`, the
+/// second thread is process 5151's, which maps that file instead.
 fn write_perf_data(
     path: &Path,
     elf: &Path,
     pt: &[u8],
     instructions: u64,
     copies: u64,
+    other: Option<&Path>,
 ) -> Result<()> {
     use tracemill_decode::pt::cpu::Errata;
     use tracemill_decode::pt::packet::Packet;
@@ -185,6 +205,15 @@ fn write_perf_data(
     const PID: u32 = 4242;
     let mut r = PtRecording::for_elf(elf, PID, Vec::new()).map_err(anyhow::Error::msg)?;
     r.config = 1 | 1 << 10 | 1 << 13; // pt, tsc, branch: TSC packets in PSB+ only
+    const OTHER: u32 = 5151;
+    if let Some(other) = other {
+        r.processes.push(PtProcess {
+            pid: OTHER,
+            parent: None,
+            image: Some(PtImage::for_elf(other).map_err(anyhow::Error::msg)?),
+            start: r.start_time + 50_000,
+        });
+    }
     let ns = |tsc: u64| r.clock.tsc_to_perf_time(tsc);
     for k in 0..copies {
         // Copy k runs from TSC `start` for `instructions` ticks, then 100,000 ticks idle.
@@ -198,7 +227,11 @@ fn write_perf_data(
         }
         r.cpus.push(CpuStream {
             cpu: (k % 2) as u32,
-            tid: PID + ((k / 2) % 2) as u32,
+            tid: match ((k / 2) % 2, other) {
+                (0, _) => PID,
+                (_, None) => PID + 1,
+                (_, Some(_)) => OTHER,
+            },
             pt: bytes,
             switch_in: ns(start) - 1_000,
             switch_out: ns(start + instructions) + 1_000,

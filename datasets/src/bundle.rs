@@ -303,6 +303,12 @@ pub struct ImageEntry {
     /// The address space (CR3) the image belongs to; omit for images shared by all.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_hex_u64")]
     pub cr3: Option<u64>,
+    /// The address space of a recording's sideband the image belongs to (perf.data: a
+    /// process's key, not a CR3: the decode selects it from the switch records, not from
+    /// PIPs); `None` for images every space shares. Made by the perf.data reader, never
+    /// read from or written to `bundle.toml`.
+    #[serde(skip)]
+    pub space: Option<u64>,
     #[serde(default)]
     pub kind: ImageKind,
     /// Raw images: a symbol file naming their functions for `tracemill report` (`nm`
@@ -501,6 +507,7 @@ mod tests {
             path: "images/kernel".into(),
             base: Some(0xFFFF_FFFF_8100_0000),
             cr3: None,
+            space: None,
             kind: ImageKind::Raw,
             symbols: None,
         });

@@ -582,6 +582,75 @@ pub struct PtRecording {
     pub cpus: Vec<CpuStream>,
     /// `perf record -z` at this zstd level: the sideband in COMPRESSED records.
     pub compress: Option<i32>,
+    /// Other processes, each one thread (its tid is its pid): a `CpuStream` whose `tid`
+    /// is one of their pids runs in that process.
+    pub processes: Vec<PtProcess>,
+    /// Programs processes exec into during the recording.
+    pub execs: Vec<PtExec>,
+}
+
+/// A binary as mapped: path, build-id, load address, mapped length, file offset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PtImage {
+    pub path: Vec<u8>,
+    pub build_id: BuildId,
+    pub addr: u64,
+    pub len: u64,
+    pub pgoff: u64,
+}
+
+impl PtImage {
+    /// The static ELF at `path`: its build-id and first executable segment, mapped at its
+    /// own address.
+    pub fn for_elf(path: &std::path::Path) -> Result<PtImage, String> {
+        use object::{Object, ObjectSegment, SegmentFlags};
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let elf = object::File::parse(&*bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        let id = elf
+            .build_id()
+            .ok()
+            .flatten()
+            .and_then(BuildId::new)
+            .ok_or_else(|| format!("{}: no build-id of at most 20 bytes", path.display()))?;
+        let text = elf
+            .segments()
+            .find(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0))
+            .ok_or_else(|| format!("{}: no executable segment", path.display()))?;
+        let (offset, _) = text.file_range();
+        Ok(PtImage {
+            path: path.as_os_str().as_encoded_bytes().to_vec(),
+            build_id: id,
+            addr: text.address(),
+            len: text.size(),
+            pgoff: offset,
+        })
+    }
+
+    /// The name perf gives a process running it (COMM: the file name, 15 bytes at most).
+    pub fn comm(&self) -> &[u8] {
+        let name = self.path.rsplit(|&b| b == b'/').next().unwrap_or(&[]);
+        &name[..name.len().min(15)]
+    }
+}
+
+/// A process of [`PtRecording::processes`]: from perf time `start`, forked from `parent`
+/// (a FORK record: it has the parent's mappings) and/or running `image` (COMM with the
+/// exec flag and the image's MMAP2, after the FORK if any).
+#[derive(Clone, Debug)]
+pub struct PtProcess {
+    pub pid: u32,
+    pub parent: Option<u32>,
+    pub image: Option<PtImage>,
+    pub start: u64,
+}
+
+/// Process `pid` execs `image` at perf time `time` (COMM with the exec flag, then the
+/// image's MMAP2 1 ns later): its earlier mappings are gone.
+#[derive(Clone, Debug)]
+pub struct PtExec {
+    pub pid: u32,
+    pub time: u64,
+    pub image: PtImage,
 }
 
 /// IA32_RTIT_CTL bits perf's intel_pt PMU exposes in `format/` (the masks its
@@ -690,7 +759,9 @@ impl Written {
 /// Two threads of one process on their own CPUs (`r.cpus`, usually two), recorded the way
 /// `perf record -e intel_pt//u` does with per-CPU buffers: AUXTRACE_INFO, TIME_CONV; the
 /// process's COMM (exec), its MMAP2 (with build-id), a FORK and COMM per further thread;
-/// then per CPU: SWITCH_CPU_WIDE in (from the idle task), ITRACE_START, AUX, SWITCH_CPU_WIDE
+/// each of `r.processes` (`perf record -a`: a FORK from its parent, and/or its program's
+/// COMM (exec) and MMAP2, at its `start`) and each of `r.execs` (COMM (exec) and the new
+/// program's MMAP2); then per CPU: SWITCH_CPU_WIDE in (from the idle task), ITRACE_START, AUX, SWITCH_CPU_WIDE
 /// out, AUXTRACE with the CPU's stream; the threads' EXITs; HEADER_BUILD_ID,
 /// HEADER_EVENT_DESC (`intel_pt//u`, `dummy:u`), HEADER_PMU_MAPPINGS, strings, and
 /// HEADER_AUXTRACE.
@@ -731,6 +802,14 @@ fn written(
     }
     w.flush_compressed()?;
     w.add_build_id(misc::USER, u32::MAX, r.build_id, &r.path);
+    let mut ids = vec![r.build_id];
+    let others = r.processes.iter().filter_map(|p| p.image.as_ref());
+    for im in others.chain(r.execs.iter().map(|e| &e.image)) {
+        if !ids.contains(&im.build_id) {
+            ids.push(im.build_id);
+            w.add_build_id(misc::USER, u32::MAX, im.build_id, &im.path);
+        }
+    }
     w.set_event_names(&["intel_pt//u", "dummy:u"]);
     w.add_pmu(attr_type::SOFTWARE, "software");
     w.add_pmu(r.pmu_type, "intel_pt");
@@ -793,9 +872,16 @@ fn build<'a>(
         }),
         none,
     ));
-    let first = r.cpus.first().ok_or(WriteError::NoStream)?;
+    // The main process's first thread (the file's first stream when no other is the main
+    // process's).
+    let first = r
+        .cpus
+        .iter()
+        .find(|c| r.pid_of(c.tid) == r.pid)
+        .or(r.cpus.first())
+        .ok_or(WriteError::NoStream)?;
     let sid = |tid: u32, cpu: u32, time: u64, base: u64| SampleId {
-        pid: Some(r.pid),
+        pid: Some(r.pid_of(tid)),
         tid: Some(tid),
         time: Some(time),
         id: Some(base + cpu as u64),
@@ -828,7 +914,12 @@ fn build<'a>(
         }),
         sid(first.tid, first.cpu, next_time(), 2000),
     ));
-    for &tid in &r.tids()[1..] {
+    let threads: Vec<u32> = r
+        .tids()
+        .into_iter()
+        .filter(|&t| t != first.tid && r.pid_of(t) == r.pid)
+        .collect();
+    for &tid in &threads {
         let c = r
             .cpus
             .iter()
@@ -855,6 +946,76 @@ fn build<'a>(
                 comm,
             }),
             sid(c.tid, c.cpu, next_time(), 2000),
+        ));
+    }
+    // The other processes and the execs, at their own times (perf orders a round's
+    // records by time).
+    let cpu_of = |tid: u32| {
+        r.cpus
+            .iter()
+            .find(|c| c.tid == tid)
+            .map_or(first.cpu, |c| c.cpu)
+    };
+    let mmap2 = |pid: u32, im: &'a PtImage| {
+        Record::Mmap2(Mmap2 {
+            pid,
+            tid: pid,
+            addr: im.addr,
+            len: im.len,
+            pgoff: im.pgoff,
+            file: Mmap2File::BuildId(im.build_id),
+            prot: 5,  // PROT_READ | PROT_EXEC
+            flags: 2, // MAP_PRIVATE
+            filename: &im.path,
+        })
+    };
+    for p in &r.processes {
+        let cpu = cpu_of(p.pid);
+        let mut t = p.start;
+        if let Some(parent) = p.parent {
+            recs.push((
+                user,
+                Record::Fork(Task {
+                    pid: p.pid,
+                    ppid: parent,
+                    tid: p.pid,
+                    ptid: parent,
+                    time: t,
+                }),
+                sid(p.pid, cpu, t, 2000),
+            ));
+            t += 1;
+        }
+        if let Some(im) = &p.image {
+            recs.push((
+                user,
+                Record::Comm(Comm {
+                    pid: p.pid,
+                    tid: p.pid,
+                    exec: true,
+                    comm: im.comm(),
+                }),
+                sid(p.pid, cpu, t, 2000),
+            ));
+            recs.push((user, mmap2(p.pid, im), sid(p.pid, cpu, t + 1, 2000)));
+        }
+    }
+    for e in &r.execs {
+        let cpu = cpu_of(e.pid);
+        recs.push((
+            user,
+            Record::Comm(Comm {
+                pid: e.pid,
+                tid: e.pid,
+                exec: true,
+                comm: e.image.comm(),
+            }),
+            sid(e.pid, cpu, e.time, 2000),
+        ));
+        recs.push((
+            user,
+            mmap2(e.pid, &e.image),
+            sid(e.pid, cpu, e.time + 1, 2000),
         ));
     }
     let sideband_end = next_time();
@@ -889,7 +1050,7 @@ fn build<'a>(
             recs.push((
                 user,
                 Record::ItraceStart {
-                    pid: r.pid,
+                    pid: r.pid_of(c.tid),
                     tid: c.tid,
                 },
                 sid(c.tid, c.cpu, c.switch_in + 1, 1000),
@@ -945,8 +1106,8 @@ fn build<'a>(
         recs.push((
             user,
             Record::Exit(Task {
-                pid: r.pid,
-                ppid: r.pid,
+                pid: r.pid_of(c.tid),
+                ppid: r.pid_of(c.tid),
                 tid: c.tid,
                 ptid: c.tid,
                 time,
@@ -983,6 +1144,16 @@ impl PtRecording {
         v
     }
 
+    /// The process of thread `tid`: one of `processes` (whose thread is its pid), or the
+    /// recording's own.
+    pub fn pid_of(&self, tid: u32) -> u32 {
+        if self.processes.iter().any(|p| p.pid == tid) {
+            tid
+        } else {
+            self.pid
+        }
+    }
+
     /// A recording of the static ELF at `path` (read for its build-id and its first
     /// executable segment, mapped at its own address), process `pid` named after the
     /// file, on a 2 GHz TSC (perf time = TSC / 2 + 1 s), with perf's default config.
@@ -991,24 +1162,15 @@ impl PtRecording {
         pid: u32,
         cpus: Vec<CpuStream>,
     ) -> Result<PtRecording, String> {
-        use object::{Object, ObjectSegment, SegmentFlags};
-        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let elf = object::File::parse(&*bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        let id = elf
-            .build_id()
-            .ok()
-            .flatten()
-            .and_then(BuildId::new)
-            .ok_or_else(|| format!("{}: no build-id of at most 20 bytes", path.display()))?;
-        let text = elf
-            .segments()
-            .find(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0))
-            .ok_or_else(|| format!("{}: no executable segment", path.display()))?;
-        let (offset, _) = text.file_range();
-        let comm = path
-            .file_name()
-            .map(|n| n.as_encoded_bytes()[..n.len().min(15)].to_vec())
-            .unwrap_or_default();
+        let im = PtImage::for_elf(path)?;
+        let comm = im.comm().to_vec();
+        let PtImage {
+            path,
+            build_id: id,
+            addr,
+            len,
+            pgoff: offset,
+        } = im;
         Ok(PtRecording {
             pmu_type: 8,
             config: 0x300e601,
@@ -1020,16 +1182,18 @@ impl PtRecording {
             },
             tsc_ctc_ratio: (84, 2),
             max_nonturbo_ratio: 20,
-            path: path.as_os_str().as_encoded_bytes().to_vec(),
+            path,
             build_id: id,
-            addr: text.address(),
-            len: text.size(),
+            addr,
+            len,
             pgoff: offset,
             comm,
             pid,
             start_time: 1_000_000_000 + 1_000_000,
             cpus,
             compress: None,
+            processes: Vec::new(),
+            execs: Vec::new(),
         })
     }
 }

@@ -652,6 +652,7 @@ pub fn generate(r: &Recipe) -> Result<Generated> {
             path: format!("images/{file}"),
             base: *base,
             cr3: *cr3,
+            space: None,
             kind: *kind,
             symbols: None,
         });
@@ -924,6 +925,7 @@ pub fn synth_big(elf_path: &Path, size: u64, seed: u64, ctl: u64, out: &Path) ->
         path: format!("images/{name}"),
         base: None,
         cr3: None,
+        space: None,
         kind: ImageKind::Elf,
         symbols: None,
     });

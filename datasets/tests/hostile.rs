@@ -19,6 +19,7 @@ fn decode(images: &ImageSet<'_>, bytes: &[u8], chunk: u64) -> Decoded {
     let stream = TraceStream::linear(bytes);
     let cfg = TraceConfig::from_ctl(CTL);
     let input = Input::<tracemill_decode::Rtit> {
+        spaces: None,
         stream: &stream,
         images,
         cfg,

@@ -29,6 +29,7 @@ fn decode(elf: &[u8], bytes: &[u8], ctl: u64, chunk: u64) -> Decoded {
     images.add_elf("busybox", elf, None, None).unwrap();
     let stream = TraceStream::linear(bytes);
     let input = Input::<tracemill_decode::Rtit> {
+        spaces: None,
         stream: &stream,
         images: &images,
         cfg: TraceConfig::from_ctl(ctl),

@@ -1,5 +1,6 @@
 //! How fast the Intel PT packet layer reads: PSB search, the PSB-bounded reader (with
-//! and without the TNT fast path, with Last IP), and the ptdump listing, over a
+//! and without the TNT fast path, with Last IP), the address-space schedule of a perf.data
+//! with processes at the same addresses, and the ptdump listing, over a
 //! synthetic trace shaped like perf's (PSB+ every 4 KiB, TNT-8 mostly, TIPs with
 //! compressed IPs, MTC and CYC).
 //!
@@ -209,6 +210,16 @@ fn main() {
         tsc_ctc_ratio_d: 1,
         ..PtConfig::default()
     };
+    // The pass a perf.data decode makes before the walk when processes share addresses:
+    // every packet through the front end and the clock (a key changing every Mi ticks).
+    let timing = tracemill_decode::pt::clock::PtTiming::new(&cfg);
+    let steps = time("address-space schedule (spaces::schedule)", n, || {
+        tracemill_decode::spaces::schedule::<tracemill_decode::Pt>(&s, &cfg, &timing, |d| {
+            d.map(|t| (t >> 20) & 3)
+        })
+        .len()
+    });
+    println!("{:<44} {steps} changes of space", "");
     for (what, args) in [
         ("ptdump listing", &[][..]),
         ("ptdump listing --lastip --time", &["--lastip", "--time"]),

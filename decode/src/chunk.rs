@@ -94,6 +94,9 @@ pub struct Input<'a, F: Format> {
     pub cfg: F::Config,
     /// How to turn timing packets into time (bundle facts beyond the recording settings).
     pub timing: <F::Clock as Clock>::Config,
+    /// The address space of each place, from a recording's sideband (perf.data): image
+    /// lookups use it instead of PIPs' CR3 ([`crate::spaces`]). `None`: the trace's own.
+    pub spaces: Option<&'a crate::spaces::Spaces>,
 }
 
 /// A chunk body's result.
@@ -143,6 +146,7 @@ pub fn decode_body<F: Format, S: RowSink + Default>(
         role,
         S::default(),
     );
+    w.spaces = input.spaces;
     // Room for as many rows as this thread's last body had per byte of trace (a trace's
     // density hardly changes from chunk to chunk): growing the columns by doubling from a
     // fixed guess cost 8% of a decode in copies and page faults on a real program's PT
@@ -165,6 +169,7 @@ pub fn decode_body<F: Format, S: RowSink + Default>(
             cursor: chunk.start,
             ip: 0,
             bits: Default::default(),
+            space: None,
             fe: F::start_state(&input.cfg, false),
         })
     } else {
@@ -234,6 +239,7 @@ pub fn stitch<F: Format, S: RowSink + Default>(
         Role::Chain,
         S::default(),
     );
+    w.spaces = input.spaces;
     if let Some(t) = target {
         w = w.with_target(t);
     }

@@ -44,6 +44,7 @@ use crate::piece::PieceStats;
 pub use crate::piece::TimingFact;
 pub use crate::retstack::{Below, NoTarget, RetModel, RetStack};
 use crate::rows::{BranchColumns, BranchRow, EventRow, PartialBlock};
+use crate::spaces::Spaces;
 use crate::stream::TraceStream;
 use crate::tnt::TntQueue;
 
@@ -75,6 +76,10 @@ pub struct FlowState<P> {
     /// How instructions decode (the execution mode).
     pub bits: Bits,
     pub cr3: Option<u64>,
+    /// The address space the sideband puts at the last place the walk selected one
+    /// ([`crate::spaces`]; used for image lookups instead of `cr3` when the input has
+    /// [`crate::chunk::Input::spaces`]).
+    pub space: Option<u64>,
     /// CR3 as of the last packet consumed: what rows are stamped with (a row's CR3 is the
     /// one from the last PIP before the packet that decided it).
     pub cr3_row: Option<u64>,
@@ -122,6 +127,7 @@ impl<P> FlowState<P> {
             ),
             bits: Bits::B64,
             cr3: None,
+            space: None,
             cr3_row: None,
             open_insns: 0,
             block_start: 0,
@@ -376,6 +382,8 @@ pub struct Target<P> {
     pub cursor: u64,
     pub ip: u64,
     pub bits: Bits,
+    /// The address space selected there ([`FlowState::space`]).
+    pub space: Option<u64>,
     /// The front end's state there.
     pub fe: P,
 }
@@ -565,6 +573,11 @@ pub struct Walker<'a, 'c, F: Format, S: RowSink> {
     /// runs in the old address space, so it takes effect when the item is consumed
     /// (fuzz finding cr3-across-psb: a block looked up with the new CR3 found no image).
     cr3_after_fup: Option<Option<u64>>,
+    /// The same for a space selected while looking for a FUP's TIP (a PSB or an enable
+    /// read there comes after the FUP: the code up to its IP is the old space's).
+    space_after_fup: Option<Option<u64>>,
+    /// Address spaces by stream offset (a recording's sideband): set by the chunk driver.
+    pub(crate) spaces: Option<&'a Spaces>,
     /// Where the events read with the last PSB+ (`Item::Status`) start in `facts.events`.
     /// Its FUP may name an instruction ahead of the walk (SDM 36.4.2.17: the IP when the
     /// PSB was sent); the rows walked up to it retired before the PSB, so its events
@@ -629,6 +642,8 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             st,
             la: None,
             cr3_after_fup: None,
+            space_after_fup: None,
+            spaces: None,
             status_events: None,
             pending: None,
             role,
@@ -842,6 +857,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 cursor: self.front.pos(),
                 ip,
                 bits: self.st.bits,
+                space: self.st.space,
                 fe,
             });
         }
@@ -892,6 +908,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         let mut before_fe = self.st.fe.clone();
         self.front.save(&mut before_fe);
         let before_cr3 = self.st.cr3;
+        let before_space = self.st.space;
         let (ne, nd, nt) = (
             self.facts.events.len(),
             self.facts.deferred.len(),
@@ -913,6 +930,9 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         if let Some(cr3) = self.facts.cr3.take() {
             self.set_cr3(cr3);
         }
+        if let Some(spaces) = self.spaces {
+            self.select_space(spaces, &raw, ne, nd);
+        }
         match raw {
             Raw::Tnt { tnt, off } => Item::Tnt { tnt, off },
             Raw::Tip { ip, off, anchor } => Item::Tip { ip, off, anchor },
@@ -933,6 +953,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 let mut st = self.st.clone();
                 st.fe = before_fe;
                 st.cr3 = before_cr3;
+                st.space = before_space;
                 let before = Snapshot {
                     pos: before_pos,
                     st,
@@ -948,10 +969,12 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 // PIPs read with the FUP came before it; those read looking for its TIP
                 // belong to the transfer.
                 let cr3_at_fup = self.st.cr3;
+                let space_at_fup = self.st.space;
                 match self.tip_after(&before, off) {
                     None => Item::End,
                     Some(tip) => {
                         self.hold_cr3(cr3_at_fup);
+                        self.hold_space(space_at_fup);
                         match (role, tip) {
                             (FupRole::Pgd, t) => Item::Pgd {
                                 ip,
@@ -1028,6 +1051,62 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         }
     }
 
+    /// The lookup key of code: the sideband's space when the input has one, else the
+    /// CR3 of the last PIP.
+    #[inline(always)]
+    fn key(&self) -> Option<u64> {
+        if self.spaces.is_some() {
+            self.st.space
+        } else {
+            self.st.cr3
+        }
+    }
+
+    /// Select the space of the last place just read, if any: a PSB read for `raw` (events
+    /// from `ne` and deferred events from `nd` on), or `raw` itself when it is an enable
+    /// or an overflow's resume (where execution may be in another process).
+    fn select_space(
+        &mut self,
+        spaces: &Spaces,
+        raw: &Raw<<F::Front<'a> as Front>::Error>,
+        ne: usize,
+        nd: usize,
+    ) {
+        let psb = |v: &[EventRow], from: usize| {
+            v[from.min(v.len())..]
+                .iter()
+                .rev()
+                .find(|e| e.kind == EventKind::Psb)
+                .map(|e| e.offset)
+        };
+        let item = match *raw {
+            Raw::Pge { off, .. } | Raw::Ovf { off, .. } => Some(off),
+            _ => None,
+        };
+        // The last place read wins: a chunk body starting at a PSB read here selects
+        // there too.
+        let at = item
+            .max(psb(&self.facts.events, ne))
+            .max(psb(&self.facts.deferred, nd));
+        if let Some(o) = at {
+            let space = spaces.at(o);
+            if self.st.space != space {
+                self.st.space = space;
+                // The successor link was found in the old space.
+                self.hint = None;
+            }
+        }
+    }
+
+    /// A FUP's look-ahead selected a space other than `before`: keep walking in `before`
+    /// until the FUP's item is consumed (`space_after_fup`), as for a PIP.
+    fn hold_space(&mut self, before: Option<u64>) {
+        if self.st.space != before {
+            self.space_after_fup = Some(self.st.space);
+            self.st.space = before;
+        }
+    }
+
     /// Go back to `before`: the packets read since are read again by whoever reads on.
     fn undo(&mut self, before: &Snapshot<F::State>) {
         self.facts.events.truncate(before.events);
@@ -1053,6 +1132,12 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         self.la = None;
         if let Some(cr3) = self.cr3_after_fup.take() {
             self.set_cr3(cr3);
+        }
+        if let Some(space) = self.space_after_fup.take() {
+            if self.st.space != space {
+                self.st.space = space;
+                self.hint = None;
+            }
         }
         self.st.cr3_row = self.st.cr3;
     }
@@ -1175,6 +1260,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             && self.st.tnt.is_empty()
             && self.st.ip == t.ip
             && self.st.bits == t.bits
+            && self.st.space == t.space
         {
             let mut fe = self.st.fe.clone();
             self.front.save(&mut fe);
@@ -1421,7 +1507,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 Some((ip, bi)) if ip == self.st.ip => bi,
                 _ => self
                     .cache
-                    .index(self.images, self.st.ip, self.st.cr3, self.st.bits),
+                    .index(self.images, self.st.ip, self.key(), self.st.bits),
             };
             self.hint = None;
             let h = self.cache.hot(bi);
@@ -1728,7 +1814,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         }
         let mut ip = x;
         for _ in 0..64 {
-            let bi = self.cache.index(self.images, ip, self.st.cr3, self.st.bits);
+            let bi = self.cache.index(self.images, ip, self.key(), self.st.bits);
             let b = self.cache.block(bi);
             if b.end != BlockEnd::Branch {
                 return false;
@@ -1788,7 +1874,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 Some((ip, bi)) if ip == self.st.ip => bi,
                 _ => self
                     .cache
-                    .index(self.images, self.st.ip, self.st.cr3, self.st.bits),
+                    .index(self.images, self.st.ip, self.key(), self.st.bits),
             };
             let h = self.cache.hot(bi);
             if h.end != BlockEnd::Branch {
@@ -1823,7 +1909,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             self.st.prev_nlip = h.next;
             self.st.after_branch = true;
             self.st.resumed_at = None;
-            let s = self.cache.successor(self.images, bi, which, self.st.cr3);
+            let s = self.cache.successor(self.images, bi, which, self.key());
             self.hint = Some((to, s));
             walked = true;
             if kind != BranchKind::Cond && self.moved_without_packet(to) {
@@ -1885,9 +1971,9 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 Some((ip, bi)) if ip == self.st.ip => bi,
                 _ => self
                     .cache
-                    .index(self.images, self.st.ip, self.st.cr3, self.st.bits),
+                    .index(self.images, self.st.ip, self.key(), self.st.bits),
             };
-            if !self.cache.keyed_for(self.images, bi, self.st.cr3) {
+            if !self.cache.keyed_for(self.images, bi, self.key()) {
                 // (Not met: the walker drops its link on a CR3 change.) The step walk
                 // looks the successors up itself.
                 self.hint = Some((self.st.ip, bi));
@@ -1901,7 +1987,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 self.st.ip,
                 bits as u8,
                 n,
-                self.st.cr3,
+                self.key(),
             );
             let seg = self.cache.memo.seg(si);
             if seg.len == 0 {
@@ -2014,7 +2100,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     /// 1: direct target), which starts at `to`.
     #[inline]
     fn link(&mut self, bi: u32, which: usize, to: u64) {
-        let s = self.cache.successor(self.images, bi, which, self.st.cr3);
+        let s = self.cache.successor(self.images, bi, which, self.key());
         self.hint = Some((to, s));
     }
 
@@ -2079,6 +2165,7 @@ mod tests {
         let stream = TraceStream::linear(trace);
         let cfg = TraceConfig::from_ctl(0);
         let input = Input::<Rtit> {
+            spaces: None,
             stream: &stream,
             images,
             cfg,
@@ -2188,6 +2275,71 @@ mod tests {
         );
         assert_eq!(p.len(), super::Partials::CAP);
         assert_eq!(p.iter().nth(1), Some((0x20, 0x20, 1, 3)));
+    }
+
+    /// A trace without PIPs of two processes with different code at the same address
+    /// (`crate::spaces`): the space is chosen at each enable by the time of the last
+    /// timing packet before it, the same in every decode; rows keep a null CR3.
+    #[test]
+    fn sideband_spaces_choose_the_code_at_each_enable_for_every_chunk_size() {
+        use crate::pt::encode::{compress_ip, encode};
+        use crate::pt::packet::{ExecMode, IpCompression, IpPayload, Packet};
+        use crate::pt::PtConfig;
+        // Space 1 has `ret` at 0x1000, space 2 `jmp *%rax`.
+        let (ret, jmp) = ([0xC3u8], [0xFFu8, 0xE0]);
+        let mut images = ImageSet::new();
+        images.add_raw("one", &ret, 0x1000, Some(1));
+        images.add_raw("two", &jmp, 0x1000, Some(2));
+        let mode = Packet::ModeExec(ExecMode {
+            csl: true,
+            csd: false,
+            iflag: false,
+        });
+        let mut t = Vec::new();
+        let mut put = |p: Packet| encode(&p, &mut t).unwrap();
+        for tsc in [1000, 2000, 3000] {
+            put(Packet::Psb);
+            put(Packet::Tsc(tsc));
+            put(Packet::PsbEnd);
+            put(mode);
+            put(Packet::TipPge(compress_ip(0x1000, 0)));
+            // The branch leaves the traced region.
+            put(Packet::TipPgd(IpPayload {
+                compression: IpCompression::Suppressed,
+                bits: 0,
+            }));
+        }
+        let stream = TraceStream::linear(&t);
+        let cfg = PtConfig {
+            tsc: true,
+            ..PtConfig::default()
+        };
+        let mut input = Input::pt(&stream, &images, cfg);
+        // The sideband: process 1 until TSC 2000, 2 until 3000, then 1 again.
+        let key = |d: Option<u64>| d.map(|t| if (2000..3000).contains(&t) { 2 } else { 1 });
+        let spaces = crate::spaces::schedule::<crate::Pt>(&stream, &input.cfg, &input.timing, key);
+        // The first PSB has no time before it; the rest follow the enables.
+        assert_eq!(spaces.len(), 3, "{spaces:?}");
+        input.spaces = Some(&spaces);
+        let seq = decode_all(&input, u64::MAX);
+        assert!(errors_of(&seq).is_empty(), "{:?}", errors_of(&seq));
+        let kinds: Vec<_> = seq.rows.rows().map(|r| (r.ip, r.kind, r.cr3)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (0x1000, tracemill_schemas::BranchKind::Ret, None),
+                (0x1000, tracemill_schemas::BranchKind::JmpInd, None),
+                (0x1000, tracemill_schemas::BranchKind::Ret, None)
+            ]
+        );
+        let chunked = decode_all(&input, 1);
+        assert_eq!(chunked.fallbacks, 0);
+        assert_eq!(seq.rows, chunked.rows);
+        assert_eq!(seq.events, chunked.events);
+        assert_eq!(seq.coverage, chunked.coverage);
+        // Without the sideband the code at 0x1000 is ambiguous: nothing is decoded there.
+        input.spaces = None;
+        assert_eq!(decode_all(&input, u64::MAX).rows.len(), 0);
     }
 
     /// SDM 36.4.2.17: a PSB+ gives the state "at the time of the PSB", so its FUP may name

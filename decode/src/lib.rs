@@ -28,6 +28,8 @@
 //! - [`tnt`], [`retstack`]: the small decoding states (queued TNT bits, return
 //!   compression);
 //! - [`image`], [`insn`], [`block`]: code images, instruction classes, the basic-block cache;
+//! - [`spaces`]: address spaces by stream offset, from a recording's sideband (traces
+//!   without PIPs);
 //! - [`memo`]: the memoized walk (segments of the hot loop, replayed);
 //! - [`flow`], [`chunk`], [`timing`]: the walker, parallel chunks and stitching, time;
 //! - [`rows`]: output columns.
@@ -61,6 +63,7 @@ pub mod retstack;
 pub mod rows;
 pub mod rtit;
 pub mod sniff;
+pub mod spaces;
 pub mod stream;
 pub mod timing;
 pub mod tnt;

@@ -467,6 +467,7 @@ fn decode_both(trace: &[u8], code: &[u8], org: u64, cfg: &PtConfig) -> Result<De
     images.add_raw("code", code, org, None);
     let stream = TraceStream::linear(trace);
     let input = Input::<Pt> {
+        spaces: None,
         stream: &stream,
         images: &images,
         cfg: cfg.clone(),

@@ -282,6 +282,7 @@ impl Case {
         let stream = TraceStream::linear(&self.trace);
         let cfg = TraceConfig::from_ctl(self.ctl);
         let input = Input::<tracemill_decode::Rtit> {
+            spaces: None,
             stream: &stream,
             images: images(self.images),
             cfg,
@@ -687,6 +688,7 @@ impl PtCase {
     pub fn decode(&self, chunk_bytes: u64) -> Decoded {
         let stream = TraceStream::linear(&self.trace);
         let input = Input::<tracemill_decode::Pt> {
+            spaces: None,
             stream: &stream,
             images: images(self.images),
             timing: pt::clock::PtTiming::new(&self.cfg),

@@ -453,7 +453,9 @@ impl Bundle {
                 || im.entry.path.clone(),
                 |n| n.to_string_lossy().into_owned(),
             );
-            let (base, cr3) = (im.entry.base, im.entry.cr3);
+            // The key its code is looked up by: a CR3 (bundles), or a sideband address
+            // space (perf.data, which has no CR3 tags).
+            let (base, cr3) = (im.entry.base, im.entry.space.or(im.entry.cr3));
             let add = |set: &mut ImageSet<'s>| -> Result<(), ImageError> {
                 match im.entry.kind {
                     ImageKind::Raw => {
@@ -680,6 +682,7 @@ pub fn parse_image_arg(s: &str) -> Result<ImageEntry> {
         path,
         base,
         cr3,
+        space: None,
         kind,
         symbols: None,
     })

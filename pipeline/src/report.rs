@@ -31,9 +31,13 @@ pub fn decode_meta(bundle: &Bundle) -> Vec<(String, String)> {
         let dir = std::path::absolute(&bundle.dir).unwrap_or_else(|_| bundle.dir.clone());
         kv.push((META_BUNDLE.into(), dir.display().to_string()));
     }
+    // A perf.data's image loaded once per address space (processes with other code at the
+    // same addresses) is one file for the reports.
+    let mut listed = std::collections::BTreeSet::new();
     let images: Vec<ImageMeta> = bundle
         .images
         .iter()
+        .filter(|im| listed.insert((&im.path, im.entry.base, im.entry.cr3)))
         .map(|im| ImageMeta {
             name: Path::new(&im.entry.path).file_name().map_or_else(
                 || im.entry.path.clone(),

@@ -206,6 +206,7 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
         &[Part {
             bundle,
             threads: None,
+            spaces: None,
         }],
         &file_meta(bundle),
         opts,
@@ -217,6 +218,9 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
 pub struct Part<'b> {
     pub bundle: &'b Bundle,
     pub threads: Option<Arc<Threads>>,
+    /// The sideband's address spaces (perf.data whose processes have other code at the
+    /// same addresses): code is looked up in the space of the process at each place.
+    pub spaces: Option<&'b crate::perf::spaces::TraceSpaces>,
 }
 
 /// Decode the traces of a perf.data ([`crate::perf::open`]) into one set of tables: every
@@ -233,6 +237,7 @@ pub fn decode_perf(rec: &crate::perf::Recording, opts: &Options) -> Result<Repor
         .map(|t| Part {
             bundle: &t.bundle,
             threads: Some(Arc::new(t.threads.clone())),
+            spaces: t.spaces.as_ref(),
         })
         .collect();
     let Some(first) = parts.first() else {
@@ -426,11 +431,18 @@ fn decode_as<F: TraceFormat>(
                 break;
             }
             let stream = part.bundle.stream();
+            // The address space of each place, from the sideband and the trace's own
+            // timing packets: one pass over the packets before the walk, since a chunk's
+            // body cannot know the time at its start.
+            let spaces = part.spaces.map(|s| {
+                tracemill_decode::spaces::schedule::<F>(&stream, cfg, timing, |d| s.key_at(d))
+            });
             let input = Input::<F> {
                 stream: &stream,
                 images,
                 cfg: cfg.clone(),
                 timing: timing.clone(),
+                spaces: spaces.as_ref(),
             };
             // Blocks are cached per thread by address: a new part may have other code.
             let caches: Vec<Mutex<BlockCache>> =

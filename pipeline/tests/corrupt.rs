@@ -33,6 +33,7 @@ fn decode_bytes(b: &Bundle, bytes: &[u8], ctl: u64, chunk: u64) -> Decoded {
 fn decode_with(images: &ImageSet<'_>, bytes: &[u8], ctl: u64, chunk: u64) -> Decoded {
     let stream = TraceStream::linear(bytes);
     let input = Input::<tracemill_decode::Rtit> {
+        spaces: None,
         stream: &stream,
         images,
         cfg: TraceConfig::from_ctl(ctl),
@@ -228,6 +229,7 @@ fn a_missing_image_is_reported_with_addresses_and_decoding_goes_on() {
         path: "/nonexistent/prog".into(),
         base: None,
         cr3: None,
+        space: None,
         kind: ImageKind::Elf,
         symbols: None,
     };

@@ -90,6 +90,7 @@ fn decode_rtit(images: &ImageSet<'_>, bytes: &[u8], ctl: u64, chunk: u64) -> Dec
     let stream = TraceStream::linear(bytes);
     let cfg = TraceConfig::from_ctl(ctl);
     let input = Input::<tracemill_decode::Rtit> {
+        spaces: None,
         stream: &stream,
         images,
         cfg,

@@ -71,12 +71,18 @@ fn sort_execution(args: &[&str], lines: usize, seed: u32, tsc: u64) -> Encoded {
     }
     let mut argv = vec!["sort"];
     argv.extend(args);
-    let cap = qemu::trace(Path::new(BUSYBOX), &argv, input.as_bytes()).unwrap();
+    execution(Path::new(BUSYBOX), &argv, input.as_bytes(), tsc)
+}
+
+/// The static program `program` run with `argv` (its `argv[0]` included) and `stdin` under
+/// qemu, encoded as Intel PT with TSC packets from `tsc` on (one tick per instruction).
+fn execution(program: &Path, argv: &[&str], stdin: &[u8], tsc: u64) -> Encoded {
+    let cap = qemu::trace(program, argv, stdin).unwrap();
     assert_eq!(cap.exit_code, Some(0));
     let exec = cap.execution;
     let elf = exec.images[0].1.clone();
     let mut images = ImageSet::new();
-    images.add_elf("busybox", &elf, None, None).unwrap();
+    images.add_elf("program", &elf, None, None).unwrap();
     let o = PtOptions {
         tsc: Some(PtTsc {
             start: tsc,
@@ -1044,5 +1050,191 @@ fn a_recording_made_with_perf_record_z_decodes_as_the_same_recording_without() {
     if let (Some(pz), Some(pp)) = (perf_branches(&zfile), perf_branches(&plain)) {
         assert!(!pp.is_empty());
         assert_eq!(pz, pp, "perf script on the -z file");
+    }
+}
+
+/// A `perf record -a` of two programs at the same addresses: process 4242 runs busybox and
+/// process 5151 the sample program `recursion` (both static and non-PIE: their code starts
+/// at 0x401000). CPU 0 runs 4242 (`sort -n`), 5151, then 4242 again (`sort -r`); CPU 1
+/// runs 5151, its child 6161 (forked: `recursion` is in the mappings it inherited), then,
+/// after 4242 exec'd `recursion`, 4242 running it.
+struct TwoPrograms {
+    /// Holds the compiled `recursion` the recording maps.
+    _dir: tempfile::TempDir,
+    file: Vec<u8>,
+    /// Per CPU (0, 1): its stretches in order: process (= thread), truth rows, AUX offset.
+    cpus: Vec<Vec<(u32, Vec<Row>, u64)>>,
+}
+
+const OTHER: u32 = 5151;
+const FORKED: u32 = 6161;
+
+fn two_programs() -> &'static TwoPrograms {
+    static MADE: std::sync::OnceLock<TwoPrograms> = std::sync::OnceLock::new();
+    MADE.get_or_init(|| {
+        use tracemill_datasets::perf_data::{PtExec, PtImage, PtProcess};
+        let dir = tempfile::tempdir().unwrap();
+        let prog = dir.path().join("recursion");
+        qemu::compile_c(&qemu::programs_dir().join("recursion.c"), &prog).unwrap();
+        let mut r = PtRecording::for_elf(Path::new(BUSYBOX), PID, Vec::new()).unwrap();
+        r.config = 1 | 1 << 10 | 1 << 13;
+        let image = PtImage::for_elf(&prog).unwrap();
+        assert!(
+            image.addr < r.addr + r.len && r.addr < image.addr + image.len,
+            "the two programs' code overlaps: {:#x} and {:#x}",
+            image.addr,
+            r.addr
+        );
+        r.processes.push(PtProcess {
+            pid: OTHER,
+            parent: None,
+            image: Some(image.clone()),
+            start: r.start_time + 50_000,
+        });
+        // A child of 5151 that runs its parent's program: its code is in the mappings
+        // the fork copied (no MMAP of its own).
+        r.processes.push(PtProcess {
+            pid: FORKED,
+            parent: Some(OTHER),
+            image: None,
+            start: r.start_time + 60_000,
+        });
+        let tsc_of = |perf_ns: u64| r.clock.perf_time_to_tsc(perf_ns).unwrap();
+        let ns_of = |tsc: u64| r.clock.tsc_to_perf_time(tsc);
+        let recursion = |input: &str, tsc| execution(&prog, &["recursion"], input.as_bytes(), tsc);
+        let mut cpus: Vec<Vec<(u32, Vec<Row>, u64)>> = vec![Vec::new(), Vec::new()];
+        let mut aux_end = [0u64; 2];
+        let mut at = r.start_time + 100_000;
+        // (cpu, process, what it runs); `None`: 4242 execs `recursion` here.
+        #[allow(clippy::type_complexity)]
+        let plan: [Option<(u32, u32, &dyn Fn(u64) -> Encoded)>; 7] = [
+            Some((0, PID, &|t| sort_execution(&["-n"], 300, 11, t))),
+            Some((0, OTHER, &|t| recursion("12 8 300 5", t))),
+            Some((1, OTHER, &|t| recursion("10 6 200 4", t))),
+            Some((1, FORKED, &|t| recursion("11 7 250 5", t))),
+            Some((0, PID, &|t| sort_execution(&["-r"], 200, 5, t))),
+            None,
+            Some((1, PID, &|t| recursion("14 5 100 6", t))),
+        ];
+        for step in plan {
+            let Some((cpu, tid, run)) = step else {
+                r.execs.push(PtExec {
+                    pid: PID,
+                    time: at,
+                    image: image.clone(),
+                });
+                at += 10_000;
+                continue;
+            };
+            let switch_in = at;
+            let e = run(tsc_of(switch_in + 1_000));
+            let switch_out = ns_of(tsc_of(switch_in + 1_000) + e.instructions) + 1_000;
+            let k = cpu as usize;
+            cpus[k].push((tid, e.truth, aux_end[k]));
+            aux_end[k] += e.pt.len().next_multiple_of(8) as u64;
+            r.cpus.push(CpuStream {
+                cpu,
+                tid,
+                pt: e.pt,
+                switch_in,
+                switch_out,
+            });
+            at = switch_out + 10_000;
+        }
+        let file = intel_pt_two_threads(&r).unwrap().bytes;
+        TwoPrograms {
+            _dir: dir,
+            file,
+            cpus,
+        }
+    })
+}
+
+#[test]
+fn processes_with_programs_at_the_same_addresses_decode_each_in_its_own_address_space() {
+    if !tools() {
+        return;
+    }
+    let made = two_programs();
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp_path = std::env::var_os("TRACEMILL_KEEP_PERF_DATA")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&tmp_path).unwrap();
+    let tmp = &tmp_path;
+    let file = write(tmp, "two.data", &made.file);
+    let (one, two) = (tmp.join("two-j1"), tmp.join("two-j2"));
+    let said = decode(&file, &one, &["-j", "1"]);
+    decode(&file, &two, &["-j", "2", "--chunk-size", "0"]);
+    for t in ["branches", "events", "timing", "coverage", "edges"] {
+        let f = format!("{t}.parquet");
+        assert!(
+            std::fs::read(one.join(&f)).unwrap() == std::fs::read(two.join(&f)).unwrap(),
+            "{t} differs between -j1 and -j2 with the smallest chunks"
+        );
+    }
+    assert!(
+        !said.contains("warning"),
+        "the images of both programs load, each in its own space:\n{said}"
+    );
+    let got = read_branches(&one.join("branches.parquet"));
+    let mut i = 0;
+    for (cpu, stretches) in made.cpus.iter().enumerate() {
+        for (who, truth, shift) in stretches {
+            assert!(truth.len() > 10_000, "{} rows", truth.len());
+            for (k, want) in truth.iter().enumerate() {
+                let g = got.get(i).unwrap_or_else(|| {
+                    panic!(
+                        "{} rows decoded, cpu {cpu} process {who} row {k} missing",
+                        got.len()
+                    )
+                });
+                let mut want = *want;
+                want.4 += shift;
+                assert_eq!(
+                    g.row, want,
+                    "row {i} (cpu {cpu}, process {who}, its row {k})"
+                );
+                assert_eq!(
+                    (g.cpu, g.pid, g.tid),
+                    (Some(cpu as u32), Some(*who), Some(*who)),
+                    "row {i}: {g:?}"
+                );
+                i += 1;
+            }
+        }
+    }
+    assert_eq!(got.len(), i, "rows beyond the truth");
+    // Every chunk's body is used: bodies select the space the sequential decode selects
+    // at the same packet, so each stitch meets its body.
+    let rec = tracemill::perf::open(&file, &Default::default()).unwrap();
+    let opts = tracemill::run::Options {
+        jobs: 2,
+        chunk_bytes: Some(1),
+        ..Default::default()
+    };
+    let report = tracemill::run::decode_perf(&rec, &opts).unwrap();
+    assert_eq!(report.rows, i as u64);
+    assert_eq!(report.fallbacks, 0, "chunks decoded by their stitch alone");
+
+    // perf, which looks code up in each thread's own maps, takes the same branches.
+    let Some(perf) = perf_branches(&file) else {
+        return;
+    };
+    let ours: Vec<(u64, u64, u32, u32)> = got
+        .iter()
+        .filter(|d| d.row.1)
+        .filter_map(|d| Some((d.row.0, d.row.2?, d.tid?, d.cpu?)))
+        .collect();
+    assert_eq!(
+        perf.len(),
+        ours.len(),
+        "taken branches: perf against tracemill"
+    );
+    if let Some(k) = (0..ours.len()).find(|&k| perf[k] != ours[k]) {
+        panic!(
+            "taken branch {k}: perf {:x?}, tracemill {:x?}",
+            perf[k], ours[k]
+        );
     }
 }

@@ -46,6 +46,7 @@ fn bundle(dir: &Path, mut m: Manifest, file: &[u8], elf: &[u8]) -> Bundle {
         path: "images/busybox".into(),
         base: None,
         cr3: None,
+        space: None,
         kind: ImageKind::Elf,
         symbols: None,
     }];

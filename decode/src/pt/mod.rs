@@ -79,6 +79,7 @@ impl<'a> crate::chunk::Input<'a, Pt> {
             images,
             timing: clock::PtTiming::new(&cfg),
             cfg,
+            spaces: None,
         }
     }
 }

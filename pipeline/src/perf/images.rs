@@ -68,6 +68,9 @@ pub struct Mapping {
     pub path: String,
     /// Hex build-id, from the record (MMAP2 with a build-id) or HEADER_BUILD_ID.
     pub build_id: Option<String>,
+    /// The address space whose image it is, when another process has other code at
+    /// these addresses (`super::spaces`); `None`: shared by every space.
+    pub space: Option<u64>,
 }
 
 impl Mapping {
@@ -107,6 +110,7 @@ pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<S
                 path: k.display().to_string(),
                 base: None,
                 cr3: None,
+                space: None,
                 kind: ImageKind::Elf,
                 symbols: None,
             }),
@@ -114,9 +118,9 @@ pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<S
             Err(e) => problems.push(format!("{e:#}: not used")),
         }
     }
-    // One image per (path, bias): a program's mapping recorded again for each process
-    // (fork) or thread is the same code at the same place.
-    let mut seen: BTreeMap<(String, u64), ()> = BTreeMap::new();
+    // One image per (path, bias, space): a program's mapping recorded again for each
+    // process (fork) or thread is the same code at the same place.
+    let mut seen: BTreeMap<(String, u64, Option<u64>), ()> = BTreeMap::new();
     for m in mappings
         .iter()
         .filter(|m| m.is_file() || (m.is_vdso() && m.build_id.is_some()))
@@ -209,7 +213,7 @@ pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<S
             problems.push(why);
             continue;
         };
-        let key = (path.display().to_string(), base.unwrap_or(0));
+        let key = (path.display().to_string(), base.unwrap_or(0), m.space);
         if seen.insert(key, ()).is_some() {
             continue;
         }
@@ -217,6 +221,7 @@ pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<S
             path: path.display().to_string(),
             base,
             cr3: None,
+            space: m.space,
             kind: ImageKind::Elf,
             symbols: None,
         });
@@ -367,6 +372,7 @@ mod tests {
             pgoff: 0,
             path: path.to_string(),
             build_id: id.map(str::to_string),
+            space: None,
         }
     }
 

@@ -16,6 +16,7 @@
 //! borrowed pieces would need the decoder's stream view to have more than two parts.
 
 pub mod images;
+pub mod spaces;
 pub mod threads;
 
 use std::collections::BTreeMap;
@@ -57,6 +58,9 @@ pub struct Trace {
     pub name: String,
     pub bundle: Bundle,
     pub threads: Threads,
+    /// The recording's address spaces, when processes have different code at the same
+    /// addresses: the decode selects one by place ([`spaces`]).
+    pub spaces: Option<spaces::TraceSpaces>,
 }
 
 /// A perf.data, opened.
@@ -117,6 +121,8 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
     let mut switches = Vec::new();
     let mut comms = BTreeMap::new();
     let mut pids = BTreeMap::new();
+    // What changes a process's mappings, for its address spaces.
+    let mut changes = Vec::new();
     // Records inside compressed records (`perf record -z`) in their place.
     perf.for_each_record(|item| {
         let item = match item {
@@ -137,6 +143,32 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
                 });
             }
         };
+        let mut change = |time, change| changes.push(spaces::Dated { time, change });
+        match &item.record {
+            Record::Mmap2(m) if m.prot & PROT_EXEC != 0 => change(
+                sid.time,
+                spaces::Change::Map {
+                    pid: m.pid,
+                    mapping: mappings.len(),
+                },
+            ),
+            Record::Mmap(m) if item.misc & MISC_MMAP_DATA == 0 => change(
+                sid.time,
+                spaces::Change::Map {
+                    pid: m.pid,
+                    mapping: mappings.len(),
+                },
+            ),
+            Record::Comm(c) if c.exec => change(sid.time, spaces::Change::Exec { pid: c.pid }),
+            Record::Fork(t) => change(
+                Some(t.time),
+                spaces::Change::Fork {
+                    pid: t.pid,
+                    ppid: t.ppid,
+                },
+            ),
+            _ => {}
+        }
         match item.record {
             Record::TimeConv(t) => clock = PerfClock::from_time_conv(&t),
             Record::Mmap2(m) if m.prot & PROT_EXEC != 0 => mappings.push(Mapping {
@@ -150,6 +182,7 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
                     Mmap2File::BuildId(id) => Some(id.to_hex()),
                     Mmap2File::Inode { .. } => None,
                 },
+                space: None,
             }),
             Record::Mmap(m) if item.misc & MISC_MMAP_DATA == 0 => mappings.push(Mapping {
                 record_offset: item.offset,
@@ -159,6 +192,7 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
                 pgoff: m.pgoff,
                 path: String::from_utf8_lossy(m.filename).into_owned(),
                 build_id: None,
+                space: None,
             }),
             Record::Comm(c) => {
                 comms.insert(c.tid, String::from_utf8_lossy(c.comm).into_owned());
@@ -199,7 +233,12 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
         }
         Err(e) => warnings.push(format!("{name}: {e}")),
     }
-    let (image_entries, image_problems) = images::resolve(&mappings, lookup);
+    // Processes with other code at the same addresses: their images are tagged with
+    // their address space, and each trace's decode selects one by place.
+    let spaces = spaces::AddressSpaces::build(&changes, &clock);
+    let (tagged, any_tagged) = spaces.tag(&mappings);
+    let spaces = any_tagged.then(|| std::sync::Arc::new(spaces));
+    let (image_entries, image_problems) = images::resolve(&tagged, lookup);
     warnings.extend(image_problems);
     if mappings.is_empty() {
         warnings.push(format!(
@@ -282,10 +321,15 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
             manifest.clone(),
             &dir,
         )?;
+        let spaces = spaces.as_ref().map(|s| spaces::TraceSpaces {
+            threads: std::sync::Arc::new(threads.clone()),
+            spaces: s.clone(),
+        });
         traces.push(Trace {
             name: area,
             bundle,
             threads,
+            spaces,
         });
     }
     Ok(Recording {

@@ -211,6 +211,7 @@ pub fn decode(b: &Bundle, chunk: u64) -> Decoded {
 pub fn decode_stream(b: &Bundle, stream: &TraceStream<'_>, chunk: u64) -> Decoded {
     let (images, _) = b.image_set();
     let input = Input::<tracemill_decode::Rtit> {
+        spaces: None,
         stream,
         images: &images,
         cfg: b.trace_config(),
