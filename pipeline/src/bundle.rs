@@ -97,6 +97,49 @@ pub struct LoadedImage {
     pub bytes: Bytes,
 }
 
+impl LoadedImage {
+    /// Each image of `entries` (paths as given, relative ones under `dir`) mapped once
+    /// and shareable ([`LoadedImage::share`]); and why the others could not be.
+    pub fn load_shared(entries: &[ImageEntry], dir: &Path) -> (Vec<LoadedImage>, Vec<String>) {
+        let mut out = Vec::new();
+        let mut problems = Vec::new();
+        for e in entries {
+            let p = Path::new(&e.path);
+            let p = if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                dir.join(p)
+            };
+            match map_file(&p) {
+                Ok(bytes) => out.push(LoadedImage {
+                    entry: e.clone(),
+                    path: p,
+                    bytes: match bytes {
+                        Bytes::Mapped(m) => Bytes::Shared(std::sync::Arc::new(m)),
+                        other => other,
+                    },
+                }),
+                Err(err) => problems.push(format!("{err:#}")),
+            }
+        }
+        (out, problems)
+    }
+
+    /// Another handle on the same bytes (no copy, no new mapping) where they are shared.
+    pub fn share(&self) -> Option<LoadedImage> {
+        let bytes = match &self.bytes {
+            Bytes::Shared(b) => Bytes::Shared(b.clone()),
+            Bytes::Empty => Bytes::Empty,
+            _ => return None,
+        };
+        Some(LoadedImage {
+            entry: self.entry.clone(),
+            path: self.path.clone(),
+            bytes,
+        })
+    }
+}
+
 /// What a file given without `--ctl` is, when that is not "a bare trace missing its
 /// RTIT_CTL": a FIFO or a device, an empty file, a perf.data perf cannot have written for
 /// this machine (its older or byte-swapped magic). Each gets its own message; the rest
@@ -295,6 +338,27 @@ impl Bundle {
             Vec::new(),
         )?;
         b.in_memory = true;
+        Ok(b)
+    }
+
+    /// [`Bundle::from_memory`] with its images already loaded (`images`, and why others
+    /// could not be): a perf.data's AUX areas share one mapping of each binary instead of
+    /// each mapping them again (thousands of areas would each hold the whole set of
+    /// binaries' address space). `manifest.images` must be the entries `images` loaded.
+    pub fn from_memory_with_images(
+        trace: Bytes,
+        name: &str,
+        manifest: Manifest,
+        dir: &Path,
+        images: Vec<LoadedImage>,
+        image_problems: Vec<String>,
+    ) -> Result<Bundle> {
+        let mut m = manifest;
+        let named = std::mem::take(&mut m.images);
+        let mut b = Self::from_memory(trace, name, m, dir)?;
+        b.manifest.images = named;
+        b.images = images;
+        b.image_problems = image_problems;
         Ok(b)
     }
 

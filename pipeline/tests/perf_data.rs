@@ -1238,3 +1238,31 @@ fn processes_with_programs_at_the_same_addresses_decode_each_in_its_own_address_
         );
     }
 }
+
+#[test]
+fn the_binaries_are_mapped_once_for_all_the_aux_areas() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // A copy at a path of this test's own (other tests map busybox at the same time).
+    let bin = tmp.path().join("busybox-once");
+    std::fs::copy(BUSYBOX, &bin).unwrap();
+    let mut r = made().recording.clone();
+    r.path = bin.as_os_str().as_encoded_bytes().to_vec();
+    let file = write(
+        tmp.path(),
+        "p.data",
+        &intel_pt_two_threads(&r).unwrap().bytes,
+    );
+    let rec = tracemill::perf::open(&file, &tracemill::perf::Lookup::default()).unwrap();
+    assert_eq!(rec.traces.len(), 2, "two AUX areas");
+    assert!(rec.traces.iter().all(|t| t.bundle.images.len() == 1));
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let n = maps
+        .lines()
+        .filter(|l| l.ends_with(bin.to_str().unwrap()))
+        .count();
+    assert_eq!(n, 1, "one mapping of the binary for both areas:\n{maps}");
+    drop(rec);
+}

@@ -29,7 +29,7 @@ use tracemill_perfdata::aux::{aux_queues_despite_errors, AuxIssue, AuxQueue};
 use tracemill_perfdata::record::Mmap2File;
 use tracemill_perfdata::{PerfClock, PerfData, Record};
 
-use crate::bundle::{map_file, Bundle, Bytes};
+use crate::bundle::{map_file, Bundle, Bytes, LoadedImage};
 pub use images::Lookup;
 use images::Mapping;
 use threads::{Switch, Threads};
@@ -301,6 +301,9 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
         generator: None,
     };
     let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    // The binaries, mapped once for every area (a `perf record -a` has thousands of areas
+    // on a large machine: mapped per area, 6,200 of them exhausted a 4 GB address space).
+    let (shared, shared_problems) = LoadedImage::load_shared(&manifest.images, &dir);
     let mut traces = Vec::new();
     for q in queues.iter().filter(|q| !q.is_empty()) {
         let (area, threads) = match (q.cpu, q.tid) {
@@ -315,11 +318,13 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
             (None, None) => (format!("AUX area {}", q.idx), Threads::default()),
         };
         let stream = join(q, &name, &area, &mut warnings);
-        let bundle = Bundle::from_memory(
+        let bundle = Bundle::from_memory_with_images(
             Bytes::Owned(stream),
             &format!("{name} ({area})"),
             manifest.clone(),
             &dir,
+            shared.iter().filter_map(LoadedImage::share).collect(),
+            shared_problems.clone(),
         )?;
         let spaces = spaces.as_ref().map(|s| spaces::TraceSpaces {
             threads: std::sync::Arc::new(threads.clone()),
