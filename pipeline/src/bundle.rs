@@ -257,6 +257,26 @@ impl Bundle {
         extra_images: &[ImageEntry],
         reach: Reach,
     ) -> Result<Bundle> {
+        Self::open_inner(path, ctl, extra_images, reach, None)
+    }
+
+    /// A bare trace file described by `manifest` (its format, IA32_RTIT_CTL, `[pt]`
+    /// facts; `trace` and `images` are ignored), with the images given.
+    pub fn open_bare(
+        path: &Path,
+        manifest: Manifest,
+        extra_images: &[ImageEntry],
+    ) -> Result<Bundle> {
+        Self::open_inner(path, None, extra_images, Reach::Anywhere, Some(manifest))
+    }
+
+    fn open_inner(
+        path: &Path,
+        ctl: Option<u64>,
+        extra_images: &[ImageEntry],
+        reach: Reach,
+        bare: Option<Manifest>,
+    ) -> Result<Bundle> {
         match std::fs::metadata(path) {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -270,16 +290,22 @@ impl Bundle {
             (path.to_path_buf(), m, t)
         } else {
             let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-            if ctl.is_none() {
-                not_a_bare_trace(path)?;
+            if let Some(mut m) = bare {
+                m.images.clear();
+                (dir, m, path.to_path_buf())
+            } else {
+                if ctl.is_none() {
+                    not_a_bare_trace(path)?;
+                }
+                let ctl = ctl.with_context(|| {
+                    format!(
+                        "{}: a bare trace file needs --ctl (the RTIT_CTL value it was recorded \
+                         with)",
+                        path.display()
+                    )
+                })?;
+                (dir, Manifest::new(ctl), path.to_path_buf())
             }
-            let ctl = ctl.with_context(|| {
-                format!(
-                    "{}: a bare trace file needs --ctl (the RTIT_CTL value it was recorded with)",
-                    path.display()
-                )
-            })?;
-            (dir, Manifest::new(ctl), path.to_path_buf())
         };
         if let Some(c) = ctl {
             manifest.rtit_ctl = c;

@@ -140,6 +140,15 @@ struct PtdumpFlags {
     /// An OVF keeps the time calibration.
     #[arg(long, requires = "ptdump")]
     keep_tcal_on_ovf: bool,
+    #[command(flatten)]
+    facts: PtFactsFlags,
+}
+
+/// The Intel PT processor and timing facts a trace does not carry, named as libipt's
+/// ptdump and ptxed name them (for `dump` and `decode`; over a bundle's `[pt]`).
+#[derive(Args)]
+#[command(next_help_heading = "Intel PT: the processor's facts (as ptxed's options)")]
+struct PtFactsFlags {
     /// The processor, F/M[/S] (selects errata), or none.
     #[arg(long, value_name = "F/M[/S]")]
     cpu: Option<String>,
@@ -155,6 +164,55 @@ struct PtdumpFlags {
     /// CPUID.15H:EBX (TSC:CTC ratio numerator).
     #[arg(long = "cpuid-0x15.ebx", value_name = "N")]
     cpuid_0x15_ebx: Option<String>,
+}
+
+impl PtFactsFlags {
+    /// The facts given, as ptdump's option words.
+    fn words(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        for (v, word) in [
+            (&self.cpu, "--cpu"),
+            (&self.mtc_freq, "--mtc-freq"),
+            (&self.nom_freq, "--nom-freq"),
+            (&self.cpuid_0x15_eax, "--cpuid-0x15.eax"),
+            (&self.cpuid_0x15_ebx, "--cpuid-0x15.ebx"),
+        ] {
+            if let Some(v) = v {
+                w.extend([word.to_string(), v.clone()]);
+            }
+        }
+        w
+    }
+
+    fn any(&self) -> bool {
+        self.cpu.is_some()
+            || self.mtc_freq.is_some()
+            || self.nom_freq.is_some()
+            || self.cpuid_0x15_eax.is_some()
+            || self.cpuid_0x15_ebx.is_some()
+    }
+
+    /// `facts` with the ones given here set (each value read as ptdump reads it).
+    fn apply_to(&self, facts: &mut tracemill_datasets::bundle::PtFacts) -> Result<()> {
+        let (_, given) =
+            ListingOptions::from_ptdump_args(&self.words()).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if let Some(c) = &self.cpu {
+            facts.cpu = (c != "none").then(|| c.clone());
+        }
+        if self.mtc_freq.is_some() {
+            facts.mtc_freq = Some(given.mtc_freq);
+        }
+        if self.nom_freq.is_some() {
+            facts.nom_freq = Some(given.nom_freq);
+        }
+        if self.cpuid_0x15_eax.is_some() {
+            facts.tsc_ctc_ratio_d = Some(given.tsc_ctc_ratio_d);
+        }
+        if self.cpuid_0x15_ebx.is_some() {
+            facts.tsc_ctc_ratio_n = Some(given.tsc_ctc_ratio_n);
+        }
+        Ok(())
+    }
 }
 
 impl PtdumpFlags {
@@ -182,46 +240,32 @@ impl PtdumpFlags {
                 w.push(word.to_string());
             }
         }
-        for (v, word) in [
-            (&self.cpu, "--cpu"),
-            (&self.mtc_freq, "--mtc-freq"),
-            (&self.nom_freq, "--nom-freq"),
-            (&self.cpuid_0x15_eax, "--cpuid-0x15.eax"),
-            (&self.cpuid_0x15_ebx, "--cpuid-0x15.ebx"),
-        ] {
-            if let Some(v) = v {
-                w.extend([word.to_string(), v.clone()]);
-            }
-        }
+        w.extend(self.facts.words());
         w
     }
 
     fn any_pt_fact(&self) -> bool {
-        self.cpu.is_some()
-            || self.mtc_freq.is_some()
-            || self.nom_freq.is_some()
-            || self.cpuid_0x15_eax.is_some()
-            || self.cpuid_0x15_ebx.is_some()
+        self.facts.any()
     }
 
     /// The listing options, and `cfg` with the facts given on the command line.
     fn apply(&self, cfg: &mut PtConfig) -> Result<ListingOptions> {
         let (opts, given) =
             ListingOptions::from_ptdump_args(&self.words()).map_err(|e| anyhow::anyhow!("{e}"))?;
-        if self.cpu.is_some() {
+        if self.facts.cpu.is_some() {
             cfg.cpu = given.cpu;
             cfg.errata = given.errata;
         }
-        if self.mtc_freq.is_some() {
+        if self.facts.mtc_freq.is_some() {
             cfg.mtc_freq = given.mtc_freq;
         }
-        if self.nom_freq.is_some() {
+        if self.facts.nom_freq.is_some() {
             cfg.nom_freq = given.nom_freq;
         }
-        if self.cpuid_0x15_eax.is_some() {
+        if self.facts.cpuid_0x15_eax.is_some() {
             cfg.tsc_ctc_ratio_d = given.tsc_ctc_ratio_d;
         }
-        if self.cpuid_0x15_ebx.is_some() {
+        if self.facts.cpuid_0x15_ebx.is_some() {
             cfg.tsc_ctc_ratio_n = given.tsc_ctc_ratio_n;
         }
         Ok(opts)
@@ -280,6 +324,12 @@ struct DecodeArgs {
     /// ran, modules included), as perf's --kcore.
     #[arg(long, value_name = "FILE")]
     kcore: Option<PathBuf>,
+    /// A bare trace's format [default: the format of its first PSB]. For Intel PT,
+    /// --ctl (IA32_RTIT_CTL, perf's intel_pt config) is optional, as for ptxed.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    trace_format: Option<DumpFormat>,
+    #[command(flatten)]
+    pt: PtFactsFlags,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -351,8 +401,80 @@ fn parse_num(s: &str) -> Result<u64, String> {
 }
 
 fn open(src: &Source) -> Result<Bundle> {
-    let extra = src
-        .images
+    Bundle::open(&src.bundle, src.ctl, &extra_images(src)?)
+}
+
+/// The bundle `decode` reads: a bundle directory (the Intel PT flags over its `[pt]`), or
+/// a bare trace in the format of its first PSB (or `--trace-format`): a bare Intel PT
+/// trace needs no --ctl, as ptxed's `--pt FILE --raw BIN:ADDR` needs none.
+fn open_for_decode(a: &DecodeArgs) -> Result<Bundle> {
+    let path = &a.src.bundle;
+    let pt_only = |what: &str| {
+        anyhow::anyhow!(
+            "{}: --cpu, --mtc-freq, --nom-freq and --cpuid-0x15.* are for Intel PT traces; \
+             {what}",
+            path.display()
+        )
+    };
+    if path.is_dir() {
+        if a.trace_format.is_some() {
+            bail!(
+                "{}: --trace-format is for bare trace files (a bundle's bundle.toml says its \
+                 format)",
+                path.display()
+            );
+        }
+        let mut b = open(&a.src)?;
+        if a.pt.any() {
+            if b.manifest.format != BundleFormat::Pt {
+                return Err(pt_only("this bundle is RTIT"));
+            }
+            a.pt.apply_to(b.manifest.pt.get_or_insert_with(Default::default))?;
+        }
+        return Ok(b);
+    }
+    let format = match a.trace_format {
+        Some(f) => f,
+        None => bare_format(path),
+    };
+    match format {
+        DumpFormat::Rtit if a.pt.any() => Err(pt_only(
+            "this trace is read as RTIT (its first PSB is RTIT's; --trace-format pt says otherwise)",
+        )),
+        DumpFormat::Rtit => open(&a.src),
+        DumpFormat::Pt => {
+            let mut m = Manifest::new(a.src.ctl.unwrap_or(0));
+            m.format = BundleFormat::Pt;
+            let mut facts = tracemill_datasets::bundle::PtFacts::default();
+            a.pt.apply_to(&mut facts)?;
+            m.pt = Some(facts);
+            Bundle::open_bare(path, m, &extra_images(&a.src)?)
+        }
+    }
+}
+
+/// A bare trace file's format: its first PSB's, else Intel PT for a `.pt` name, else RTIT
+/// (a file that cannot be read is reported when it is opened).
+fn bare_format(path: &Path) -> DumpFormat {
+    let sniffed = map_file(path)
+        .ok()
+        .and_then(|b| sniff::sniff(&TraceStream::linear(&b)).map(|s| s.format));
+    match sniffed {
+        Some(SniffedFormat::Pt) => DumpFormat::Pt,
+        Some(SniffedFormat::Rtit) => DumpFormat::Rtit,
+        None if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("pt")) =>
+        {
+            DumpFormat::Pt
+        }
+        None => DumpFormat::Rtit,
+    }
+}
+
+/// `--image` arguments as image entries, relative paths made absolute.
+fn extra_images(src: &Source) -> Result<Vec<tracemill_datasets::bundle::ImageEntry>> {
+    src.images
         .iter()
         .map(|s| {
             // A path on the command line is the user's, relative to where they are; a path
@@ -366,8 +488,7 @@ fn open(src: &Source) -> Result<Bundle> {
             }
             Ok(e)
         })
-        .collect::<Result<Vec<_>>>()?;
-    Bundle::open(&src.bundle, src.ctl, &extra)
+        .collect::<Result<Vec<_>>>()
 }
 
 /// When most PSB intervals of the trace end in a decode error, the bytes were most likely
@@ -474,11 +595,16 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 check_out_dir(out)?;
             }
             let perf = tracemill::perf::is_perf_data(&a.src.bundle);
-            if perf && (a.src.ctl.is_some() || !a.src.images.is_empty()) {
+            if perf
+                && (a.src.ctl.is_some()
+                    || !a.src.images.is_empty()
+                    || a.trace_format.is_some()
+                    || a.pt.any())
+            {
                 bail!(
                     "{}: a perf.data carries its configuration and the mappings of its \
-                     binaries: --ctl and --image do not apply (--symfs and --buildid-dir say \
-                     where the binaries are)",
+                     binaries: --ctl, --image, --trace-format and the Intel PT facts do not \
+                     apply (--symfs and --buildid-dir say where the binaries are)",
                     a.src.bundle.display()
                 );
             }
@@ -555,7 +681,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 }
                 return Ok(ExitCode::SUCCESS);
             }
-            let b = open(&a.src)?;
+            let b = open_for_decode(&a)?;
             // Without a code image not one branch can be decoded: when branches (or the
             // coverage made of them) were asked for, that is a failure, whatever events and
             // timing rows were decoded, and nothing is published over `--out`.

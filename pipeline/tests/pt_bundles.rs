@@ -212,3 +212,49 @@ fn reports_dump_and_ingest_take_pt_bundles() {
     let text = String::from_utf8_lossy(&hot.stdout);
     assert!(text.contains("0x100000"), "{text}");
 }
+
+/// A libipt user's first move, ptxed's `--pt FILE --raw BIN:ADDR`: `tracemill decode
+/// FILE.pt --image BIN@ADDR`, no --ctl, no bundle. The format comes from the trace's first
+/// PSB, and the rows are those of the same case as a bundle.
+#[test]
+fn a_bare_intel_pt_trace_decodes_with_an_image_and_no_ctl_as_its_bundle_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let columns = |dir: &Path| -> Vec<arrow_array::ArrayRef> {
+        read(&dir.join("branches.parquet"))
+            .iter()
+            .flat_map(|b| b.columns().to_vec())
+            .collect()
+    };
+    for (case, load) in matching_cases().iter().take(25) {
+        let b = bundle(tmp.path(), case, *load);
+        let from_bundle = tmp.path().join(format!("{case}.bundle"));
+        ok(&["decode", s(&b), "--out", s(&from_bundle), "-q"]);
+        let src = suite().join(case);
+        let bare = tmp.path().join(format!("{case}.bare"));
+        let pt = src.join(format!("{case}.pt"));
+        let image = format!("{}@{load:#x}", s(&src.join(format!("{case}.bin"))));
+        ok(&["decode", s(&pt), "--image", &image, "--out", s(&bare), "-q"]);
+        assert_eq!(columns(&bare), columns(&from_bundle), "{case}");
+    }
+    // Told it is RTIT, it is refused as the other format; PT facts on an RTIT sample are
+    // refused by name.
+    let (case, _) = &matching_cases()[0];
+    let pt = suite().join(case).join(format!("{case}.pt"));
+    let o = tracemill(&[
+        "decode",
+        s(&pt),
+        "--trace-format",
+        "rtit",
+        "--ctl",
+        "0x2000",
+    ]);
+    assert!(!o.status.success());
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/samples/recursion");
+    let o = tracemill(&["decode", s(&sample), "--cpu", "6/85/4"]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("this bundle is RTIT"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
