@@ -10,12 +10,62 @@
 # (pads: 0x00 is PAD; idle-mtc: a PSB+ and MTCs; ovf: OVF packets back to back):
 #
 #   PT_BUNDLE=/tmp/ptb10/pt benches/scripts/hostile.sh target/dist/tracemill 256 /tmp/hostile-pt
+#
+# perf.data: PERF_DATA=/tmp/ptb/perf.data (from `pt-bundle`) makes hostile shapes of that
+# recording (SIZE_MB is not used): cut in the middle of its AUX data, an AUXTRACE size that
+# lies (2^40), the recorded binary a FIFO or /dev/zero under --symfs, an empty file; each
+# must end, quickly and in bounded memory, with its message:
+#
+#   PERF_DATA=/tmp/ptb/perf.data benches/scripts/hostile.sh target/dist/tracemill 0 /tmp/hostile-perf
 set -euo pipefail
 bin=$1 size_mb=$2 dir=$3
 here=$(cd "$(dirname "$0")" && pwd)
 samples=$(cd "$here/../../datasets/samples" && pwd)
 mkdir -p "$dir"
 bytes=$((size_mb << 20))
+if [ -n "${PERF_DATA:-}" ]; then
+  src=$PERF_DATA
+  for kind in ${KINDS:-cut-half lying-size fifo-image zero-image empty}; do
+    rm -rf "${dir:?}/$kind"
+    mkdir -p "$dir/$kind"
+    f=$dir/$kind/perf.data
+    extra=()
+    case $kind in
+      cut-half) head -c $(($(stat -c %s "$src") / 2)) "$src" >"$f" ;;
+      lying-size)
+        cp "$src" "$f"
+        # The first AUXTRACE record (type 71): its size field, 8 bytes after its header.
+        python3 - "$f" <<'PY'
+import struct, sys
+path = sys.argv[1]
+b = bytearray(open(path, "rb").read())
+data_off, data_size = struct.unpack_from("<QQ", b, 40)
+at = data_off
+while at + 8 <= data_off + data_size:
+    kind, misc, size = struct.unpack_from("<IHH", b, at)
+    if kind == 71:
+        struct.pack_into("<Q", b, at + 8, 1 << 40)
+        break
+    at += size + (struct.unpack_from("<Q", b, at + 8)[0] if kind == 71 else 0)
+open(path, "wb").write(b)
+PY
+        ;;
+      fifo-image|zero-image)
+        cp "$src" "$f"
+        # Under --symfs ROOT, the recorded binary's path is a FIFO, or a link to /dev/zero.
+        recorded=$(strings -n 8 "$src" | grep -m1 '^/.*busybox' || true)
+        root=$dir/$kind/root
+        mkdir -p "$root$(dirname "$recorded")"
+        if [ "$kind" = fifo-image ]; then mkfifo "$root$recorded"; else ln -s /dev/zero "$root$recorded"; fi
+        extra=(--symfs "$root" --buildid-dir "$dir/$kind/no-cache")
+        ;;
+      empty) : >"$f" ;;
+    esac
+    printf '%-14s ' "perf $kind"
+    timeout 300 "$here/peak-rss.sh" "$bin" decode "$f" -j2 --out "$dir/$kind/out" "${extra[@]}" || true
+  done
+  exit 0
+fi
 if [ -n "${PT_BUNDLE:-}" ]; then
   make_pt() { # name, kind
     local name=$1
