@@ -865,7 +865,7 @@ fn bad_input_gives_a_clear_message_and_what_can_be_made() {
     assert!(stderr(&o).contains("build-id"), "{}", stderr(&o));
     assert!(!stdout(&o).contains("\nfib,"), "{}", stdout(&o));
 
-    // An empty trace (no image: not one branch decoded): empty reports, no failure.
+    // No image: not one branch decoded: the decode fails and writes no table.
     let empty = tmp.path().join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     for f in ["bundle.toml", "trace.rtit"] {
@@ -874,6 +874,24 @@ fn bad_input_gives_a_clear_message_and_what_can_be_made() {
     let out3 = tmp.path().join("out3");
     let o = run(&["decode", s(&empty), "--out", s(&out3), "-q"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let o = run(&["report", "hotspots", s(&out3)]);
+    assert!(stderr(&o).contains("no tracemill table"), "{}", stderr(&o));
+    // A trace with no branch in it (PSBs only), its image there: empty tables, empty
+    // reports, no failure.
+    let idle = tmp.path().join("idle");
+    std::fs::create_dir_all(idle.join("images")).unwrap();
+    std::fs::copy(bundle.join("bundle.toml"), idle.join("bundle.toml")).unwrap();
+    std::fs::copy(
+        bundle.join("images/recursion"),
+        idle.join("images/recursion"),
+    )
+    .unwrap();
+    std::fs::write(
+        idle.join("trace.rtit"),
+        [0xC0u8, 0, 0, 0, 0, 0, 0, 0, 0].repeat(4),
+    )
+    .unwrap();
+    ok(&["decode", s(&idle), "--out", s(&out3), "-q"]);
     let o = ok(&["report", "hotspots", s(&out3)]);
     assert!(stdout(&o).starts_with("# 0 instructions"), "{}", stdout(&o));
     let svg3 = tmp.path().join("empty.svg");
