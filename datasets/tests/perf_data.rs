@@ -819,6 +819,32 @@ fn perf_dump_records(dump: &str) -> Vec<(u64, u64, String, u64)> {
     out
 }
 
+/// `perf record` (with `extra` options) of a shell loop into `file`, with software events
+/// (this machine has no Intel PT): false, said, where the kernel refuses it
+/// (perf_event_paranoid, a container's seccomp: the machine's choice, not a tool missing).
+fn perf_record(perf: &Path, file: &Path, extra: &[&str]) -> bool {
+    let rec = Command::new(perf)
+        .args(["record", "-q"])
+        .args(extra)
+        .args(["-e", "task-clock", "-c", "100000", "--switch-events", "-o"])
+        .arg(file)
+        .args([
+            "--",
+            "/bin/sh",
+            "-c",
+            "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; ls / >/dev/null",
+        ])
+        .output()
+        .unwrap();
+    if !rec.status.success() {
+        eprintln!(
+            "SKIPPED: perf record is refused here: {}",
+            String::from_utf8_lossy(&rec.stderr)
+        );
+    }
+    rec.status.success()
+}
+
 /// A perf.data that perf itself records here (software events: this machine has no Intel
 /// PT): every record at the offset, size and type perf lists, with perf's times; the
 /// build-ids, event names and string features as perf reports them.
@@ -830,33 +856,7 @@ fn files_perf_records_read_as_perf_reads_them() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("recorded.data");
-    let rec = Command::new(&perf)
-        .args([
-            "record",
-            "-q",
-            "-e",
-            "task-clock",
-            "-c",
-            "100000",
-            "--switch-events",
-            "-o",
-        ])
-        .arg(&file)
-        .args([
-            "--",
-            "/bin/sh",
-            "-c",
-            "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; ls / >/dev/null",
-        ])
-        .output()
-        .unwrap();
-    if !rec.status.success() {
-        // The kernel's choice (perf_event_paranoid, a container's seccomp), not a tool
-        // missing: said, not failed.
-        eprintln!(
-            "SKIPPED: perf record is refused here: {}",
-            String::from_utf8_lossy(&rec.stderr)
-        );
+    if !perf_record(&perf, &file, &[]) {
         return;
     }
     let bytes = std::fs::read(&file).unwrap();
@@ -932,24 +932,7 @@ fn compressed_files_perf_records_read_as_perf_reads_them() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("z.data");
-    let rec = Command::new(&perf)
-        .args(["record", "-q", "-z", "-e", "task-clock", "-c", "100000"])
-        .arg("--switch-events")
-        .arg("-o")
-        .arg(&file)
-        .args([
-            "--",
-            "/bin/sh",
-            "-c",
-            "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; ls / >/dev/null",
-        ])
-        .output()
-        .unwrap();
-    if !rec.status.success() {
-        eprintln!(
-            "SKIPPED: perf record is refused here: {}",
-            String::from_utf8_lossy(&rec.stderr)
-        );
+    if !perf_record(&perf, &file, &["-z"]) {
         return;
     }
     let bytes = std::fs::read(&file).unwrap();

@@ -298,20 +298,7 @@ fn a_bundle_toml_linked_out_of_its_bundle_is_not_read_by_ingest_nor_quoted() {
         text(&o)
     );
     // Nothing of either file in the published catalog.
-    let mut errors = Vec::new();
-    for e in std::fs::read_dir(dest.join("bundles")).unwrap() {
-        let f = std::fs::File::open(e.unwrap().path()).unwrap();
-        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-            .unwrap()
-            .build()
-            .unwrap();
-        for b in r {
-            let b = b.unwrap();
-            let c = b.column_by_name("error").unwrap();
-            let c = arrow_array::cast::AsArray::as_string::<i32>(c);
-            errors.extend(c.iter().flatten().map(str::to_string));
-        }
-    }
+    let errors = common::catalog_errors(&dest);
     assert_eq!(errors.len(), 2, "{errors:?}");
     for e in &errors {
         assert!(!e.contains("SECRET"), "the catalog quotes a file: {e}");

@@ -21,6 +21,8 @@
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+
 use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
 use arrow_array::Array;
@@ -223,24 +225,26 @@ fn read_branches(path: &Path) -> Vec<Decoded> {
     out
 }
 
-#[test]
-fn a_perf_data_of_two_threads_on_two_cpus_decodes_to_each_executions_truth_on_its_thread() {
-    if !tools() {
-        return;
-    }
-    let made = made();
-    let tmp = tempfile::tempdir().unwrap();
-    // TRACEMILL_KEEP_PERF_DATA=DIR keeps the recording and the tables there.
-    let tmp_path = std::env::var_os("TRACEMILL_KEEP_PERF_DATA")
+/// A directory for a test's files: `TRACEMILL_KEEP_PERF_DATA=DIR` keeps the recording and
+/// the tables there (`tmp` otherwise).
+fn keep_dir(tmp: &tempfile::TempDir) -> std::path::PathBuf {
+    let p = std::env::var_os("TRACEMILL_KEEP_PERF_DATA")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| tmp.path().to_path_buf());
-    std::fs::create_dir_all(&tmp_path).unwrap();
-    let tmp = &tmp_path;
-    let file = tmp.join("perf.data");
-    std::fs::write(&file, &made.file).unwrap();
-    let (one, two) = (tmp.join("j1"), tmp.join("j2"));
-    let said = decode(&file, &one, &["-j", "1"]);
-    decode(&file, &two, &["-j", "2", "--chunk-size", "0"]);
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+/// `file` decoded into `NAME-j1` with one thread and into `NAME-j2` with two and the
+/// smallest chunks, which must write the same bytes in every table: the first's stderr
+/// and directory.
+fn decode_alike(file: &Path, dir: &Path, name: &str) -> (String, std::path::PathBuf) {
+    let (one, two) = (
+        dir.join(format!("{name}-j1")),
+        dir.join(format!("{name}-j2")),
+    );
+    let said = decode(file, &one, &["-j", "1"]);
+    decode(file, &two, &["-j", "2", "--chunk-size", "0"]);
     for t in ["branches", "events", "timing", "coverage", "edges"] {
         let f = format!("{t}.parquet");
         assert!(
@@ -248,17 +252,25 @@ fn a_perf_data_of_two_threads_on_two_cpus_decodes_to_each_executions_truth_on_it
             "{t} differs between -j1 and -j2 with the smallest chunks"
         );
     }
-    let got = read_branches(&one.join("branches.parquet"));
-    // CPU 0's rows, then CPU 1's; each stretch is its execution's truth, its offsets in the
-    // CPU's AUX stream, on the thread the switch records say, with perf time from its TSC.
+    (said, one)
+}
+
+/// Each CPU's rows in turn, each stretch its execution's truth (offsets shifted to the
+/// CPU's AUX stream) on its process and thread; `more` checks each row further. The
+/// stretches: per CPU, (pid, tid, truth, AUX offset of the stretch).
+fn assert_stretches(
+    got: &[Decoded],
+    cpus: &[Vec<(u32, u32, &[Row], u64)>],
+    more: impl Fn(usize, &Decoded),
+) {
     let mut i = 0;
-    for (cpu, stretches) in made.cpus.iter().enumerate() {
-        for (tid, truth, shift) in stretches {
+    for (cpu, stretches) in cpus.iter().enumerate() {
+        for &(pid, tid, truth, shift) in stretches {
             assert!(truth.len() > 10_000, "{} rows", truth.len());
             for (k, want) in truth.iter().enumerate() {
                 let g = got.get(i).unwrap_or_else(|| {
                     panic!(
-                        "{} rows decoded, cpu {cpu} thread {tid} row {k} missing",
+                        "{} rows decoded, cpu {cpu} thread {pid}/{tid} row {k} missing",
                         got.len()
                     )
                 });
@@ -266,20 +278,48 @@ fn a_perf_data_of_two_threads_on_two_cpus_decodes_to_each_executions_truth_on_it
                 want.4 += shift;
                 assert_eq!(
                     g.row, want,
-                    "row {i} (cpu {cpu}, thread {tid}, its row {k})"
+                    "row {i} (cpu {cpu}, thread {pid}/{tid}, its row {k})"
                 );
                 assert_eq!(
                     (g.cpu, g.pid, g.tid),
-                    (Some(cpu as u32), Some(PID), Some(*tid)),
+                    (Some(cpu as u32), Some(pid), Some(tid)),
                     "row {i}: {g:?}"
                 );
-                let tsc = g.tsc.expect("TSC packets: every row is timed");
-                assert_eq!(g.time, Some(tsc / 2 + 1_000_000_000), "row {i}: perf time");
+                more(i, g);
                 i += 1;
             }
         }
     }
     assert_eq!(got.len(), i, "rows beyond the truth");
+}
+
+#[test]
+fn a_perf_data_of_two_threads_on_two_cpus_decodes_to_each_executions_truth_on_its_thread() {
+    if !tools() {
+        return;
+    }
+    let made = made();
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp = &keep_dir(&tmp);
+    let file = tmp.join("perf.data");
+    std::fs::write(&file, &made.file).unwrap();
+    let (said, one) = decode_alike(&file, tmp, "j");
+    let got = read_branches(&one.join("branches.parquet"));
+    // CPU 0's rows, then CPU 1's; each stretch is its execution's truth, its offsets in the
+    // CPU's AUX stream, on the thread the switch records say, with perf time from its TSC.
+    let cpus: Vec<Vec<(u32, u32, &[Row], u64)>> = made
+        .cpus
+        .iter()
+        .map(|c| {
+            c.iter()
+                .map(|(tid, t, sh)| (PID, *tid, &t[..], *sh))
+                .collect()
+        })
+        .collect();
+    assert_stretches(&got, &cpus, |i, g| {
+        let tsc = g.tsc.expect("TSC packets: every row is timed");
+        assert_eq!(g.time, Some(tsc / 2 + 1_000_000_000), "row {i}: perf time");
+    });
     assert!(
         !said.contains("warning"),
         "a well-formed recording decodes without warnings:\n{said}"
@@ -289,6 +329,11 @@ fn a_perf_data_of_two_threads_on_two_cpus_decodes_to_each_executions_truth_on_it
     let Some(perf) = perf_branches(&file) else {
         return;
     };
+    assert_taken_as_perf(&got, &perf);
+}
+
+/// `got`'s taken branches (from, to, thread, CPU) are `perf`'s, in the same order.
+fn assert_taken_as_perf(got: &[Decoded], perf: &[(u64, u64, u32, u32)]) {
     let ours: Vec<(u64, u64, u32, u32)> = got
         .iter()
         .filter(|d| d.row.1)
@@ -807,7 +852,7 @@ fn ingest_reads_nothing_outside_the_recordings_directory_and_quotes_no_file() {
         err.contains("outside the recording's directory"),
         "the link is refused by name: {err}"
     );
-    let catalog = catalog_errors(&ds);
+    let catalog = common::catalog_errors(&ds);
     assert_eq!(catalog.len(), 2, "{catalog:?}");
     for e in &catalog {
         assert!(!e.contains("SECRET"), "the catalog quotes no file: {e}");
@@ -851,40 +896,6 @@ fn ingest_reads_nothing_outside_the_recordings_directory_and_quotes_no_file() {
         ],
     );
     assert_eq!(code, Some(0), "{err}");
-}
-
-/// The `error` column of a local dataset's catalog, failed rows only.
-fn catalog_errors(ds: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for e in walk_files(&ds.join("bundles")) {
-        if e.extension().is_none_or(|x| x != "parquet") {
-            continue;
-        }
-        let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&e).unwrap())
-            .unwrap()
-            .build()
-            .unwrap();
-        for b in r {
-            let b = b.unwrap();
-            let c = b.column_by_name("error").unwrap();
-            let c = arrow_array::cast::AsArray::as_string::<i32>(c);
-            out.extend(c.iter().flatten().map(str::to_string));
-        }
-    }
-    out
-}
-
-fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk_files(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 #[test]
@@ -1157,54 +1168,24 @@ fn processes_with_programs_at_the_same_addresses_decode_each_in_its_own_address_
     }
     let made = two_programs();
     let tmp = tempfile::tempdir().unwrap();
-    let tmp_path = std::env::var_os("TRACEMILL_KEEP_PERF_DATA")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| tmp.path().to_path_buf());
-    std::fs::create_dir_all(&tmp_path).unwrap();
-    let tmp = &tmp_path;
+    let tmp = &keep_dir(&tmp);
     let file = write(tmp, "two.data", &made.file);
-    let (one, two) = (tmp.join("two-j1"), tmp.join("two-j2"));
-    let said = decode(&file, &one, &["-j", "1"]);
-    decode(&file, &two, &["-j", "2", "--chunk-size", "0"]);
-    for t in ["branches", "events", "timing", "coverage", "edges"] {
-        let f = format!("{t}.parquet");
-        assert!(
-            std::fs::read(one.join(&f)).unwrap() == std::fs::read(two.join(&f)).unwrap(),
-            "{t} differs between -j1 and -j2 with the smallest chunks"
-        );
-    }
+    let (said, one) = decode_alike(&file, tmp, "two");
     assert!(
         !said.contains("warning"),
         "the images of both programs load, each in its own space:\n{said}"
     );
     let got = read_branches(&one.join("branches.parquet"));
-    let mut i = 0;
-    for (cpu, stretches) in made.cpus.iter().enumerate() {
-        for (who, truth, shift) in stretches {
-            assert!(truth.len() > 10_000, "{} rows", truth.len());
-            for (k, want) in truth.iter().enumerate() {
-                let g = got.get(i).unwrap_or_else(|| {
-                    panic!(
-                        "{} rows decoded, cpu {cpu} process {who} row {k} missing",
-                        got.len()
-                    )
-                });
-                let mut want = *want;
-                want.4 += shift;
-                assert_eq!(
-                    g.row, want,
-                    "row {i} (cpu {cpu}, process {who}, its row {k})"
-                );
-                assert_eq!(
-                    (g.cpu, g.pid, g.tid),
-                    (Some(cpu as u32), Some(*who), Some(*who)),
-                    "row {i}: {g:?}"
-                );
-                i += 1;
-            }
-        }
-    }
-    assert_eq!(got.len(), i, "rows beyond the truth");
+    let cpus: Vec<Vec<(u32, u32, &[Row], u64)>> = made
+        .cpus
+        .iter()
+        .map(|c| {
+            c.iter()
+                .map(|(who, t, sh)| (*who, *who, &t[..], *sh))
+                .collect()
+        })
+        .collect();
+    assert_stretches(&got, &cpus, |_, _| {});
     // Every chunk's body is used: bodies select the space the sequential decode selects
     // at the same packet, so each stitch meets its body.
     let rec = tracemill::perf::open(&file, &Default::default()).unwrap();
@@ -1214,29 +1195,14 @@ fn processes_with_programs_at_the_same_addresses_decode_each_in_its_own_address_
         ..Default::default()
     };
     let report = tracemill::run::decode_perf(&rec, &opts).unwrap();
-    assert_eq!(report.rows, i as u64);
+    assert_eq!(report.rows, got.len() as u64);
     assert_eq!(report.fallbacks, 0, "chunks decoded by their stitch alone");
 
     // perf, which looks code up in each thread's own maps, takes the same branches.
     let Some(perf) = perf_branches(&file) else {
         return;
     };
-    let ours: Vec<(u64, u64, u32, u32)> = got
-        .iter()
-        .filter(|d| d.row.1)
-        .filter_map(|d| Some((d.row.0, d.row.2?, d.tid?, d.cpu?)))
-        .collect();
-    assert_eq!(
-        perf.len(),
-        ours.len(),
-        "taken branches: perf against tracemill"
-    );
-    if let Some(k) = (0..ours.len()).find(|&k| perf[k] != ours[k]) {
-        panic!(
-            "taken branch {k}: perf {:x?}, tracemill {:x?}",
-            perf[k], ours[k]
-        );
-    }
+    assert_taken_as_perf(&got, &perf);
 }
 
 #[test]

@@ -238,34 +238,6 @@ fn timing_matches_the_truth() {
 /// every thread count and chunk size.
 #[test]
 fn events_carry_the_tsc_of_the_last_timing_packet_before_them() {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::UInt64Type;
-    use arrow_array::Array;
-    let read = |path: &std::path::Path, cols: [&str; 2]| -> Vec<(u64, Option<u64>)> {
-        let f = std::fs::File::open(path).unwrap();
-        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-            .unwrap()
-            .build()
-            .unwrap();
-        let mut out = Vec::new();
-        for b in r {
-            let b = b.unwrap();
-            let a = b
-                .column_by_name(cols[0])
-                .unwrap()
-                .as_primitive::<UInt64Type>()
-                .clone();
-            let t = b
-                .column_by_name(cols[1])
-                .unwrap()
-                .as_primitive::<UInt64Type>()
-                .clone();
-            for i in 0..b.num_rows() {
-                out.push((a.value(i), (!t.is_null(i)).then(|| t.value(i))));
-            }
-        }
-        out
-    };
     for name in ["recursion", "gaps-mtc", "busybox-sort"] {
         let dir = samples_dir().join(name);
         let tmp = tempfile::tempdir().unwrap();
@@ -286,8 +258,8 @@ fn events_carry_the_tsc_of_the_last_timing_packet_before_them() {
             ];
             a.extend(args);
             ok(&a);
-            let timing = read(&out.join("timing.parquet"), ["offset", "tsc"]);
-            let events = read(&out.join("events.parquet"), ["offset", "tsc"]);
+            let timing = u64_pairs(&out.join("timing.parquet"), ["offset", "tsc"]);
+            let events = u64_pairs(&out.join("events.parquet"), ["offset", "tsc"]);
             assert!(events.iter().filter(|e| e.1.is_some()).count() > events.len() / 2);
             for (i, &(offset, tsc)) in events.iter().enumerate() {
                 let before = timing.partition_point(|t| t.0 < offset);

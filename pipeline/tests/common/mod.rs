@@ -256,3 +256,49 @@ pub fn ok(args: &[&str]) -> Output {
     );
     o
 }
+
+/// The `error` column of a local dataset's catalog (`DEST/bundles/*.parquet`): the failed
+/// bundles' reasons, as published.
+pub fn catalog_errors(dest: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dest.join("bundles")).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_none_or(|x| x != "parquet") {
+            continue;
+        }
+        let r = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        for b in r {
+            let b = b.unwrap();
+            let c = b.column_by_name("error").unwrap().as_string::<i32>();
+            out.extend(c.iter().flatten().map(str::to_string));
+        }
+    }
+    out
+}
+
+/// Two `UInt64` columns of a table file, row by row: `a`, and `b` where it is not null.
+pub fn u64_pairs(path: &Path, [a, b]: [&str; 2]) -> Vec<(u64, Option<u64>)> {
+    let r = ParquetRecordBatchReaderBuilder::try_new(File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    for batch in r {
+        let batch = batch.unwrap();
+        let x = batch
+            .column_by_name(a)
+            .unwrap()
+            .as_primitive::<UInt64Type>();
+        let y = batch
+            .column_by_name(b)
+            .unwrap()
+            .as_primitive::<UInt64Type>();
+        for i in 0..batch.num_rows() {
+            out.push((x.value(i), y.is_valid(i).then(|| y.value(i))));
+        }
+    }
+    out
+}
