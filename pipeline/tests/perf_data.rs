@@ -235,6 +235,9 @@ fn keep_dir(tmp: &tempfile::TempDir) -> std::path::PathBuf {
     p
 }
 
+/// A stretch of a CPU: process, thread, its truth rows, AUX offset where it starts.
+type Stretch<'a> = (u32, u32, &'a [Row], u64);
+
 /// `file` decoded into `NAME-j1` with one thread and into `NAME-j2` with two and the
 /// smallest chunks, which must write the same bytes in every table: the first's stderr
 /// and directory.
@@ -260,7 +263,7 @@ fn decode_alike(file: &Path, dir: &Path, name: &str) -> (String, std::path::Path
 /// stretches: per CPU, (pid, tid, truth, AUX offset of the stretch).
 fn assert_stretches(
     got: &[Decoded],
-    cpus: &[Vec<(u32, u32, &[Row], u64)>],
+    cpus: &[Vec<Stretch<'_>>],
     more: impl Fn(usize, &Decoded),
 ) {
     let mut i = 0;
@@ -307,7 +310,7 @@ fn a_perf_data_of_two_threads_on_two_cpus_decodes_to_each_executions_truth_on_it
     let got = read_branches(&one.join("branches.parquet"));
     // CPU 0's rows, then CPU 1's; each stretch is its execution's truth, its offsets in the
     // CPU's AUX stream, on the thread the switch records say, with perf time from its TSC.
-    let cpus: Vec<Vec<(u32, u32, &[Row], u64)>> = made
+    let cpus: Vec<Vec<Stretch<'_>>> = made
         .cpus
         .iter()
         .map(|c| {
@@ -1176,7 +1179,7 @@ fn processes_with_programs_at_the_same_addresses_decode_each_in_its_own_address_
         "the images of both programs load, each in its own space:\n{said}"
     );
     let got = read_branches(&one.join("branches.parquet"));
-    let cpus: Vec<Vec<(u32, u32, &[Row], u64)>> = made
+    let cpus: Vec<Vec<Stretch<'_>>> = made
         .cpus
         .iter()
         .map(|c| {
