@@ -9,7 +9,7 @@ use tracemill_datasets::exec::qemu;
 use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
 use tracemill_datasets::exec::Execution;
 use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtOutput, PtOverflow};
-use tracemill_decode::chunk::{decode_all, Decoded, Input};
+use tracemill_decode::chunk::{decode_all, decode_all_bounded, Decoded, Input};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::pt::PtConfig;
 use tracemill_decode::rows::BranchColumns;
@@ -104,6 +104,26 @@ fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> PtOutput {
         // Every chunk's body starts at its PSB+ (or the TIP.PGE after a PSB+ sent while
         // tracing was off) and meets the stitch: every body is used.
         assert_eq!(par.fallbacks, 0, "{what}: chunk {chunk}");
+    }
+    // Bodies given up past a limit, their chunks walked in order in pieces cut wherever
+    // the walk can hand rows on: the same decode.
+    let mut images = ImageSet::new();
+    images.add_elf("busybox", elf, None, None).unwrap();
+    let stream = TraceStream::linear(&out.bytes);
+    let cfg = PtConfig {
+        ret_compression: o.ret_compression,
+        ..PtConfig::default()
+    };
+    let input = Input::pt(&stream, &images, cfg);
+    for (chunk, body, piece) in [(u64::MAX, 1, 1), (4096, 300, 1), (50_000, 5000, 999)] {
+        let par = decode_all_bounded(&input, chunk, body, piece);
+        let w = format!("{what}, chunk {chunk}, body limit {body}, pieces of {piece}");
+        compare(&w, &seq.rows, &par.rows);
+        assert_eq!(seq.rows, par.rows, "{w}: rows with their time");
+        assert_eq!(seq.events, par.events, "{w}: events");
+        assert_eq!(seq.timing, par.timing, "{w}: timing");
+        assert_eq!(seq.timing_rows, par.timing_rows, "{w}: timing table");
+        assert_eq!(seq.coverage, par.coverage, "{w}: coverage");
     }
     let s = &out.summary;
     eprintln!(

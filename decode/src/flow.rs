@@ -352,6 +352,9 @@ pub enum Stop {
     /// (Body) something needs state from before the chunk (e.g. an unknown CR3 with
     /// several address spaces at this address): decode this chunk sequentially.
     Failed,
+    /// The output reached the walker's piece limit ([`Walker::with_piece_limit`]): take it
+    /// ([`Walker::split_off`]) and call [`Walker::run`] again to go on.
+    Split,
 }
 
 /// What the walker is for.
@@ -602,6 +605,13 @@ pub struct Walker<'a, 'c, F: Format, S: RowSink> {
     /// [`bytes_read_on_this_thread`].
     read_from: u64,
     undone: u64,
+    /// Rows, events and timing facts held at which the walk stops with [`Stop::Split`]
+    /// (`usize::MAX`: never). A stretch without PSBs is one chunk however long; without
+    /// this its piece held every row of it (about 100 times the trace's bytes).
+    piece_limit: usize,
+    /// Stop at the limit wherever the walk is (the output will be thrown away), not only
+    /// where it can be handed on.
+    stop_anywhere: bool,
 }
 
 type ItemOf<'a, F> = Item<<<F as Format>::Front<'a> as Front>::Error>;
@@ -647,7 +657,64 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             open_forgotten: false,
             read_from,
             undone: 0,
+            piece_limit: usize::MAX,
+            stop_anywhere: false,
         }
+    }
+
+    /// Stop with [`Stop::Split`] once `limit` rows, events and timing facts are held: at
+    /// the first point after it where they can be handed on as a finished piece, or
+    /// (`anywhere`) at once, for a caller that gives the output up.
+    pub fn with_piece_limit(mut self, limit: usize, anywhere: bool) -> Self {
+        self.piece_limit = limit.max(1);
+        self.stop_anywhere = anywhere;
+        self
+    }
+
+    /// The output has reached the piece limit, and may be taken here.
+    #[inline]
+    fn full(&self) -> bool {
+        self.rows.len() + self.facts.events.len() + self.facts.timing.len() >= self.piece_limit
+            && (self.stop_anywhere || self.can_split())
+    }
+
+    /// Whether the output so far is final, so that the walk can hand it on and go on:
+    /// every row is decided (a gap drops only rows after the last decided one, and those
+    /// must still be here to drop), no FUP's look-ahead holds events back, no PSB+'s
+    /// events wait to be moved after rows still to come (`status_events`), and the output
+    /// is the walk's from its first byte (a body's is thrown away up to its resume point,
+    /// or all of it at a restart).
+    fn can_split(&self) -> bool {
+        self.rows.len() == self.tail_start
+            && self.facts.deferred.is_empty()
+            && !self.facts.looking_ahead
+            && self.status_events.is_none()
+            && self.role != Role::Body
+    }
+
+    /// Take the output so far (after [`Stop::Split`]): the walk goes on from its state
+    /// with empty output, exactly as if the range had ended here and a walker started
+    /// over from its exit state, except that nothing is read twice. What points into the
+    /// output is moved down with it.
+    pub fn split_off(&mut self) -> (S, Vec<EventRow>, Vec<TimingFact>)
+    where
+        S: Default,
+    {
+        let n = self.rows.len();
+        debug_assert_eq!(n, self.tail_start, "only decided rows are handed on");
+        let rows = std::mem::take(&mut self.rows);
+        self.tail_start = 0;
+        // A second reading of a FUP.PGD may drop the rows after index `r`: still possible
+        // only when `r` is the end (before it, the rows are decided and it cannot).
+        self.alt_pgd = self
+            .alt_pgd
+            .and_then(|(r, nlip)| (r >= n).then_some((r - n, nlip)));
+        self.facts.seq = self.facts.seq.saturating_sub(n as u64);
+        (
+            rows,
+            std::mem::take(&mut self.facts.events),
+            std::mem::take(&mut self.facts.timing),
+        )
     }
 
     /// A stitch meeting `target` (a body's start).
@@ -684,6 +751,10 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             let r = match self.st.mode {
                 Mode::Tracing => self.walk(),
                 _ => self.idle(),
+            };
+            let r = match r {
+                None if self.full() => Some(Stop::Split),
+                r => r,
             };
             if let Some(stop) = r {
                 self.facts.seq = self.rows.len() as u64;
@@ -1267,6 +1338,9 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             }
             if let Some(s) = self.at_target() {
                 return Some(s);
+            }
+            if self.full() {
+                return Some(Stop::Split);
             }
             if self.st.tnt.is_empty() && !self.tnt_for_cond() {
                 // Nothing queued: the next flow item says what happens next.
