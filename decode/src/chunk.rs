@@ -179,7 +179,8 @@ pub fn decode_body_bounded<F: Format, S: RowSink + Default>(
     // At most 1 M rows: chunks are 32-128 KiB, but a stretch without PSBs is one chunk
     // however long (its rows grow from there).
     let expect = ROWS_PER_KIB.get().saturating_mul(bytes) / 1024;
-    w.rows.reserve(expect.min(1 << 20).min(limit as u64) as usize);
+    w.rows
+        .reserve(expect.min(1 << 20).min(limit as u64) as usize);
     let stop = w.run();
     if stop == Stop::Split {
         return Body {

@@ -437,6 +437,10 @@ pub trait RowSink {
     fn truncate(&mut self, n: usize);
     /// Add `n` instructions to row `i` (a stitch's open count onto a body's first row).
     fn add_insns(&mut self, i: usize, n: u32);
+    /// The last row is a direct `jmp` or `call` (a sink that keeps no kinds: false).
+    fn ends_in_direct(&self) -> bool {
+        false
+    }
 }
 
 impl RowSink for BranchColumns {
@@ -515,6 +519,9 @@ impl RowSink for BranchColumns {
     }
     fn add_insns(&mut self, i: usize, n: u32) {
         self.insns[i] += n;
+    }
+    fn ends_in_direct(&self) -> bool {
+        matches!(self.kind.last(), Some(&k) if k == BranchKind::Jmp as u8 || k == BranchKind::Call as u8)
     }
 }
 
@@ -671,25 +678,60 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         self
     }
 
+    /// The output has reached the piece limit.
+    #[inline]
+    fn over_limit(&self) -> bool {
+        self.rows.len() + self.facts.events.len() + self.facts.timing.len() >= self.piece_limit
+    }
+
     /// The output has reached the piece limit, and may be taken here.
     #[inline]
     fn full(&self) -> bool {
-        self.rows.len() + self.facts.events.len() + self.facts.timing.len() >= self.piece_limit
-            && (self.stop_anywhere || self.can_split())
+        self.over_limit() && (self.stop_anywhere || (self.output_final() && self.settled()))
     }
 
-    /// Whether the output so far is final, so that the walk can hand it on and go on:
+    /// Right after `tnt_for_cond` queued a TNT packet read at a block's conditional
+    /// branch: the output has reached the piece limit and may be taken here. Everything
+    /// before the TNT has been read (the CYC after the last packet too), and the TNT's
+    /// own bits, rows and CYC all go to the next piece. In a loop of conditional
+    /// branches (full TNTs, each with its CYC) this is the only place a walk is settled.
+    #[inline]
+    fn full_at_fresh_tnt(&self) -> bool {
+        self.over_limit() && !self.stop_anywhere && self.output_final()
+    }
+
+    /// Whether the output so far is final, so that the walk can hand it on and go on
+    /// (with [`Walker::settled`] or at a fresh TNT, [`Walker::full_at_fresh_tnt`]):
     /// every row is decided (a gap drops only rows after the last decided one, and those
-    /// must still be here to drop), no FUP's look-ahead holds events back, no PSB+'s
-    /// events wait to be moved after rows still to come (`status_events`), and the output
-    /// is the walk's from its first byte (a body's is thrown away up to its resume point,
-    /// or all of it at a restart).
-    fn can_split(&self) -> bool {
+    /// must still be here to drop), the last row is not a direct `jmp` or `call` (one
+    /// made final by a PSB read: its time is placed at the next decided row or stop,
+    /// which the timeline looks for in the next piece only), nothing is read ahead and
+    /// nothing read waits for a packet still to come ([`Format::settled`]: RTIT's CYC
+    /// after the packet that decided the last row), the TNT queue is empty (the
+    /// rows of one TNT packet stay in one piece: the timeline finds a full TNT's exact row
+    /// among them), no FUP's look-ahead holds
+    /// events back, no PSB+'s events wait to be moved after rows still to come
+    /// (`status_events`), and the output is the walk's from its first byte (a body's is
+    /// thrown away up to its resume point, or all of it at a restart).
+    fn output_final(&self) -> bool {
         self.rows.len() == self.tail_start
+            && !self.rows.ends_in_direct()
             && self.facts.deferred.is_empty()
             && !self.facts.looking_ahead
             && self.status_events.is_none()
             && self.role != Role::Body
+            && self.la.is_none()
+            && self.pending.is_none()
+    }
+
+    /// The TNT queue is empty and nothing read waits for a packet still to come
+    /// ([`Format::settled`]): the next packet read starts the next piece.
+    fn settled(&self) -> bool {
+        self.st.tnt.is_empty() && {
+            let mut fe = self.st.fe.clone();
+            self.front.save(&mut fe);
+            F::settled(&fe)
+        }
     }
 
     /// Take the output so far (after [`Stop::Split`]): the walk goes on from its state
@@ -1342,7 +1384,11 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             if self.full() {
                 return Some(Stop::Split);
             }
-            if self.st.tnt.is_empty() && !self.tnt_for_cond() {
+            let queued = self.st.tnt.is_empty() && self.tnt_for_cond();
+            if queued && self.full_at_fresh_tnt() {
+                return Some(Stop::Split);
+            }
+            if self.st.tnt.is_empty() && !queued {
                 // Nothing queued: the next flow item says what happens next.
                 match self.peek() {
                     Item::Tnt { .. } | Item::Tip { .. } | Item::FupNext | Item::NoneNear => {}

@@ -456,8 +456,7 @@ fn decode_as<F: TraceFormat>(
             let (body_tx, body_rx) =
                 crossbeam_channel::unbounded::<(usize, Body<F, BranchColumns>)>();
             std::thread::scope(|ps| {
-                let (input_ref, pool_ref, plan_ref, caches_ref) =
-                    (&input, &pool, &*plan, &caches);
+                let (input_ref, pool_ref, plan_ref, caches_ref) = (&input, &pool, &*plan, &caches);
                 let producer = ps.spawn(move || {
                     produce(input_ref, pool_ref, plan_ref, caches_ref, slot_rx, body_tx)
                 });

@@ -421,16 +421,18 @@ fn a_stretch_without_psbs_decodes_in_bounded_memory_and_the_same_for_any_chunkin
     let short = synthetic(&tmp.path().join("short"), 1 << 20, 2, true);
     let b = tmp.path().join("mixed");
     copy_dir(&long, &b);
-    let (l, s) = (
+    let (l, sh) = (
         std::fs::read(long.join("trace.rtit")).unwrap(),
         std::fs::read(short.join("trace.rtit")).unwrap(),
     );
     assert_eq!(
-        l.windows(9).filter(|w| *w == [0xC0, 0, 0, 0, 0, 0, 0, 0, 0]).count(),
+        l.windows(9)
+            .filter(|w| *w == [0xC0, 0, 0, 0, 0, 0, 0, 0, 0])
+            .count(),
         1,
         "the long trace has one PSB"
     );
-    std::fs::write(b.join("trace.rtit"), [&l[..], &s[..], &l[..]].concat()).unwrap();
+    std::fs::write(b.join("trace.rtit"), [&l[..], &sh[..], &l[..]].concat()).unwrap();
 
     let limit = 640 << 20;
     let mut outs = Vec::new();
@@ -475,7 +477,11 @@ fn a_stretch_without_psbs_decodes_in_bounded_memory_and_the_same_for_any_chunkin
     assert!(n > 2_000_000, "{n} rows");
     for (what, a, b) in [
         ("ip", &got[0].ip[..n], &got[1].ip[..n]),
-        ("target", &got[0].target.values[..n], &got[1].target.values[..n]),
+        (
+            "target",
+            &got[0].target.values[..n],
+            &got[1].target.values[..n],
+        ),
     ] {
         assert!(a == b, "{what}: the rows with and without PSBs differ");
     }
