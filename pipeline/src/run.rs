@@ -191,11 +191,12 @@ const RELEASE_STEP: u64 = 16 << 20;
 /// chunk walked in order, in pieces ([`PIECE_LIMIT`]): a chunk runs to the first PSB past
 /// `chunk_bytes`, so only a stretch without PSBs (one chunk however long) gets there. A
 /// chunk of `chunk_bytes` holds up to a few rows per byte; eight leaves room for dense
-/// code, so that ordinary chunks stay on the pool.
+/// code, so that ordinary chunks stay on the pool. At most 4 Mi (about 280 MB of columns
+/// while the body walks): past 512 KiB chunks a dense chunk is walked in order too, so
+/// that a body's memory stays bounded whatever chunk size is asked for.
 pub fn body_limit(chunk_bytes: u64) -> usize {
-    usize::try_from(chunk_bytes.saturating_mul(8))
-        .unwrap_or(usize::MAX)
-        .max(1 << 20)
+    let rows = chunk_bytes.saturating_mul(8).clamp(1 << 20, 4 << 20);
+    usize::try_from(rows).unwrap_or(4 << 20)
 }
 
 /// Rows, events and timing facts per piece when a chunk is walked in order: about what a

@@ -440,7 +440,7 @@ fn a_stretch_without_psbs_decodes_in_bounded_memory_and_the_same_for_any_chunkin
         ("j2", vec!["-j2"]),
         ("j1", vec!["-j1"]),
         ("j2-small", vec!["-j2", "--chunk-size", "32768"]),
-        ("j1-big", vec!["-j1", "--chunk-size", "4194304"]),
+        ("j1-big", vec!["-j1", "--chunk-size", "1048576"]),
     ] {
         let out = tmp.path().join(name);
         let mut a = vec!["decode", s(&b), "--out", s(&out)];
