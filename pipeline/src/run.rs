@@ -191,12 +191,13 @@ const RELEASE_STEP: u64 = 16 << 20;
 /// chunk walked in order, in pieces ([`PIECE_LIMIT`]): a chunk runs to the first PSB past
 /// `chunk_bytes`, so only a stretch without PSBs (one chunk however long) gets there. A
 /// chunk of `chunk_bytes` holds up to a few rows per byte; eight leaves room for dense
-/// code, so that ordinary chunks stay on the pool. At most 4 Mi (about 280 MB of columns
-/// while the body walks): past 512 KiB chunks a dense chunk is walked in order too, so
-/// that a body's memory stays bounded whatever chunk size is asked for.
+/// code, so that ordinary chunks stay on the pool. At most 2 Mi (about 150 MB of columns
+/// while the body walks, twice that in address space as they grow): past 256 KiB chunks
+/// a dense chunk is walked in order too, so that a body's memory stays bounded whatever
+/// chunk size is asked for.
 pub fn body_limit(chunk_bytes: u64) -> usize {
-    let rows = chunk_bytes.saturating_mul(8).clamp(1 << 20, 4 << 20);
-    usize::try_from(rows).unwrap_or(4 << 20)
+    let rows = chunk_bytes.saturating_mul(8).clamp(1 << 20, 2 << 20);
+    usize::try_from(rows).unwrap_or(2 << 20)
 }
 
 /// Rows, events and timing facts per piece when a chunk is walked in order: about what a
