@@ -146,6 +146,47 @@ fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> PtOutput {
     out
 }
 
+/// A trace with one PSB+ and none after (one chunk, however it is cut): its body is given
+/// up and the chunk walked in pieces, which must be cut often (a PSB+ read before tracing
+/// was on once kept an Intel PT walk from ever cutting: the whole trace in one piece) and
+/// give the sequential decode exactly.
+#[test]
+fn a_trace_without_psbs_is_walked_in_pieces() {
+    let elf = busybox();
+    let exec = walk(&elf, &WalkConfig::new(3, 200_000));
+    let o = PtOptions {
+        psb_every: u64::MAX,
+        ..options(true, true)
+    };
+    let out = encode(&elf, &exec, &o);
+    assert_eq!(out.summary.psbs, 1, "{:?}", out.summary);
+    let seq = decode(&elf, &out.bytes, true, u64::MAX);
+    assert!(errors(&seq).is_empty(), "{:#?}", errors(&seq));
+    compare("sequential", &out.truth.provable(), &seq.rows);
+    let mut images = ImageSet::new();
+    images.add_elf("busybox", &elf, None, None).unwrap();
+    let stream = TraceStream::linear(&out.bytes);
+    let cfg = PtConfig {
+        ret_compression: true,
+        ..PtConfig::default()
+    };
+    let input = Input::pt(&stream, &images, cfg);
+    for (chunk, body, piece) in [(u64::MAX, 1000, 1000), (4096, 5000, 1)] {
+        let par = decode_all_bounded(&input, chunk, body, piece);
+        let w = format!("chunk {chunk}, body limit {body}, pieces of {piece}");
+        assert_eq!(seq.rows, par.rows, "{w}: rows");
+        assert_eq!(seq.events, par.events, "{w}: events");
+        assert_eq!(seq.timing_rows, par.timing_rows, "{w}: timing table");
+        assert_eq!(seq.coverage, par.coverage, "{w}: coverage");
+        let rows = seq.rows.len() as u64;
+        assert!(
+            par.pieces * (piece as u64 + 200) >= rows,
+            "{w}: {} pieces for {rows} rows",
+            par.pieces
+        );
+    }
+}
+
 /// PSB+ after direct jumps and inside steps. In a loop of direct jumps (`1000: nop; 1001:
 /// jmp 1000`) two PSB+s naming the loop's head do not say how many passes ran between
 /// them: the decoder meets the second at its first arrival, and the truth has the passes

@@ -446,12 +446,15 @@ pub struct Decoded {
     pub fallbacks: usize,
     /// Marks the timeline handled ([`Timeline::marks_handled`]).
     pub marks_handled: u64,
+    /// Pieces appended (tests: a walk in pieces did cut).
+    pub pieces: u64,
     seq: Sequencer,
 }
 
 impl Decoded {
     /// Append the next piece (already timed by a [`Timeline`]).
     pub fn append(&mut self, mut p: Piece<BranchColumns>, t: TimingColumns) {
+        self.pieces += 1;
         self.seq.sequence(&mut p);
         self.coverage.merge(std::mem::take(&mut p.coverage));
         self.events.append(&mut p.events);

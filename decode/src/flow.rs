@@ -701,31 +701,32 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     }
 
     /// Whether the output so far is final, so that the walk can hand it on and go on
-    /// (with [`Walker::settled`] or at a fresh TNT, [`Walker::full_at_fresh_tnt`]):
-    /// every row is decided (a gap drops only rows after the last decided one, and those
-    /// must still be here to drop), the last row is not a direct `jmp` or `call` (one
-    /// made final by a PSB read: its time is placed at the next decided row or stop,
-    /// which the timeline looks for in the next piece only), nothing is read ahead and
-    /// nothing read waits for a packet still to come ([`Format::settled`]: RTIT's CYC
-    /// after the packet that decided the last row), the TNT queue is empty (the
-    /// rows of one TNT packet stay in one piece: the timeline finds a full TNT's exact row
-    /// among them), no FUP's look-ahead holds
-    /// events back, no PSB+'s events wait to be moved after rows still to come
-    /// (`status_events`), and the output is the walk's from its first byte (a body's is
-    /// thrown away up to its resume point, or all of it at a restart).
+    /// (where it is also [`Walker::settled`], or at a fresh TNT,
+    /// [`Walker::full_at_fresh_tnt`]):
+    /// - every row is decided (a gap drops the rows after the last decided one, which
+    ///   must still be here to drop);
+    /// - the last row is not a direct `jmp` or `call` (one made final by a PSB read): its
+    ///   time is placed at the next decided row or stop, which the timeline looks for in
+    ///   the next piece only;
+    /// - no FUP's look-ahead holds events back, and nothing is read ahead (so no PSB+
+    ///   waits to be applied, whose events, `status_events`, would be moved after rows
+    ///   still to come);
+    /// - the output is the walk's from its first byte (a body's is thrown away up to its
+    ///   resume point, or all of it at a restart).
     fn output_final(&self) -> bool {
         self.rows.len() == self.tail_start
             && !self.rows.ends_in_direct()
             && self.facts.deferred.is_empty()
             && !self.facts.looking_ahead
-            && self.status_events.is_none()
             && self.role != Role::Body
             && self.la.is_none()
             && self.pending.is_none()
     }
 
-    /// The TNT queue is empty and nothing read waits for a packet still to come
-    /// ([`Format::settled`]): the next packet read starts the next piece.
+    /// The TNT queue is empty (the rows of one TNT packet stay in one piece: the timeline
+    /// finds a full TNT's exact row among them) and nothing read waits for a packet still
+    /// to come ([`Format::settled`]: RTIT's CYC after the packet that decided the last
+    /// row): the next packet read starts the next piece.
     fn settled(&self) -> bool {
         self.st.tnt.is_empty() && {
             let mut fe = self.st.fe.clone();
@@ -752,6 +753,10 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             .alt_pgd
             .and_then(|(r, nlip)| (r >= n).then_some((r - n, nlip)));
         self.facts.seq = self.facts.seq.saturating_sub(n as u64);
+        // Nothing is read ahead, so the PSB+ those events came with has been applied or
+        // passed over: the index is used only when it is applied. (It stays set after a
+        // PSB+ read while not tracing, which kept an Intel PT walk from ever splitting.)
+        self.status_events = None;
         (
             rows,
             std::mem::take(&mut self.facts.events),
