@@ -687,7 +687,14 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     /// The output has reached the piece limit, and may be taken here.
     #[inline]
     fn full(&self) -> bool {
-        self.over_limit() && (self.stop_anywhere || (self.output_final() && self.settled()))
+        self.over_limit() && self.may_stop_here()
+    }
+
+    /// Out of line: the walk's hot loop pays only for [`Walker::over_limit`].
+    #[cold]
+    #[inline(never)]
+    fn may_stop_here(&self) -> bool {
+        self.stop_anywhere || (self.output_final() && self.settled())
     }
 
     /// Right after `tnt_for_cond` queued a TNT packet read at a block's conditional
@@ -697,7 +704,13 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     /// branches (full TNTs, each with its CYC) this is the only place a walk is settled.
     #[inline]
     fn full_at_fresh_tnt(&self) -> bool {
-        self.over_limit() && !self.stop_anywhere && self.output_final()
+        self.over_limit() && self.may_stop_at_fresh_tnt()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn may_stop_at_fresh_tnt(&self) -> bool {
+        !self.stop_anywhere && self.output_final()
     }
 
     /// Whether the output so far is final, so that the walk can hand it on and go on
