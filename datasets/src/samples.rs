@@ -892,6 +892,20 @@ pub fn synth_samples(names: &[String], out: &Path) -> Result<Vec<PathBuf>> {
 /// model until the trace reaches `size` bytes. No per-row truth is kept (it would not fit);
 /// `truth/summary.json` has the counts.
 pub fn synth_big(elf_path: &Path, size: u64, seed: u64, ctl: u64, out: &Path) -> Result<Summary> {
+    synth_big_with(elf_path, size, seed, ctl, true, out)
+}
+
+/// [`synth_big`]; `psbs` false: one PSB at the start and none after (the model's PSB
+/// period set past any trace it makes), a stretch without PSBs of `size` bytes, which the
+/// decoder must get through in bounded memory.
+pub fn synth_big_with(
+    elf_path: &Path,
+    size: u64,
+    seed: u64,
+    ctl: u64,
+    psbs: bool,
+    out: &Path,
+) -> Result<Summary> {
     let elf = fs::read(elf_path).with_context(|| format!("reading {}", elf_path.display()))?;
     let name = elf_path
         .file_name()
@@ -904,8 +918,17 @@ pub fn synth_big(elf_path: &Path, size: u64, seed: u64, ctl: u64, out: &Path) ->
         ctl,
         seed,
         keep_truth: false,
+        // A PSB once 2^(11 + pkt_mask) bytes have gone out: 2 GiB, past what this makes.
+        pkt_mask: if psbs {
+            ModelOptions::default().pkt_mask
+        } else {
+            20
+        },
         ..ModelOptions::default()
     };
+    if !psbs && size >= 1 << 31 {
+        bail!("a trace without PSBs is made up to 2 GiB");
+    }
     let mut m = Model::new(o.clone(), code.images());
     m.start(walk.entry());
     while (m.bytes_written() as u64) < size {

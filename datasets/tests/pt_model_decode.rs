@@ -9,7 +9,7 @@ use tracemill_datasets::exec::qemu;
 use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
 use tracemill_datasets::exec::Execution;
 use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtOutput, PtOverflow};
-use tracemill_decode::chunk::{decode_all, Decoded, Input};
+use tracemill_decode::chunk::{decode_all, decode_all_bounded, Decoded, Input};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::pt::PtConfig;
 use tracemill_decode::rows::BranchColumns;
@@ -105,6 +105,26 @@ fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> PtOutput {
         // tracing was off) and meets the stitch: every body is used.
         assert_eq!(par.fallbacks, 0, "{what}: chunk {chunk}");
     }
+    // Bodies given up past a limit, their chunks walked in order in pieces cut wherever
+    // the walk can hand rows on: the same decode.
+    let mut images = ImageSet::new();
+    images.add_elf("busybox", elf, None, None).unwrap();
+    let stream = TraceStream::linear(&out.bytes);
+    let cfg = PtConfig {
+        ret_compression: o.ret_compression,
+        ..PtConfig::default()
+    };
+    let input = Input::pt(&stream, &images, cfg);
+    for (chunk, body, piece) in [(u64::MAX, 1, 1), (4096, 300, 1), (50_000, 5000, 999)] {
+        let par = decode_all_bounded(&input, chunk, body, piece);
+        let w = format!("{what}, chunk {chunk}, body limit {body}, pieces of {piece}");
+        compare(&w, &seq.rows, &par.rows);
+        assert_eq!(seq.rows, par.rows, "{w}: rows with their time");
+        assert_eq!(seq.events, par.events, "{w}: events");
+        assert_eq!(seq.timing, par.timing, "{w}: timing");
+        assert_eq!(seq.timing_rows, par.timing_rows, "{w}: timing table");
+        assert_eq!(seq.coverage, par.coverage, "{w}: coverage");
+    }
     let s = &out.summary;
     eprintln!(
         "{what}: {} rows ({} lost), {} compressed RETs, {} RET stack evictions, {} bytes, \
@@ -124,6 +144,47 @@ fn check(what: &str, elf: &[u8], exec: &Execution, o: &PtOptions) -> PtOutput {
     }
     assert!(s.psbs > 10, "{what}: {s:?}");
     out
+}
+
+/// A trace with one PSB+ and none after (one chunk, however it is cut): its body is given
+/// up and the chunk walked in pieces, which must be cut often (a PSB+ read before tracing
+/// was on once kept an Intel PT walk from ever cutting: the whole trace in one piece) and
+/// give the sequential decode exactly.
+#[test]
+fn a_trace_without_psbs_is_walked_in_pieces() {
+    let elf = busybox();
+    let exec = walk(&elf, &WalkConfig::new(3, 200_000));
+    let o = PtOptions {
+        psb_every: u64::MAX,
+        ..options(true, true)
+    };
+    let out = encode(&elf, &exec, &o);
+    assert_eq!(out.summary.psbs, 1, "{:?}", out.summary);
+    let seq = decode(&elf, &out.bytes, true, u64::MAX);
+    assert!(errors(&seq).is_empty(), "{:#?}", errors(&seq));
+    compare("sequential", &out.truth.provable(), &seq.rows);
+    let mut images = ImageSet::new();
+    images.add_elf("busybox", &elf, None, None).unwrap();
+    let stream = TraceStream::linear(&out.bytes);
+    let cfg = PtConfig {
+        ret_compression: true,
+        ..PtConfig::default()
+    };
+    let input = Input::pt(&stream, &images, cfg);
+    for (chunk, body, piece) in [(u64::MAX, 1000, 1000), (4096, 5000, 1)] {
+        let par = decode_all_bounded(&input, chunk, body, piece);
+        let w = format!("chunk {chunk}, body limit {body}, pieces of {piece}");
+        assert_eq!(seq.rows, par.rows, "{w}: rows");
+        assert_eq!(seq.events, par.events, "{w}: events");
+        assert_eq!(seq.timing_rows, par.timing_rows, "{w}: timing table");
+        assert_eq!(seq.coverage, par.coverage, "{w}: coverage");
+        let rows = seq.rows.len() as u64;
+        assert!(
+            par.pieces * (piece as u64 + 200) >= rows,
+            "{w}: {} pieces for {rows} rows",
+            par.pieces
+        );
+    }
 }
 
 /// PSB+ after direct jumps and inside steps. In a loop of direct jumps (`1000: nop; 1001:

@@ -113,6 +113,10 @@ pub struct Body<F: Format, S> {
     /// A gap after the body's start, before its first row, discarded the open count
     /// (`Walker::open_forgotten`).
     pub open_forgotten: bool,
+    /// The body held more than its limit ([`decode_body_bounded`]) and was given up (with
+    /// `failed`): the [`Stitcher`] walks the chunk itself, handing on pieces of bounded
+    /// size as it goes.
+    pub gave_up: bool,
 }
 
 thread_local! {
@@ -121,20 +125,40 @@ thread_local! {
     static ROWS_PER_KIB: std::cell::Cell<u64> = const { std::cell::Cell::new(256) };
 }
 
+/// The state a decode of chunk `chunk` starts in: the start of a sequential decode for
+/// the first chunk, a body's unknowns for the others.
+fn start_state<F: Format>(input: &Input<'_, F>, chunk: Chunk) -> FlowState<F::State> {
+    let first = chunk.index == 0;
+    FlowState::start(
+        chunk.start,
+        !first,
+        F::rules(&input.cfg).ret,
+        F::start_state(&input.cfg, !first),
+    )
+}
+
 /// Decode a chunk's body. The first chunk is decoded like a sequential decode.
 pub fn decode_body<F: Format, S: RowSink + Default>(
     input: &Input<'_, F>,
     cache: &mut BlockCache,
     chunk: Chunk,
 ) -> Body<F, S> {
+    decode_body_bounded(input, cache, chunk, usize::MAX)
+}
+
+/// [`decode_body`], giving the body up (`gave_up`, `failed`, no output) once it holds
+/// `limit` rows, events and timing facts: a body cannot hand rows on before its stitch
+/// has met it (it may still restart or fail, or the stitch diverge, and throw them all
+/// away), so a stretch without PSBs, one chunk however long, is left to the [`Stitcher`],
+/// which walks it in order in pieces of bounded size.
+pub fn decode_body_bounded<F: Format, S: RowSink + Default>(
+    input: &Input<'_, F>,
+    cache: &mut BlockCache,
+    chunk: Chunk,
+    limit: usize,
+) -> Body<F, S> {
     cache.trim(crate::block::CACHE_BUDGET);
     let first = chunk.index == 0;
-    let st = FlowState::start(
-        chunk.start,
-        !first,
-        F::rules(&input.cfg).ret,
-        F::start_state(&input.cfg, !first),
-    );
     let role = if first { Role::Chain } else { Role::Body };
     let mut w = Walker::<F, S>::new(
         input.images,
@@ -142,11 +166,14 @@ pub fn decode_body<F: Format, S: RowSink + Default>(
         input.stream,
         &input.cfg,
         chunk.end,
-        st,
+        start_state(input, chunk),
         role,
         S::default(),
     );
     w.spaces = input.spaces;
+    if limit != usize::MAX {
+        w = w.with_piece_limit(limit, true);
+    }
     // Room for as many rows as this thread's last body had per byte of trace (a trace's
     // density hardly changes from chunk to chunk): growing the columns by doubling from a
     // fixed guess cost 8% of a decode in copies and page faults on a real program's PT
@@ -156,8 +183,20 @@ pub fn decode_body<F: Format, S: RowSink + Default>(
     // At most 1 M rows: chunks are 32-128 KiB, but a stretch without PSBs is one chunk
     // however long (its rows grow from there).
     let expect = ROWS_PER_KIB.get().saturating_mul(bytes) / 1024;
-    w.rows.reserve(expect.min(1 << 20) as usize);
+    w.rows
+        .reserve(expect.min(1 << 20).min(limit as u64) as usize);
     let stop = w.run();
+    if stop == Stop::Split {
+        return Body {
+            chunk,
+            out: Piece::default(),
+            start: None,
+            exit: w.exit_state(),
+            failed: true,
+            open_forgotten: false,
+            gave_up: true,
+        };
+    }
     if bytes >= 4096 {
         let density = (w.rows.len() as u64 * 1024 / bytes) * 9 / 8 + 16;
         ROWS_PER_KIB.set(density.min(6 * 1024));
@@ -181,7 +220,32 @@ pub fn decode_body<F: Format, S: RowSink + Default>(
         exit: w.exit_state(),
         failed,
         open_forgotten: w.open_forgotten,
+        gave_up: false,
         out: finish_piece(&mut w),
+    }
+}
+
+/// Run `w` to its range's end or its role's stop, handing each piece it splits off at its
+/// limit to `emit`.
+fn run_in_pieces<F: Format, S: RowSink + Default>(
+    w: &mut Walker<'_, '_, F, S>,
+    emit: &mut impl FnMut(Piece<S>),
+) -> Stop {
+    loop {
+        let stop = w.run();
+        if stop != Stop::Split {
+            return stop;
+        }
+        let (mut rows, events, timing) = w.split_off();
+        let (stats, coverage) = rows.finish();
+        emit(Piece {
+            rows,
+            stats,
+            coverage,
+            events,
+            timing,
+            prepared: None,
+        });
     }
 }
 
@@ -224,6 +288,25 @@ pub fn stitch<F: Format, S: RowSink + Default>(
     prev_exit: FlowState<F::State>,
     body: &Body<F, S>,
 ) -> Stitched<F, S> {
+    // Without a piece limit the walk never splits: nothing is handed on before the end.
+    let mut none = |_: Piece<S>| {};
+    stitch_in_pieces(input, cache, Some(prev_exit), body, usize::MAX, &mut none)
+}
+
+/// [`stitch`], handing the rows on to `emit` in pieces of about `piece_limit` rows, events
+/// and timing facts as it walks (the last piece is the result's `prefix`): a chunk the
+/// stitch decodes alone may be a stretch without PSBs of any length. `prev_exit` None:
+/// `body` is the first chunk's, given up, and the stitch decodes it from the trace's
+/// start.
+pub fn stitch_in_pieces<F: Format, S: RowSink + Default>(
+    input: &Input<'_, F>,
+    cache: &mut BlockCache,
+    prev_exit: Option<FlowState<F::State>>,
+    body: &Body<F, S>,
+    piece_limit: usize,
+    emit: &mut impl FnMut(Piece<S>),
+) -> Stitched<F, S> {
+    let prev_exit = prev_exit.unwrap_or_else(|| start_state(input, body.chunk));
     let target = if body.failed {
         None
     } else {
@@ -243,12 +326,15 @@ pub fn stitch<F: Format, S: RowSink + Default>(
     if let Some(t) = target {
         w = w.with_target(t);
     }
-    let stop = w.run();
+    if piece_limit != usize::MAX {
+        w = w.with_piece_limit(piece_limit, false);
+    }
+    let stop = run_in_pieces(&mut w, emit);
     let converged = stop == Stop::Converged;
     if !converged && stop != Stop::End {
         // Diverged: decode the rest of the chunk here.
         w.extend(body.chunk.end, Role::Chain);
-        let s = w.run();
+        let s = run_in_pieces(&mut w, emit);
         debug_assert_eq!(s, Stop::End);
     }
     let at = w.st.clone();
@@ -366,12 +452,15 @@ pub struct Decoded {
     pub fallbacks: usize,
     /// Marks the timeline handled ([`Timeline::marks_handled`]).
     pub marks_handled: u64,
+    /// Pieces appended (tests: a walk in pieces did cut).
+    pub pieces: u64,
     seq: Sequencer,
 }
 
 impl Decoded {
     /// Append the next piece (already timed by a [`Timeline`]).
     pub fn append(&mut self, mut p: Piece<BranchColumns>, t: TimingColumns) {
+        self.pieces += 1;
         self.seq.sequence(&mut p);
         self.coverage.merge(std::mem::take(&mut p.coverage));
         self.events.append(&mut p.events);
@@ -387,8 +476,14 @@ pub struct Stitcher<'i, 'a, F: Format> {
     input: &'i Input<'a, F>,
     cache: BlockCache,
     prev_exit: Option<FlowState<F::State>>,
+    /// Rows, events and timing facts per piece the stitch hands on
+    /// ([`Stitcher::with_piece_limit`]).
+    piece_limit: usize,
     /// Chunks whose stitch had to decode them alone.
     pub fallbacks: usize,
+    /// Chunks whose body was given up for its size ([`Body::gave_up`]) and which the
+    /// stitch walked in pieces (not counted in `fallbacks`).
+    pub walked_in_pieces: usize,
 }
 
 impl<'i, 'a, F: Format> Stitcher<'i, 'a, F> {
@@ -397,8 +492,17 @@ impl<'i, 'a, F: Format> Stitcher<'i, 'a, F> {
             input,
             cache: BlockCache::new(),
             prev_exit: None,
+            piece_limit: usize::MAX,
             fallbacks: 0,
+            walked_in_pieces: 0,
         }
+    }
+
+    /// Hand the stitch's rows on in pieces of about `limit` rows, events and timing facts
+    /// (a chunk it decodes alone may be a stretch without PSBs of any length).
+    pub fn with_piece_limit(mut self, limit: usize) -> Self {
+        self.piece_limit = limit;
+        self
     }
 
     /// The next chunk's body; `emit` receives its stitch prefix and then its rows.
@@ -408,15 +512,24 @@ impl<'i, 'a, F: Format> Stitcher<'i, 'a, F> {
         mut emit: impl FnMut(Piece<BranchColumns>),
     ) {
         match self.prev_exit.take() {
-            None => {
+            None if !body.gave_up => {
                 self.prev_exit = Some(body.exit);
                 emit(body.out);
             }
-            Some(pe) => {
+            pe => {
                 self.cache.trim(crate::block::CACHE_BUDGET);
-                let s = stitch(self.input, &mut self.cache, pe, &body);
+                let s = stitch_in_pieces(
+                    self.input,
+                    &mut self.cache,
+                    pe,
+                    &body,
+                    self.piece_limit,
+                    &mut emit,
+                );
                 self.prev_exit = Some(s.exit.clone());
-                if !s.use_body {
+                if body.gave_up {
+                    self.walked_in_pieces += 1;
+                } else if !s.use_body {
                     self.fallbacks += 1;
                 }
                 fix_body(&mut body, &s);
@@ -450,13 +563,25 @@ pub fn fix_body<F: Format>(body: &mut Body<F, BranchColumns>, s: &Stitched<F, Br
 /// Decode the whole trace one chunk after another on this thread, with chunks of at
 /// least `chunk_bytes` (`u64::MAX`: one chunk, a plain sequential decode).
 pub fn decode_all<F: Format>(input: &Input<'_, F>, chunk_bytes: u64) -> Decoded {
+    decode_all_bounded(input, chunk_bytes, usize::MAX, usize::MAX)
+}
+
+/// [`decode_all`] as the pipeline decodes in bounded memory: bodies given up past
+/// `body_limit` rows, events and timing facts ([`decode_body_bounded`]), and those chunks
+/// walked by the stitcher in pieces of about `piece_limit`.
+pub fn decode_all_bounded<F: Format>(
+    input: &Input<'_, F>,
+    chunk_bytes: u64,
+    body_limit: usize,
+    piece_limit: usize,
+) -> Decoded {
     let chunks = plan_chunks::<F>(input.stream, chunk_bytes);
     let mut cache = BlockCache::new();
     let mut out = Decoded::default();
-    let mut st = Stitcher::new(input);
+    let mut st = Stitcher::new(input).with_piece_limit(piece_limit);
     let mut timeline = Timeline::<F::Clock>::new(&input.timing);
     for c in chunks {
-        let body: Body<F, BranchColumns> = decode_body(input, &mut cache, c);
+        let body: Body<F, BranchColumns> = decode_body_bounded(input, &mut cache, c, body_limit);
         st.push(body, |p| {
             for (p, t) in timeline.push(p) {
                 out.append(p, t);

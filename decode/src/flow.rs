@@ -358,6 +358,9 @@ pub enum Stop {
     /// (Body) something needs state from before the chunk (e.g. an unknown CR3 with
     /// several address spaces at this address): decode this chunk sequentially.
     Failed,
+    /// The output reached the walker's piece limit ([`Walker::with_piece_limit`]): take it
+    /// ([`Walker::split_off`]) and call [`Walker::run`] again to go on.
+    Split,
 }
 
 /// What the walker is for.
@@ -442,6 +445,10 @@ pub trait RowSink {
     fn truncate(&mut self, n: usize);
     /// Add `n` instructions to row `i` (a stitch's open count onto a body's first row).
     fn add_insns(&mut self, i: usize, n: u32);
+    /// The last row is a direct `jmp` or `call` (a sink that keeps no kinds: false).
+    fn ends_in_direct(&self) -> bool {
+        false
+    }
 }
 
 impl RowSink for BranchColumns {
@@ -520,6 +527,9 @@ impl RowSink for BranchColumns {
     }
     fn add_insns(&mut self, i: usize, n: u32) {
         self.insns[i] += n;
+    }
+    fn ends_in_direct(&self) -> bool {
+        matches!(self.kind.last(), Some(&k) if k == BranchKind::Jmp as u8 || k == BranchKind::Call as u8)
     }
 }
 
@@ -615,6 +625,13 @@ pub struct Walker<'a, 'c, F: Format, S: RowSink> {
     /// [`bytes_read_on_this_thread`].
     read_from: u64,
     undone: u64,
+    /// Rows, events and timing facts held at which the walk stops with [`Stop::Split`]
+    /// (`usize::MAX`: never). A stretch without PSBs is one chunk however long; without
+    /// this its piece held every row of it (about 100 times the trace's bytes).
+    piece_limit: usize,
+    /// Stop at the limit wherever the walk is (the output will be thrown away), not only
+    /// where it can be handed on.
+    stop_anywhere: bool,
 }
 
 type ItemOf<'a, F> = Item<<<F as Format>::Front<'a> as Front>::Error>;
@@ -662,7 +679,117 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             open_forgotten: false,
             read_from,
             undone: 0,
+            piece_limit: usize::MAX,
+            stop_anywhere: false,
         }
+    }
+
+    /// Stop with [`Stop::Split`] once `limit` rows, events and timing facts are held: at
+    /// the first point after it where they can be handed on as a finished piece, or
+    /// (`anywhere`) at once, for a caller that gives the output up.
+    pub fn with_piece_limit(mut self, limit: usize, anywhere: bool) -> Self {
+        self.piece_limit = limit.max(1);
+        self.stop_anywhere = anywhere;
+        self
+    }
+
+    /// The output has reached the piece limit.
+    #[inline]
+    fn over_limit(&self) -> bool {
+        self.rows.len() + self.facts.events.len() + self.facts.timing.len() >= self.piece_limit
+    }
+
+    /// The output has reached the piece limit, and may be taken here.
+    #[inline]
+    fn full(&self) -> bool {
+        self.over_limit() && self.may_stop_here()
+    }
+
+    /// Out of line: the walk's hot loop pays only for [`Walker::over_limit`].
+    #[cold]
+    #[inline(never)]
+    fn may_stop_here(&self) -> bool {
+        self.stop_anywhere || (self.output_final() && self.settled())
+    }
+
+    /// Right after `tnt_for_cond` queued a TNT packet read at a block's conditional
+    /// branch: the output has reached the piece limit and may be taken here. Everything
+    /// before the TNT has been read (the CYC after the last packet too), and the TNT's
+    /// own bits, rows and CYC all go to the next piece. In a loop of conditional
+    /// branches (full TNTs, each with its CYC) this is the only place a walk is settled.
+    #[inline]
+    fn full_at_fresh_tnt(&self) -> bool {
+        self.over_limit() && self.may_stop_at_fresh_tnt()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn may_stop_at_fresh_tnt(&self) -> bool {
+        !self.stop_anywhere && self.output_final()
+    }
+
+    /// Whether the output so far is final, so that the walk can hand it on and go on
+    /// (where it is also [`Walker::settled`], or at a fresh TNT,
+    /// [`Walker::full_at_fresh_tnt`]):
+    /// - every row is decided (a gap drops the rows after the last decided one, which
+    ///   must still be here to drop);
+    /// - the last row is not a direct `jmp` or `call` (one made final by a PSB read): its
+    ///   time is placed at the next decided row or stop, which the timeline looks for in
+    ///   the next piece only;
+    /// - no FUP's look-ahead holds events back, and nothing is read ahead (so no PSB+
+    ///   waits to be applied, whose events, `status_events`, would be moved after rows
+    ///   still to come);
+    /// - the output is the walk's from its first byte (a body's is thrown away up to its
+    ///   resume point, or all of it at a restart).
+    fn output_final(&self) -> bool {
+        self.rows.len() == self.tail_start
+            && !self.rows.ends_in_direct()
+            && self.facts.deferred.is_empty()
+            && !self.facts.looking_ahead
+            && self.role != Role::Body
+            && self.la.is_none()
+            && self.pending.is_none()
+    }
+
+    /// The TNT queue is empty (the rows of one TNT packet stay in one piece: the timeline
+    /// finds a full TNT's exact row among them) and nothing read waits for a packet still
+    /// to come ([`Format::settled`]: RTIT's CYC after the packet that decided the last
+    /// row): the next packet read starts the next piece.
+    fn settled(&self) -> bool {
+        self.st.tnt.is_empty() && {
+            let mut fe = self.st.fe.clone();
+            self.front.save(&mut fe);
+            F::settled(&fe)
+        }
+    }
+
+    /// Take the output so far (after [`Stop::Split`]): the walk goes on from its state
+    /// with empty output, exactly as if the range had ended here and a walker started
+    /// over from its exit state, except that nothing is read twice. What points into the
+    /// output is moved down with it.
+    pub fn split_off(&mut self) -> (S, Vec<EventRow>, Vec<TimingFact>)
+    where
+        S: Default,
+    {
+        let n = self.rows.len();
+        debug_assert_eq!(n, self.tail_start, "only decided rows are handed on");
+        let rows = std::mem::take(&mut self.rows);
+        self.tail_start = 0;
+        // A second reading of a FUP.PGD may drop the rows after index `r`: still possible
+        // only when `r` is the end (before it, the rows are decided and it cannot).
+        self.alt_pgd = self
+            .alt_pgd
+            .and_then(|(r, nlip)| (r >= n).then_some((r - n, nlip)));
+        self.facts.seq = self.facts.seq.saturating_sub(n as u64);
+        // Nothing is read ahead, so the PSB+ those events came with has been applied or
+        // passed over: the index is used only when it is applied. (It stays set after a
+        // PSB+ read while not tracing, which kept an Intel PT walk from ever splitting.)
+        self.status_events = None;
+        (
+            rows,
+            std::mem::take(&mut self.facts.events),
+            std::mem::take(&mut self.facts.timing),
+        )
     }
 
     /// A stitch meeting `target` (a body's start).
@@ -699,6 +826,10 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             let r = match self.st.mode {
                 Mode::Tracing => self.walk(),
                 _ => self.idle(),
+            };
+            let r = match r {
+                None if self.full() => Some(Stop::Split),
+                r => r,
             };
             if let Some(stop) = r {
                 self.facts.seq = self.rows.len() as u64;
@@ -1354,7 +1485,14 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             if let Some(s) = self.at_target() {
                 return Some(s);
             }
-            if self.st.tnt.is_empty() && !self.tnt_for_cond() {
+            if self.full() {
+                return Some(Stop::Split);
+            }
+            let queued = self.st.tnt.is_empty() && self.tnt_for_cond();
+            if queued && self.full_at_fresh_tnt() {
+                return Some(Stop::Split);
+            }
+            if self.st.tnt.is_empty() && !queued {
                 // Nothing queued: the next flow item says what happens next.
                 match self.peek() {
                     Item::Tnt { .. } | Item::Tip { .. } | Item::FupNext | Item::NoneNear => {}

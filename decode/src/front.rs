@@ -384,4 +384,10 @@ pub trait Format: Sized + 'static {
     fn next_psb_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u64>;
     /// Bytes of a PSB.
     const PSB_LEN: u64;
+    /// Nothing read so far waits for a packet still to come that belongs with it (RTIT:
+    /// no CYC is due after the last packet): a walk may hand its output on here
+    /// ([`crate::flow::Walker::with_piece_limit`]) as if a PSB came next.
+    fn settled(_st: &Self::State) -> bool {
+        true
+    }
 }

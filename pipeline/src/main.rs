@@ -390,6 +390,10 @@ enum SynthCmd {
         /// range 3, STS).
         #[arg(long, value_parser = parse_num, default_value = "0xef0b")]
         ctl: u64,
+        /// One PSB at the start and none after: a stretch without PSBs as long as the
+        /// trace (a hostile input; the decoder must get through it in bounded memory).
+        #[arg(long)]
+        no_psb: bool,
         /// Bundle directory to write.
         #[arg(long, short)]
         out: PathBuf,
@@ -733,10 +737,13 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 elf,
                 seed,
                 ctl,
+                no_psb,
                 out,
             } => {
                 let t = std::time::Instant::now();
-                let sum = tracemill_datasets::samples::synth_big(&elf, size, seed, ctl, &out)?;
+                let sum = tracemill_datasets::samples::synth_big_with(
+                    &elf, size, seed, ctl, !no_psb, &out,
+                )?;
                 let secs = t.elapsed().as_secs_f64();
                 eprintln!(
                     "wrote {}: {} bytes of trace, {} branches, {} instructions in {:.1} s ({:.0} MB/s of trace)",

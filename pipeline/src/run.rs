@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use crossbeam_channel::bounded;
 use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{
-    decode_body, plan_chunks_with, Body, Chunk, Input, Piece, Sequencer, Stitcher,
+    decode_body_bounded, plan_chunks_with, Body, Chunk, Input, Piece, Sequencer, Stitcher,
 };
 use tracemill_decode::coverage::Coverage;
 use tracemill_decode::front::Format as TraceFormat;
@@ -193,6 +193,23 @@ pub fn default_chunk_bytes(len: u64, jobs: usize) -> u64 {
 
 /// Release consumed trace pages in steps of this many bytes (one madvise call each).
 const RELEASE_STEP: u64 = 16 << 20;
+
+/// Rows, events and timing facts a chunk body may hold before it is given up and its
+/// chunk walked in order, in pieces ([`PIECE_LIMIT`]): a chunk runs to the first PSB past
+/// `chunk_bytes`, so only a stretch without PSBs (one chunk however long) gets there. A
+/// chunk of `chunk_bytes` holds up to a few rows per byte; eight leaves room for dense
+/// code, so that ordinary chunks stay on the pool. At most 2 Mi (about 150 MB of columns
+/// while the body walks, twice that in address space as they grow): past 256 KiB chunks
+/// a dense chunk is walked in order too, so that a body's memory stays bounded whatever
+/// chunk size is asked for.
+pub fn body_limit(chunk_bytes: u64) -> usize {
+    let rows = chunk_bytes.saturating_mul(8).clamp(1 << 20, 2 << 20);
+    usize::try_from(rows).unwrap_or(2 << 20)
+}
+
+/// Rows, events and timing facts per piece when a chunk is walked in order: about what a
+/// default chunk's body holds, so that the stages after see pieces of the usual size.
+pub const PIECE_LIMIT: usize = 1 << 17;
 
 /// Decode a bundle; write the tables asked for.
 ///
@@ -460,12 +477,9 @@ fn decode_as<F: TraceFormat>(
             let (body_tx, body_rx) =
                 crossbeam_channel::unbounded::<(usize, Body<F, BranchColumns>)>();
             std::thread::scope(|ps| {
-                let (input_ref, pool_ref, chunks_ref, caches_ref) =
-                    (&input, &pool, &plan.chunks, &caches);
+                let (input_ref, pool_ref, plan_ref, caches_ref) = (&input, &pool, &*plan, &caches);
                 let producer = ps.spawn(move || {
-                    produce(
-                        input_ref, pool_ref, chunks_ref, caches_ref, slot_rx, body_tx,
-                    )
+                    produce(input_ref, pool_ref, plan_ref, caches_ref, slot_rx, body_tx)
                 });
                 let ordered = Ordered {
                     bundle: part.bundle,
@@ -535,6 +549,8 @@ pub fn file_meta(bundle: &Bundle) -> FileMeta {
 /// The decode's plan: chunks, and the report's opening facts.
 struct Plan {
     chunks: Vec<Chunk>,
+    /// What a body may hold ([`body_limit`]).
+    body_limit: usize,
     report: Report,
 }
 
@@ -589,7 +605,11 @@ fn plan<F: TraceFormat>(
         .into());
     }
     report.chunks = chunks.len();
-    Ok(Plan { chunks, report })
+    Ok(Plan {
+        chunks,
+        body_limit: body_limit(chunk_bytes),
+        report,
+    })
 }
 
 /// Stage 2: decode chunk bodies as pool tasks, each once a window slot is free. The
@@ -599,14 +619,15 @@ fn plan<F: TraceFormat>(
 fn produce<F: TraceFormat>(
     input: &Input<'_, F>,
     pool: &rayon::ThreadPool,
-    chunks: &[Chunk],
+    plan: &Plan,
     caches: &[Mutex<BlockCache>],
     slots: crossbeam_channel::Receiver<()>,
     bodies: crossbeam_channel::Sender<(usize, Body<F, BranchColumns>)>,
 ) {
     let cycle_acc = F::Clock::new(&input.timing).cycle_acc();
+    let limit = plan.body_limit;
     pool.in_place_scope(|sc| {
-        for (i, c) in chunks.iter().enumerate() {
+        for (i, c) in plan.chunks.iter().enumerate() {
             if slots.recv().is_err() {
                 return; // the consumer stopped (a write failed)
             }
@@ -616,7 +637,7 @@ fn produce<F: TraceFormat>(
                 let mut cache = caches[t % caches.len()]
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
-                let mut body = decode_body(input, &mut cache, *c);
+                let mut body = decode_body_bounded(input, &mut cache, *c, limit);
                 drop(cache);
                 // What the timeline reads of the piece, computed here rather than on
                 // the ordered thread.
@@ -677,7 +698,7 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
         });
         let mut timeline = Timeline::<F::Clock>::new(&self.input.timing);
         let mut filling = Filling::default();
-        let mut stitcher = Stitcher::new(self.input);
+        let mut stitcher = Stitcher::new(self.input).with_piece_limit(PIECE_LIMIT);
         let first_psb = self.plan.chunks[0].start;
         let mut junk = (first_psb > 0).then(|| EventRow {
             seq: 0,
@@ -705,6 +726,16 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
                     if let Some(j) = junk.take() {
                         p.events.insert(0, j);
                         p.prepared = None;
+                    }
+                    // A chunk walked here in pieces (a stretch without PSBs) may be the
+                    // whole trace: let the pages behind the walk go as it goes. (A page
+                    // read again, by a look-ahead undone, is only mapped in again.)
+                    if let Some(&o) = p.rows.offset.last() {
+                        let behind = o.saturating_sub(RELEASE_STEP);
+                        if behind >= released + RELEASE_STEP {
+                            self.bundle.release_trace_before(behind);
+                            released = behind;
+                        }
                     }
                     for t in timeline.push_timed(p) {
                         filling.start(t, self.pool);

@@ -435,3 +435,120 @@ fn an_idle_stretch_decodes_in_bounded_memory_and_its_rows_match_the_sample() {
         );
     }
 }
+
+/// A synthetic RTIT bundle (a walk over busybox's code through the hardware model,
+/// cycle-accurate with MTC and STS) of `size` bytes; `psbs` false: one PSB at its start and
+/// none after.
+fn synthetic(dir: &Path, size: u64, seed: u64, psbs: bool) -> PathBuf {
+    let elf = common::samples_dir().join("busybox-sort/images/busybox");
+    tracemill_datasets::samples::synth_big_with(&elf, size, seed, 0xef0b, psbs, dir).unwrap();
+    dir.to_path_buf()
+}
+
+/// `tracemill ARGS` with its data segment (heap and every private mapping) held to
+/// `limit` bytes.
+fn within_data(limit: u64, args: &[&str]) -> Output {
+    Command::new("prlimit")
+        .arg(format!("--data={limit}"))
+        .arg("--")
+        .arg(BIN)
+        .args(args)
+        .output()
+        .expect("prlimit (util-linux)")
+}
+
+/// A stretch without PSBs is one chunk however long, and a chunk body holds all its rows:
+/// a trace of one PSB and then megabytes of branches took about 100 times its size (5 MB:
+/// 539 MB, 18 MB: 1.9 GB; 40 MB aborted on a failed allocation). Its body is now given up
+/// past a bound and the chunk walked in order in pieces of bounded size. Here 12 MB without
+/// a PSB at the start (the first chunk), 1 MB with PSBs, then 12 MB without again (a chunk
+/// in the middle), decoded under a 1 GiB data limit (the old decoder needed 2.5 GB; this one 320-480 MiB
+/// of RSS, by chunk size);
+/// `-j1` and `-j2`, default and small chunks write the same bytes; and the rows of a
+/// stretch without PSBs are those of the same walk with PSBs.
+#[test]
+fn a_stretch_without_psbs_decodes_in_bounded_memory_and_the_same_for_any_chunking() {
+    let tmp = tempfile::tempdir().unwrap();
+    let long = synthetic(&tmp.path().join("long"), 12 << 20, 1, false);
+    let short = synthetic(&tmp.path().join("short"), 1 << 20, 2, true);
+    let b = tmp.path().join("mixed");
+    copy_dir(&long, &b);
+    let (l, sh) = (
+        std::fs::read(long.join("trace.rtit")).unwrap(),
+        std::fs::read(short.join("trace.rtit")).unwrap(),
+    );
+    assert_eq!(
+        l.windows(9)
+            .filter(|w| *w == [0xC0, 0, 0, 0, 0, 0, 0, 0, 0])
+            .count(),
+        1,
+        "the long trace has one PSB"
+    );
+    std::fs::write(b.join("trace.rtit"), [&l[..], &sh[..], &l[..]].concat()).unwrap();
+
+    let limit = 1 << 30;
+    let mut outs = Vec::new();
+    for (name, args) in [
+        ("j2", vec!["-j2"]),
+        ("j1", vec!["-j1"]),
+        ("j2-small", vec!["-j2", "--chunk-size", "32768"]),
+        ("j1-big", vec!["-j1", "--chunk-size", "1048576"]),
+    ] {
+        let out = tmp.path().join(name);
+        let mut a = vec!["decode", s(&b), "--out", s(&out)];
+        a.extend(args);
+        let o = within_data(limit, &a);
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        outs.push((name, out));
+    }
+    let (first, rest) = outs.split_first().unwrap();
+    for (name, out) in rest {
+        for t in ["branches", "events", "timing", "coverage", "edges"] {
+            let f = format!("{t}.parquet");
+            assert!(
+                std::fs::read(first.1.join(&f)).unwrap() == std::fs::read(out.join(&f)).unwrap(),
+                "{f}: {} and {name} differ",
+                first.0
+            );
+        }
+    }
+    let rows = common::read_branches(&first.1.join("branches.parquet"));
+    assert!(rows.len() > 20_000_000, "{} rows", rows.len());
+
+    // The same walk with PSBs: the stretch's rows are its rows (up to where the shorter
+    // trace ends, less a margin for the last, undecided, ones).
+    let with = synthetic(&tmp.path().join("with"), 4 << 20, 1, true);
+    let without = synthetic(&tmp.path().join("without"), 4 << 20, 1, false);
+    let mut got = Vec::new();
+    for b in [&with, &without] {
+        let out = b.join("out");
+        common::ok(&["decode", s(b), "--out", s(&out), "-q"]);
+        got.push(common::read_branches(&out.join("branches.parquet")));
+    }
+    let n = got[0].len().min(got[1].len()) - 1000;
+    assert!(n > 2_000_000, "{n} rows");
+    for (what, a, b) in [
+        ("ip", &got[0].ip[..n], &got[1].ip[..n]),
+        (
+            "target",
+            &got[0].target.values[..n],
+            &got[1].target.values[..n],
+        ),
+    ] {
+        assert!(a == b, "{what}: the rows with and without PSBs differ");
+    }
+    assert_eq!(&got[0].kind[..n], &got[1].kind[..n]);
+    assert_eq!(&got[0].insns[..n], &got[1].insns[..n]);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}

@@ -154,6 +154,47 @@ fn chunked_decoding_equals_sequential_for_every_bundle() {
     }
 }
 
+/// A chunk body given up past its limit, and the chunk walked by the stitcher in pieces
+/// cut wherever the walk can hand its rows on (a limit of one: at every such point), must
+/// give the sequential decode exactly: rows with their time, events, timing facts, the
+/// `timing` table and coverage.
+#[test]
+fn bodies_given_up_and_walked_in_pieces_equal_sequential_for_every_bundle() {
+    use tracemill_decode::chunk::{decode_all_bounded, Input};
+    for dir in bundles() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let b = open(&dir);
+        let seq = decode(&b, u64::MAX);
+        let (images, _) = b.image_set();
+        let stream = b.stream();
+        let input = Input::<tracemill_decode::Rtit> {
+            stream: &stream,
+            images: &images,
+            cfg: b.trace_config(),
+            timing: b.timing_config(),
+        };
+        for (chunk, body, piece) in [
+            (u64::MAX, 1, 1),
+            (u64::MAX, 1000, 37),
+            (2048, 50, 7),
+            (16 << 10, 1 << 20, 1),
+            (16 << 10, 400, 5000),
+        ] {
+            let par = decode_all_bounded(&input, chunk, body, piece);
+            let what = format!("{name}: chunk {chunk}, body limit {body}, pieces of {piece}");
+            for i in 0..seq.rows.len().min(par.rows.len()) {
+                assert_eq!(seq.rows.row(i), par.rows.row(i), "{what}: row {i}");
+            }
+            assert_eq!(seq.rows.len(), par.rows.len(), "{what}: rows");
+            assert!(seq.rows == par.rows, "{what}: rows");
+            assert_eq!(seq.events, par.events, "{what}: events");
+            assert_eq!(seq.timing, par.timing, "{what}: timing facts");
+            assert_eq!(seq.timing_rows, par.timing_rows, "{what}: timing table");
+            assert_eq!(seq.coverage, par.coverage, "{what}: coverage");
+        }
+    }
+}
+
 /// Columns offset, value, tsc and cycles of a `timing.parquet`.
 type TimingCols = (Vec<u64>, Vec<u64>, Vec<Option<u64>>, Vec<Option<u64>>);
 
