@@ -172,6 +172,7 @@ fn bodies_given_up_and_walked_in_pieces_equal_sequential_for_every_bundle() {
             images: &images,
             cfg: b.trace_config(),
             timing: b.timing_config(),
+            spaces: None,
         };
         for (chunk, body, piece) in [
             (u64::MAX, 1, 1),
