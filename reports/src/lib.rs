@@ -15,6 +15,7 @@
 //! - [`stacks`]: call stacks rebuilt from the `call`/`ret` rows, folded stacks and the
 //!   flame graph SVG;
 //! - [`coverage`]: drcov (version 2) and lcov exports and a per-function summary;
+//! - [`diff`]: two runs compared: hotspots joined, coverage gained and lost;
 //! - [`timeline`]: call spans in time as Chrome trace-event JSON;
 //! - [`html`]: one self-contained page with all of it.
 //!
@@ -23,6 +24,7 @@
 
 pub mod coverage;
 pub mod dataset;
+pub mod diff;
 pub mod hotspots;
 pub mod html;
 pub mod input;
