@@ -189,6 +189,39 @@ enum ReportCmd {
         #[arg(long, value_name = "N", default_value_t = 2_000_000)]
         max_spans: u64,
     },
+    /// What changed from A to B: instructions (and cycles) by function, line or block,
+    /// and the blocks and edges executed in one and not the other.
+    Diff {
+        /// The baseline: a decode output directory or a dataset.
+        #[arg(value_name = "A")]
+        a: PathBuf,
+        /// The run compared with it (may be the same dataset as A, with another --where-b).
+        #[arg(value_name = "B")]
+        b: PathBuf,
+        /// Over datasets, the bundles of both sides (as the other reports' --where).
+        #[arg(long = "where", value_name = "FILTER", value_parser = parse_filter)]
+        filter: Option<(Filter, String)>,
+        /// Over a dataset, the bundles of A only (with --where, both must hold).
+        #[arg(long = "where-a", value_name = "FILTER", value_parser = parse_filter)]
+        filter_a: Option<(Filter, String)>,
+        /// Over a dataset, the bundles of B only (with --where, both must hold).
+        #[arg(long = "where-b", value_name = "FILTER", value_parser = parse_filter)]
+        filter_b: Option<(Filter, String)>,
+        /// What a row is.
+        #[arg(long, value_enum, default_value_t = ByArg::Function)]
+        by: ByArg,
+        /// Rows shown, the largest changes first; 0 for all.
+        #[arg(long, value_name = "N", default_value_t = 30)]
+        top: usize,
+        /// Output format (CSV: the change rows, or with --coverage the coverage rows; JSON:
+        /// both).
+        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+        format: FormatArg,
+        /// CSV of the coverage changes (blocks and edges gained and lost by function and
+        /// line) instead of the instruction changes.
+        #[arg(long)]
+        coverage: bool,
+    },
     /// One self-contained HTML page: summary, interactive flame graph, hotspots and
     /// coverage (sortable), timeline preview.
     Html {
@@ -200,6 +233,13 @@ enum ReportCmd {
         /// Rows in the hotspot and function tables, the heaviest first; 0 for all.
         #[arg(long, value_name = "N", default_value_t = 50)]
         top: usize,
+        /// A section of what changed against this baseline (a decode output or a
+        /// dataset), as `report diff BASELINE OUT` reports it.
+        #[arg(long, value_name = "A")]
+        baseline: Option<PathBuf>,
+        /// Over a dataset, the baseline's bundles.
+        #[arg(long = "baseline-where", value_name = "FILTER", value_parser = parse_filter, requires = "baseline")]
+        baseline_filter: Option<(Filter, String)>,
     },
 }
 
@@ -227,6 +267,26 @@ fn open(t: &Tables) -> Result<Source> {
     Ok(src)
 }
 
+/// Both filters must hold: their conditions joined by AND, as `--where` joins them.
+fn both(a: Option<&(Filter, String)>, b: Option<&(Filter, String)>) -> Option<(Filter, String)> {
+    match (a, b) {
+        (Some((fa, sa)), Some((fb, sb))) => {
+            let mut f = fa.clone();
+            f.conds.extend(fb.conds.iter().cloned());
+            Some((f, format!("{sa} AND {sb}")))
+        }
+        (x, y) => x.or(y).cloned(),
+    }
+}
+
+fn by(b: ByArg) -> By {
+    match b {
+        ByArg::Function => By::Function,
+        ByArg::Line => By::Line,
+        ByArg::Block => By::Block,
+    }
+}
+
 fn weight(w: WeightArg) -> Weight {
     match w {
         WeightArg::Instructions => Weight::Instructions,
@@ -251,18 +311,13 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
     match a.what {
         ReportCmd::Hotspots {
             t,
-            by,
+            by: b,
             weight: w,
             top,
             format,
         } => {
             let mut src = open(&t)?;
-            let by = match by {
-                ByArg::Function => By::Function,
-                ByArg::Line => By::Line,
-                ByArg::Block => By::Block,
-            };
-            let h = tracemill_reports::hotspots::hotspots_of(&mut src, by, weight(w))?;
+            let h = tracemill_reports::hotspots::hotspots_of(&mut src, by(b), weight(w))?;
             warn(&h.warnings);
             let top = if top == 0 { usize::MAX } else { top };
             let text = match format {
@@ -350,10 +405,60 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
                 s.tsc_mhz
             );
         }
-        ReportCmd::Html { t, out, top } => {
+        ReportCmd::Diff {
+            a,
+            b,
+            filter,
+            filter_a,
+            filter_b,
+            by: b_arg,
+            top,
+            format,
+            coverage,
+        } => {
+            let side = |dir: PathBuf, f: Option<(Filter, String)>| Tables {
+                dir,
+                bundle: None,
+                filter: f,
+            };
+            let mut sa = open(&side(a, both(filter.as_ref(), filter_a.as_ref())))?;
+            let mut sb = open(&side(b, both(filter.as_ref(), filter_b.as_ref())))?;
+            let d = tracemill_reports::diff::diff(&mut sa, &mut sb, by(b_arg))?;
+            warn(&d.warnings);
+            let top = if top == 0 { usize::MAX } else { top };
+            let text = match format {
+                FormatArg::Table => d.to_table(top),
+                FormatArg::Csv if coverage => d.coverage_csv(top),
+                FormatArg::Csv => d.to_csv(top),
+                FormatArg::Json => d.to_json(top),
+            };
+            print_report(&text)?;
+        }
+        ReportCmd::Html {
+            t,
+            out,
+            top,
+            baseline,
+            baseline_filter,
+        } => {
             let mut src = open(&t)?;
             let top = if top == 0 { usize::MAX } else { top };
-            let page = tracemill_reports::html::render(&mut src, top)?;
+            let diff = match baseline {
+                Some(dir) => {
+                    let mut base = open(&Tables {
+                        dir,
+                        bundle: None,
+                        filter: baseline_filter,
+                    })?;
+                    Some(tracemill_reports::diff::diff(
+                        &mut base,
+                        &mut src,
+                        By::Function,
+                    )?)
+                }
+                None => None,
+            };
+            let page = tracemill_reports::html::render_with(&mut src, top, diff.as_ref())?;
             std::fs::write(&out, page)
                 .with_context(|| format!("{}: cannot write", out.display()))?;
             eprintln!("{}: written", out.display());
