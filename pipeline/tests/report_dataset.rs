@@ -350,3 +350,111 @@ fn bad_filters_are_usage_errors_with_the_reason() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("each bundle's own"));
 }
+
+#[test]
+fn diff_of_two_selections_of_a_dataset() {
+    let f = fleet();
+    let ds = s(&f.dataset);
+    let (h1, h2) = ("host = 'h1'", "host = 'h2'");
+    let o = ok(&[
+        "report",
+        "diff",
+        ds,
+        ds,
+        "--where-a",
+        h1,
+        "--where-b",
+        h2,
+        "--format",
+        "csv",
+        "--top",
+        "0",
+    ]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| header.iter().position(|h| *h == n).unwrap();
+    let mut got = BTreeMap::new();
+    for l in lines {
+        let v: Vec<&str> = l.split(',').collect();
+        let change: i64 = v[col("change")].parse().unwrap();
+        got.insert(
+            (v[col("image")].to_string(), v[col("function")].to_string()),
+            change,
+        );
+    }
+    // Each side is what hotspots says of its selection.
+    let (a, b) = (
+        hotspots(&[ds, "--where", h1]),
+        hotspots(&[ds, "--where", h2]),
+    );
+    let mut want = BTreeMap::new();
+    for k in a.keys().chain(b.keys()) {
+        let x = a.get(k).copied().unwrap_or(0) as i64;
+        let y = b.get(k).copied().unwrap_or(0) as i64;
+        want.insert(k.clone(), y - x);
+    }
+    assert_eq!(got, want, "changes per function");
+    assert!(got.iter().any(|((i, _), &c)| i == "busybox" && c > 0));
+    assert!(got.iter().any(|((i, _), &c)| i == "strings" && c < 0));
+
+    // Coverage: strings (h1 only) is lost, busybox (h2 only) gained; recursion ran on
+    // both hosts, the same sample: nothing of it changed.
+    let o = ok(&[
+        "report",
+        "diff",
+        ds,
+        ds,
+        "--where-a",
+        h1,
+        "--where-b",
+        h2,
+        "--format",
+        "csv",
+        "--coverage",
+        "--top",
+        "0",
+    ]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| header.iter().position(|h| *h == n).unwrap();
+    let mut by_image: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for l in lines {
+        // Function names and lines of the samples have no comma.
+        let v: Vec<&str> = l.split(',').collect();
+        let e = by_image.entry(v[col("image")].to_string()).or_default();
+        e.0 += v[col("blocks_gained")].parse::<u64>().unwrap();
+        e.1 += v[col("blocks_lost")].parse::<u64>().unwrap();
+    }
+    assert!(
+        by_image["busybox"].0 > 0 && by_image["busybox"].1 == 0,
+        "{by_image:?}"
+    );
+    assert!(
+        by_image["strings"].1 > 0 && by_image["strings"].0 == 0,
+        "{by_image:?}"
+    );
+    assert!(!by_image.contains_key("recursion"), "{by_image:?}");
+
+    // --where holds for both sides: h1 against h1 and recursion is no change at all.
+    let o = ok(&[
+        "report",
+        "diff",
+        ds,
+        ds,
+        "--where",
+        h1,
+        "--where-b",
+        "sample = 'recursion'",
+        "--format",
+        "json",
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["blocks_gained"], 0, "{j}");
+    assert!(
+        j["blocks_lost"].as_u64().unwrap() > 0,
+        "strings is not in B"
+    );
+    assert!(j["b"].as_str().unwrap().contains("AND"), "{}", j["b"]);
+}
