@@ -156,9 +156,9 @@ impl Covered {
             let src = col::<UInt64Type>(&batch, "src")?;
             let dst = col::<UInt64Type>(&batch, "dst")?;
             let kinds = kind_codes(&batch, "kind", BranchKind::from_name, |k| k as u8)?;
-            for i in 0..batch.num_rows() {
+            for (i, &kind) in kinds.iter().enumerate() {
                 let (s, d) = (src.value(i), dst.value(i));
-                let key = (place(syms, s), place(syms, d), kinds[i]);
+                let key = (place(syms, s), place(syms, d), kind);
                 if self.edges.contains_key(&key) {
                     continue;
                 }
