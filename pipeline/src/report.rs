@@ -152,6 +152,15 @@ enum ReportCmd {
         #[arg(long, value_enum, default_value_t = WeightArg::Instructions)]
         weight: WeightArg,
     },
+    /// The flame graph's stacks as a pprof profile (gzipped profile.proto) with
+    /// instructions and cycles, for go tool pprof, Pyroscope, Grafana.
+    Pprof {
+        #[command(flatten)]
+        t: Tables,
+        /// The profile to write.
+        #[arg(long, short, value_name = "FILE.pb.gz")]
+        out: PathBuf,
+    },
     /// Coverage by image and function; drcov and lcov files.
     Coverage {
         #[command(flatten)]
@@ -358,6 +367,24 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
                 group(s.mismatched_returns),
                 group(s.longjmps),
                 group(s.async_entries)
+            );
+        }
+        ReportCmd::Pprof { t, out } => {
+            let mut src = open(&t)?;
+            let f = std::fs::File::create(&out)
+                .with_context(|| format!("{}: cannot create", out.display()))?;
+            let s = tracemill_reports::pprof::write(&mut src, std::io::BufWriter::new(f))
+                .with_context(|| format!("{}: cannot write the profile", out.display()))?;
+            warn(&s.warnings);
+            eprintln!(
+                "{}: {} samples, {} functions, {} mappings; {} instructions{}",
+                out.display(),
+                group(s.samples),
+                group(s.functions),
+                group(s.mappings),
+                group(s.instructions),
+                s.cycles
+                    .map_or(String::new(), |c| format!(", {} cycles", group(c)))
             );
         }
         ReportCmd::Coverage {

@@ -143,5 +143,6 @@ fn _tracemill(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reports::coverage, m)?)?;
     m.add_function(wrap_pyfunction!(reports::timeline, m)?)?;
     m.add_function(wrap_pyfunction!(reports::html, m)?)?;
+    m.add_function(wrap_pyfunction!(reports::diff, m)?)?;
     Ok(())
 }

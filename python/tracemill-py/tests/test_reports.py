@@ -93,6 +93,34 @@ def test_reports_over_a_dataset_with_where(cli, dataset):
     assert str(e.value) == cli_error(cli, "report", "hotspots", dataset, "--where", "nohost = 'x'")
 
 
+def test_diff_equals_the_cli_csv(cli, out, dataset):
+    # Two selections of one dataset: h1's recursion against h2's bundles.
+    args = dict(where_a="host = 'h1' AND program = 'recursion'", where_b="host = 'h2'")
+    t = tracemill.report.diff(dataset, dataset, **args)
+    flags = ["--where-a", args["where_a"], "--where-b", args["where_b"]]
+    r = run_cli(cli, "report", "diff", dataset, dataset, *flags, "--format", "csv", "--top", "0")
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [(g["function"], g["instructions_a"], g["instructions_b"], g["change"]) for g in t.to_pylist()] == [
+        (w["function"], int(w["instructions_a"]), int(w["instructions_b"]), int(w["change"])) for w in rows
+    ]
+    md = t.schema.metadata
+    assert md[b"tracemill.report"] == b"diff"
+    total_b = int(md[b"tracemill.total_instructions_b"])
+    assert sum(t.column("change").to_pylist()) == total_b - int(md[b"tracemill.total_instructions_a"])
+    c = tracemill.report.diff(dataset, dataset, coverage=True, **args)
+    r = run_cli(cli, "report", "diff", dataset, dataset, *flags, "--format", "csv", "--coverage", "--top", "0")
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [(g["function"], g["line"], g["blocks_gained"], g["edges_lost"]) for g in c.to_pylist()] == [
+        (w["function"], w["line"], int(w["blocks_gained"]), int(w["edges_lost"])) for w in rows
+    ]
+    # A run against itself: nothing changed, nothing gained or lost.
+    same = tracemill.report.diff(out, out, by="line")
+    assert set(same.column("change").to_pylist()) == {0} and "line" in same.column_names
+    assert tracemill.report.diff(out, out, coverage=True).num_rows == 0
+    page = tracemill.report.html(out, top=5, baseline=out)
+    assert 'id="changes"' in page
+
+
 def test_report_errors_carry_the_cli_message(cli, tmp_path):
     with pytest.raises(tracemill.ReportError) as e:
         tracemill.report.hotspots(tmp_path)

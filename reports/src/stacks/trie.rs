@@ -254,6 +254,28 @@ impl Stacks {
         self.weights(cycles).iter().sum()
     }
 
+    /// Every stack with a weight of its own, in the order the stacks were first seen, for
+    /// writers of other formats (pprof): `f` gets its frames innermost first (function
+    /// ids, as `names` index them), its instructions and its cycles (0 unless counted).
+    pub fn each_stack(&self, mut f: impl FnMut(&[u32], u64, u64)) {
+        let cycles = self.counts_cycles();
+        let mut frames = Vec::new();
+        for (i, &instructions) in self.instructions.iter().enumerate().skip(1) {
+            let c = if cycles { self.cycles[i] } else { 0 };
+            if instructions == 0 && c == 0 {
+                continue;
+            }
+            frames.clear();
+            let mut m = i as u32;
+            while m != 0 {
+                let (p, func) = self.node(m as usize);
+                frames.push(func);
+                m = p;
+            }
+            f(&frames, instructions, c);
+        }
+    }
+
     /// The folded path of node `n`: its frames' names, outermost first, joined by `;`.
     /// `names` are already cleaned (`folded_names`); `parts` is scratch space.
     pub(super) fn path(&self, names: &[String], n: usize, parts: &mut Vec<u32>, out: &mut String) {

@@ -120,10 +120,51 @@ def html(
     top: int = 50,
     where: Optional[str] = None,
     bundle: Optional[Source] = None,
+    baseline: Optional[Source] = None,
+    baseline_where: Optional[str] = None,
 ) -> Html:
     """The one-page report (summary, interactive flame graph, hotspots, coverage,
-    timeline preview), self-contained; a notebook shows it inline."""
-    return Html(_tracemill.html(os.fspath(source), top=top, where=where, bundle=_p(bundle)))
+    timeline preview), self-contained; a notebook shows it inline. With ``baseline`` (a
+    decode output or dataset, ``baseline_where`` selecting its bundles), a section of what
+    changed against it, as :func:`diff` reports it."""
+    return Html(
+        _tracemill.html(
+            os.fspath(source),
+            top=top,
+            where=where,
+            bundle=_p(bundle),
+            baseline=_p(baseline),
+            baseline_where=baseline_where,
+        )
+    )
 
 
-__all__ = ["hotspots", "flamegraph", "flamegraph_svg", "coverage", "timeline", "html", "Svg", "Html"]
+def diff(
+    a: Source,
+    b: Source,
+    *,
+    by: str = "function",
+    where: Optional[str] = None,
+    where_a: Optional[str] = None,
+    where_b: Optional[str] = None,
+    coverage: bool = False,
+):
+    """What changed from ``a`` (the baseline) to ``b``: one row per function (``by="line"``,
+    ``"block"``) with ``instructions_a``, ``instructions_b``, ``change``, ``share`` (the
+    change as a share of A's total), ``delta`` (the change of the row's share of the
+    total) and cycles, the largest change first. ``coverage=True``: one row per function
+    and source line with the blocks, instructions and edges gained (in B only) and lost
+    (in A only). ``where`` selects the bundles of both sides of a dataset, ``where_a`` and
+    ``where_b`` of one (both hold when given with ``where``)."""
+    return _tracemill.diff(
+        os.fspath(a),
+        os.fspath(b),
+        by=by,
+        where=where,
+        where_a=where_a,
+        where_b=where_b,
+        coverage=coverage,
+    )
+
+
+__all__ = ["hotspots", "flamegraph", "flamegraph_svg", "coverage", "diff", "timeline", "html", "Svg", "Html"]
