@@ -458,3 +458,69 @@ fn diff_of_two_selections_of_a_dataset() {
     );
     assert!(j["b"].as_str().unwrap().contains("AND"), "{}", j["b"]);
 }
+
+#[test]
+fn pprof_of_a_selection_is_its_hotspots_in_go_tool_pprof() {
+    let f = fleet();
+    let ds = s(&f.dataset);
+    let profile = f.root.join("h2.pb.gz");
+    ok(&[
+        "report",
+        "pprof",
+        ds,
+        "--where",
+        "host = 'h2'",
+        "-o",
+        s(&profile),
+    ]);
+    let o = match std::process::Command::new("go")
+        .args([
+            "tool",
+            "pprof",
+            "-top",
+            "-nodecount=1000000",
+            "-nodefraction=0",
+        ])
+        .arg(&profile)
+        .output()
+    {
+        Ok(o) => o,
+        Err(_) => {
+            return common::missing_tool(
+                "go not found: install golang-go (apt-get install golang-go)",
+            )
+        }
+    };
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let mut flat: BTreeMap<String, u64> = BTreeMap::new();
+    let rows = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"));
+    for l in rows.skip(1) {
+        let v: Vec<&str> = l.split_whitespace().collect();
+        let n: u64 = v[0].parse().unwrap();
+        if n > 0 {
+            flat.insert(v[5..].join(" "), n);
+        }
+    }
+    // The selection's hotspots, by function name. Code of no symbol (h2's stripped
+    // busybox) is named differently: by the block (hotspots), by the call target it was
+    // entered by (stacks); its total is the same.
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for ((_, function), n) in hotspots(&[ds, "--where", "host = 'h2'"]) {
+        *want.entry(function).or_default() += n;
+    }
+    let unnamed = |m: &mut BTreeMap<String, u64>| {
+        let keys: Vec<String> = m
+            .keys()
+            .filter(|k| k.starts_with("busybox+0x"))
+            .cloned()
+            .collect();
+        keys.iter().map(|k| m.remove(k).unwrap()).sum::<u64>()
+    };
+    let (a, b) = (unnamed(&mut flat), unnamed(&mut want));
+    assert!(a > 0, "busybox is on h2");
+    assert_eq!(a, b, "busybox's instructions");
+    assert_eq!(flat, want);
+}
