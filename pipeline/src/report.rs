@@ -161,6 +161,15 @@ enum ReportCmd {
         #[arg(long, short, value_name = "FILE.pb.gz")]
         out: PathBuf,
     },
+    /// The taken branches as `perf script --itrace=b -F comm,tid,cpu,time,ip,sym,addr,symoff`
+    /// prints them, for scripts that read perf's text.
+    PerfScript {
+        #[command(flatten)]
+        t: Tables,
+        /// The text file to write [default: standard output].
+        #[arg(long, short, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Coverage by image and function; drcov and lcov files.
     Coverage {
         #[command(flatten)]
@@ -368,6 +377,39 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
                 group(s.longjmps),
                 group(s.async_entries)
             );
+        }
+        ReportCmd::PerfScript { t, out } => {
+            let mut src = open(&t)?;
+            let s = match &out {
+                Some(p) => {
+                    let f = std::fs::File::create(p)
+                        .with_context(|| format!("{}: cannot create", p.display()))?;
+                    tracemill_reports::perf_script::write(&mut src, f)
+                        .with_context(|| format!("{}: cannot write", p.display()))?
+                }
+                None => {
+                    match tracemill_reports::perf_script::write(&mut src, std::io::stdout().lock())
+                    {
+                        // A reader that stops early (`| head`) is not an error.
+                        Err(e)
+                            if e.downcast_ref::<std::io::Error>()
+                                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+                        {
+                            return Ok(ExitCode::SUCCESS)
+                        }
+                        r => r?,
+                    }
+                }
+            };
+            warn(&s.warnings);
+            if let Some(p) = &out {
+                eprintln!(
+                    "{}: {} lines, {} taken branches",
+                    p.display(),
+                    group(s.lines),
+                    group(s.branches)
+                );
+            }
         }
         ReportCmd::Pprof { t, out } => {
             let mut src = open(&t)?;

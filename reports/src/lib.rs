@@ -14,6 +14,7 @@
 //! - [`hotspots`]: instructions, cycles, branches and calls by function, line or block;
 //! - [`stacks`]: call stacks rebuilt from the `call`/`ret` rows, folded stacks and the
 //!   flame graph SVG;
+//! - [`perf_script`]: the taken branches as `perf script --itrace=b` prints them;
 //! - [`pprof`]: the flame graph's stacks as a gzipped pprof profile;
 //! - [`coverage`]: drcov (version 2) and lcov exports and a per-function summary;
 //! - [`diff`]: two runs compared: hotspots joined, coverage gained and lost;
@@ -30,6 +31,7 @@ pub mod hotspots;
 pub mod html;
 pub mod input;
 pub mod parquet_keys;
+pub mod perf_script;
 pub mod pprof;
 pub mod source;
 pub mod stacks;
