@@ -161,11 +161,13 @@ impl<'s> Names<'s> {
         }
     }
 
+    /// The address column and its symbol: `{addr:>16x} name+0xoff` (formatted once per
+    /// address: the text is most of a line's cost).
     fn of(&mut self, addr: u64) -> &str {
         let (syms, perf) = (self.syms, &self.perf);
         self.cache.entry(addr).or_insert_with(|| {
             if addr == 0 {
-                return "[unknown]".into();
+                return format!("{addr:>16x} [unknown]").into_boxed_str();
             }
             let named = syms.image_of(addr, None).and_then(|im| {
                 if let Some(p) = &perf[syms.index_of(im)] {
@@ -175,7 +177,8 @@ impl<'s> Names<'s> {
                 (addr >= f.start && addr < f.end)
                     .then(|| format!("{}+{:#x}", f.name, addr - f.start))
             });
-            named.unwrap_or_else(|| "[unknown]".into()).into_boxed_str()
+            let name = named.unwrap_or_else(|| "[unknown]".into());
+            format!("{addr:>16x} {name}").into_boxed_str()
         })
     }
 }
@@ -229,43 +232,55 @@ impl<'a> ThreadColumns<'a> {
 }
 
 /// The line's start up to the `ip` column: `comm tid [cpu] time: `. A line without a
-/// time takes the last one of its CPU.
-fn prefix(
-    line: &mut Vec<u8>,
-    comms: &HashMap<u32, String>,
-    w: Who,
-    last_time: &mut HashMap<Option<u32>, u64>,
-) {
-    if let Some(tid) = w.tid {
-        let comm = tid
-            .and_then(|t| comms.get(&t))
-            .map_or(":-1", String::as_str);
-        let _ = write!(line, "{comm:>16} ");
-        match tid {
-            Some(tid) => {
-                let _ = write!(line, "{tid:>5} ");
-            }
-            None => line.extend_from_slice(b"   -1 "),
-        }
-    }
-    if let Some(c) = w.cpu {
-        let _ = write!(line, "[{c:03}] ");
-    }
-    if let Some(time) = w.time {
-        let time = match time {
+/// time takes the last one of its CPU. Consecutive lines mostly share their start (a
+/// timing packet every few thousand branches): it is made again only when it changes.
+struct Prefixer {
+    comms: HashMap<u32, String>,
+    last_time: HashMap<Option<u32>, u64>,
+    /// The last start made, and what it was made of (tid, cpu, time).
+    key: Option<(Option<Option<u32>>, Option<u32>, Option<u64>)>,
+    text: Vec<u8>,
+}
+
+impl Prefixer {
+    fn put(&mut self, line: &mut Vec<u8>, w: Who) {
+        let time = w.time.map(|t| match t {
             Some(v) => {
-                last_time.insert(w.cpu, v);
-                Some(v)
+                self.last_time.insert(w.cpu, v);
+                v
             }
-            None => last_time.get(&w.cpu).copied(),
-        };
-        let ns = time.unwrap_or(0);
-        let _ = write!(
-            line,
-            "{:>5}.{:06}: ",
-            ns / 1_000_000_000,
-            ns % 1_000_000_000 / 1000
-        );
+            None => self.last_time.get(&w.cpu).copied().unwrap_or(0),
+        });
+        let key = (w.tid, w.cpu, time);
+        if self.key != Some(key) {
+            self.key = Some(key);
+            let t = &mut self.text;
+            t.clear();
+            if let Some(tid) = w.tid {
+                let comm = tid
+                    .and_then(|t| self.comms.get(&t))
+                    .map_or(":-1", String::as_str);
+                let _ = write!(t, "{comm:>16} ");
+                match tid {
+                    Some(tid) => {
+                        let _ = write!(t, "{tid:>5} ");
+                    }
+                    None => t.extend_from_slice(b"   -1 "),
+                }
+            }
+            if let Some(c) = w.cpu {
+                let _ = write!(t, "[{c:03}] ");
+            }
+            if let Some(ns) = time {
+                let _ = write!(
+                    t,
+                    "{:>5}.{:06}: ",
+                    ns / 1_000_000_000,
+                    ns % 1_000_000_000 / 1000
+                );
+            }
+        }
+        line.extend_from_slice(&self.text);
     }
 }
 
@@ -315,7 +330,12 @@ fn enables(input: &Input, threads: bool) -> Result<Vec<(u64, u64, Who)>> {
 fn write_input(input: &Input, out: &mut impl Write, s: &mut Summary) -> Result<()> {
     let t = input.table("branches")?;
     let threads = t.schema.field_with_name("tid").is_ok();
-    let comms = comms(input);
+    let mut prefix = Prefixer {
+        comms: comms(input),
+        last_time: HashMap::new(),
+        key: None,
+        text: Vec::new(),
+    };
     let mut names = Names::new(&input.symbols);
     let en = enables(input, threads).unwrap_or_else(|e| {
         warn_once(
@@ -325,7 +345,6 @@ fn write_input(input: &Input, out: &mut impl Write, s: &mut Summary) -> Result<(
         Vec::new()
     });
     let mut next = 0;
-    let mut last_time: HashMap<Option<u32>, u64> = HashMap::new();
     let mut line = Vec::with_capacity(160);
     let mut cols = vec!["seq", "ip", "target", "taken"];
     if threads {
@@ -348,16 +367,18 @@ fn write_input(input: &Input, out: &mut impl Write, s: &mut Summary) -> Result<(
             while next < en.len() && en[next].0 <= seq.value(i) {
                 let (_, to, who) = en[next];
                 line.clear();
-                prefix(
+                prefix.put(
                     &mut line,
-                    &comms,
                     Who {
                         time: row.time,
                         ..who
                     },
-                    &mut last_time,
                 );
-                let _ = writeln!(line, " {:>16x} [unknown] => {to:>16x} {}", 0, names.of(to));
+                line.push(b' ');
+                line.extend_from_slice(names.of(0).as_bytes());
+                line.extend_from_slice(b" => ");
+                line.extend_from_slice(names.of(to).as_bytes());
+                line.push(b'\n');
                 out.write_all(&line)?;
                 s.lines += 1;
                 next += 1;
@@ -368,9 +389,12 @@ fn write_input(input: &Input, out: &mut impl Write, s: &mut Summary) -> Result<(
             }
             let (from, to) = (ip.value(i), if has_target { target.value(i) } else { 0 });
             line.clear();
-            prefix(&mut line, &comms, row, &mut last_time);
-            let _ = write!(line, " {from:>16x} {} => ", names.of(from));
-            let _ = writeln!(line, "{to:>16x} {}", names.of(to));
+            prefix.put(&mut line, row);
+            line.push(b' ');
+            line.extend_from_slice(names.of(from).as_bytes());
+            line.extend_from_slice(b" => ");
+            line.extend_from_slice(names.of(to).as_bytes());
+            line.push(b'\n');
             out.write_all(&line)?;
             s.lines += 1;
             s.branches += has_target as u64;
