@@ -601,3 +601,50 @@ pub(crate) fn diff(
     ]);
     table(py, "diff", columns, meta)
 }
+
+/// The flame graph's stacks as a gzipped pprof profile written to `out`: what it holds.
+#[pyfunction]
+#[pyo3(signature = (source, out, *, r#where=None, bundle=None))]
+pub(crate) fn pprof(
+    py: Python<'_>,
+    source: PathBuf,
+    out: PathBuf,
+    r#where: Option<String>,
+    bundle: Option<PathBuf>,
+) -> PyResult<HashMap<String, u64>> {
+    let mut src = open(py, source, bundle, r#where)?;
+    let f = std::fs::File::create(&out)
+        .map_err(|e| error(py, "ReportError", format!("{}: cannot create: {e}", out.display())))?;
+    let s = tracemill_reports::pprof::write(&mut src, std::io::BufWriter::new(f))
+        .map_err(|e| report_error(py, &e))?;
+    warn_all(py, &s.warnings)?;
+    let mut m = HashMap::from([
+        ("samples".to_string(), s.samples),
+        ("functions".to_string(), s.functions),
+        ("mappings".to_string(), s.mappings),
+        ("instructions".to_string(), s.instructions),
+    ]);
+    if let Some(c) = s.cycles {
+        m.insert("cycles".into(), c);
+    }
+    Ok(m)
+}
+
+/// The taken branches in `perf script --itrace=b`'s text, written to `out`: the number of
+/// lines.
+#[pyfunction]
+#[pyo3(signature = (source, out, *, r#where=None, bundle=None))]
+pub(crate) fn perf_script(
+    py: Python<'_>,
+    source: PathBuf,
+    out: PathBuf,
+    r#where: Option<String>,
+    bundle: Option<PathBuf>,
+) -> PyResult<u64> {
+    let mut src = open(py, source, bundle, r#where)?;
+    let f = std::fs::File::create(&out)
+        .map_err(|e| error(py, "ReportError", format!("{}: cannot create: {e}", out.display())))?;
+    let s = tracemill_reports::perf_script::write(&mut src, f).map_err(|e| report_error(py, &e))?;
+    warn_all(py, &s.warnings)?;
+    Ok(s.lines)
+}

@@ -121,6 +121,20 @@ def test_diff_equals_the_cli_csv(cli, out, dataset):
     assert 'id="changes"' in page
 
 
+def test_pprof_and_perf_script_are_the_clis(cli, out, tmp_path):
+    mine, theirs = tmp_path / "py.pb.gz", tmp_path / "cli.pb.gz"
+    got = tracemill.report.pprof(out, mine)
+    assert got["instructions"] == 1_447_668 and got["samples"] > 0 and got["mappings"] == 1
+    run_cli(cli, "report", "pprof", out, "-o", theirs)
+    import gzip
+    assert gzip.decompress(mine.read_bytes()) == gzip.decompress(theirs.read_bytes())
+    text, cli_text = tmp_path / "py.txt", tmp_path / "cli.txt"
+    n = tracemill.report.perf_script(out, text)
+    run_cli(cli, "report", "perf-script", out, "-o", cli_text)
+    assert text.read_text() == cli_text.read_text()
+    assert n == len(text.read_text().splitlines()) > 0
+
+
 def test_report_errors_carry_the_cli_message(cli, tmp_path):
     with pytest.raises(tracemill.ReportError) as e:
         tracemill.report.hotspots(tmp_path)

@@ -167,4 +167,32 @@ def diff(
     )
 
 
-__all__ = ["hotspots", "flamegraph", "flamegraph_svg", "coverage", "diff", "timeline", "html", "Svg", "Html"]
+def pprof(
+    source: Source,
+    out: Source,
+    *,
+    where: Optional[str] = None,
+    bundle: Optional[Source] = None,
+) -> dict:
+    """The flame graph's stacks as a gzipped pprof profile (``profile.proto``) at ``out``,
+    with ``instructions`` and ``cycles`` values, functions with their source lines, and
+    the images as mappings with their build-ids, for ``go tool pprof``, Pyroscope or
+    Grafana. Returns what it holds (``samples``, ``functions``, ``mappings``,
+    ``instructions``, ``cycles``)."""
+    return _tracemill.pprof(os.fspath(source), os.fspath(out), where=where, bundle=_p(bundle))
+
+
+def perf_script(
+    source: Source,
+    out: Source,
+    *,
+    where: Optional[str] = None,
+    bundle: Optional[Source] = None,
+) -> int:
+    """The taken branches at ``out`` as ``perf script --itrace=b -F
+    comm,tid,cpu,time,ip,sym,addr,symoff`` prints them (for scripts that read perf's
+    text); returns the number of lines."""
+    return _tracemill.perf_script(os.fspath(source), os.fspath(out), where=where, bundle=_p(bundle))
+
+
+__all__ = ["hotspots", "flamegraph", "flamegraph_svg", "coverage", "diff", "pprof", "perf_script", "timeline", "html", "Svg", "Html"]
