@@ -203,9 +203,14 @@ enum ReportCmd {
         /// else 1 GHz].
         #[arg(long, value_name = "MHZ")]
         tsc_mhz: Option<f64>,
-        /// Spans written at most (the first ones).
-        #[arg(long, value_name = "N", default_value_t = 2_000_000)]
+        /// Spans written at most (the first ones): 1,000,000 is about 100 MB of JSON.
+        #[arg(long, value_name = "N", default_value_t = 1_000_000)]
         max_spans: u64,
+        /// Spans shorter than this many nanoseconds, which a viewer cannot show, are
+        /// merged: a run of them at one depth becomes one span (args.calls), their callees
+        /// in it (args.nested); 0 merges none.
+        #[arg(long, value_name = "NS", default_value_t = 1.0)]
+        min_ns: f64,
     },
     /// What changed from A to B: instructions (and cycles) by function, line or block,
     /// and the blocks and edges executed in one and not the other.
@@ -452,6 +457,7 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
             to,
             tsc_mhz,
             max_spans,
+            min_ns,
         } => {
             let mut src = open(&t)?;
             let f = std::fs::File::create(&out)
@@ -462,14 +468,16 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
                 tsc_mhz,
                 max_spans,
                 outermost: false,
+                min_ns,
             };
             let s = tracemill_reports::timeline::write(&mut src, &opts, f)
                 .with_context(|| format!("{}: cannot write the timeline", out.display()))?;
             warn(&s.warnings);
             eprintln!(
-                "{}: {} spans, TSC origin {:#x} at {} ticks/us",
+                "{}: {} spans ({} shorter than {min_ns} ns merged), TSC origin {:#x} at {} ticks/us",
                 out.display(),
                 group(s.spans),
+                group(s.merged),
                 s.first_tsc.unwrap_or(0),
                 s.tsc_mhz
             );

@@ -614,6 +614,48 @@ fn reports_of_a_perf_data_have_a_flame_graph_root_and_a_timeline_track_per_threa
             "spans on track {tid}"
         );
     }
+    // TSC in PSB+ only: many calls last zero ticks. None is written as a span of zero
+    // length below the outermost; every call is a span or counted in one.
+    let spans: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert!(
+        spans
+            .iter()
+            .all(|e| e["dur"].as_f64().unwrap() > 0.0 || e["args"]["depth"] == 0),
+        "a zero-length span below depth 0"
+    );
+    let calls: u64 = spans
+        .iter()
+        .map(|e| {
+            e["args"]["calls"].as_u64().unwrap_or(1) + e["args"]["nested"].as_u64().unwrap_or(0)
+        })
+        .sum();
+    let (code, err) = tracemill(&[
+        "report",
+        "timeline",
+        out.to_str().unwrap(),
+        "--out",
+        json.to_str().unwrap(),
+        "--min-ns",
+        "0",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let all: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let unmerged = all["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .count() as u64;
+    assert_eq!(calls, unmerged, "calls merged and not");
+    assert!((spans.len() as u64) < unmerged, "nothing merged");
+    assert!(v["otherData"]["merged"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!(
+            "{} spans shorter than 1 ns merged",
+            unmerged - spans.len() as u64
+        )));
 }
 
 #[test]

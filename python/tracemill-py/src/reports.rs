@@ -364,7 +364,7 @@ pub(crate) fn coverage(
 /// Call spans in time: one row per frame, from the timeline `tracemill report timeline`
 /// writes as Chrome trace JSON.
 #[pyfunction]
-#[pyo3(signature = (source, *, r#where=None, bundle=None, start=None, end=None, tsc_mhz=None, max_spans=2_000_000))]
+#[pyo3(signature = (source, *, r#where=None, bundle=None, start=None, end=None, tsc_mhz=None, max_spans=1_000_000, min_ns=1.0))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn timeline(
     py: Python<'_>,
@@ -375,6 +375,7 @@ pub(crate) fn timeline(
     end: Option<u64>,
     tsc_mhz: Option<f64>,
     max_spans: u64,
+    min_ns: f64,
 ) -> PyResult<Py<PyAny>> {
     let mut src = open(py, source, bundle, r#where)?;
     let opts = tracemill_reports::timeline::Options {
@@ -383,6 +384,7 @@ pub(crate) fn timeline(
         tsc_mhz,
         max_spans,
         outermost: false,
+        min_ns,
     };
     let mut json = Vec::new();
     let s = tracemill_reports::timeline::write(&mut src, &opts, &mut json)
@@ -443,6 +445,7 @@ pub(crate) fn timeline(
             ),
             ("tsc_mhz", s.tsc_mhz.to_string()),
             ("dropped", s.dropped.to_string()),
+            ("merged", s.merged.to_string()),
         ],
     )
 }

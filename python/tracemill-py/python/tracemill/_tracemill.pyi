@@ -111,6 +111,7 @@ def timeline(
     end: Optional[int] = None,
     tsc_mhz: Optional[float] = None,
     max_spans: int = ...,
+    min_ns: float = ...,
 ) -> pa.Table: ...
 def html(
     source: str,

@@ -98,11 +98,13 @@ def timeline(
     start: Optional[int] = None,
     end: Optional[int] = None,
     tsc_mhz: Optional[float] = None,
-    max_spans: int = 2_000_000,
+    max_spans: int = 1_000_000,
+    min_ns: float = 1.0,
 ):
     """Function call spans in time: one row per frame (``pid`` per bundle, ``process``,
     ``function``, ``depth``, ``start_us``, ``duration_us``), between TSCs ``start`` and
-    ``end``; the TSC origin and rate in the schema metadata."""
+    ``end``; the TSC origin and rate in the schema metadata. Spans shorter than ``min_ns``
+    are merged as ``tracemill report timeline`` merges them (metadata ``merged``)."""
     return _tracemill.timeline(
         os.fspath(source),
         where=where,
@@ -111,6 +113,7 @@ def timeline(
         end=end,
         tsc_mhz=tsc_mhz,
         max_spans=max_spans,
+        min_ns=min_ns,
     )
 
 
