@@ -231,14 +231,17 @@ impl<'a> ThreadColumns<'a> {
     }
 }
 
+/// What a line's start is made of: tid (outer `None`: no such column), cpu, time.
+type PrefixKey = (Option<Option<u32>>, Option<u32>, Option<u64>);
+
 /// The line's start up to the `ip` column: `comm tid [cpu] time: `. A line without a
 /// time takes the last one of its CPU. Consecutive lines mostly share their start (a
 /// timing packet every few thousand branches): it is made again only when it changes.
 struct Prefixer {
     comms: HashMap<u32, String>,
     last_time: HashMap<Option<u32>, u64>,
-    /// The last start made, and what it was made of (tid, cpu, time).
-    key: Option<(Option<Option<u32>>, Option<u32>, Option<u64>)>,
+    /// What the last start was made of.
+    key: Option<PrefixKey>,
     text: Vec<u8>,
 }
 
