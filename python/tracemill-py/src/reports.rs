@@ -395,6 +395,8 @@ pub(crate) fn timeline(
     let mut processes: HashMap<u64, String> = HashMap::new();
     let (mut pid, mut name, mut depth, mut ts, mut dur) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // A span of merged calls says how many (`args.calls`, `args.nested`); a frame is one.
+    let (mut calls, mut nested) = (Vec::new(), Vec::new());
     for ev in doc["traceEvents"].as_array().into_iter().flatten() {
         let p = ev["pid"].as_u64().unwrap_or(0);
         match ev["ph"].as_str() {
@@ -407,6 +409,8 @@ pub(crate) fn timeline(
                 depth.push(ev["args"]["depth"].as_u64().unwrap_or(0) as u32);
                 ts.push(ev["ts"].as_f64().unwrap_or(0.0));
                 dur.push(ev["dur"].as_f64().unwrap_or(0.0));
+                calls.push(ev["args"]["calls"].as_u64().unwrap_or(1) as u32);
+                nested.push(ev["args"]["nested"].as_u64().unwrap_or(0) as u32);
             }
             _ => {}
         }
@@ -435,6 +439,16 @@ pub(crate) fn timeline(
             (
                 "duration_us",
                 Arc::new(Float64Array::from(dur)) as ArrayRef,
+                false,
+            ),
+            (
+                "calls",
+                Arc::new(UInt32Array::from(calls)) as ArrayRef,
+                false,
+            ),
+            (
+                "nested",
+                Arc::new(UInt32Array::from(nested)) as ArrayRef,
                 false,
             ),
         ],

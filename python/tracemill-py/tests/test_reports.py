@@ -74,6 +74,8 @@ def test_coverage_timeline_and_html(cli, out, tmp_path):
     spans = [e for e in json.loads(js.read_text())["traceEvents"] if e["ph"] == "X"]
     assert tl.num_rows == len(spans) > 0
     assert tl.column("function").to_pylist() == [e["name"] for e in spans]
+    assert tl.column("calls").to_pylist() == [e["args"].get("calls", 1) for e in spans]
+    assert int(tl.schema.metadata[b"tracemill.merged"]) == 0  # cycle-accurate: none too short
     page = tracemill.report.html(out, top=5)
     assert page.lstrip().lower().startswith("<!doctype html") and page._repr_html_() == page
 

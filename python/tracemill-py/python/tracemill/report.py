@@ -102,7 +102,8 @@ def timeline(
     min_ns: float = 1.0,
 ):
     """Function call spans in time: one row per frame (``pid`` per bundle, ``process``,
-    ``function``, ``depth``, ``start_us``, ``duration_us``), between TSCs ``start`` and
+    ``function``, ``depth``, ``start_us``, ``duration_us``, ``calls`` and ``nested``: the
+    calls a span of merged ones holds), between TSCs ``start`` and
     ``end``; the TSC origin and rate in the schema metadata. Spans shorter than ``min_ns``
     are merged as ``tracemill report timeline`` merges them (metadata ``merged``)."""
     return _tracemill.timeline(
