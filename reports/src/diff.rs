@@ -19,7 +19,7 @@
 //! Bundles of a dataset add up: a block executed by any selected bundle of a side is
 //! executed on that side.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use anyhow::Result;
 use arrow_array::types::UInt64Type;
@@ -558,16 +558,6 @@ impl Diff {
         d.rows.truncate(top);
         d.coverage.truncate(top);
         serde_json::to_string_pretty(&d).unwrap_or_default() + "\n"
-    }
-
-    /// Functions (by their change rows) whose instructions changed, as a set: for tests
-    /// and for the HTML page's note.
-    pub fn changed_functions(&self) -> HashSet<&str> {
-        self.rows
-            .iter()
-            .filter(|r| r.change != 0)
-            .map(|r| r.function.as_str())
-            .collect()
     }
 }
 

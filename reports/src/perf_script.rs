@@ -3,7 +3,7 @@
 //! magic-trace's parser, one-off awk) read tracemill's decode unchanged:
 //!
 //! ```text
-//!          busybox  4242 [000]     1.001101:            40ec0b main+0x1b =>           410300 foo+0x0
+//!        recursion  4242 [000]     1.001101:            4016db _start+0x1b =>           4042c0 __libc_start_main_impl+0x0
 //! ```
 //!
 //! One line per sample perf makes with `--itrace=b`:
@@ -19,12 +19,16 @@
 //! (3 digits), `time` (seconds and microseconds of perf time), then `ip`, its symbol,
 //! `=>`, the target and its symbol (`name+0xoffset` inside a symbol's range, else
 //! `[unknown]`). `comm`, `tid`, `cpu` and `time` come from a perf.data decode's
-//! columns; a bundle's decode has none of them and its lines start at `ip`. A row of an
-//! unknown thread (before the first switch record) prints `:-1` as perf does, and a row
-//! without a time (no TSC yet) the time of the row before it on its CPU.
+//! columns; a bundle's decode has none of them and its lines start at `ip`. A row of no
+//! known thread (before the first switch record) prints comm `:-1` and tid `-1`, a row
+//! without a time (no TSC yet) the time of the row before it on its CPU, and a trace
+//! start (the `enable` event has no time of its own) the time of the row after it.
 //!
 //! Lines come CPU by CPU as the tables hold them (perf interleaves CPUs by time): a
-//! script that reads per thread or per CPU sees the same sequence.
+//! script that reads per thread or per CPU sees the same sequence. The time is the row's
+//! (`time`: its TSC as perf time), which can differ from perf's by up to one interval of
+//! timing packets: between them perf estimates its own way (see the test in
+//! `pipeline/tests/perf_data.rs`).
 
 use std::collections::HashMap;
 use std::io::Write;
