@@ -9,7 +9,10 @@
 # - `perf script --itrace=b -F tid,cpu,ip,addr`: every taken branch as a text line (the
 #   cheapest output perf has for them; its default fields add symbol lookups), to /dev/null;
 # - `tracemill decode FILE --out DIR` with every table, on 1 and on 2 threads;
-# - `tracemill decode FILE` without output, 2 threads.
+# - `tracemill decode FILE` without output, 2 threads;
+# - the text with symbols, `perf script --itrace=b -F comm,tid,cpu,time,ip,sym,addr,symoff`
+#   (perf-sym) against `tracemill report perf-script` of a decode made once before the runs
+#   (tm-script: the same lines but for the time column).
 # Prints MB/s of AUX data (the file's AUXTRACE bytes), perf's branch samples and
 # tracemill's rows, and each run's speed against perf's.
 set -euo pipefail
@@ -41,13 +44,16 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 declare -A walls cpus
-kinds=(perf tm-j1 tm-j2 tm-noout)
+kinds=(perf tm-j1 tm-j2 tm-noout perf-sym tm-script)
+"$bin" decode "$file" -q -j2 --out "$work/decoded" 2>/dev/null
 run() {
   case $1 in
     perf) "$perf" script -f --itrace=b -F tid,cpu,ip,addr -i "$file" > /dev/null 2>&1 ;;
     tm-j1) rm -rf "$work/o"; "$bin" decode "$file" -q -j1 --out "$work/o" 2>/dev/null ;;
     tm-j2) rm -rf "$work/o"; "$bin" decode "$file" -q -j2 --out "$work/o" 2>/dev/null ;;
     tm-noout) "$bin" decode "$file" -q -j2 2>/dev/null ;;
+    perf-sym) "$perf" script -f --itrace=b -F comm,tid,cpu,time,ip,sym,addr,symoff -i "$file" > /dev/null 2>&1 ;;
+    tm-script) "$bin" report perf-script "$work/decoded" > /dev/null 2>&1 ;;
   esac
 }
 for r in $(seq "$runs"); do

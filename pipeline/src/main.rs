@@ -42,7 +42,7 @@ enum Cmd {
     Ingest(tracemill::ingest::IngestArgs),
     /// Make trace bundles with ground truth from tracemill's model of the RTIT hardware.
     Synth(SynthArgs),
-    /// Reports over decoded tables: hotspots, flame graph, coverage, timeline, HTML.
+    /// Reports over decoded tables: hotspots, flame graph, coverage, diff, timeline, HTML.
     Report(tracemill::report::ReportArgs),
 }
 

@@ -156,6 +156,24 @@ enum ReportCmd {
         #[arg(long, value_enum, default_value_t = WeightArg::Instructions)]
         weight: WeightArg,
     },
+    /// The flame graph's stacks as a pprof profile (gzipped profile.proto) with
+    /// instructions and cycles, for go tool pprof, Pyroscope, Grafana.
+    Pprof {
+        #[command(flatten)]
+        t: Tables,
+        /// The profile to write.
+        #[arg(long, short, value_name = "FILE.pb.gz")]
+        out: PathBuf,
+    },
+    /// The taken branches as `perf script --itrace=b -F comm,tid,cpu,time,ip,sym,addr,symoff`
+    /// prints them, for scripts that read perf's text.
+    PerfScript {
+        #[command(flatten)]
+        t: Tables,
+        /// The text file to write [default: standard output].
+        #[arg(long, short, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Coverage by image and function; drcov and lcov files.
     Coverage {
         #[command(flatten)]
@@ -189,9 +207,47 @@ enum ReportCmd {
         /// else 1 GHz].
         #[arg(long, value_name = "MHZ")]
         tsc_mhz: Option<f64>,
-        /// Spans written at most (the first ones).
-        #[arg(long, value_name = "N", default_value_t = 2_000_000)]
+        /// Spans written at most (the first ones): 1,000,000 is about 100 MB of JSON.
+        #[arg(long, value_name = "N", default_value_t = 1_000_000)]
         max_spans: u64,
+        /// Spans shorter than this many nanoseconds, which a viewer cannot show, are
+        /// merged: a run of them at one depth becomes one span (args.calls), their callees
+        /// in it (args.nested); 0 merges none.
+        #[arg(long, value_name = "NS", default_value_t = 1.0)]
+        min_ns: f64,
+    },
+    /// What changed from A to B: instructions (and cycles) by function, line or block,
+    /// and the blocks and edges executed in one and not the other.
+    Diff {
+        /// The baseline: a decode output directory or a dataset.
+        #[arg(value_name = "A")]
+        a: PathBuf,
+        /// The run compared with it (may be the same dataset as A, with another --where-b).
+        #[arg(value_name = "B")]
+        b: PathBuf,
+        /// Over datasets, the bundles of both sides (as the other reports' --where).
+        #[arg(long = "where", value_name = "FILTER", value_parser = parse_filter)]
+        filter: Option<(Filter, String)>,
+        /// Over a dataset, the bundles of A only (with --where, both must hold).
+        #[arg(long = "where-a", value_name = "FILTER", value_parser = parse_filter)]
+        filter_a: Option<(Filter, String)>,
+        /// Over a dataset, the bundles of B only (with --where, both must hold).
+        #[arg(long = "where-b", value_name = "FILTER", value_parser = parse_filter)]
+        filter_b: Option<(Filter, String)>,
+        /// What a row is.
+        #[arg(long, value_enum, default_value_t = ByArg::Function)]
+        by: ByArg,
+        /// Rows shown, the largest changes first; 0 for all.
+        #[arg(long, value_name = "N", default_value_t = 30)]
+        top: usize,
+        /// Output format (CSV: the change rows, or with --coverage the coverage rows; JSON:
+        /// both).
+        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+        format: FormatArg,
+        /// CSV of the coverage changes (blocks and edges gained and lost by function and
+        /// line) instead of the instruction changes.
+        #[arg(long)]
+        coverage: bool,
     },
     /// One self-contained HTML page: summary, interactive flame graph, hotspots and
     /// coverage (sortable), timeline preview.
@@ -204,6 +260,13 @@ enum ReportCmd {
         /// Rows in the hotspot and function tables, the heaviest first; 0 for all.
         #[arg(long, value_name = "N", default_value_t = 50)]
         top: usize,
+        /// A section of what changed against this baseline (a decode output or a
+        /// dataset), as `report diff BASELINE OUT` reports it.
+        #[arg(long, value_name = "A")]
+        baseline: Option<PathBuf>,
+        /// Over a dataset, the baseline's bundles.
+        #[arg(long = "baseline-where", value_name = "FILTER", value_parser = parse_filter, requires = "baseline")]
+        baseline_filter: Option<(Filter, String)>,
     },
 }
 
@@ -231,6 +294,26 @@ fn open(t: &Tables) -> Result<Source> {
     Ok(src)
 }
 
+/// Both filters must hold: their conditions joined by AND, as `--where` joins them.
+fn both(a: Option<&(Filter, String)>, b: Option<&(Filter, String)>) -> Option<(Filter, String)> {
+    match (a, b) {
+        (Some((fa, sa)), Some((fb, sb))) => {
+            let mut f = fa.clone();
+            f.conds.extend(fb.conds.iter().cloned());
+            Some((f, format!("{sa} AND {sb}")))
+        }
+        (x, y) => x.or(y).cloned(),
+    }
+}
+
+fn by(b: ByArg) -> By {
+    match b {
+        ByArg::Function => By::Function,
+        ByArg::Line => By::Line,
+        ByArg::Block => By::Block,
+    }
+}
+
 fn weight(w: WeightArg) -> Weight {
     match w {
         WeightArg::Instructions => Weight::Instructions,
@@ -255,18 +338,13 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
     match a.what {
         ReportCmd::Hotspots {
             t,
-            by,
+            by: b,
             weight: w,
             top,
             format,
         } => {
             let mut src = open(&t)?;
-            let by = match by {
-                ByArg::Function => By::Function,
-                ByArg::Line => By::Line,
-                ByArg::Block => By::Block,
-            };
-            let h = tracemill_reports::hotspots::hotspots_of(&mut src, by, weight(w))?;
+            let h = tracemill_reports::hotspots::hotspots_of(&mut src, by(b), weight(w))?;
             warn(&h.warnings);
             let top = if top == 0 { usize::MAX } else { top };
             let text = match format {
@@ -309,6 +387,57 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
                 group(s.async_entries)
             );
         }
+        ReportCmd::PerfScript { t, out } => {
+            let mut src = open(&t)?;
+            let s = match &out {
+                Some(p) => {
+                    let f = std::fs::File::create(p)
+                        .with_context(|| format!("{}: cannot create", p.display()))?;
+                    tracemill_reports::perf_script::write(&mut src, f)
+                        .with_context(|| format!("{}: cannot write", p.display()))?
+                }
+                None => {
+                    match tracemill_reports::perf_script::write(&mut src, std::io::stdout().lock())
+                    {
+                        // A reader that stops early (`| head`) is not an error.
+                        Err(e)
+                            if e.downcast_ref::<std::io::Error>()
+                                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+                        {
+                            return Ok(ExitCode::SUCCESS)
+                        }
+                        r => r?,
+                    }
+                }
+            };
+            warn(&s.warnings);
+            if let Some(p) = &out {
+                eprintln!(
+                    "{}: {} lines, {} taken branches",
+                    p.display(),
+                    group(s.lines),
+                    group(s.branches)
+                );
+            }
+        }
+        ReportCmd::Pprof { t, out } => {
+            let mut src = open(&t)?;
+            let f = std::fs::File::create(&out)
+                .with_context(|| format!("{}: cannot create", out.display()))?;
+            let s = tracemill_reports::pprof::write(&mut src, std::io::BufWriter::new(f))
+                .with_context(|| format!("{}: cannot write the profile", out.display()))?;
+            warn(&s.warnings);
+            eprintln!(
+                "{}: {} samples, {} functions, {} mappings; {} instructions{}",
+                out.display(),
+                group(s.samples),
+                group(s.functions),
+                group(s.mappings),
+                group(s.instructions),
+                s.cycles
+                    .map_or(String::new(), |c| format!(", {} cycles", group(c)))
+            );
+        }
         ReportCmd::Coverage {
             t,
             drcov,
@@ -332,6 +461,7 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
             to,
             tsc_mhz,
             max_spans,
+            min_ns,
         } => {
             let mut src = open(&t)?;
             let f = std::fs::File::create(&out)
@@ -342,22 +472,74 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
                 tsc_mhz,
                 max_spans,
                 outermost: false,
+                min_ns,
             };
             let s = tracemill_reports::timeline::write(&mut src, &opts, f)
                 .with_context(|| format!("{}: cannot write the timeline", out.display()))?;
             warn(&s.warnings);
             eprintln!(
-                "{}: {} spans, TSC origin {:#x} at {} ticks/us",
+                "{}: {} spans ({} shorter than {min_ns} ns merged), TSC origin {:#x} at {} ticks/us",
                 out.display(),
                 group(s.spans),
+                group(s.merged),
                 s.first_tsc.unwrap_or(0),
                 s.tsc_mhz
             );
         }
-        ReportCmd::Html { t, out, top } => {
+        ReportCmd::Diff {
+            a,
+            b,
+            filter,
+            filter_a,
+            filter_b,
+            by: b_arg,
+            top,
+            format,
+            coverage,
+        } => {
+            let side = |dir: PathBuf, f: Option<(Filter, String)>| Tables {
+                dir,
+                bundle: None,
+                filter: f,
+            };
+            let mut sa = open(&side(a, both(filter.as_ref(), filter_a.as_ref())))?;
+            let mut sb = open(&side(b, both(filter.as_ref(), filter_b.as_ref())))?;
+            let d = tracemill_reports::diff::diff(&mut sa, &mut sb, by(b_arg))?;
+            warn(&d.warnings);
+            let top = if top == 0 { usize::MAX } else { top };
+            let text = match format {
+                FormatArg::Table => d.to_table(top),
+                FormatArg::Csv if coverage => d.coverage_csv(top),
+                FormatArg::Csv => d.to_csv(top),
+                FormatArg::Json => d.to_json(top),
+            };
+            print_report(&text)?;
+        }
+        ReportCmd::Html {
+            t,
+            out,
+            top,
+            baseline,
+            baseline_filter,
+        } => {
             let mut src = open(&t)?;
             let top = if top == 0 { usize::MAX } else { top };
-            let page = tracemill_reports::html::render(&mut src, top)?;
+            let diff = match baseline {
+                Some(dir) => {
+                    let mut base = open(&Tables {
+                        dir,
+                        bundle: None,
+                        filter: baseline_filter,
+                    })?;
+                    Some(tracemill_reports::diff::diff(
+                        &mut base,
+                        &mut src,
+                        By::Function,
+                    )?)
+                }
+                None => None,
+            };
+            let page = tracemill_reports::html::render_with(&mut src, top, diff.as_ref())?;
             std::fs::write(&out, page)
                 .with_context(|| format!("{}: cannot write", out.display()))?;
             eprintln!("{}: written", out.display());

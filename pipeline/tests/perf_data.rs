@@ -668,6 +668,48 @@ fn reports_of_a_perf_data_have_a_flame_graph_root_and_a_timeline_track_per_threa
             "spans on track {tid}"
         );
     }
+    // TSC in PSB+ only: many calls last zero ticks. None is written as a span of zero
+    // length below the outermost; every call is a span or counted in one.
+    let spans: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert!(
+        spans
+            .iter()
+            .all(|e| e["dur"].as_f64().unwrap() > 0.0 || e["args"]["depth"] == 0),
+        "a zero-length span below depth 0"
+    );
+    let calls: u64 = spans
+        .iter()
+        .map(|e| {
+            e["args"]["calls"].as_u64().unwrap_or(1) + e["args"]["nested"].as_u64().unwrap_or(0)
+        })
+        .sum();
+    let (code, err) = tracemill(&[
+        "report",
+        "timeline",
+        out.to_str().unwrap(),
+        "--out",
+        json.to_str().unwrap(),
+        "--min-ns",
+        "0",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let all: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let unmerged = all["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .count() as u64;
+    assert_eq!(calls, unmerged, "calls merged and not");
+    assert!((spans.len() as u64) < unmerged, "nothing merged");
+    assert!(v["otherData"]["merged"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!(
+            "{} spans shorter than 1 ns merged",
+            unmerged - spans.len() as u64
+        )));
 }
 
 #[test]
@@ -1234,4 +1276,175 @@ fn the_binaries_are_mapped_once_for_all_the_aux_areas() {
         .count();
     assert_eq!(n, 1, "one mapping of the binary for both areas:\n{maps}");
     drop(rec);
+}
+
+/// `perf script --itrace=b -F comm,tid,cpu,time,ip,sym,addr,symoff` of `file`, or None
+/// without perf (the check skipped, except in CI).
+fn perf_script_text(file: &Path) -> Option<String> {
+    let out = match Command::new("perf")
+        .args(["script", "-f", "--itrace=b", "-F"])
+        .arg("comm,tid,cpu,time,ip,sym,addr,symoff")
+        .arg("-i")
+        .arg(file)
+        .output()
+    {
+        Ok(o) => o,
+        Err(_) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "perf is not installed (apt-get install linux-perf)"
+            );
+            return None;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "perf script: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+/// The lines of one CPU (perf interleaves CPUs by time; tracemill writes them CPU by CPU).
+fn cpu_lines(text: &str, cpu: u32) -> Vec<&str> {
+    let tag = format!(" [{cpu:03}] ");
+    text.lines().filter(|l| l.contains(&tag)).collect()
+}
+
+/// A line without its time: (up to `[cpu]`, after `time:`).
+fn without_time(l: &str) -> (&str, &str) {
+    let at = l.find(']').unwrap() + 1;
+    let colon = l[at..].find(':').unwrap() + at + 1;
+    (&l[..at], &l[colon..])
+}
+
+/// Compare perf's lines and tracemill's line for line: every column but the time equal,
+/// byte for byte; the time within one interval of the timing packets (perf estimates the
+/// time between them its way, tracemill's `time` is its row's TSC, interpolated its own).
+fn same_lines(perf: &[&str], ours: &[&str], what: &str) {
+    assert_eq!(perf.len(), ours.len(), "{what}: lines");
+    assert!(!perf.is_empty(), "{what}: no lines");
+    let time = |l: &str| -> f64 {
+        let t = l.split_whitespace().nth(3).unwrap();
+        t.trim_end_matches(':').parse().unwrap()
+    };
+    // The largest step of either's time: the interval of the timing packets (both move
+    // at a TSC packet; in between perf estimates, tracemill interpolates).
+    let step = [perf, ours]
+        .iter()
+        .flat_map(|ls| ls.windows(2).map(|w| time(w[1]) - time(w[0])))
+        .fold(0.0f64, f64::max);
+    for (i, (p, o)) in perf.iter().zip(ours).enumerate() {
+        let (pa, pb) = without_time(p);
+        let (oa, ob) = without_time(o);
+        assert_eq!(
+            (pa, pb),
+            (oa, ob),
+            "{what}: line {i}:\nperf:      {p}\ntracemill: {o}"
+        );
+        // Same width of the time column.
+        assert_eq!(
+            p.len(),
+            o.len(),
+            "{what}: line {i}:\nperf:      {p}\ntracemill: {o}"
+        );
+        assert!(
+            (time(p) - time(o)).abs() <= step + 1e-6,
+            "{what}: line {i}: time off by more than {step} s:\nperf:      {p}\ntracemill: {o}"
+        );
+    }
+}
+
+#[test]
+fn perf_script_text_is_perfs_line_for_line() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(tmp.path(), "perf.data", &made().file);
+    let out = tmp.path().join("out");
+    decode(&file, &out, &[]);
+    let text = tmp.path().join("script.txt");
+    let (code, err) = tracemill(&[
+        "report",
+        "perf-script",
+        out.to_str().unwrap(),
+        "-o",
+        text.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let ours = std::fs::read_to_string(&text).unwrap();
+    let Some(perf) = perf_script_text(&file) else {
+        return;
+    };
+    assert_eq!(perf.lines().count(), ours.lines().count(), "lines in all");
+    for cpu in [0, 1] {
+        same_lines(
+            &cpu_lines(&perf, cpu),
+            &cpu_lines(&ours, cpu),
+            &format!("cpu {cpu}"),
+        );
+    }
+    // Both threads, by their comm, and the trace starts and stops of the syscalls.
+    assert!(ours
+        .lines()
+        .any(|l| l.starts_with("         busybox  4243 [001]")));
+    assert!(ours.contains(" =>                0 [unknown]"));
+
+    // A program with symbols: `name+0xoffset` on both sides of the arrow, as perf prints
+    // them from the ELF the recording names.
+    let cap = qemu::trace_c(
+        &qemu::programs_dir().join("recursion.c"),
+        &[],
+        b"12 8 200 5\n",
+    )
+    .unwrap();
+    let exec = cap.execution;
+    let elf = exec.images[0].1.clone();
+    let exe = write(tmp.path(), "recursion", &elf);
+    let mut images = ImageSet::new();
+    images.add_elf("recursion", &elf, None, None).unwrap();
+    let mut r = PtRecording::for_elf(&exe, PID, Vec::new()).unwrap();
+    r.config = 1 | 1 << 10 | 1 << 13;
+    let switch_in = r.start_time + 100_000;
+    let tsc = r.clock.perf_time_to_tsc(switch_in + 1_000).unwrap();
+    let o = PtOptions {
+        tsc: Some(PtTsc {
+            start: tsc,
+            per_insn: 1,
+        }),
+        ..PtOptions::default()
+    };
+    let pt = encode_execution(&images, &o, exec.entry, exec.steps.iter().copied());
+    let switch_out = r.clock.tsc_to_perf_time(tsc + pt.summary.instructions) + 1_000;
+    r.cpus.push(CpuStream {
+        cpu: 0,
+        tid: PID,
+        pt: pt.bytes,
+        switch_in,
+        switch_out,
+    });
+    let file = write(
+        tmp.path(),
+        "rec.data",
+        &intel_pt_two_threads(&r).unwrap().bytes,
+    );
+    let out = tmp.path().join("rec");
+    decode(&file, &out, &[]);
+    let (code, err) = tracemill(&[
+        "report",
+        "perf-script",
+        out.to_str().unwrap(),
+        "-o",
+        text.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let ours = std::fs::read_to_string(&text).unwrap();
+    let perf = perf_script_text(&file).unwrap();
+    same_lines(
+        &perf.lines().collect::<Vec<_>>(),
+        &ours.lines().collect::<Vec<_>>(),
+        "recursion",
+    );
+    assert!(ours.contains(" fib+0x"), "symbols");
 }

@@ -350,3 +350,177 @@ fn bad_filters_are_usage_errors_with_the_reason() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("each bundle's own"));
 }
+
+#[test]
+fn diff_of_two_selections_of_a_dataset() {
+    let f = fleet();
+    let ds = s(&f.dataset);
+    let (h1, h2) = ("host = 'h1'", "host = 'h2'");
+    let o = ok(&[
+        "report",
+        "diff",
+        ds,
+        ds,
+        "--where-a",
+        h1,
+        "--where-b",
+        h2,
+        "--format",
+        "csv",
+        "--top",
+        "0",
+    ]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| header.iter().position(|h| *h == n).unwrap();
+    let mut got = BTreeMap::new();
+    for l in lines {
+        let v: Vec<&str> = l.split(',').collect();
+        let change: i64 = v[col("change")].parse().unwrap();
+        got.insert(
+            (v[col("image")].to_string(), v[col("function")].to_string()),
+            change,
+        );
+    }
+    // Each side is what hotspots says of its selection.
+    let (a, b) = (
+        hotspots(&[ds, "--where", h1]),
+        hotspots(&[ds, "--where", h2]),
+    );
+    let mut want = BTreeMap::new();
+    for k in a.keys().chain(b.keys()) {
+        let x = a.get(k).copied().unwrap_or(0) as i64;
+        let y = b.get(k).copied().unwrap_or(0) as i64;
+        want.insert(k.clone(), y - x);
+    }
+    assert_eq!(got, want, "changes per function");
+    assert!(got.iter().any(|((i, _), &c)| i == "busybox" && c > 0));
+    assert!(got.iter().any(|((i, _), &c)| i == "strings" && c < 0));
+
+    // Coverage: strings (h1 only) is lost, busybox (h2 only) gained; recursion ran on
+    // both hosts, the same sample: nothing of it changed.
+    let o = ok(&[
+        "report",
+        "diff",
+        ds,
+        ds,
+        "--where-a",
+        h1,
+        "--where-b",
+        h2,
+        "--format",
+        "csv",
+        "--coverage",
+        "--top",
+        "0",
+    ]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| header.iter().position(|h| *h == n).unwrap();
+    let mut by_image: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for l in lines {
+        // Function names and lines of the samples have no comma.
+        let v: Vec<&str> = l.split(',').collect();
+        let e = by_image.entry(v[col("image")].to_string()).or_default();
+        e.0 += v[col("blocks_gained")].parse::<u64>().unwrap();
+        e.1 += v[col("blocks_lost")].parse::<u64>().unwrap();
+    }
+    assert!(
+        by_image["busybox"].0 > 0 && by_image["busybox"].1 == 0,
+        "{by_image:?}"
+    );
+    assert!(
+        by_image["strings"].1 > 0 && by_image["strings"].0 == 0,
+        "{by_image:?}"
+    );
+    assert!(!by_image.contains_key("recursion"), "{by_image:?}");
+
+    // --where holds for both sides: h1 against h1 and recursion is no change at all.
+    let o = ok(&[
+        "report",
+        "diff",
+        ds,
+        ds,
+        "--where",
+        h1,
+        "--where-b",
+        "sample = 'recursion'",
+        "--format",
+        "json",
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["blocks_gained"], 0, "{j}");
+    assert!(
+        j["blocks_lost"].as_u64().unwrap() > 0,
+        "strings is not in B"
+    );
+    assert!(j["b"].as_str().unwrap().contains("AND"), "{}", j["b"]);
+}
+
+#[test]
+fn pprof_of_a_selection_is_its_hotspots_in_go_tool_pprof() {
+    let f = fleet();
+    let ds = s(&f.dataset);
+    let profile = f.root.join("h2.pb.gz");
+    ok(&[
+        "report",
+        "pprof",
+        ds,
+        "--where",
+        "host = 'h2'",
+        "-o",
+        s(&profile),
+    ]);
+    let o = match std::process::Command::new("go")
+        .args([
+            "tool",
+            "pprof",
+            "-top",
+            "-nodecount=1000000",
+            "-nodefraction=0",
+        ])
+        .arg(&profile)
+        .output()
+    {
+        Ok(o) => o,
+        Err(_) => {
+            return common::missing_tool(
+                "go not found: install golang-go (apt-get install golang-go)",
+            )
+        }
+    };
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let mut flat: BTreeMap<String, u64> = BTreeMap::new();
+    let rows = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"));
+    for l in rows.skip(1) {
+        let v: Vec<&str> = l.split_whitespace().collect();
+        let n: u64 = v[0].parse().unwrap();
+        if n > 0 {
+            flat.insert(v[5..].join(" "), n);
+        }
+    }
+    // The selection's hotspots, by function name. Code of no symbol (h2's stripped
+    // busybox) is named differently: by the block (hotspots), by the call target it was
+    // entered by (stacks); its total is the same.
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for ((_, function), n) in hotspots(&[ds, "--where", "host = 'h2'"]) {
+        *want.entry(function).or_default() += n;
+    }
+    let unnamed = |m: &mut BTreeMap<String, u64>| {
+        let keys: Vec<String> = m
+            .keys()
+            .filter(|k| k.starts_with("busybox+0x"))
+            .cloned()
+            .collect();
+        keys.iter().map(|k| m.remove(k).unwrap()).sum::<u64>()
+    };
+    let (a, b) = (unnamed(&mut flat), unnamed(&mut want));
+    assert!(a > 0, "busybox is on h2");
+    assert_eq!(a, b, "busybox's instructions");
+    assert_eq!(flat, want);
+}

@@ -11,6 +11,7 @@ use tracemill_schemas::{meta, EventKind};
 
 use crate::coverage::{coverage, with_blocks, Merge};
 use crate::dataset::Member;
+use crate::diff::Diff;
 use crate::hotspots::{hotspots, hotspots_of, Block, By, Hotspots, Sum as HotspotSum, Weight};
 use crate::input::Input;
 use crate::source::{warn_once, Source};
@@ -158,6 +159,12 @@ fn sections_of_dataset(
 ///
 /// Fails only when no table could be read at all.
 pub fn render(src: &mut Source, top: usize) -> Result<String> {
+    render_with(src, top, None)
+}
+
+/// [`render`], with a section of what changed against a baseline (`report html
+/// --baseline`) when `diff` is given (made by [`crate::diff::diff`] with `src` as B).
+pub fn render_with(src: &mut Source, top: usize, diff: Option<&Diff>) -> Result<String> {
     let mut warnings = match src {
         Source::Decode(input) => input.warnings.clone(),
         Source::Dataset(_) => Vec::new(),
@@ -232,6 +239,11 @@ pub fn render(src: &mut Source, top: usize) -> Result<String> {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\"><title>tracemill report: {}</title><style>{STYLE}</style></head><body>\n",
         esc(&title)
     );
+    let nav_diff = if diff.is_some() {
+        "<a href=\"#changes\">Changes</a>"
+    } else {
+        ""
+    };
     let nav_warn = if warnings.is_empty() {
         String::new()
     } else {
@@ -240,7 +252,7 @@ pub fn render(src: &mut Source, top: usize) -> Result<String> {
     };
     let _ = writeln!(
         h,
-        "<header class=\"top\"><h1>tracemill report</h1><span class=\"source\">{}</span>\n<nav><a href=\"#summary\">Summary</a><a href=\"#flamegraph\">Flame graph</a><a href=\"#hotspots\">Hotspots</a><a href=\"#coverage\">Coverage</a><a href=\"#timeline\">Timeline</a>{nav_warn}</nav></header>\n<main>",
+        "<header class=\"top\"><h1>tracemill report</h1><span class=\"source\">{}</span>\n<nav><a href=\"#summary\">Summary</a><a href=\"#flamegraph\">Flame graph</a><a href=\"#hotspots\">Hotspots</a><a href=\"#coverage\">Coverage</a>{nav_diff}<a href=\"#timeline\">Timeline</a>{nav_warn}</nav></header>\n<main>",
         esc(&title)
     );
 
@@ -465,6 +477,13 @@ pub fn render(src: &mut Source, top: usize) -> Result<String> {
     }
     h.push_str("</section>\n");
 
+    if let Some(d) = diff {
+        changes_section(&mut h, d, top);
+        for w in &d.warnings {
+            warn_once(&mut warnings, format!("changes: {w}"));
+        }
+    }
+
     // Timeline.
     h.push_str("<section id=\"timeline\"><h2>Timeline</h2>\n");
     match timeline {
@@ -533,6 +552,72 @@ fn timeline_json(src: &mut Source) -> Result<(String, TimelineSummary)> {
     // the page has no option for.
     t.warnings.retain(|w| !w.contains("past the limit"));
     Ok((String::from_utf8_lossy(&json).into_owned(), t))
+}
+
+/// The changes against the baseline: the instruction changes by function, then where
+/// coverage was gained and lost.
+fn changes_section(h: &mut String, d: &Diff, top: usize) {
+    let signed = |n: i64| {
+        let g = group(n.unsigned_abs());
+        let text = match n.signum() {
+            1 => format!("+{g}"),
+            -1 => format!("-{g}"),
+            _ => g,
+        };
+        format!("<td data-v=\"{n}\">{text}</td>")
+    };
+    let _ = writeln!(
+        h,
+        "<section id=\"changes\"><h2>Changes against the baseline</h2>\n<table>\n<tr><th class=\"l\">baseline (A)</th><td class=\"l m\">{}</td></tr>\n<tr><th class=\"l\">this (B)</th><td class=\"l m\">{}</td></tr>\n</table>\n<p class=\"note\">Instructions {} in A, {} in B; {} of {} rows, the largest changes first; share: the change as a share of A's total; delta: the change of the row's share of the total, in points.</p>\n<table class=\"sortable\"><thead><tr><th>A</th><th>B</th><th>change</th><th>share</th><th>delta</th><th class=\"l\">image</th><th class=\"l\">function</th></tr></thead><tbody>",
+        esc(&d.a),
+        esc(&d.b),
+        group(d.total_instructions_a),
+        group(d.total_instructions_b),
+        group(d.rows.len().min(top) as u64),
+        group(d.rows.len() as u64)
+    );
+    for r in d.rows.iter().take(top) {
+        let _ = writeln!(
+            h,
+            "<tr>{}{}{}<td data-v=\"{}\">{:+.2}%</td><td data-v=\"{}\">{:+.2}</td><td class=\"l\">{}</td><td class=\"l m\">{}</td></tr>",
+            num(r.instructions_a),
+            num(r.instructions_b),
+            signed(r.change),
+            r.share,
+            r.share * 100.0,
+            r.delta,
+            r.delta * 100.0,
+            esc(&r.image),
+            esc(&r.function)
+        );
+    }
+    let _ = writeln!(
+        h,
+        "</tbody></table>\n<p class=\"note\">Coverage: blocks {} in A, {} in B ({} gained, {} lost); edges {} in A, {} in B ({} gained, {} lost). By function and source line:</p>\n<table class=\"sortable\"><thead><tr><th>blocks gained</th><th>blocks lost</th><th>instructions gained</th><th>instructions lost</th><th>edges gained</th><th>edges lost</th><th class=\"l\">line</th><th class=\"l\">function</th></tr></thead><tbody>",
+        group(d.blocks_a),
+        group(d.blocks_b),
+        group(d.blocks_gained),
+        group(d.blocks_lost),
+        group(d.edges_a),
+        group(d.edges_b),
+        group(d.edges_gained),
+        group(d.edges_lost)
+    );
+    for c in d.coverage.iter().take(top) {
+        let _ = writeln!(
+            h,
+            "<tr>{}{}{}{}{}{}<td class=\"l m\">{}</td><td class=\"l m\">{}</td></tr>",
+            num(c.blocks_gained),
+            num(c.blocks_lost),
+            num(c.instructions_gained),
+            num(c.instructions_lost),
+            num(c.edges_gained),
+            num(c.edges_lost),
+            esc(&c.line),
+            esc(&c.function)
+        );
+    }
+    h.push_str("</tbody></table></section>\n");
 }
 
 /// A number cell: grouped digits, sorted by its value.

@@ -14,7 +14,10 @@
 //! - [`hotspots`]: instructions, cycles, branches and calls by function, line or block;
 //! - [`stacks`]: call stacks rebuilt from the `call`/`ret` rows, folded stacks and the
 //!   flame graph SVG;
+//! - [`perf_script`]: the taken branches as `perf script --itrace=b` prints them;
+//! - [`pprof`]: the flame graph's stacks as a gzipped pprof profile;
 //! - [`coverage`]: drcov (version 2) and lcov exports and a per-function summary;
+//! - [`diff`]: two runs compared: hotspots joined, coverage gained and lost;
 //! - [`timeline`]: call spans in time as Chrome trace-event JSON;
 //! - [`html`]: one self-contained page with all of it.
 //!
@@ -23,10 +26,13 @@
 
 pub mod coverage;
 pub mod dataset;
+pub mod diff;
 pub mod hotspots;
 pub mod html;
 pub mod input;
 pub mod parquet_keys;
+pub mod perf_script;
+pub mod pprof;
 pub mod source;
 pub mod stacks;
 pub mod symbols;

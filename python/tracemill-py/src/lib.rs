@@ -143,5 +143,8 @@ fn _tracemill(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reports::coverage, m)?)?;
     m.add_function(wrap_pyfunction!(reports::timeline, m)?)?;
     m.add_function(wrap_pyfunction!(reports::html, m)?)?;
+    m.add_function(wrap_pyfunction!(reports::diff, m)?)?;
+    m.add_function(wrap_pyfunction!(reports::pprof, m)?)?;
+    m.add_function(wrap_pyfunction!(reports::perf_script, m)?)?;
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, Float64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
+use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
 use arrow_schema::{Field, Schema};
 use pyo3::prelude::*;
 use tracemill_reports::dataset::{parse_where, FilterError};
@@ -104,18 +104,7 @@ pub(crate) fn hotspots(
     r#where: Option<String>,
     bundle: Option<PathBuf>,
 ) -> PyResult<Py<PyAny>> {
-    let by = match by {
-        "function" => By::Function,
-        "line" => By::Line,
-        "block" => By::Block,
-        _ => {
-            return Err(error(
-                py,
-                "OptionError",
-                format!("by={by:?}: choose function, line or block"),
-            ))
-        }
-    };
+    let by = by_arg(py, by)?;
     let weight = weight_arg(py, weight)?;
     let mut src = open(py, source, bundle, r#where)?;
     let h = tracemill_reports::hotspots::hotspots_of(&mut src, by, weight)
@@ -375,7 +364,7 @@ pub(crate) fn coverage(
 /// Call spans in time: one row per frame, from the timeline `tracemill report timeline`
 /// writes as Chrome trace JSON.
 #[pyfunction]
-#[pyo3(signature = (source, *, r#where=None, bundle=None, start=None, end=None, tsc_mhz=None, max_spans=2_000_000))]
+#[pyo3(signature = (source, *, r#where=None, bundle=None, start=None, end=None, tsc_mhz=None, max_spans=1_000_000, min_ns=1.0))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn timeline(
     py: Python<'_>,
@@ -386,6 +375,7 @@ pub(crate) fn timeline(
     end: Option<u64>,
     tsc_mhz: Option<f64>,
     max_spans: u64,
+    min_ns: f64,
 ) -> PyResult<Py<PyAny>> {
     let mut src = open(py, source, bundle, r#where)?;
     let opts = tracemill_reports::timeline::Options {
@@ -394,6 +384,7 @@ pub(crate) fn timeline(
         tsc_mhz,
         max_spans,
         outermost: false,
+        min_ns,
     };
     let mut json = Vec::new();
     let s = tracemill_reports::timeline::write(&mut src, &opts, &mut json)
@@ -404,6 +395,8 @@ pub(crate) fn timeline(
     let mut processes: HashMap<u64, String> = HashMap::new();
     let (mut pid, mut name, mut depth, mut ts, mut dur) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // A span of merged calls says how many (`args.calls`, `args.nested`); a frame is one.
+    let (mut calls, mut nested) = (Vec::new(), Vec::new());
     for ev in doc["traceEvents"].as_array().into_iter().flatten() {
         let p = ev["pid"].as_u64().unwrap_or(0);
         match ev["ph"].as_str() {
@@ -416,6 +409,8 @@ pub(crate) fn timeline(
                 depth.push(ev["args"]["depth"].as_u64().unwrap_or(0) as u32);
                 ts.push(ev["ts"].as_f64().unwrap_or(0.0));
                 dur.push(ev["dur"].as_f64().unwrap_or(0.0));
+                calls.push(ev["args"]["calls"].as_u64().unwrap_or(1) as u32);
+                nested.push(ev["args"]["nested"].as_u64().unwrap_or(0) as u32);
             }
             _ => {}
         }
@@ -446,6 +441,16 @@ pub(crate) fn timeline(
                 Arc::new(Float64Array::from(dur)) as ArrayRef,
                 false,
             ),
+            (
+                "calls",
+                Arc::new(UInt32Array::from(calls)) as ArrayRef,
+                false,
+            ),
+            (
+                "nested",
+                Arc::new(UInt32Array::from(nested)) as ArrayRef,
+                false,
+            ),
         ],
         vec![
             (
@@ -454,21 +459,209 @@ pub(crate) fn timeline(
             ),
             ("tsc_mhz", s.tsc_mhz.to_string()),
             ("dropped", s.dropped.to_string()),
+            ("merged", s.merged.to_string()),
         ],
     )
 }
 
-/// The one-page HTML report (self-contained).
+/// The one-page HTML report (self-contained); with `baseline`, a section of what changed
+/// against it.
 #[pyfunction]
-#[pyo3(signature = (source, *, top=50, r#where=None, bundle=None))]
+#[pyo3(signature = (source, *, top=50, r#where=None, bundle=None, baseline=None, baseline_where=None))]
 pub(crate) fn html(
     py: Python<'_>,
     source: PathBuf,
     top: usize,
     r#where: Option<String>,
     bundle: Option<PathBuf>,
+    baseline: Option<PathBuf>,
+    baseline_where: Option<String>,
 ) -> PyResult<String> {
     let mut src = open(py, source, bundle, r#where)?;
     let top = if top == 0 { usize::MAX } else { top };
-    tracemill_reports::html::render(&mut src, top).map_err(|e| report_error(py, &e))
+    let diff = match baseline {
+        Some(b) => {
+            let mut base = open(py, b, None, baseline_where)?;
+            Some(
+                tracemill_reports::diff::diff(&mut base, &mut src, By::Function)
+                    .map_err(|e| report_error(py, &e))?,
+            )
+        }
+        None => None,
+    };
+    tracemill_reports::html::render_with(&mut src, top, diff.as_ref())
+        .map_err(|e| report_error(py, &e))
+}
+
+/// Both `where`s must hold: joined by AND, as the CLI's `--where` with `--where-a`.
+fn both(a: Option<String>, b: Option<String>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(format!("{a} AND {b}")),
+        (a, b) => a.or(b),
+    }
+}
+
+fn by_arg(py: Python<'_>, by: &str) -> PyResult<By> {
+    match by {
+        "function" => Ok(By::Function),
+        "line" => Ok(By::Line),
+        "block" => Ok(By::Block),
+        _ => Err(error(
+            py,
+            "OptionError",
+            format!("by={by:?}: choose function, line or block"),
+        )),
+    }
+}
+
+/// What changed from `a` to `b`: one row per function (line, block) with instructions
+/// and cycles on each side, the change, its share of A's total and the change of share
+/// (`delta`); or with `coverage=True` one row per function and line with the blocks,
+/// instructions and edges gained and lost.
+#[pyfunction]
+#[pyo3(signature = (a, b, *, by="function", r#where=None, where_a=None, where_b=None, coverage=false))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn diff(
+    py: Python<'_>,
+    a: PathBuf,
+    b: PathBuf,
+    by: &str,
+    r#where: Option<String>,
+    where_a: Option<String>,
+    where_b: Option<String>,
+    coverage: bool,
+) -> PyResult<Py<PyAny>> {
+    let by = by_arg(py, by)?;
+    let mut sa = open(py, a, None, both(r#where.clone(), where_a))?;
+    let mut sb = open(py, b, None, both(r#where, where_b))?;
+    let d = tracemill_reports::diff::diff(&mut sa, &mut sb, by).map_err(|e| report_error(py, &e))?;
+    warn_all(py, &d.warnings)?;
+    let opt = |v: Option<u64>| v.map_or(String::new(), |c| c.to_string());
+    let meta = vec![
+        ("a", d.a.clone()),
+        ("b", d.b.clone()),
+        ("by", d.by.clone()),
+        ("total_instructions_a", d.total_instructions_a.to_string()),
+        ("total_instructions_b", d.total_instructions_b.to_string()),
+        ("total_cycles_a", opt(d.total_cycles_a)),
+        ("total_cycles_b", opt(d.total_cycles_b)),
+        ("blocks_a", d.blocks_a.to_string()),
+        ("blocks_b", d.blocks_b.to_string()),
+        ("edges_a", d.edges_a.to_string()),
+        ("edges_b", d.edges_b.to_string()),
+    ];
+    if coverage {
+        let c = &d.coverage;
+        return table(
+            py,
+            "diff_coverage",
+            vec![
+                ("image", strings(c.iter().map(|r| r.image.as_str())), false),
+                ("function", strings(c.iter().map(|r| r.function.as_str())), false),
+                ("line", strings(c.iter().map(|r| r.line.as_str())), false),
+                ("blocks_gained", u64s(c.iter().map(|r| r.blocks_gained)), false),
+                ("blocks_lost", u64s(c.iter().map(|r| r.blocks_lost)), false),
+                (
+                    "instructions_gained",
+                    u64s(c.iter().map(|r| r.instructions_gained)),
+                    false,
+                ),
+                (
+                    "instructions_lost",
+                    u64s(c.iter().map(|r| r.instructions_lost)),
+                    false,
+                ),
+                ("edges_gained", u64s(c.iter().map(|r| r.edges_gained)), false),
+                ("edges_lost", u64s(c.iter().map(|r| r.edges_lost)), false),
+            ],
+            meta,
+        );
+    }
+    let rows = &d.rows;
+    let mut columns = vec![
+        ("function", strings(rows.iter().map(|r| r.function.as_str())), false),
+        ("image", strings(rows.iter().map(|r| r.image.as_str())), false),
+    ];
+    match by {
+        By::Function => {}
+        By::Line => columns.push(("line", strings(rows.iter().map(|r| r.location.as_str())), false)),
+        By::Block => columns.push(("block", strings(rows.iter().map(|r| r.location.as_str())), false)),
+    }
+    let opt_u64 = |f: fn(&tracemill_reports::diff::Change) -> Option<u64>| {
+        Arc::new(rows.iter().map(f).collect::<UInt64Array>()) as ArrayRef
+    };
+    columns.extend([
+        ("instructions_a", u64s(rows.iter().map(|r| r.instructions_a)), false),
+        ("instructions_b", u64s(rows.iter().map(|r| r.instructions_b)), false),
+        (
+            "change",
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.change))) as ArrayRef,
+            false,
+        ),
+        (
+            "share",
+            Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.share))) as ArrayRef,
+            false,
+        ),
+        (
+            "delta",
+            Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.delta))) as ArrayRef,
+            false,
+        ),
+        ("cycles_a", opt_u64(|r| r.cycles_a), true),
+        ("cycles_b", opt_u64(|r| r.cycles_b), true),
+        (
+            "cycles_change",
+            Arc::new(rows.iter().map(|r| r.cycles_change).collect::<Int64Array>()) as ArrayRef,
+            true,
+        ),
+    ]);
+    table(py, "diff", columns, meta)
+}
+
+/// The flame graph's stacks as a gzipped pprof profile written to `out`: what it holds.
+#[pyfunction]
+#[pyo3(signature = (source, out, *, r#where=None, bundle=None))]
+pub(crate) fn pprof(
+    py: Python<'_>,
+    source: PathBuf,
+    out: PathBuf,
+    r#where: Option<String>,
+    bundle: Option<PathBuf>,
+) -> PyResult<HashMap<String, u64>> {
+    let mut src = open(py, source, bundle, r#where)?;
+    let f = std::fs::File::create(&out)
+        .map_err(|e| error(py, "ReportError", format!("{}: cannot create: {e}", out.display())))?;
+    let s = tracemill_reports::pprof::write(&mut src, std::io::BufWriter::new(f))
+        .map_err(|e| report_error(py, &e))?;
+    warn_all(py, &s.warnings)?;
+    let mut m = HashMap::from([
+        ("samples".to_string(), s.samples),
+        ("functions".to_string(), s.functions),
+        ("mappings".to_string(), s.mappings),
+        ("instructions".to_string(), s.instructions),
+    ]);
+    if let Some(c) = s.cycles {
+        m.insert("cycles".into(), c);
+    }
+    Ok(m)
+}
+
+/// The taken branches in `perf script --itrace=b`'s text, written to `out`: the number of
+/// lines.
+#[pyfunction]
+#[pyo3(signature = (source, out, *, r#where=None, bundle=None))]
+pub(crate) fn perf_script(
+    py: Python<'_>,
+    source: PathBuf,
+    out: PathBuf,
+    r#where: Option<String>,
+    bundle: Option<PathBuf>,
+) -> PyResult<u64> {
+    let mut src = open(py, source, bundle, r#where)?;
+    let f = std::fs::File::create(&out)
+        .map_err(|e| error(py, "ReportError", format!("{}: cannot create: {e}", out.display())))?;
+    let s = tracemill_reports::perf_script::write(&mut src, f).map_err(|e| report_error(py, &e))?;
+    warn_all(py, &s.warnings)?;
+    Ok(s.lines)
 }

@@ -74,6 +74,8 @@ def test_coverage_timeline_and_html(cli, out, tmp_path):
     spans = [e for e in json.loads(js.read_text())["traceEvents"] if e["ph"] == "X"]
     assert tl.num_rows == len(spans) > 0
     assert tl.column("function").to_pylist() == [e["name"] for e in spans]
+    assert tl.column("calls").to_pylist() == [e["args"].get("calls", 1) for e in spans]
+    assert int(tl.schema.metadata[b"tracemill.merged"]) == 0  # cycle-accurate: none too short
     page = tracemill.report.html(out, top=5)
     assert page.lstrip().lower().startswith("<!doctype html") and page._repr_html_() == page
 
@@ -91,6 +93,48 @@ def test_reports_over_a_dataset_with_where(cli, dataset):
         tracemill.report.hotspots(dataset, where="nohost = 'x'")
     assert isinstance(e.value, ValueError)
     assert str(e.value) == cli_error(cli, "report", "hotspots", dataset, "--where", "nohost = 'x'")
+
+
+def test_diff_equals_the_cli_csv(cli, out, dataset):
+    # Two selections of one dataset: h1's recursion against h2's bundles.
+    args = dict(where_a="host = 'h1' AND program = 'recursion'", where_b="host = 'h2'")
+    t = tracemill.report.diff(dataset, dataset, **args)
+    flags = ["--where-a", args["where_a"], "--where-b", args["where_b"]]
+    r = run_cli(cli, "report", "diff", dataset, dataset, *flags, "--format", "csv", "--top", "0")
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [(g["function"], g["instructions_a"], g["instructions_b"], g["change"]) for g in t.to_pylist()] == [
+        (w["function"], int(w["instructions_a"]), int(w["instructions_b"]), int(w["change"])) for w in rows
+    ]
+    md = t.schema.metadata
+    assert md[b"tracemill.report"] == b"diff"
+    total_b = int(md[b"tracemill.total_instructions_b"])
+    assert sum(t.column("change").to_pylist()) == total_b - int(md[b"tracemill.total_instructions_a"])
+    c = tracemill.report.diff(dataset, dataset, coverage=True, **args)
+    r = run_cli(cli, "report", "diff", dataset, dataset, *flags, "--format", "csv", "--coverage", "--top", "0")
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [(g["function"], g["line"], g["blocks_gained"], g["edges_lost"]) for g in c.to_pylist()] == [
+        (w["function"], w["line"], int(w["blocks_gained"]), int(w["edges_lost"])) for w in rows
+    ]
+    # A run against itself: nothing changed, nothing gained or lost.
+    same = tracemill.report.diff(out, out, by="line")
+    assert set(same.column("change").to_pylist()) == {0} and "line" in same.column_names
+    assert tracemill.report.diff(out, out, coverage=True).num_rows == 0
+    page = tracemill.report.html(out, top=5, baseline=out)
+    assert 'id="changes"' in page
+
+
+def test_pprof_and_perf_script_are_the_clis(cli, out, tmp_path):
+    mine, theirs = tmp_path / "py.pb.gz", tmp_path / "cli.pb.gz"
+    got = tracemill.report.pprof(out, mine)
+    assert got["instructions"] == 1_447_668 and got["samples"] > 0 and got["mappings"] == 1
+    run_cli(cli, "report", "pprof", out, "-o", theirs)
+    import gzip
+    assert gzip.decompress(mine.read_bytes()) == gzip.decompress(theirs.read_bytes())
+    text, cli_text = tmp_path / "py.txt", tmp_path / "cli.txt"
+    n = tracemill.report.perf_script(out, text)
+    run_cli(cli, "report", "perf-script", out, "-o", cli_text)
+    assert text.read_text() == cli_text.read_text()
+    assert n == len(text.read_text().splitlines()) > 0
 
 
 def test_report_errors_carry_the_cli_message(cli, tmp_path):

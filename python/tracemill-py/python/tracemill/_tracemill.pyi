@@ -111,5 +111,26 @@ def timeline(
     end: Optional[int] = None,
     tsc_mhz: Optional[float] = None,
     max_spans: int = ...,
+    min_ns: float = ...,
 ) -> pa.Table: ...
-def html(source: str, *, top: int = ..., where: Optional[str] = None, bundle: Optional[str] = None) -> str: ...
+def html(
+    source: str,
+    *,
+    top: int = ...,
+    where: Optional[str] = None,
+    bundle: Optional[str] = None,
+    baseline: Optional[str] = None,
+    baseline_where: Optional[str] = None,
+) -> str: ...
+def diff(
+    a: str,
+    b: str,
+    *,
+    by: str = ...,
+    where: Optional[str] = None,
+    where_a: Optional[str] = None,
+    where_b: Optional[str] = None,
+    coverage: bool = ...,
+) -> pa.Table: ...
+def pprof(source: str, out: str, *, where: Optional[str] = None, bundle: Optional[str] = None) -> dict[str, int]: ...
+def perf_script(source: str, out: str, *, where: Optional[str] = None, bundle: Optional[str] = None) -> int: ...

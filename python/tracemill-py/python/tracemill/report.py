@@ -98,11 +98,14 @@ def timeline(
     start: Optional[int] = None,
     end: Optional[int] = None,
     tsc_mhz: Optional[float] = None,
-    max_spans: int = 2_000_000,
+    max_spans: int = 1_000_000,
+    min_ns: float = 1.0,
 ):
     """Function call spans in time: one row per frame (``pid`` per bundle, ``process``,
-    ``function``, ``depth``, ``start_us``, ``duration_us``), between TSCs ``start`` and
-    ``end``; the TSC origin and rate in the schema metadata."""
+    ``function``, ``depth``, ``start_us``, ``duration_us``, ``calls`` and ``nested``: the
+    calls a span of merged ones holds), between TSCs ``start`` and
+    ``end``; the TSC origin and rate in the schema metadata. Spans shorter than ``min_ns``
+    are merged as ``tracemill report timeline`` merges them (metadata ``merged``)."""
     return _tracemill.timeline(
         os.fspath(source),
         where=where,
@@ -111,6 +114,7 @@ def timeline(
         end=end,
         tsc_mhz=tsc_mhz,
         max_spans=max_spans,
+        min_ns=min_ns,
     )
 
 
@@ -120,10 +124,79 @@ def html(
     top: int = 50,
     where: Optional[str] = None,
     bundle: Optional[Source] = None,
+    baseline: Optional[Source] = None,
+    baseline_where: Optional[str] = None,
 ) -> Html:
     """The one-page report (summary, interactive flame graph, hotspots, coverage,
-    timeline preview), self-contained; a notebook shows it inline."""
-    return Html(_tracemill.html(os.fspath(source), top=top, where=where, bundle=_p(bundle)))
+    timeline preview), self-contained; a notebook shows it inline. With ``baseline`` (a
+    decode output or dataset, ``baseline_where`` selecting its bundles), a section of what
+    changed against it, as :func:`diff` reports it."""
+    return Html(
+        _tracemill.html(
+            os.fspath(source),
+            top=top,
+            where=where,
+            bundle=_p(bundle),
+            baseline=_p(baseline),
+            baseline_where=baseline_where,
+        )
+    )
 
 
-__all__ = ["hotspots", "flamegraph", "flamegraph_svg", "coverage", "timeline", "html", "Svg", "Html"]
+def diff(
+    a: Source,
+    b: Source,
+    *,
+    by: str = "function",
+    where: Optional[str] = None,
+    where_a: Optional[str] = None,
+    where_b: Optional[str] = None,
+    coverage: bool = False,
+):
+    """What changed from ``a`` (the baseline) to ``b``: one row per function (``by="line"``,
+    ``"block"``) with ``instructions_a``, ``instructions_b``, ``change``, ``share`` (the
+    change as a share of A's total), ``delta`` (the change of the row's share of the
+    total) and cycles, the largest change first. ``coverage=True``: one row per function
+    and source line with the blocks, instructions and edges gained (in B only) and lost
+    (in A only). ``where`` selects the bundles of both sides of a dataset, ``where_a`` and
+    ``where_b`` of one (both hold when given with ``where``)."""
+    return _tracemill.diff(
+        os.fspath(a),
+        os.fspath(b),
+        by=by,
+        where=where,
+        where_a=where_a,
+        where_b=where_b,
+        coverage=coverage,
+    )
+
+
+def pprof(
+    source: Source,
+    out: Source,
+    *,
+    where: Optional[str] = None,
+    bundle: Optional[Source] = None,
+) -> dict:
+    """The flame graph's stacks as a gzipped pprof profile (``profile.proto``) at ``out``,
+    with ``instructions`` and ``cycles`` values, functions with their source lines, and
+    the images as mappings with their build-ids, for ``go tool pprof``, Pyroscope or
+    Grafana. Returns what it holds (``samples``, ``functions``, ``mappings``,
+    ``instructions``, ``cycles``)."""
+    return _tracemill.pprof(os.fspath(source), os.fspath(out), where=where, bundle=_p(bundle))
+
+
+def perf_script(
+    source: Source,
+    out: Source,
+    *,
+    where: Optional[str] = None,
+    bundle: Optional[Source] = None,
+) -> int:
+    """The taken branches at ``out`` as ``perf script --itrace=b -F
+    comm,tid,cpu,time,ip,sym,addr,symoff`` prints them (for scripts that read perf's
+    text); returns the number of lines."""
+    return _tracemill.perf_script(os.fspath(source), os.fspath(out), where=where, bundle=_p(bundle))
+
+
+__all__ = ["hotspots", "flamegraph", "flamegraph_svg", "coverage", "diff", "pprof", "perf_script", "timeline", "html", "Svg", "Html"]
