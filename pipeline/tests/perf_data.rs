@@ -261,11 +261,7 @@ fn decode_alike(file: &Path, dir: &Path, name: &str) -> (String, std::path::Path
 /// Each CPU's rows in turn, each stretch its execution's truth (offsets shifted to the
 /// CPU's AUX stream) on its process and thread; `more` checks each row further. The
 /// stretches: per CPU, (pid, tid, truth, AUX offset of the stretch).
-fn assert_stretches(
-    got: &[Decoded],
-    cpus: &[Vec<Stretch<'_>>],
-    more: impl Fn(usize, &Decoded),
-) {
+fn assert_stretches(got: &[Decoded], cpus: &[Vec<Stretch<'_>>], more: impl Fn(usize, &Decoded)) {
     let mut i = 0;
     for (cpu, stretches) in cpus.iter().enumerate() {
         for &(pid, tid, truth, shift) in stretches {

@@ -15,6 +15,7 @@ const SOURCES: &[&str] = &[
     "schemas/src",
     "reports/src",
     "datasets/src",
+    "perfdata/src",
 ];
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
