@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
+use arrow_array::{
+    ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, UInt32Array, UInt64Array,
+};
 use arrow_schema::{Field, Schema};
 use pyo3::prelude::*;
 use tracemill_reports::dataset::{parse_where, FilterError};
@@ -534,7 +536,8 @@ pub(crate) fn diff(
     let by = by_arg(py, by)?;
     let mut sa = open(py, a, None, both(r#where.clone(), where_a))?;
     let mut sb = open(py, b, None, both(r#where, where_b))?;
-    let d = tracemill_reports::diff::diff(&mut sa, &mut sb, by).map_err(|e| report_error(py, &e))?;
+    let d =
+        tracemill_reports::diff::diff(&mut sa, &mut sb, by).map_err(|e| report_error(py, &e))?;
     warn_all(py, &d.warnings)?;
     let opt = |v: Option<u64>| v.map_or(String::new(), |c| c.to_string());
     let meta = vec![
@@ -557,9 +560,17 @@ pub(crate) fn diff(
             "diff_coverage",
             vec![
                 ("image", strings(c.iter().map(|r| r.image.as_str())), false),
-                ("function", strings(c.iter().map(|r| r.function.as_str())), false),
+                (
+                    "function",
+                    strings(c.iter().map(|r| r.function.as_str())),
+                    false,
+                ),
                 ("line", strings(c.iter().map(|r| r.line.as_str())), false),
-                ("blocks_gained", u64s(c.iter().map(|r| r.blocks_gained)), false),
+                (
+                    "blocks_gained",
+                    u64s(c.iter().map(|r| r.blocks_gained)),
+                    false,
+                ),
                 ("blocks_lost", u64s(c.iter().map(|r| r.blocks_lost)), false),
                 (
                     "instructions_gained",
@@ -571,7 +582,11 @@ pub(crate) fn diff(
                     u64s(c.iter().map(|r| r.instructions_lost)),
                     false,
                 ),
-                ("edges_gained", u64s(c.iter().map(|r| r.edges_gained)), false),
+                (
+                    "edges_gained",
+                    u64s(c.iter().map(|r| r.edges_gained)),
+                    false,
+                ),
                 ("edges_lost", u64s(c.iter().map(|r| r.edges_lost)), false),
             ],
             meta,
@@ -579,20 +594,44 @@ pub(crate) fn diff(
     }
     let rows = &d.rows;
     let mut columns = vec![
-        ("function", strings(rows.iter().map(|r| r.function.as_str())), false),
-        ("image", strings(rows.iter().map(|r| r.image.as_str())), false),
+        (
+            "function",
+            strings(rows.iter().map(|r| r.function.as_str())),
+            false,
+        ),
+        (
+            "image",
+            strings(rows.iter().map(|r| r.image.as_str())),
+            false,
+        ),
     ];
     match by {
         By::Function => {}
-        By::Line => columns.push(("line", strings(rows.iter().map(|r| r.location.as_str())), false)),
-        By::Block => columns.push(("block", strings(rows.iter().map(|r| r.location.as_str())), false)),
+        By::Line => columns.push((
+            "line",
+            strings(rows.iter().map(|r| r.location.as_str())),
+            false,
+        )),
+        By::Block => columns.push((
+            "block",
+            strings(rows.iter().map(|r| r.location.as_str())),
+            false,
+        )),
     }
     let opt_u64 = |f: fn(&tracemill_reports::diff::Change) -> Option<u64>| {
         Arc::new(rows.iter().map(f).collect::<UInt64Array>()) as ArrayRef
     };
     columns.extend([
-        ("instructions_a", u64s(rows.iter().map(|r| r.instructions_a)), false),
-        ("instructions_b", u64s(rows.iter().map(|r| r.instructions_b)), false),
+        (
+            "instructions_a",
+            u64s(rows.iter().map(|r| r.instructions_a)),
+            false,
+        ),
+        (
+            "instructions_b",
+            u64s(rows.iter().map(|r| r.instructions_b)),
+            false,
+        ),
         (
             "change",
             Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.change))) as ArrayRef,
@@ -630,8 +669,13 @@ pub(crate) fn pprof(
     bundle: Option<PathBuf>,
 ) -> PyResult<HashMap<String, u64>> {
     let mut src = open(py, source, bundle, r#where)?;
-    let f = std::fs::File::create(&out)
-        .map_err(|e| error(py, "ReportError", format!("{}: cannot create: {e}", out.display())))?;
+    let f = std::fs::File::create(&out).map_err(|e| {
+        error(
+            py,
+            "ReportError",
+            format!("{}: cannot create: {e}", out.display()),
+        )
+    })?;
     let s = tracemill_reports::pprof::write(&mut src, std::io::BufWriter::new(f))
         .map_err(|e| report_error(py, &e))?;
     warn_all(py, &s.warnings)?;
@@ -659,8 +703,13 @@ pub(crate) fn perf_script(
     bundle: Option<PathBuf>,
 ) -> PyResult<u64> {
     let mut src = open(py, source, bundle, r#where)?;
-    let f = std::fs::File::create(&out)
-        .map_err(|e| error(py, "ReportError", format!("{}: cannot create: {e}", out.display())))?;
+    let f = std::fs::File::create(&out).map_err(|e| {
+        error(
+            py,
+            "ReportError",
+            format!("{}: cannot create: {e}", out.display()),
+        )
+    })?;
     let s = tracemill_reports::perf_script::write(&mut src, f).map_err(|e| report_error(py, &e))?;
     warn_all(py, &s.warnings)?;
     Ok(s.lines)

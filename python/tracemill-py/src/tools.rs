@@ -15,8 +15,8 @@ use tracemill::bundle::{map_file, Bundle};
 use tracemill::dump::Entry;
 use tracemill::ingest::{IngestArgs, Outcome, Status};
 use tracemill_datasets::bundle::{Manifest, TraceFormat};
-use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_decode::pt::PtConfig;
+use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_decode::sniff::{self, TraceFormat as Sniffed};
 use tracemill_decode::stream::TraceStream;
 
@@ -259,14 +259,17 @@ pub(crate) fn ingest(
     let jobs = crate::stream::jobs_arg(py, jobs)?;
     tracemill::cli::parse_zstd_level(&zstd_level.to_string())
         .map_err(|e| error(py, "OptionError", format!("zstd_level={zstd_level}: {e}")))?;
-    let compression = <tracemill::cli::Compression as clap::ValueEnum>::from_str(compression, false)
-        .map_err(|_| {
-            error(
-                py,
-                "OptionError",
-                format!("compression={compression:?}: one of \"zstd\", \"lz4\", \"snappy\", \"none\""),
-            )
-        })?;
+    let compression = <tracemill::cli::Compression as clap::ValueEnum>::from_str(
+        compression,
+        false,
+    )
+    .map_err(|_| {
+        error(
+            py,
+            "OptionError",
+            format!("compression={compression:?}: one of \"zstd\", \"lz4\", \"snappy\", \"none\""),
+        )
+    })?;
     let args = IngestArgs {
         sources,
         dataset,
