@@ -259,16 +259,11 @@ pub(crate) fn ingest(
     let jobs = crate::stream::jobs_arg(py, jobs)?;
     tracemill::cli::parse_zstd_level(&zstd_level.to_string())
         .map_err(|e| error(py, "OptionError", format!("zstd_level={zstd_level}: {e}")))?;
-    let compression = <tracemill::cli::Compression as clap::ValueEnum>::from_str(
-        compression,
-        false,
-    )
-    .map_err(|_| {
-        error(
-            py,
-            "OptionError",
-            format!("compression={compression:?}: one of \"zstd\", \"lz4\", \"snappy\", \"none\""),
-        )
+    use clap::ValueEnum;
+    let codecs = "one of \"zstd\", \"lz4\", \"snappy\", \"none\"";
+    let compression = tracemill::cli::Compression::from_str(compression, false).map_err(|_| {
+        let why = format!("compression={compression:?}: {codecs}");
+        error(py, "OptionError", why)
     })?;
     let args = IngestArgs {
         sources,
