@@ -216,16 +216,7 @@ impl TraceSpaces {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn clock() -> PerfClock {
-        // perf time = TSC / 2 + 1 s.
-        PerfClock {
-            time_shift: 10,
-            time_mult: 512,
-            time_zero: 1_000_000_000,
-            short: None,
-        }
-    }
+    use crate::perf::threads::tests::clock;
 
     fn mapping(pid: u32, path: &str, addr: u64) -> Mapping {
         Mapping {

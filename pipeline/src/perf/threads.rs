@@ -208,12 +208,12 @@ impl Threads {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use arrow_schema::Field;
 
-    fn clock() -> PerfClock {
-        // perf time = TSC / 2 + 1 s.
+    /// perf time = TSC / 2 + 1 s (also the address spaces' tests' clock).
+    pub(crate) fn clock() -> PerfClock {
         PerfClock {
             time_shift: 10,
             time_mult: 512,
