@@ -753,14 +753,10 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
 
     /// The TNT queue is empty (the rows of one TNT packet stay in one piece: the timeline
     /// finds a full TNT's exact row among them) and nothing read waits for a packet still
-    /// to come ([`Format::settled`]: RTIT's CYC after the packet that decided the last
+    /// to come ([`Front::settled`]: RTIT's CYC after the packet that decided the last
     /// row): the next packet read starts the next piece.
     fn settled(&self) -> bool {
-        self.st.tnt.is_empty() && {
-            let mut fe = self.st.fe.clone();
-            self.front.save(&mut fe);
-            F::settled(&fe)
-        }
+        self.st.tnt.is_empty() && self.front.settled()
     }
 
     /// Take the output so far (after [`Stop::Split`]): the walk goes on from its state
@@ -1492,7 +1488,8 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             if queued && self.full_at_fresh_tnt() {
                 return Some(Stop::Split);
             }
-            if self.st.tnt.is_empty() && !queued {
+            // (A TNT just queued is not empty.)
+            if self.st.tnt.is_empty() {
                 // Nothing queued: the next flow item says what happens next.
                 match self.peek() {
                     Item::Tnt { .. } | Item::Tip { .. } | Item::FupNext | Item::NoneNear => {}

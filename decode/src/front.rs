@@ -324,6 +324,12 @@ pub trait Front {
     fn seek(&mut self, pos: u64, st: &Self::State);
     /// Put the reader's own state at its position into `st`.
     fn save(&self, st: &mut Self::State);
+    /// Nothing read so far waits for a packet still to come that belongs with it (RTIT:
+    /// no CYC is due after the last packet): a walk may hand its output on here
+    /// ([`crate::flow::Walker::with_piece_limit`]) as if a PSB came next.
+    fn settled(&self) -> bool {
+        true
+    }
     /// The hot path: the next packet if it is a plain TNT that needs nothing else done.
     fn try_tnt(&mut self, st: &mut Self::State) -> Option<(TntBits, u64)>;
     /// The next flow item; the packets before it are reported to `facts`.
@@ -384,10 +390,4 @@ pub trait Format: Sized + 'static {
     fn next_psb_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u64>;
     /// Bytes of a PSB.
     const PSB_LEN: u64;
-    /// Nothing read so far waits for a packet still to come that belongs with it (RTIT:
-    /// no CYC is due after the last packet): a walk may hand its output on here
-    /// ([`crate::flow::Walker::with_piece_limit`]) as if a PSB came next.
-    fn settled(_st: &Self::State) -> bool {
-        true
-    }
 }

@@ -51,8 +51,9 @@ impl Spaces {
             Some((o, _)) if offset <= o => {
                 let n = self.steps.len();
                 self.steps[n - 1].1 = key;
-                // It may now repeat the step before it.
-                if n >= 2 && self.steps[n - 2].1 == key {
+                // It may now repeat the step before it (before the first, no space).
+                let before = if n >= 2 { self.steps[n - 2].1 } else { None };
+                if before == key {
                     self.steps.pop();
                 }
             }
@@ -169,6 +170,15 @@ pub fn schedule<F: Format>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_first_step_replaced_by_no_space_leaves_no_step() {
+        let mut s = Spaces::default();
+        s.push(10, Some(1));
+        s.push(10, None);
+        assert_eq!(s.len(), 0, "unknown before the first step, and after it");
+        assert_eq!(s.at(12), None);
+    }
 
     #[test]
     fn a_space_holds_from_its_step_to_the_next_and_repeats_are_not_kept() {

@@ -104,25 +104,29 @@ impl LoadedImage {
         let mut out = Vec::new();
         let mut problems = Vec::new();
         for e in entries {
-            let p = Path::new(&e.path);
-            let p = if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                dir.join(p)
-            };
-            match map_file(&p) {
-                Ok(bytes) => out.push(LoadedImage {
-                    entry: e.clone(),
-                    path: p,
-                    bytes: match bytes {
-                        Bytes::Mapped(m) => Bytes::Shared(std::sync::Arc::new(m)),
-                        other => other,
-                    },
-                }),
-                Err(err) => problems.push(format!("{err:#}")),
+            match Self::load(e, image_path(dir, e)) {
+                Ok(mut im) => {
+                    if let Bytes::Mapped(m) = im.bytes {
+                        im.bytes = Bytes::Shared(std::sync::Arc::new(m));
+                    }
+                    out.push(im)
+                }
+                Err(why) => problems.push(why),
             }
         }
         (out, problems)
+    }
+
+    /// The image `e` names, mapped from `path`; why not, as a message naming the path.
+    fn load(e: &ImageEntry, path: PathBuf) -> Result<LoadedImage, String> {
+        match map_file(&path) {
+            Ok(bytes) => Ok(LoadedImage {
+                entry: e.clone(),
+                path,
+                bytes,
+            }),
+            Err(err) => Err(format!("{err:#}")),
+        }
     }
 
     /// Another handle on the same bytes (no copy, no new mapping) where they are shared.
@@ -137,6 +141,16 @@ impl LoadedImage {
             path: self.path.clone(),
             bytes,
         })
+    }
+}
+
+/// Where image `e` is: its path as given, a relative one under the bundle's `dir`.
+fn image_path(dir: &Path, e: &ImageEntry) -> PathBuf {
+    let p = Path::new(&e.path);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        dir.join(p)
     }
 }
 
@@ -443,12 +457,7 @@ impl Bundle {
         let mut images = Vec::new();
         let mut image_problems = Vec::new();
         for (i, e) in manifest.images.iter().enumerate() {
-            let p = Path::new(&e.path);
-            let p = if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                dir.join(p)
-            };
+            let p = image_path(&dir, e);
             if is_bundle && i < named_images && outside(&dir, &p) {
                 if reach == Reach::InsideOnly {
                     image_problems.push(format!(
@@ -465,13 +474,9 @@ impl Bundle {
                     p.display()
                 ));
             }
-            match map_file(&p) {
-                Ok(bytes) => images.push(LoadedImage {
-                    entry: e.clone(),
-                    path: p,
-                    bytes,
-                }),
-                Err(err) => image_problems.push(format!("{err:#}")),
+            match LoadedImage::load(e, p) {
+                Ok(im) => images.push(im),
+                Err(why) => image_problems.push(why),
             }
         }
         Ok(Bundle {

@@ -897,19 +897,21 @@ impl Emitter {
         // An event's time is the TSC of the last timing packet before it (perf's rule for
         // the samples it makes of the trace), and on perf.data, each row's and event's
         // thread is the one running then.
-        let t_tsc: Vec<Option<u64>> = (0..t.len()).map(|i| t.tsc.get(i)).collect();
+        // (No pass over the piece's timing packets without events or threads to date:
+        // this runs on the ordered thread.)
+        let tsc = |i: usize| t.tsc.get(i);
         let event_places: Vec<u64> = p.events.iter().map(|e| e.offset).collect();
-        let events = self.dated.dates(&event_places, &t.offset, &t_tsc);
+        let events = self.dated.dates(&event_places, &t.offset, tsc);
         for (e, d) in p.events.iter_mut().zip(&events) {
             e.tsc = *d;
         }
         let dates = self.threads.clone().map(|threads| Dated {
             threads,
-            rows: self.dated.dates(&p.rows.offset, &t.offset, &t_tsc),
+            rows: self.dated.dates(&p.rows.offset, &t.offset, tsc),
             events,
-            timing: t_tsc.clone(),
+            timing: (0..t.len()).map(tsc).collect(),
         });
-        self.dated.advance(&t_tsc);
+        self.dated.advance(t.len(), tsc);
         if let Some(b) = &self.batches {
             b.send_piece(&mut p, &mut t, base)?;
         }

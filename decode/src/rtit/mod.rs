@@ -114,11 +114,6 @@ impl Format for Rtit {
     fn next_psb_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u64> {
         sync::next_psb_before(stream, from, to)
     }
-    fn settled(st: &State) -> bool {
-        // The CYC after a full TNT, TIP, FUP, ... dates the row that packet decided
-        // (4.2.15): it goes in that row's piece.
-        !st.want_cyc
-    }
 }
 
 /// RTIT packets to flow items.
@@ -148,6 +143,11 @@ impl Front for RtitFront<'_> {
     }
     fn save(&self, st: &mut State) {
         st.want_cyc = self.reader.wants_cyc();
+    }
+    fn settled(&self) -> bool {
+        // The CYC after a full TNT, TIP, FUP, ... dates the row that packet decided
+        // (4.2.15): it goes in that row's piece.
+        !self.reader.wants_cyc()
     }
 
     #[inline]

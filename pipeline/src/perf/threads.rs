@@ -49,19 +49,22 @@ pub struct LastTimed {
 
 impl LastTimed {
     /// For each stream offset of `places`, the TSC of the last timing packet before it
-    /// (`timing`: a piece's timing packets, offsets in stream order, and their TSCs);
-    /// afterwards the state is past the piece. `places` may be in any order.
+    /// (a piece's timing packets: their offsets, in stream order, and `tsc(i)` the TSC of
+    /// packet `i`). `places` may be in any order.
     pub fn dates(
         &self,
         places: &[u64],
         timing_offsets: &[u64],
-        timing_tsc: &[Option<u64>],
+        tsc: impl Fn(usize) -> Option<u64>,
     ) -> Vec<Option<u64>> {
+        if places.is_empty() {
+            return Vec::new();
+        }
         // The last known TSC up to and including each timing packet.
         let mut upto = Vec::with_capacity(timing_offsets.len());
         let mut last = self.last;
-        for t in timing_tsc {
-            last = t.or(last);
+        for i in 0..timing_offsets.len() {
+            last = tsc(i).or(last);
             upto.push(last);
         }
         places
@@ -73,9 +76,9 @@ impl LastTimed {
             .collect()
     }
 
-    /// Move past a piece whose timing packets have these TSCs.
-    pub fn advance(&mut self, timing_tsc: &[Option<u64>]) {
-        if let Some(t) = timing_tsc.iter().rev().find_map(|t| *t) {
+    /// Move past a piece of `n` timing packets, `tsc(i)` the TSC of packet `i`.
+    pub fn advance(&mut self, n: usize, tsc: impl Fn(usize) -> Option<u64>) {
+        if let Some(t) = (0..n).rev().find_map(tsc) {
             self.last = Some(t);
         }
     }
@@ -259,13 +262,13 @@ pub(crate) mod tests {
         let offs = [10, 20, 30];
         let tscs = [Some(100), None, Some(300)];
         assert_eq!(
-            lt.dates(&[5, 10, 11, 25, 31, 15], &offs, &tscs),
+            lt.dates(&[5, 10, 11, 25, 31, 15], &offs, |i| tscs[i]),
             [None, None, Some(100), Some(100), Some(300), Some(100)]
         );
-        lt.advance(&tscs);
-        assert_eq!(lt.dates(&[40], &[], &[]), [Some(300)]);
-        lt.advance(&[None]);
-        assert_eq!(lt.dates(&[50, 70], &[60], &[None]), [Some(300), Some(300)]);
+        lt.advance(tscs.len(), |i| tscs[i]);
+        assert_eq!(lt.dates(&[40], &[], |_| None), [Some(300)]);
+        lt.advance(1, |_| None);
+        assert_eq!(lt.dates(&[50, 70], &[60], |_| None), [Some(300), Some(300)]);
     }
 
     #[test]
