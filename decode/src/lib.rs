@@ -32,7 +32,7 @@
 //!   without PIPs);
 //! - [`memo`]: the memoized walk (segments of the hot loop, replayed);
 //! - [`flow`], [`chunk`], [`timing`]: the walker, parallel chunks and stitching, time;
-//! - [`rows`]: output columns.
+//! - [`rows`], [`sink`]: output columns, and the sinks the walker hands rows to.
 //!
 //! ```
 //! use tracemill_decode::{rtit::packet::Packet, stream::TraceStream};
@@ -62,6 +62,7 @@ pub mod pt;
 pub mod retstack;
 pub mod rows;
 pub mod rtit;
+pub mod sink;
 pub mod sniff;
 pub mod spaces;
 pub mod stream;

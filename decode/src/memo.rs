@@ -104,6 +104,9 @@ pub struct Segment {
 /// A segment's rows as a sink receives them ([`crate::flow::RowSink::replay`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Replay<'m> {
+    /// The segment's index in the memo (stable while the walker lives: the memo is only
+    /// emptied with its cache, between walks).
+    pub seg: u32,
     pub rows: &'m [MemoRow],
     /// Instructions open before the first row (they go into it), and where in them its
     /// block began (those before are partial blocks', flushed before).

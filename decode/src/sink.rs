@@ -1,0 +1,188 @@
+//! Where the walker's rows go: the [`RowSink`] trait, the table's columns
+//! ([`BranchColumns`]) as the normal sink, and a counting sink ([`CountSink`]) that
+//! measures the walk alone.
+
+use tracemill_schemas::BranchKind;
+
+use crate::flow::Partial;
+use crate::memo::Replay;
+use crate::piece::PieceStats;
+use crate::rows::{BranchColumns, BranchRow, PartialBlock};
+
+/// Receives branch rows. The columns builder is the normal sink; a counting sink measures
+/// the walk alone.
+pub trait RowSink {
+    /// Append a row (the walker leaves `tsc` and `cycles` to the timing pass) and the
+    /// basic block it closes: (first instruction, instructions in the block).
+    fn push(&mut self, r: &BranchRow, block: (u64, u32));
+    /// A partial block (start, last instruction, instructions, times) whose instructions
+    /// the next row pushed carries; `truncate` drops it with that row.
+    fn partial(&mut self, _p: Partial) {}
+    /// Rows replayed from a memoized segment ([`crate::memo`]): the same as pushing them
+    /// one by one, which is what it does unless a sink knows better.
+    #[inline]
+    fn replay(&mut self, r: &Replay<'_>) {
+        let mut block_start = r.block_start;
+        for (j, m) in r.rows.iter().enumerate() {
+            let (insns, in_block) = if j == 0 {
+                let insns = r.open + m.insns;
+                (insns, insns - r.block_base)
+            } else {
+                (m.insns, m.insns)
+            };
+            let row = BranchRow {
+                ip: m.ip,
+                target: Some(m.target),
+                kind: m.kind,
+                taken: m.taken,
+                compressed: false,
+                insns,
+                tsc: None,
+                cycles: None,
+                cr3: r.cr3,
+                offset: if j < r.first_cond {
+                    r.off_before
+                } else {
+                    r.off_after
+                },
+            };
+            self.push(&row, (block_start, in_block));
+            block_start = m.target;
+        }
+    }
+    /// Room for about `n` more rows.
+    fn reserve(&mut self, _n: usize) {}
+    /// The walk is over: complete the rows, count them, aggregate their coverage.
+    fn finish(&mut self) -> (PieceStats, crate::coverage::Coverage) {
+        Default::default()
+    }
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn truncate(&mut self, n: usize);
+    /// Add `n` instructions to row `i` (a stitch's open count onto a body's first row).
+    fn add_insns(&mut self, i: usize, n: u32);
+    /// The last row is a direct `jmp` or `call` (a sink that keeps no kinds: false).
+    fn ends_in_direct(&self) -> bool {
+        false
+    }
+}
+
+impl RowSink for BranchColumns {
+    #[inline]
+    fn push(&mut self, r: &BranchRow, block: (u64, u32)) {
+        BranchColumns::push_flow(self, r);
+        self.block_start.push(block.0);
+        self.block_insns.push(block.1);
+    }
+    /// A segment's rows column by column: the same rows as the default (row by row through
+    /// `push`), which checked the room of thirteen vectors for every row and was 17% of a
+    /// rows-mode decode of a real program's Intel PT trace (the walk itself 25%).
+    #[inline]
+    fn replay(&mut self, r: &Replay<'_>) {
+        let rows = r.rows;
+        let Some(first) = rows.first() else {
+            return;
+        };
+        let n = rows.len();
+        let at = self.ip.len();
+        self.ip.extend(rows.iter().map(|m| m.ip));
+        self.target.values.extend(rows.iter().map(|m| m.target));
+        self.target.valid.extend(std::iter::repeat_n(true, n));
+        self.kind.extend(rows.iter().map(|m| m.kind as u8));
+        self.taken.extend(rows.iter().map(|m| m.taken));
+        self.compressed.extend(std::iter::repeat_n(false, n));
+        self.insns.extend(rows.iter().map(|m| m.insns));
+        self.insns[at] = r.open + first.insns;
+        self.cr3
+            .values
+            .extend(std::iter::repeat_n(r.cr3.unwrap_or(0), n));
+        self.cr3
+            .valid
+            .extend(std::iter::repeat_n(r.cr3.is_some(), n));
+        let before = r.first_cond.min(n);
+        self.offset
+            .extend(std::iter::repeat_n(r.off_before, before));
+        self.offset
+            .extend(std::iter::repeat_n(r.off_after, n - before));
+        // Each row's block begins where the row before it went; the first row's where the
+        // walk came from, with the instructions open before it that belong to its block.
+        self.block_start.push(r.block_start);
+        self.block_start
+            .extend(rows[..n - 1].iter().map(|m| m.target));
+        self.block_insns.push(r.open + first.insns - r.block_base);
+        self.block_insns.extend(rows[1..].iter().map(|m| m.insns));
+    }
+    fn partial(&mut self, p: Partial) {
+        self.partials.push(PartialBlock {
+            row: self.len() as u64,
+            start: p.0,
+            end: p.1,
+            insns: p.2,
+            times: p.3,
+        });
+    }
+    fn reserve(&mut self, n: usize) {
+        BranchColumns::reserve(self, n)
+    }
+    fn finish(&mut self) -> (PieceStats, crate::coverage::Coverage) {
+        self.pad_timing();
+        let mut cov = crate::coverage::Coverage::default();
+        cov.add_rows(self);
+        // The block columns have served; free them before the rows travel on.
+        self.block_start = Vec::new();
+        self.block_insns = Vec::new();
+        self.partials = Vec::new();
+        self.shrink_to_fit();
+        (PieceStats::of(self), cov)
+    }
+    fn len(&self) -> usize {
+        BranchColumns::len(self)
+    }
+    fn truncate(&mut self, n: usize) {
+        BranchColumns::truncate(self, n)
+    }
+    fn add_insns(&mut self, i: usize, n: u32) {
+        self.insns[i] += n;
+    }
+    fn ends_in_direct(&self) -> bool {
+        matches!(self.kind.last(), Some(&k) if k == BranchKind::Jmp as u8 || k == BranchKind::Call as u8)
+    }
+}
+
+/// Counts rows and instructions without storing them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CountSink {
+    pub rows: usize,
+    pub insns: u64,
+}
+
+impl RowSink for CountSink {
+    #[inline]
+    fn push(&mut self, r: &BranchRow, _block: (u64, u32)) {
+        self.rows += 1;
+        self.insns += r.insns as u64;
+    }
+    #[inline]
+    fn replay(&mut self, r: &Replay<'_>) {
+        self.rows += r.rows.len();
+        self.insns += r.open as u64 + r.insns;
+    }
+    fn len(&self) -> usize {
+        self.rows
+    }
+    fn truncate(&mut self, n: usize) {
+        self.rows = n;
+    }
+    fn add_insns(&mut self, _i: usize, n: u32) {
+        self.insns += n as u64;
+    }
+    fn finish(&mut self) -> (PieceStats, crate::coverage::Coverage) {
+        let stats = PieceStats {
+            insns: self.insns,
+            by_kind: [0; 8],
+        };
+        (stats, Default::default())
+    }
+}
