@@ -22,7 +22,7 @@ pub use crate::piece::{Piece, PieceStats};
 use crate::rows::TimingColumns;
 use crate::rows::{BranchColumns, EventRow};
 use crate::stream::TraceStream;
-use crate::timing::{Clock, Timeline};
+use crate::timing::{Clock, Timeline, TimingTable};
 
 /// A range of the stream from one PSB to another (or the end).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -411,9 +411,10 @@ impl Sequencer {
     }
 
     /// Make `p` the next piece of the trace.
-    pub fn sequence(&mut self, p: &mut Piece<BranchColumns>) {
+    pub fn sequence<S: RowSink>(&mut self, p: &mut Piece<S>) {
         let base = self.rows;
-        let n = p.rows.len() as u64;
+        let n = p.stats.rows;
+        debug_assert!(p.rows.is_empty() || p.rows.len() as u64 == n);
         // `seq` is base.. in order; writers number rows themselves, so it stays empty here.
         let events = std::mem::take(&mut p.events);
         for mut e in events {
@@ -472,7 +473,7 @@ impl Decoded {
 
 /// Stitches chunk bodies in order and hands out pieces in trace order. Feed it bodies in
 /// chunk order ([`Stitcher::push`]); it calls `emit` with each piece.
-pub struct Stitcher<'i, 'a, F: Format> {
+pub struct Stitcher<'i, 'a, F: Format, S = BranchColumns> {
     input: &'i Input<'a, F>,
     cache: BlockCache,
     prev_exit: Option<FlowState<F::State>>,
@@ -484,9 +485,10 @@ pub struct Stitcher<'i, 'a, F: Format> {
     /// Chunks whose body was given up for its size ([`Body::gave_up`]) and which the
     /// stitch walked in pieces (not counted in `fallbacks`).
     pub walked_in_pieces: usize,
+    rows: std::marker::PhantomData<S>,
 }
 
-impl<'i, 'a, F: Format> Stitcher<'i, 'a, F> {
+impl<'i, 'a, F: Format, S: RowSink + Default> Stitcher<'i, 'a, F, S> {
     pub fn new(input: &'i Input<'a, F>) -> Self {
         Stitcher {
             input,
@@ -495,6 +497,7 @@ impl<'i, 'a, F: Format> Stitcher<'i, 'a, F> {
             piece_limit: usize::MAX,
             fallbacks: 0,
             walked_in_pieces: 0,
+            rows: std::marker::PhantomData,
         }
     }
 
@@ -506,11 +509,7 @@ impl<'i, 'a, F: Format> Stitcher<'i, 'a, F> {
     }
 
     /// The next chunk's body; `emit` receives its stitch prefix and then its rows.
-    pub fn push(
-        &mut self,
-        mut body: Body<F, BranchColumns>,
-        mut emit: impl FnMut(Piece<BranchColumns>),
-    ) {
+    pub fn push(&mut self, mut body: Body<F, S>, mut emit: impl FnMut(Piece<S>)) {
         match self.prev_exit.take() {
             None if !body.gave_up => {
                 self.prev_exit = Some(body.exit);
@@ -544,19 +543,14 @@ impl<'i, 'a, F: Format> Stitcher<'i, 'a, F> {
 }
 
 /// Apply a stitch's findings to its body's output.
-pub fn fix_body<F: Format>(body: &mut Body<F, BranchColumns>, s: &Stitched<F, BranchColumns>) {
+pub fn fix_body<F: Format, S: RowSink>(body: &mut Body<F, S>, s: &Stitched<F, S>) {
     if !body.out.rows.is_empty() {
-        body.out.rows.insns[0] += s.carry_insns;
+        body.out.rows.add_insns(0, s.carry_insns);
         body.out.stats.insns += s.carry_insns as u64;
     }
     if s.cr3.is_some() {
         // Rows before the body's first PIP did not know the CR3: it is the stitch's.
-        for i in 0..body.out.rows.len() {
-            if body.out.rows.cr3.get(i).is_some() {
-                break;
-            }
-            body.out.rows.cr3.set(i, s.cr3);
-        }
+        body.out.rows.set_leading_cr3(s.cr3);
     }
 }
 
@@ -575,23 +569,68 @@ pub fn decode_all_bounded<F: Format>(
     body_limit: usize,
     piece_limit: usize,
 ) -> Decoded {
-    let chunks = plan_chunks::<F>(input.stream, chunk_bytes);
-    let mut cache = BlockCache::new();
     let mut out = Decoded::default();
-    let mut st = Stitcher::new(input).with_piece_limit(piece_limit);
     let mut timeline = Timeline::<F::Clock>::new(&input.timing);
-    for c in chunks {
-        let body: Body<F, BranchColumns> = decode_body_bounded(input, &mut cache, c, body_limit);
-        st.push(body, |p| {
+    let fallbacks =
+        decode_pieces::<F, BranchColumns>(input, chunk_bytes, body_limit, piece_limit, |p| {
             for (p, t) in timeline.push(p) {
                 out.append(p, t);
             }
         });
-    }
     for (p, t) in timeline.finish() {
         out.append(p, t);
     }
-    out.fallbacks = st.fallbacks;
+    out.fallbacks = fallbacks;
     out.marks_handled = timeline.marks_handled;
+    out
+}
+
+/// Decode the whole trace on this thread into pieces of sink `S`, in trace order (chunk
+/// bodies and their stitches, as [`decode_all_bounded`]), each handed to `emit`; returns
+/// the number of chunks whose stitch decoded them alone.
+pub fn decode_pieces<F: Format, S: RowSink + Default>(
+    input: &Input<'_, F>,
+    chunk_bytes: u64,
+    body_limit: usize,
+    piece_limit: usize,
+    mut emit: impl FnMut(Piece<S>),
+) -> usize {
+    let chunks = plan_chunks::<F>(input.stream, chunk_bytes);
+    let mut cache = BlockCache::new();
+    let mut st = Stitcher::<F, S>::new(input).with_piece_limit(piece_limit);
+    for c in chunks {
+        let body: Body<F, S> = decode_body_bounded(input, &mut cache, c, body_limit);
+        st.push(body, &mut emit);
+    }
+    st.fallbacks
+}
+
+/// What a decode that keeps no row produces ([`crate::tally`]), in order.
+#[derive(Clone, Debug, Default)]
+pub struct Tallied {
+    pub stats: PieceStats,
+    pub events: Vec<EventRow>,
+    pub timing_rows: TimingColumns,
+    pub coverage: Coverage,
+    pub fallbacks: usize,
+}
+
+/// Decode the whole trace on this thread without keeping rows: sink `S` counts them (and
+/// their coverage, [`crate::tally::Covered`]); the `timing` table comes from the clock
+/// alone ([`TimingTable`]). Everything equals what [`decode_all`] finds.
+pub fn tally_all<F: Format, S: RowSink + Default>(
+    input: &Input<'_, F>,
+    chunk_bytes: u64,
+) -> Tallied {
+    let mut out = Tallied::default();
+    let mut seq = Sequencer::default();
+    let mut table = TimingTable::<F::Clock>::new(&input.timing);
+    out.fallbacks = decode_pieces::<F, S>(input, chunk_bytes, usize::MAX, usize::MAX, |mut p| {
+        seq.sequence(&mut p);
+        out.timing_rows.extend_from(&table.piece(&p));
+        out.stats.add(&p.stats);
+        out.coverage.merge(std::mem::take(&mut p.coverage));
+        out.events.append(&mut p.events);
+    });
     out
 }

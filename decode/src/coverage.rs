@@ -16,7 +16,7 @@ use tracemill_schemas::BranchKind;
 
 use crate::block::AddrHasher;
 use crate::image::ImageSet;
-use crate::rows::{BranchColumns, CoverageRow, EdgeRow};
+use crate::rows::{BranchColumns, CoverageRow, EdgeRow, PartialBlock};
 
 type Map<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
 
@@ -34,46 +34,25 @@ impl Coverage {
     /// and the partial blocks recorded with them.
     pub fn add_rows(&mut self, rows: &BranchColumns) {
         let n = rows.len().min(rows.block_start.len());
-        // Counted first in small direct-mapped tables (a real program's pieces run a few
-        // thousand blocks over and over), whose slots go to the maps when another key
-        // takes them and at the end: two hash-map lookups per row were 13% of a rows-mode
-        // decode of a real program's Intel PT trace.
-        // As many slots as rows, up to 2 Ki (a stitch's few rows need no large table).
-        let bits = (n.max(16).next_power_of_two().trailing_zeros()).min(11);
-        let mut blocks = Front::<(u64, u64), (u32, u64)>::new(bits);
-        let mut edges = Front::<(u64, u64, u8), u64>::new(bits);
+        let mut c = Counter::new(self, n);
         for i in 0..n {
-            let (start, ip) = (rows.block_start[i], rows.ip[i]);
-            let h = blocks.slot(start ^ ip.rotate_left(29));
-            if let Some((k, v)) =
-                blocks.bump(h, (start, ip), (rows.block_insns[i], 0), |v| v.1 += 1)
-            {
-                self.blocks.entry(k).or_insert((v.0, 0)).1 += v.1;
-            }
+            let ip = rows.ip[i];
+            c.block(rows.block_start[i], ip, rows.block_insns[i], 1);
             if let Some(dst) = rows.target.get(i) {
-                let kind = rows.kind[i];
-                let h = edges.slot(ip ^ dst.rotate_left(29) ^ kind as u64);
-                if let Some((k, v)) = edges.bump(h, (ip, dst, kind), 0, |v| *v += 1) {
-                    *self.edges.entry(k).or_default() += v;
-                }
+                c.edge(ip, dst, rows.kind[i], 1);
             }
         }
-        // What the slots still hold: a block's `insns` stays its first row's, since every
-        // earlier row of the same block that left its slot is in the map already.
-        for (k, v) in blocks.drain() {
-            self.blocks.entry(k).or_insert((v.0, 0)).1 += v.1;
-        }
-        for (k, v) in edges.drain() {
-            *self.edges.entry(k).or_default() += v;
-        }
-        // Blocks left before their branch (an interrupt, a disable, an overflow or
-        // TraceSTOP inside them): their instructions are in a row's `insns` too.
-        for p in &rows.partials {
-            self.blocks
-                .entry((p.start, p.end))
-                .or_insert((p.insns, 0))
-                .1 += p.times as u64;
-        }
+        c.partials(&rows.partials);
+    }
+
+    /// Count `n` executions of block (start, end) of `insns` instructions.
+    pub fn add_block(&mut self, start: u64, end: u64, insns: u32, n: u64) {
+        self.blocks.entry((start, end)).or_insert((insns, 0)).1 += n;
+    }
+
+    /// Count `n` executions of edge (src, dst, kind).
+    pub fn add_edge(&mut self, src: u64, dst: u64, kind: u8, n: u64) {
+        *self.edges.entry((src, dst, kind)).or_default() += n;
     }
 
     pub fn merge(&mut self, o: Coverage) {
@@ -144,6 +123,68 @@ impl Coverage {
     }
 }
 
+/// Counts blocks and edges into a [`Coverage`], first in small direct-mapped tables (a
+/// real program's pieces run a few thousand blocks over and over), whose slots go to the
+/// maps when another key takes them and at the end: two hash-map lookups per row were 13%
+/// of a rows-mode decode of a real program's Intel PT trace. A block's `insns` stays the
+/// first count's, since every earlier count of the same block that left its slot is in
+/// the map already.
+pub struct Counter<'c> {
+    cov: &'c mut Coverage,
+    blocks: Front<(u64, u64), (u32, u64)>,
+    edges: Front<(u64, u64, u8), u64>,
+}
+
+impl<'c> Counter<'c> {
+    /// A counter into `cov` for about `n` counts (as many slots, up to 2 Ki: a stitch's
+    /// few rows need no large table).
+    pub fn new(cov: &'c mut Coverage, n: usize) -> Self {
+        let bits = (n.max(16).next_power_of_two().trailing_zeros()).min(11);
+        Counter {
+            cov,
+            blocks: Front::new(bits),
+            edges: Front::new(bits),
+        }
+    }
+
+    /// `n` executions of block (start, end) of `insns` instructions.
+    #[inline]
+    pub fn block(&mut self, start: u64, end: u64, insns: u32, n: u64) {
+        let h = self.blocks.slot(start ^ end.rotate_left(29));
+        if let Some((k, v)) = self.blocks.bump(h, (start, end), (insns, 0), |v| v.1 += n) {
+            self.cov.add_block(k.0, k.1, v.0, v.1);
+        }
+    }
+
+    /// `n` executions of edge (src, dst, kind).
+    #[inline]
+    pub fn edge(&mut self, src: u64, dst: u64, kind: u8, n: u64) {
+        let h = self.edges.slot(src ^ dst.rotate_left(29) ^ kind as u64);
+        if let Some((k, v)) = self.edges.bump(h, (src, dst, kind), 0, |v| *v += n) {
+            self.cov.add_edge(k.0, k.1, k.2, v);
+        }
+    }
+
+    /// Blocks left before their branch (an interrupt, a disable, an overflow or
+    /// TraceSTOP inside them): their instructions are in a row's `insns` too.
+    pub fn partials(&mut self, partials: &[PartialBlock]) {
+        for p in partials {
+            self.block(p.start, p.end, p.insns, p.times as u64);
+        }
+    }
+}
+
+impl Drop for Counter<'_> {
+    fn drop(&mut self) {
+        for (k, v) in std::mem::take(&mut self.blocks.slots).into_iter().flatten() {
+            self.cov.add_block(k.0, k.1, v.0, v.1);
+        }
+        for (k, v) in std::mem::take(&mut self.edges.slots).into_iter().flatten() {
+            self.cov.add_edge(k.0, k.1, k.2, v);
+        }
+    }
+}
+
 /// A direct-mapped table of counts in front of a hash map: a key found in its slot is
 /// counted there; another key takes the slot and hands back what it held.
 struct Front<K, V> {
@@ -182,10 +223,6 @@ impl<K: Copy + PartialEq, V: Copy> Front<K, V> {
                 slot.replace((key, v))
             }
         }
-    }
-
-    fn drain(self) -> impl Iterator<Item = (K, V)> {
-        self.slots.into_iter().flatten()
     }
 }
 

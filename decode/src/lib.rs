@@ -32,7 +32,8 @@
 //!   without PIPs);
 //! - [`memo`]: the memoized walk (segments of the hot loop, replayed);
 //! - [`flow`], [`chunk`], [`timing`]: the walker, parallel chunks and stitching, time;
-//! - [`rows`], [`sink`]: output columns, and the sinks the walker hands rows to.
+//! - [`rows`], [`sink`], [`tally`]: output columns, the sinks the walker hands rows to,
+//!   and rows counted without being kept.
 //!
 //! ```
 //! use tracemill_decode::{rtit::packet::Packet, stream::TraceStream};
@@ -66,6 +67,7 @@ pub mod sink;
 pub mod sniff;
 pub mod spaces;
 pub mod stream;
+pub mod tally;
 pub mod timing;
 pub mod tnt;
 

@@ -25,13 +25,25 @@ pub struct TimingFact {
 /// putting pieces in order does as little per row as possible).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PieceStats {
+    /// Rows (the piece's rows may be counted, not kept: [`crate::tally`]).
+    pub rows: u64,
     pub insns: u64,
     pub by_kind: [u64; 8],
 }
 
 impl PieceStats {
+    /// Add `o`'s counts.
+    pub fn add(&mut self, o: &PieceStats) {
+        self.rows += o.rows;
+        self.insns += o.insns;
+        for (a, b) in self.by_kind.iter_mut().zip(o.by_kind) {
+            *a += b;
+        }
+    }
+
     pub fn of(rows: &BranchColumns) -> Self {
         let mut s = PieceStats {
+            rows: rows.len() as u64,
             insns: rows.insns.iter().map(|&i| i as u64).sum(),
             ..PieceStats::default()
         };

@@ -63,6 +63,9 @@ pub trait RowSink {
     fn truncate(&mut self, n: usize);
     /// Add `n` instructions to row `i` (a stitch's open count onto a body's first row).
     fn add_insns(&mut self, i: usize, n: u32);
+    /// Rows before the first that knows its CR3 take `cr3` (a stitch's, for its body's
+    /// rows before their first PIP). A sink that keeps no CR3 ignores it.
+    fn set_leading_cr3(&mut self, _cr3: Option<u64>) {}
     /// The last row is a direct `jmp` or `call` (a sink that keeps no kinds: false).
     fn ends_in_direct(&self) -> bool {
         false
@@ -146,6 +149,14 @@ impl RowSink for BranchColumns {
     fn add_insns(&mut self, i: usize, n: u32) {
         self.insns[i] += n;
     }
+    fn set_leading_cr3(&mut self, cr3: Option<u64>) {
+        for i in 0..self.len() {
+            if self.cr3.get(i).is_some() {
+                break;
+            }
+            self.cr3.set(i, cr3);
+        }
+    }
     fn ends_in_direct(&self) -> bool {
         matches!(self.kind.last(), Some(&k) if k == BranchKind::Jmp as u8 || k == BranchKind::Call as u8)
     }
@@ -180,6 +191,7 @@ impl RowSink for CountSink {
     }
     fn finish(&mut self) -> (PieceStats, crate::coverage::Coverage) {
         let stats = PieceStats {
+            rows: self.rows as u64,
             insns: self.insns,
             by_kind: [0; 8],
         };

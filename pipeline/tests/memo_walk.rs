@@ -4,6 +4,10 @@
 //! with random settings, then random bytes damaged) decode to exactly the same branches,
 //! events, timing facts, timing table, coverage and fallbacks both ways, sequentially and
 //! in chunks.
+//!
+//! Decodes that keep no row ([`tracemill_decode::tally`]: `--tables events` or
+//! `coverage,edges` without `branches`) are checked here too, on the same traces: their
+//! counts, events, timing table and coverage equal the full decode's, both ways.
 
 mod common;
 
@@ -13,13 +17,15 @@ use tracemill::bundle::Bundle;
 use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
 use tracemill_datasets::model::{Model, ModelOptions};
 use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtOverflow};
-use tracemill_decode::chunk::{decode_all, Decoded, Input};
+use tracemill_decode::chunk::{decode_all, tally_all, Decoded, Input, PieceStats, Tallied};
+use tracemill_decode::front::Format;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::memo::step_walk_only;
 use tracemill_decode::pt::PtConfig;
 use tracemill_decode::rtit::clock::TimingConfig;
 use tracemill_decode::rtit::config::{ctl, TraceConfig};
 use tracemill_decode::stream::TraceStream;
+use tracemill_decode::tally::{Counted, Covered};
 
 /// Everything two decodes produce is the same (the first difference is named).
 fn same(what: &str, memo: &Decoded, step: &Decoded) {
@@ -55,14 +61,52 @@ fn same(what: &str, memo: &Decoded, step: &Decoded) {
     assert_eq!(memo.marks_handled, step.marks_handled, "{what}: marks");
 }
 
+/// A full decode, and the two that keep no row, of one trace.
+struct Decodes {
+    full: Decoded,
+    counted: Tallied,
+    covered: Tallied,
+}
+
+fn decodes<F: Format>(input: &Input<'_, F>, chunk: u64) -> Decodes {
+    Decodes {
+        full: decode_all(input, chunk),
+        counted: tally_all::<F, Counted>(input, chunk),
+        covered: tally_all::<F, Covered>(input, chunk),
+    }
+}
+
+/// The decodes that keep no row find what the full decode finds.
+fn tallies_agree(what: &str, d: &Decodes) {
+    let f = &d.full;
+    let stats = PieceStats::of(&f.rows);
+    for (name, t) in [("counted", &d.counted), ("covered", &d.covered)] {
+        assert_eq!(t.stats, stats, "{what}: {name}: counts");
+        assert_eq!(t.events, f.events, "{what}: {name}: events");
+        assert_eq!(t.timing_rows, f.timing_rows, "{what}: {name}: timing table");
+        assert_eq!(t.fallbacks, f.fallbacks, "{what}: {name}: fallbacks");
+    }
+    assert_eq!(
+        d.covered.coverage, f.coverage,
+        "{what}: coverage without rows"
+    );
+    assert!(
+        d.counted.coverage.is_empty(),
+        "{what}: coverage not asked for"
+    );
+}
+
 /// `decode` both ways at each chunk size; the rows compared, summed.
-fn both_ways(what: &str, chunks: &[u64], decode: impl Fn(u64) -> Decoded) -> usize {
+fn both_ways(what: &str, chunks: &[u64], decode: impl Fn(u64) -> Decodes) -> usize {
     let mut rows = 0;
     for &chunk in chunks {
         let memo = decode(chunk);
         let step = step_walk_only(|| decode(chunk));
-        same(&format!("{what}, chunk {chunk}"), &memo, &step);
-        rows += memo.rows.len();
+        let what = format!("{what}, chunk {chunk}");
+        same(&what, &memo.full, &step.full);
+        tallies_agree(&format!("{what} (memo)"), &memo);
+        tallies_agree(&format!("{what} (step)"), &step);
+        rows += memo.full.rows.len();
     }
     rows
 }
@@ -77,16 +121,16 @@ fn busybox_images(elf: &[u8]) -> ImageSet<'_> {
     images
 }
 
-fn decode_pt(images: &ImageSet<'_>, bytes: &[u8], ret_compression: bool, chunk: u64) -> Decoded {
+fn decode_pt(images: &ImageSet<'_>, bytes: &[u8], ret_compression: bool, chunk: u64) -> Decodes {
     let stream = TraceStream::linear(bytes);
     let cfg = PtConfig {
         ret_compression,
         ..PtConfig::default()
     };
-    decode_all(&Input::pt(&stream, images, cfg), chunk)
+    decodes(&Input::pt(&stream, images, cfg), chunk)
 }
 
-fn decode_rtit(images: &ImageSet<'_>, bytes: &[u8], ctl: u64, chunk: u64) -> Decoded {
+fn decode_rtit(images: &ImageSet<'_>, bytes: &[u8], ctl: u64, chunk: u64) -> Decodes {
     let stream = TraceStream::linear(bytes);
     let cfg = TraceConfig::from_ctl(ctl);
     let input = Input::<tracemill_decode::Rtit> {
@@ -96,7 +140,21 @@ fn decode_rtit(images: &ImageSet<'_>, bytes: &[u8], ctl: u64, chunk: u64) -> Dec
         cfg,
         timing: TimingConfig::new(&cfg, Some(20), true),
     };
-    decode_all(&input, chunk)
+    decodes(&input, chunk)
+}
+
+fn decode_bundle(b: &Bundle, chunk: u64) -> Decodes {
+    assert!(b.image_set().1.is_empty(), "{:?}", b.image_set().1);
+    let (images, _) = b.image_set();
+    let stream = b.stream();
+    let input = Input::<tracemill_decode::Rtit> {
+        spaces: None,
+        stream: &stream,
+        images: &images,
+        cfg: b.trace_config(),
+        timing: b.timing_config(),
+    };
+    decodes(&input, chunk)
 }
 
 /// Every committed sample bundle (RTIT), sequentially and in chunks down to one PSB
@@ -107,7 +165,9 @@ fn every_sample_decodes_the_same_both_ways() {
     for dir in bundles() {
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
         let b = Bundle::open(&dir, None, &[]).unwrap();
-        total += both_ways(&name, &[u64::MAX, 1, 4096], |chunk| decode(&b, chunk));
+        total += both_ways(&name, &[u64::MAX, 1, 4096], |chunk| {
+            decode_bundle(&b, chunk)
+        });
     }
     assert!(total > 100_000, "{total} rows");
 }

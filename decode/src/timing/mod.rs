@@ -24,9 +24,11 @@ use std::collections::VecDeque;
 use tracemill_schemas::{BranchKind, EventKind, TimingKind};
 
 mod fill;
+mod table;
 
 pub use fill::Fills;
 use fill::{interpolate, Col, Fill, How};
+pub use table::TimingTable;
 
 use crate::piece::{Piece, TimingFact};
 use crate::rows::{BranchColumns, EventRow, TimingColumns, TimingRow};
@@ -190,7 +192,7 @@ impl Mark {
 }
 
 /// The timing packets and time-relevant events of a piece, merged in stream order.
-fn marks_of(p: &Piece<BranchColumns>) -> Vec<Mark> {
+fn marks_of<S>(p: &Piece<S>) -> Vec<Mark> {
     let events = p.events.iter().filter(|e| {
         matches!(
             e.kind,

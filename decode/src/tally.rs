@@ -1,0 +1,336 @@
+//! Rows counted, not kept: what a decode needs when the `branches` table is not asked for.
+//!
+//! `--tables events`, `--tables coverage,edges` and the like need of the rows only their
+//! number (events' `seq`), their instructions and kinds (the summary) and, for coverage,
+//! their blocks and edges. [`Tally`] is a [`RowSink`] that keeps exactly that, as a
+//! [`RowLog`]: which memoized segments ([`crate::memo`]) were replayed in which order, and
+//! the rows the step walk pushed one by one. A segment's rows are copied once per piece;
+//! each replay costs one entry. At the end of the piece the log is expanded once per
+//! distinct segment, multiplied by its replays, into the piece's counts and coverage, so
+//! counting costs nothing per replayed row.
+//!
+//! The log can be cut back to any row ([`RowSink::truncate`]: the walker drops rows no
+//! packet has decided, or a body's rows before its resume point): entries past the cut go,
+//! and an entry straddling it keeps its first rows.
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+use tracemill_schemas::BranchKind;
+
+use crate::block::AddrHasher;
+use crate::coverage::{Counter, Coverage};
+use crate::flow::Partial;
+use crate::memo::Replay;
+use crate::piece::PieceStats;
+use crate::rows::{BranchRow, PartialBlock};
+use crate::sink::RowSink;
+
+/// A row pushed alone (by the step walk), with the block it closes.
+#[derive(Clone, Copy, Debug)]
+struct Single {
+    ip: u64,
+    target: Option<u64>,
+    block_start: u64,
+    insns: u32,
+    block_insns: u32,
+    kind: u8,
+}
+
+/// A row of a segment, as copied from the memo.
+#[derive(Clone, Copy, Debug)]
+struct SegRow {
+    ip: u64,
+    target: u64,
+    insns: u32,
+    kind: u8,
+}
+
+/// A distinct segment replayed in this piece: its rows in `seg_rows`, and where its first
+/// row's block begins.
+#[derive(Clone, Copy, Debug)]
+struct Seg {
+    first: u32,
+    len: u16,
+    start: u64,
+}
+
+/// Where a single's index is kept in an entry's `what`.
+const SINGLE: u32 = 1 << 31;
+
+/// Rows `at..at + take` of the piece: single `what & !SINGLE`, or rows `skip..skip + take`
+/// of segment `what`.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    at: usize,
+    what: u32,
+    skip: u16,
+    take: u16,
+}
+
+/// The rows of a piece as replays of segments and single rows, in order.
+#[derive(Clone, Debug, Default)]
+pub struct RowLog {
+    entries: Vec<Entry>,
+    singles: Vec<Single>,
+    segs: Vec<Seg>,
+    seg_rows: Vec<SegRow>,
+    /// The memo's segment index -> `segs` index.
+    local: HashMap<u32, u32, BuildHasherDefault<AddrHasher>>,
+    partials: Vec<PartialBlock>,
+    rows: usize,
+}
+
+impl RowLog {
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    #[inline]
+    fn single(&mut self, s: Single) {
+        self.entries.push(Entry {
+            at: self.rows,
+            what: SINGLE | self.singles.len() as u32,
+            skip: 0,
+            take: 1,
+        });
+        self.singles.push(s);
+        self.rows += 1;
+    }
+
+    /// Row `r` and the block it closes.
+    #[inline]
+    pub fn push(&mut self, r: &BranchRow, block: (u64, u32)) {
+        self.single(Single {
+            ip: r.ip,
+            target: r.target,
+            block_start: block.0,
+            insns: r.insns,
+            block_insns: block.1,
+            kind: r.kind as u8,
+        });
+    }
+
+    /// A segment's rows (as [`RowSink::replay`] receives them).
+    #[inline]
+    pub fn replay(&mut self, r: &Replay<'_>) {
+        let Some(first) = r.rows.first() else {
+            return;
+        };
+        let n = r.rows.len() as u16;
+        let local = match self.local.get(&r.seg) {
+            Some(&l) => l,
+            None => {
+                let l = self.segs.len() as u32;
+                self.segs.push(Seg {
+                    first: self.seg_rows.len() as u32,
+                    len: n,
+                    start: r.block_start,
+                });
+                self.seg_rows.extend(r.rows.iter().map(|m| SegRow {
+                    ip: m.ip,
+                    target: m.target,
+                    insns: m.insns,
+                    kind: m.kind as u8,
+                }));
+                self.local.insert(r.seg, l);
+                l
+            }
+        };
+        // The first row is the segment's own when nothing was open before it and its
+        // block begins where the segment does; otherwise it carries what was open, and
+        // is counted alone.
+        let own =
+            r.open == 0 && r.block_base == 0 && r.block_start == self.segs[local as usize].start;
+        let skip = if own {
+            0
+        } else {
+            self.single(Single {
+                ip: first.ip,
+                target: Some(first.target),
+                block_start: r.block_start,
+                insns: r.open + first.insns,
+                block_insns: r.open + first.insns - r.block_base,
+                kind: first.kind as u8,
+            });
+            1
+        };
+        if n > skip {
+            self.entries.push(Entry {
+                at: self.rows,
+                what: local,
+                skip,
+                take: n - skip,
+            });
+            self.rows += (n - skip) as usize;
+        }
+    }
+
+    /// A partial block whose instructions the next row carries.
+    pub fn partial(&mut self, p: Partial) {
+        self.partials.push(PartialBlock {
+            row: self.rows as u64,
+            start: p.0,
+            end: p.1,
+            insns: p.2,
+            times: p.3,
+        });
+    }
+
+    /// Keep the first `n` rows.
+    pub fn truncate(&mut self, n: usize) {
+        while let Some(e) = self.entries.last_mut() {
+            if e.at >= n {
+                if e.what & SINGLE != 0 {
+                    self.singles.pop();
+                }
+                self.entries.pop();
+                continue;
+            }
+            if e.at + e.take as usize > n {
+                e.take = (n - e.at) as u16;
+            }
+            break;
+        }
+        self.rows = self.rows.min(n);
+        self.partials.retain(|p| p.row < n as u64);
+    }
+
+    /// The kind of the last row.
+    pub fn last_kind(&self) -> Option<u8> {
+        let e = self.entries.last()?;
+        Some(if e.what & SINGLE != 0 {
+            self.singles[(e.what & !SINGLE) as usize].kind
+        } else {
+            let s = self.segs[e.what as usize];
+            self.seg_rows[(s.first + e.skip as u32 + e.take as u32 - 1) as usize].kind
+        })
+    }
+
+    /// The rows' counts, and their blocks and edges when `cover`. Each distinct segment
+    /// (and first row skipped, and length) is expanded once, with the number of its
+    /// replays.
+    pub fn finish(&mut self, cover: bool) -> (PieceStats, Coverage) {
+        let mut stats = PieceStats {
+            rows: self.rows as u64,
+            ..PieceStats::default()
+        };
+        let mut cov = Coverage::default();
+        // Replays of each segment whole (from its first row or its second), and the few
+        // cut short by a truncation.
+        let mut whole = vec![[0u64; 2]; self.segs.len()];
+        let mut cut = Vec::new();
+        for e in &self.entries {
+            if e.what & SINGLE != 0 {
+                continue;
+            }
+            let s = self.segs[e.what as usize];
+            if e.skip as usize + e.take as usize == s.len as usize {
+                whole[e.what as usize][e.skip as usize] += 1;
+            } else {
+                cut.push(*e);
+            }
+        }
+        let singles = self.singles.len();
+        let mut c = cover.then(|| Counter::new(&mut cov, singles.max(self.seg_rows.len())));
+        for s in &self.singles {
+            stats.insns += s.insns as u64;
+            stats.by_kind[s.kind as usize & 7] += 1;
+            if let Some(c) = &mut c {
+                c.block(s.block_start, s.ip, s.block_insns, 1);
+                if let Some(dst) = s.target {
+                    c.edge(s.ip, dst, s.kind, 1);
+                }
+            }
+        }
+        let mut expand = |seg: Seg, skip: usize, take: usize, n: u64| {
+            let rows = &self.seg_rows[seg.first as usize..][..seg.len as usize];
+            for (j, m) in rows.iter().enumerate().skip(skip).take(take) {
+                stats.insns += m.insns as u64 * n;
+                stats.by_kind[m.kind as usize & 7] += n;
+                if let Some(c) = &mut c {
+                    let start = if j == 0 {
+                        seg.start
+                    } else {
+                        rows[j - 1].target
+                    };
+                    c.block(start, m.ip, m.insns, n);
+                    c.edge(m.ip, m.target, m.kind, n);
+                }
+            }
+        };
+        for (i, w) in whole.iter().enumerate() {
+            let seg = self.segs[i];
+            for (skip, &n) in w.iter().enumerate() {
+                if n > 0 {
+                    expand(seg, skip, seg.len as usize, n);
+                }
+            }
+        }
+        for e in cut {
+            expand(
+                self.segs[e.what as usize],
+                e.skip as usize,
+                e.take as usize,
+                1,
+            );
+        }
+        if let Some(c) = &mut c {
+            c.partials(&self.partials);
+        }
+        drop(c);
+        (stats, cov)
+    }
+}
+
+/// The sink of a decode that keeps no row: counts, and coverage when `COVER`.
+#[derive(Clone, Debug, Default)]
+pub struct Tally<const COVER: bool> {
+    log: RowLog,
+}
+
+/// Counts rows only (`--tables events`, `timing`).
+pub type Counted = Tally<false>;
+/// Counts rows and their blocks and edges (`--tables coverage,edges`).
+pub type Covered = Tally<true>;
+
+impl<const COVER: bool> RowSink for Tally<COVER> {
+    #[inline]
+    fn push(&mut self, r: &BranchRow, block: (u64, u32)) {
+        self.log.push(r, block);
+    }
+    #[inline]
+    fn replay(&mut self, r: &Replay<'_>) {
+        self.log.replay(r);
+    }
+    fn partial(&mut self, p: Partial) {
+        self.log.partial(p);
+    }
+    fn finish(&mut self) -> (PieceStats, Coverage) {
+        let out = self.log.finish(COVER);
+        // The piece keeps only its count.
+        let rows = self.log.rows;
+        self.log = RowLog {
+            rows,
+            ..RowLog::default()
+        };
+        out
+    }
+    fn len(&self) -> usize {
+        self.log.len()
+    }
+    fn truncate(&mut self, n: usize) {
+        self.log.truncate(n);
+    }
+    fn add_insns(&mut self, _i: usize, _n: u32) {
+        // Instructions are counted from the log at `finish`; the stitch adds its carry to
+        // the piece's counts.
+    }
+    fn ends_in_direct(&self) -> bool {
+        matches!(self.log.last_kind(), Some(k) if k == BranchKind::Jmp as u8 || k == BranchKind::Call as u8)
+    }
+}
