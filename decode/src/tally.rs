@@ -13,12 +13,8 @@
 //! packet has decided, or a body's rows before its resume point): entries past the cut go,
 //! and an entry straddling it keeps its first rows.
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-
 use tracemill_schemas::BranchKind;
 
-use crate::block::AddrHasher;
 use crate::coverage::{Counter, Coverage};
 use crate::flow::Partial;
 use crate::memo::Replay;
@@ -46,13 +42,14 @@ struct SegRow {
     kind: u8,
 }
 
-/// A distinct segment replayed in this piece: its rows in `seg_rows`, and where its first
-/// row's block begins.
+/// A distinct segment replayed in this piece: its rows in `seg_rows`, where its first
+/// row's block begins, and its index in the memo.
 #[derive(Clone, Copy, Debug)]
 struct Seg {
     first: u32,
     len: u16,
     start: u64,
+    memo: u32,
 }
 
 /// Where a single's index is kept in an entry's `what`.
@@ -71,14 +68,42 @@ struct Entry {
 /// The rows of a piece as replays of segments and single rows, in order.
 #[derive(Clone, Debug, Default)]
 pub struct RowLog {
+    bufs: Bufs,
+    rows: usize,
+}
+
+/// A log's buffers, reused from piece to piece on a thread ([`POOL`]): fresh ones for
+/// every piece cost a page fault per 4 KiB written, and their growth a copy at every
+/// doubling.
+#[derive(Clone, Debug, Default)]
+struct Bufs {
     entries: Vec<Entry>,
     singles: Vec<Single>,
     segs: Vec<Seg>,
     seg_rows: Vec<SegRow>,
-    /// The memo's segment index -> `segs` index.
-    local: HashMap<u32, u32, BuildHasherDefault<AddrHasher>>,
+    /// The memo's segment index -> 1 + `segs` index (0: not seen in this piece). Reset
+    /// through `segs` when the piece is done, so it is never cleared whole.
+    local: Vec<u32>,
     partials: Vec<PartialBlock>,
-    rows: usize,
+}
+
+impl Bufs {
+    /// Empty again, keeping the room (`local` is all zeros afterwards).
+    fn clear(&mut self) {
+        for s in &self.segs {
+            self.local[s.memo as usize] = 0;
+        }
+        self.entries.clear();
+        self.singles.clear();
+        self.segs.clear();
+        self.seg_rows.clear();
+        self.partials.clear();
+    }
+}
+
+thread_local! {
+    /// The buffers of the last log finished on this thread.
+    static POOL: std::cell::RefCell<Option<Bufs>> = const { std::cell::RefCell::new(None) };
 }
 
 impl RowLog {
@@ -90,21 +115,38 @@ impl RowLog {
         self.rows == 0
     }
 
+    /// Buffers for a new piece: the pool's, when this thread finished one before.
+    #[inline]
+    fn ready(&mut self) {
+        if self.bufs.entries.capacity() == 0 {
+            self.take_pooled();
+        }
+    }
+
+    #[cold]
+    fn take_pooled(&mut self) {
+        if let Some(b) = POOL.with(|p| p.borrow_mut().take()) {
+            self.bufs = b;
+        }
+        self.bufs.entries.reserve(1024);
+    }
+
     #[inline]
     fn single(&mut self, s: Single) {
-        self.entries.push(Entry {
+        self.bufs.entries.push(Entry {
             at: self.rows,
-            what: SINGLE | self.singles.len() as u32,
+            what: SINGLE | self.bufs.singles.len() as u32,
             skip: 0,
             take: 1,
         });
-        self.singles.push(s);
+        self.bufs.singles.push(s);
         self.rows += 1;
     }
 
     /// Row `r` and the block it closes.
     #[inline]
     pub fn push(&mut self, r: &BranchRow, block: (u64, u32)) {
+        self.ready();
         self.single(Single {
             ip: r.ip,
             target: r.target,
@@ -121,31 +163,38 @@ impl RowLog {
         let Some(first) = r.rows.first() else {
             return;
         };
+        self.ready();
         let n = r.rows.len() as u16;
-        let local = match self.local.get(&r.seg) {
-            Some(&l) => l,
-            None => {
-                let l = self.segs.len() as u32;
-                self.segs.push(Seg {
-                    first: self.seg_rows.len() as u32,
+        let at = r.seg as usize;
+        if at >= self.bufs.local.len() {
+            self.bufs.local.resize(at + 1 + at / 2, 0);
+        }
+        let local = match self.bufs.local[at] {
+            0 => {
+                let l = self.bufs.segs.len() as u32;
+                self.bufs.segs.push(Seg {
+                    first: self.bufs.seg_rows.len() as u32,
                     len: n,
                     start: r.block_start,
+                    memo: r.seg,
                 });
-                self.seg_rows.extend(r.rows.iter().map(|m| SegRow {
+                self.bufs.seg_rows.extend(r.rows.iter().map(|m| SegRow {
                     ip: m.ip,
                     target: m.target,
                     insns: m.insns,
                     kind: m.kind as u8,
                 }));
-                self.local.insert(r.seg, l);
+                self.bufs.local[at] = l + 1;
                 l
             }
+            l => l - 1,
         };
         // The first row is the segment's own when nothing was open before it and its
         // block begins where the segment does; otherwise it carries what was open, and
         // is counted alone.
-        let own =
-            r.open == 0 && r.block_base == 0 && r.block_start == self.segs[local as usize].start;
+        let own = r.open == 0
+            && r.block_base == 0
+            && r.block_start == self.bufs.segs[local as usize].start;
         let skip = if own {
             0
         } else {
@@ -160,7 +209,7 @@ impl RowLog {
             1
         };
         if n > skip {
-            self.entries.push(Entry {
+            self.bufs.entries.push(Entry {
                 at: self.rows,
                 what: local,
                 skip,
@@ -172,7 +221,8 @@ impl RowLog {
 
     /// A partial block whose instructions the next row carries.
     pub fn partial(&mut self, p: Partial) {
-        self.partials.push(PartialBlock {
+        self.ready();
+        self.bufs.partials.push(PartialBlock {
             row: self.rows as u64,
             start: p.0,
             end: p.1,
@@ -183,12 +233,12 @@ impl RowLog {
 
     /// Keep the first `n` rows.
     pub fn truncate(&mut self, n: usize) {
-        while let Some(e) = self.entries.last_mut() {
+        while let Some(e) = self.bufs.entries.last_mut() {
             if e.at >= n {
                 if e.what & SINGLE != 0 {
-                    self.singles.pop();
+                    self.bufs.singles.pop();
                 }
-                self.entries.pop();
+                self.bufs.entries.pop();
                 continue;
             }
             if e.at + e.take as usize > n {
@@ -197,17 +247,17 @@ impl RowLog {
             break;
         }
         self.rows = self.rows.min(n);
-        self.partials.retain(|p| p.row < n as u64);
+        self.bufs.partials.retain(|p| p.row < n as u64);
     }
 
     /// The kind of the last row.
     pub fn last_kind(&self) -> Option<u8> {
-        let e = self.entries.last()?;
+        let e = self.bufs.entries.last()?;
         Some(if e.what & SINGLE != 0 {
-            self.singles[(e.what & !SINGLE) as usize].kind
+            self.bufs.singles[(e.what & !SINGLE) as usize].kind
         } else {
-            let s = self.segs[e.what as usize];
-            self.seg_rows[(s.first + e.skip as u32 + e.take as u32 - 1) as usize].kind
+            let s = self.bufs.segs[e.what as usize];
+            self.bufs.seg_rows[(s.first + e.skip as u32 + e.take as u32 - 1) as usize].kind
         })
     }
 
@@ -222,22 +272,22 @@ impl RowLog {
         let mut cov = Coverage::default();
         // Replays of each segment whole (from its first row or its second), and the few
         // cut short by a truncation.
-        let mut whole = vec![[0u64; 2]; self.segs.len()];
+        let mut whole = vec![[0u64; 2]; self.bufs.segs.len()];
         let mut cut = Vec::new();
-        for e in &self.entries {
+        for e in &self.bufs.entries {
             if e.what & SINGLE != 0 {
                 continue;
             }
-            let s = self.segs[e.what as usize];
+            let s = self.bufs.segs[e.what as usize];
             if e.skip as usize + e.take as usize == s.len as usize {
                 whole[e.what as usize][e.skip as usize] += 1;
             } else {
                 cut.push(*e);
             }
         }
-        let singles = self.singles.len();
-        let mut c = cover.then(|| Counter::new(&mut cov, singles.max(self.seg_rows.len())));
-        for s in &self.singles {
+        let singles = self.bufs.singles.len();
+        let mut c = cover.then(|| Counter::new(&mut cov, singles.max(self.bufs.seg_rows.len())));
+        for s in &self.bufs.singles {
             stats.insns += s.insns as u64;
             stats.by_kind[s.kind as usize & 7] += 1;
             if let Some(c) = &mut c {
@@ -248,7 +298,7 @@ impl RowLog {
             }
         }
         let mut expand = |seg: Seg, skip: usize, take: usize, n: u64| {
-            let rows = &self.seg_rows[seg.first as usize..][..seg.len as usize];
+            let rows = &self.bufs.seg_rows[seg.first as usize..][..seg.len as usize];
             for (j, m) in rows.iter().enumerate().skip(skip).take(take) {
                 stats.insns += m.insns as u64 * n;
                 stats.by_kind[m.kind as usize & 7] += n;
@@ -264,7 +314,7 @@ impl RowLog {
             }
         };
         for (i, w) in whole.iter().enumerate() {
-            let seg = self.segs[i];
+            let seg = self.bufs.segs[i];
             for (skip, &n) in w.iter().enumerate() {
                 if n > 0 {
                     expand(seg, skip, seg.len as usize, n);
@@ -273,16 +323,22 @@ impl RowLog {
         }
         for e in cut {
             expand(
-                self.segs[e.what as usize],
+                self.bufs.segs[e.what as usize],
                 e.skip as usize,
                 e.take as usize,
                 1,
             );
         }
         if let Some(c) = &mut c {
-            c.partials(&self.partials);
+            c.partials(&self.bufs.partials);
         }
         drop(c);
+        // The buffers go back to this thread's pool; the log keeps its count.
+        let mut bufs = std::mem::take(&mut self.bufs);
+        if bufs.entries.capacity() > 0 {
+            bufs.clear();
+            POOL.with(|p| *p.borrow_mut() = Some(bufs));
+        }
         (stats, cov)
     }
 }
@@ -311,14 +367,8 @@ impl<const COVER: bool> RowSink for Tally<COVER> {
         self.log.partial(p);
     }
     fn finish(&mut self) -> (PieceStats, Coverage) {
-        let out = self.log.finish(COVER);
         // The piece keeps only its count.
-        let rows = self.log.rows;
-        self.log = RowLog {
-            rows,
-            ..RowLog::default()
-        };
-        out
+        self.log.finish(COVER)
     }
     fn len(&self) -> usize {
         self.log.len()

@@ -34,6 +34,13 @@ pub struct BatchSink {
     tables: Tables,
 }
 
+impl BatchSink {
+    /// The tables the consumer asked for.
+    pub(crate) fn tables(&self) -> Tables {
+        self.tables
+    }
+}
+
 /// A bounded channel of decoded batches: at most `capacity` pieces' rows wait for the
 /// consumer (each piece holds the rows of one chunk, at most `--chunk-size` bytes of trace).
 pub fn channel(tables: Tables, capacity: usize) -> (BatchSink, Receiver<Output>) {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::bounded;
 use tracemill_decode::block::BlockCache;
-use tracemill_decode::chunk::{plan_chunks_with, Body, Chunk, Input, Piece, Sequencer};
+use tracemill_decode::chunk::{plan_chunks_with, Chunk, Input, Piece, Sequencer};
 use tracemill_decode::front::Format as TraceFormat;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::pt::clock::PtTiming;
@@ -27,6 +27,7 @@ use tracemill_decode::pt::cpu::Errata;
 use tracemill_decode::rows::{BranchColumns, EventRow};
 use tracemill_decode::sniff::{self, TraceFormat as SniffedFormat};
 use tracemill_decode::stream::TraceStream;
+use tracemill_decode::tally::{Counted, Covered};
 use tracemill_decode::timing::Clock;
 use tracemill_decode::{Pt, Rtit};
 use tracemill_schemas::{BranchKind, EventKind};
@@ -40,7 +41,7 @@ mod order;
 mod writers;
 
 use emit::{Emitter, Grouped, RowGroups, ToWriter};
-use order::{produce, Ordered};
+use order::{Ordered, RowsTimer, TallyTimer};
 use writers::{Closed, Writers};
 
 /// Which tables to write.
@@ -164,7 +165,7 @@ pub struct Report {
 
 impl Report {
     fn count(&mut self, p: &Piece<BranchColumns>) {
-        self.rows += p.rows.len() as u64;
+        self.rows += p.stats.rows;
         self.instructions += p.stats.insns;
         for (k, n) in p.stats.by_kind.iter().enumerate() {
             self.by_kind[k] += n;
@@ -427,6 +428,10 @@ fn decode_as<F: TraceFormat>(
     };
     // Coverage names images by the first part's set (every part has the same images).
     let cov_images = &prepared[0].1;
+    // The tables asked for (of the consumer, when there is one), and whether the timing
+    // packets' time is needed without rows (the `timing` table, and the events' time).
+    let asked = opts.batches.as_ref().map_or(opts.tables, |b| b.tables());
+    let dated = asked.timing || asked.events;
     let trace_len: u64 = prepared.iter().map(|p| p.0.bundle.stream().len()).sum();
     let closed = std::thread::scope(|s| -> Result<Closed> {
         let (piece_tx, piece_rx) = bounded::<ToWriter>(4);
@@ -468,32 +473,38 @@ fn decode_as<F: TraceFormat>(
                 (0..report.jobs).map(|_| Mutex::default()).collect();
             emitter.threads = part.threads.clone();
             emitter.dated = LastTimed::default();
-            // Chunks are decoded as pool tasks, at most `window` of them between being
-            // handed out and being consumed in order: memory stays bounded whatever the
-            // trace size, and no thread waits for a whole batch.
-            let window = report.jobs * 2 + 2;
-            let (slot_tx, slot_rx) = bounded::<()>(window);
-            for _ in 0..window {
-                slot_tx.send(()).expect("room for every slot");
-            }
-            let (body_tx, body_rx) =
-                crossbeam_channel::unbounded::<(usize, Body<F, BranchColumns>)>();
-            std::thread::scope(|ps| {
-                let (input_ref, pool_ref, plan_ref, caches_ref) = (&input, &pool, &*plan, &caches);
-                let producer = ps.spawn(move || {
-                    produce(input_ref, pool_ref, plan_ref, caches_ref, slot_rx, body_tx)
-                });
-                let ordered = Ordered {
-                    bundle: part.bundle,
-                    input: &input,
-                    plan,
-                    pool: &pool,
-                    tx: piece_tx.clone(),
-                    progress: opts.progress,
-                };
-                stopped = !ordered.run(&mut emitter, body_rx, slot_tx, &mut report);
-                producer.join().expect("decode threads do not panic");
-            });
+            let ordered = Ordered {
+                bundle: part.bundle,
+                input: &input,
+                plan,
+                pool: &pool,
+                tx: piece_tx.clone(),
+                progress: opts.progress,
+            };
+            let (caches, timing) = (&caches, &input.timing);
+            let (e, r) = (&mut emitter, &mut report);
+            // Rows are built only for the `branches` table: other tables need only their
+            // count, their coverage and the timing packets' time (`tracemill_decode::tally`).
+            stopped = !match (asked.branches, asked.coverage || asked.edges) {
+                (true, _) => ordered.run_with::<BranchColumns>(
+                    RowsTimer::<F::Clock>::new(timing),
+                    caches,
+                    e,
+                    r,
+                ),
+                (false, true) => ordered.run_with::<Covered>(
+                    TallyTimer::<F::Clock>::new(timing, dated),
+                    caches,
+                    e,
+                    r,
+                ),
+                (false, false) => ordered.run_with::<Counted>(
+                    TallyTimer::<F::Clock>::new(timing, dated),
+                    caches,
+                    e,
+                    r,
+                ),
+            };
         }
         if !stopped {
             for g in [&mut emitter.branches, &mut emitter.timing]
@@ -654,12 +665,20 @@ pub fn summary(name: &str, r: &Report) -> String {
         group(g("disable")),
         group(g("enable"))
     );
-    let _ = writeln!(
-        s,
-        "  coverage      {} basic blocks, {} edges executed (lost stretches excluded)",
-        group(r.blocks),
-        group(r.edges)
-    );
+    if r.blocks == 0 && r.rows > 0 {
+        // Counted only when asked for (`--tables` with coverage or edges).
+        let _ = writeln!(
+            s,
+            "  coverage      not counted (no coverage or edges table asked for)"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "  coverage      {} basic blocks, {} edges executed (lost stretches excluded)",
+            group(r.blocks),
+            group(r.edges)
+        );
+    }
     for e in &r.first_errors {
         let _ = writeln!(s, "    error at offset {:#x}: {}", e.offset, e.detail);
     }

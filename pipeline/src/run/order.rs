@@ -10,7 +10,9 @@ use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_body_bounded, Body, Input, Piece, Stitcher};
 use tracemill_decode::front::Format as TraceFormat;
 use tracemill_decode::rows::{BranchColumns, EventRow, TimingColumns};
-use tracemill_decode::timing::{Clock, Timed, Timeline};
+use tracemill_decode::sink::RowSink;
+use tracemill_decode::tally::Tally;
+use tracemill_decode::timing::{Clock, Timed, Timeline, TimingTable};
 use tracemill_schemas::EventKind;
 
 use super::emit::{Emitter, ToWriter};
@@ -21,13 +23,13 @@ use crate::bundle::Bundle;
 /// producer waits for slots outside the pool, so no pool thread ever blocks on a channel:
 /// the row-group encodings the consumer spawns on the same pool always find a thread
 /// (with one job, blocking inside the pool would deadlock).
-pub(super) fn produce<F: TraceFormat>(
+fn produce<F: TraceFormat, S: Rows>(
     input: &Input<'_, F>,
     pool: &rayon::ThreadPool,
     plan: &Plan,
     caches: &[Mutex<BlockCache>],
     slots: crossbeam_channel::Receiver<()>,
-    bodies: crossbeam_channel::Sender<(usize, Body<F, BranchColumns>)>,
+    bodies: crossbeam_channel::Sender<(usize, Body<F, S>)>,
 ) {
     let cycle_acc = F::Clock::new(&input.timing).cycle_acc();
     let limit = plan.body_limit;
@@ -44,9 +46,7 @@ pub(super) fn produce<F: TraceFormat>(
                     .unwrap_or_else(|e| e.into_inner());
                 let mut body = decode_body_bounded(input, &mut cache, *c, limit);
                 drop(cache);
-                // What the timeline reads of the piece, computed here rather than on
-                // the ordered thread.
-                tracemill_decode::timing::prepare(&mut body.out, cycle_acc);
+                S::prepare(&mut body.out, cycle_acc);
                 let _ = tx.send((i, body));
             });
         }
@@ -81,11 +81,39 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
         }
     }
 
-    /// Whether every body was emitted (not stopped by a writer's failure).
-    pub(super) fn run(
+    /// Decode the part with rows `S` timed by `timer`: bodies decoded on the pool by
+    /// [`produce`], stitched and emitted in order here. Whether every body was emitted.
+    pub(super) fn run_with<S: Rows>(
         self,
+        timer: impl Timer<S>,
+        caches: &[Mutex<BlockCache>],
         out: &mut Emitter,
-        bodies: crossbeam_channel::Receiver<(usize, Body<F, BranchColumns>)>,
+        report: &mut Report,
+    ) -> bool {
+        // Chunks are decoded as pool tasks, at most `window` of them between being
+        // handed out and being consumed in order: memory stays bounded whatever the
+        // trace size, and no thread waits for a whole batch.
+        let window = report.jobs * 2 + 2;
+        let (slot_tx, slot_rx) = bounded::<()>(window);
+        for _ in 0..window {
+            slot_tx.send(()).expect("room for every slot");
+        }
+        let (body_tx, body_rx) = crossbeam_channel::unbounded::<(usize, Body<F, S>)>();
+        std::thread::scope(|ps| {
+            let (input, pool, plan) = (self.input, self.pool, self.plan);
+            let producer = ps.spawn(move || produce(input, pool, plan, caches, slot_rx, body_tx));
+            let done = self.run(timer, out, body_rx, slot_tx, report);
+            producer.join().expect("decode threads do not panic");
+            done
+        })
+    }
+
+    /// Whether every body was emitted (not stopped by a writer's failure).
+    fn run<S: Rows>(
+        self,
+        mut timer: impl Timer<S>,
+        out: &mut Emitter,
+        bodies: crossbeam_channel::Receiver<(usize, Body<F, S>)>,
         slots: crossbeam_channel::Sender<()>,
         report: &mut Report,
     ) -> bool {
@@ -101,9 +129,7 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
             );
             b
         });
-        let mut timeline = Timeline::<F::Clock>::new(&self.input.timing);
-        let mut filling = Filling::default();
-        let mut stitcher = Stitcher::new(self.input).with_piece_limit(PIECE_LIMIT);
+        let mut stitcher = Stitcher::<F, S>::new(self.input).with_piece_limit(PIECE_LIMIT);
         let first_psb = self.plan.chunks[0].start;
         let mut junk = (first_psb > 0).then(|| EventRow {
             seq: 0,
@@ -123,7 +149,7 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
         'bodies: for (i, b) in bodies.iter() {
             ready.insert(i, b);
             // Pieces filled since the last body go on now, not after the next stitch.
-            filling.ready(false, |p, t| self.emit(out, p, t, report, &mut send_err));
+            timer.ready(&mut |p, t| self.emit(out, p, t, report, &mut send_err));
             while let Some(b) = ready.remove(&next) {
                 next += 1;
                 let done = b.chunk.end - b.chunk.start;
@@ -135,17 +161,16 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
                     // A chunk walked here in pieces (a stretch without PSBs) may be the
                     // whole trace: let the pages behind the walk go as it goes. (A page
                     // read again, by a look-ahead undone, is only mapped in again.)
-                    if let Some(&o) = p.rows.offset.last() {
+                    if let Some(o) = S::last_offset(&p) {
                         let behind = o.saturating_sub(RELEASE_STEP);
                         if behind >= released + RELEASE_STEP {
                             self.bundle.release_trace_before(behind);
                             released = behind;
                         }
                     }
-                    for t in timeline.push_timed(p) {
-                        filling.start(t, self.pool);
-                    }
-                    filling.ready(false, |p, t| self.emit(out, p, t, report, &mut send_err));
+                    timer.push(p, self.pool, &mut |p, t| {
+                        self.emit(out, p, t, report, &mut send_err)
+                    });
                 });
                 if let Some(b) = &bar {
                     b.inc(done);
@@ -169,10 +194,7 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
         drop(slots);
         drop(bodies);
         if !send_err {
-            for t in timeline.finish_timed() {
-                filling.start(t, self.pool);
-            }
-            filling.ready(true, |p, t| {
+            timer.finish(self.pool, &mut |p, t| {
                 if !send_err {
                     self.emit(out, p, t, report, &mut send_err);
                 }
@@ -226,11 +248,7 @@ impl Filling {
 
     /// Hand the pieces that are back, in order, to `emit`: those ready at the front, and
     /// more while too many are out (`all`: every one).
-    pub(super) fn ready(
-        &mut self,
-        all: bool,
-        mut emit: impl FnMut(Piece<BranchColumns>, TimingColumns),
-    ) {
+    pub(super) fn ready(&mut self, all: bool, emit: Emit<'_>) {
         while let Some((job, rx)) = self.queue.front() {
             let piece = match rx.try_recv() {
                 Ok(p) => Some(p),
@@ -254,4 +272,116 @@ impl Filling {
             }
         }
     }
+}
+
+/// Where timed pieces go, in trace order.
+pub(super) type Emit<'e> = &'e mut dyn FnMut(Piece<BranchColumns>, TimingColumns);
+
+/// A piece's rows as the pipeline handles them: kept ([`BranchColumns`]), or counted
+/// without being kept ([`tracemill_decode::tally`], when the `branches` table is not
+/// asked for).
+pub(super) trait Rows: RowSink + Default + Send + 'static {
+    /// Work done where the piece was decoded, before it goes in order.
+    fn prepare(_p: &mut Piece<Self>, _cycle_acc: bool) {}
+    /// The last stream offset the piece reached, if it knows.
+    fn last_offset(p: &Piece<Self>) -> Option<u64>;
+}
+
+impl Rows for BranchColumns {
+    fn prepare(p: &mut Piece<Self>, cycle_acc: bool) {
+        // What the timeline reads of the piece, computed here rather than on the
+        // ordered thread.
+        tracemill_decode::timing::prepare(p, cycle_acc);
+    }
+    fn last_offset(p: &Piece<Self>) -> Option<u64> {
+        p.rows.offset.last().copied()
+    }
+}
+
+impl<const COVER: bool> Rows for Tally<COVER> {
+    fn last_offset(p: &Piece<Self>) -> Option<u64> {
+        let events = p.events.last().map(|e| e.offset);
+        let timing = p.timing.last().map(|t| t.offset);
+        events.max(timing)
+    }
+}
+
+/// Times pieces of rows `S` in trace order: what comes out are pieces with their rows'
+/// time and their `timing` rows.
+pub(super) trait Timer<S> {
+    /// The next piece.
+    fn push(&mut self, p: Piece<S>, pool: &rayon::ThreadPool, emit: Emit<'_>);
+    /// Hand on the pieces done since.
+    fn ready(&mut self, emit: Emit<'_>);
+    /// The end of the trace: everything left.
+    fn finish(&mut self, pool: &rayon::ThreadPool, emit: Emit<'_>);
+}
+
+/// The rows' timeline ([`Timeline`]), with the rows' time written on the pool
+/// ([`Filling`]).
+pub(super) struct RowsTimer<C: Clock> {
+    timeline: Timeline<C>,
+    filling: Filling,
+}
+
+impl<C: Clock> RowsTimer<C> {
+    pub(super) fn new(c: &C::Config) -> Self {
+        RowsTimer {
+            timeline: Timeline::new(c),
+            filling: Filling::default(),
+        }
+    }
+}
+
+impl<C: Clock> Timer<BranchColumns> for RowsTimer<C> {
+    fn push(&mut self, p: Piece<BranchColumns>, pool: &rayon::ThreadPool, emit: Emit<'_>) {
+        for t in self.timeline.push_timed(p) {
+            self.filling.start(t, pool);
+        }
+        self.filling.ready(false, emit);
+    }
+    fn ready(&mut self, emit: Emit<'_>) {
+        self.filling.ready(false, emit);
+    }
+    fn finish(&mut self, pool: &rayon::ThreadPool, emit: Emit<'_>) {
+        for t in self.timeline.finish_timed() {
+            self.filling.start(t, pool);
+        }
+        self.filling.ready(true, emit);
+    }
+}
+
+/// Pieces whose rows were counted, not kept: the `timing` table from the clock alone
+/// ([`TimingTable`]; `None`: neither it nor the events' time is asked for), and each
+/// piece handed on at once, without rows.
+pub(super) struct TallyTimer<C: Clock> {
+    table: Option<TimingTable<C>>,
+}
+
+impl<C: Clock> TallyTimer<C> {
+    pub(super) fn new(c: &C::Config, table: bool) -> Self {
+        TallyTimer {
+            table: table.then(|| TimingTable::new(c)),
+        }
+    }
+}
+
+impl<C: Clock, const COVER: bool> Timer<Tally<COVER>> for TallyTimer<C> {
+    fn push(&mut self, p: Piece<Tally<COVER>>, _pool: &rayon::ThreadPool, emit: Emit<'_>) {
+        let t = match &mut self.table {
+            Some(table) => table.piece(&p),
+            None => TimingColumns::default(),
+        };
+        let p = Piece {
+            rows: BranchColumns::default(),
+            stats: p.stats,
+            coverage: p.coverage,
+            events: p.events,
+            timing: p.timing,
+            prepared: None,
+        };
+        emit(p, t);
+    }
+    fn ready(&mut self, _emit: Emit<'_>) {}
+    fn finish(&mut self, _pool: &rayon::ThreadPool, _emit: Emit<'_>) {}
 }
