@@ -16,7 +16,9 @@ use tracemill_schemas::BranchKind;
 
 use crate::block::AddrHasher;
 use crate::image::ImageSet;
-use crate::rows::{BranchColumns, CoverageRow, EdgeRow, PartialBlock};
+#[cfg(test)]
+use crate::rows::BranchColumns;
+use crate::rows::{CoverageRow, EdgeRow, PartialBlock};
 
 type Map<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
 
@@ -30,21 +32,6 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    /// Count the blocks and edges of `rows` (whose `block_start`/`block_insns` are set),
-    /// and the partial blocks recorded with them.
-    pub fn add_rows(&mut self, rows: &BranchColumns) {
-        let n = rows.len().min(rows.block_start.len());
-        let mut c = Counter::new(self, n);
-        for i in 0..n {
-            let ip = rows.ip[i];
-            c.block(rows.block_start[i], ip, rows.block_insns[i], 1);
-            if let Some(dst) = rows.target.get(i) {
-                c.edge(ip, dst, rows.kind[i], 1);
-            }
-        }
-        c.partials(&rows.partials);
-    }
-
     /// Count `n` executions of block (start, end) of `insns` instructions.
     pub fn add_block(&mut self, start: u64, end: u64, insns: u32, n: u64) {
         self.blocks.entry((start, end)).or_insert((insns, 0)).1 += n;
@@ -230,31 +217,33 @@ impl<K: Copy + PartialEq, V: Copy> Front<K, V> {
 mod tests {
     use super::*;
     use crate::rows::BranchRow;
+    use crate::sink::RowSink;
+
+    fn row(ip: u64, target: Option<u64>, kind: BranchKind, insns: u32) -> BranchRow {
+        BranchRow {
+            ip,
+            target,
+            kind,
+            taken: true,
+            compressed: false,
+            insns,
+            tsc: None,
+            cycles: None,
+            cr3: None,
+            offset: 0,
+        }
+    }
 
     #[test]
     fn blocks_and_edges_count_and_merge() {
         let mut rows = BranchColumns::default();
         let mut push = |ip, target, start, n| {
-            rows.push_flow(&BranchRow {
-                ip,
-                target,
-                kind: BranchKind::Cond,
-                taken: true,
-                compressed: false,
-                insns: n,
-                tsc: None,
-                cycles: None,
-                cr3: None,
-                offset: 0,
-            });
-            rows.block_start.push(start);
-            rows.block_insns.push(n);
+            RowSink::push(&mut rows, &row(ip, target, BranchKind::Cond, n), (start, n));
         };
         push(0x10, Some(0x20), 0x0, 4);
         push(0x28, Some(0x00), 0x20, 3);
         push(0x10, Some(0x20), 0x0, 4);
-        let mut a = Coverage::default();
-        a.add_rows(&rows);
+        let (_, a) = rows.finish();
         assert_eq!(a.blocks[&(0x0, 0x10)], (4, 2));
         assert_eq!(a.edges[&(0x10, 0x20, BranchKind::Cond as u8)], 2);
         let mut b = a.clone();
@@ -266,40 +255,30 @@ mod tests {
 
     #[test]
     fn partial_blocks_count_with_the_row_that_carries_them() {
-        use crate::flow::RowSink;
         let mut rows = BranchColumns::default();
-        let row = |ip, insns| BranchRow {
-            ip,
-            target: Some(0x40),
-            kind: BranchKind::Jmp,
-            taken: true,
-            compressed: false,
-            insns,
-            tsc: None,
-            cycles: None,
-            cr3: None,
-            offset: 0,
-        };
+        let jmp = |ip, insns| row(ip, Some(0x40), BranchKind::Jmp, insns);
         // Two instructions from 0x0, then an interrupt at 0x8: the next row carries them.
         RowSink::partial(&mut rows, (0x0, 0x4, 2, 1));
-        RowSink::push(&mut rows, &row(0x48, 5), (0x40, 3));
+        RowSink::push(&mut rows, &jmp(0x48, 5), (0x40, 3));
         // Another one whose row is dropped (a gap): it goes with that row.
         RowSink::partial(&mut rows, (0x40, 0x44, 1, 1));
-        RowSink::push(&mut rows, &row(0x48, 4), (0x40, 3));
+        RowSink::push(&mut rows, &jmp(0x48, 4), (0x40, 3));
         RowSink::truncate(&mut rows, 1);
-        let mut c = Coverage::default();
-        c.add_rows(&rows);
+        let (_, c) = rows.finish();
         assert_eq!(c.blocks[&(0x0, 0x4)], (2, 1));
         assert_eq!(c.blocks.len(), 2);
         let insns: u64 = c.blocks.values().map(|&(n, k)| n as u64 * k).sum();
         assert_eq!(insns, rows.insns.iter().map(|&n| n as u64).sum::<u64>());
     }
+
     #[test]
     fn the_direct_mapped_front_counts_as_the_maps_alone_would() {
         // More distinct blocks and edges than slots, one block seen with two instruction
         // counts: slots are taken and handed back over and over, and the first row's
         // count of a block stays.
         let mut rows = BranchColumns::default();
+        let mut blocks = Map::default();
+        let mut edges = Map::default();
         let mut x = 0x2545_f491_4f6c_dd1du64;
         for i in 0..20_000u64 {
             x ^= x << 13;
@@ -307,34 +286,16 @@ mod tests {
             x ^= x << 17;
             let ip = 0x1000 + (x % 3000) * 16;
             let insns = if ip == 0x1000 && i % 2 == 1 { 9 } else { 3 };
-            rows.push_flow(&BranchRow {
-                ip,
-                target: (!x.is_multiple_of(5)).then_some(ip + 0x100 + (x >> 40) % 7),
-                kind: BranchKind::from_code((x >> 20) as u8 % 6).expect("a kind"),
-                taken: true,
-                compressed: false,
-                insns,
-                tsc: None,
-                cycles: None,
-                cr3: None,
-                offset: 0,
-            });
-            rows.block_start.push(ip - 8);
-            rows.block_insns.push(insns);
-        }
-        let mut blocks = Map::default();
-        let mut edges = Map::default();
-        for i in 0..rows.len() {
-            let b: &mut (u32, u64) = blocks
-                .entry((rows.block_start[i], rows.ip[i]))
-                .or_insert((rows.block_insns[i], 0));
+            let target = (!x.is_multiple_of(5)).then_some(ip + 0x100 + (x >> 40) % 7);
+            let kind = BranchKind::from_code((x >> 20) as u8 % 6).expect("a kind");
+            RowSink::push(&mut rows, &row(ip, target, kind, insns), (ip - 8, insns));
+            let b: &mut (u32, u64) = blocks.entry((ip - 8, ip)).or_insert((insns, 0));
             b.1 += 1;
-            if let Some(dst) = rows.target.get(i) {
-                *edges.entry((rows.ip[i], dst, rows.kind[i])).or_default() += 1u64;
+            if let Some(dst) = target {
+                *edges.entry((ip, dst, kind as u8)).or_default() += 1u64;
             }
         }
-        let mut c = Coverage::default();
-        c.add_rows(&rows);
+        let (_, c) = rows.finish();
         assert!(c.blocks.len() > 2048 && c.edges.len() > 2048);
         assert_eq!(c.blocks, blocks);
         assert_eq!(c.edges, edges);

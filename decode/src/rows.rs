@@ -5,6 +5,8 @@
 
 use tracemill_schemas::{BranchKind, EventKind, TimingKind};
 
+use crate::tally::RowLog;
+
 /// A nullable u64 column: values plus validity.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OptU64 {
@@ -81,7 +83,7 @@ pub struct BranchRow {
 }
 
 /// Columns of the `branches` table.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct BranchColumns {
     pub seq: Vec<u64>,
     pub ip: Vec<u64>,
@@ -95,14 +97,10 @@ pub struct BranchColumns {
     pub cycles: OptU64,
     pub cr3: OptU64,
     pub offset: Vec<u64>,
-    /// Not a table column: the first instruction of the basic block each row closes, and
-    /// the block's instruction count (for coverage; dropped once aggregated).
-    pub block_start: Vec<u64>,
-    pub block_insns: Vec<u32>,
-    /// Not a table column: blocks cut short (tracing disabled, an interrupt, an overflow
-    /// or TraceSTOP inside them), each with the row whose `insns` carries its
-    /// instructions (for coverage; dropped once aggregated).
-    pub partials: Vec<PartialBlock>,
+    /// Not a table column: the rows as the walk produced them (memoized segments replayed,
+    /// rows pushed one by one, blocks cut short), for their coverage
+    /// ([`crate::tally::RowLog`]; emptied once aggregated, and never compared).
+    pub log: RowLog,
 }
 
 /// A basic block that execution left before its branch: it ran from `start` through the
@@ -117,6 +115,25 @@ pub struct PartialBlock {
     pub insns: u32,
     pub times: u32,
 }
+
+/// The table's columns compared; the log (how the walk produced them) is not.
+impl PartialEq for BranchColumns {
+    fn eq(&self, o: &Self) -> bool {
+        self.seq == o.seq
+            && self.ip == o.ip
+            && self.target == o.target
+            && self.kind == o.kind
+            && self.taken == o.taken
+            && self.compressed == o.compressed
+            && self.insns == o.insns
+            && self.tsc == o.tsc
+            && self.cycles == o.cycles
+            && self.cr3 == o.cr3
+            && self.offset == o.offset
+    }
+}
+
+impl Eq for BranchColumns {}
 
 impl BranchColumns {
     pub fn len(&self) -> usize {
@@ -177,8 +194,6 @@ impl BranchColumns {
         self.insns.reserve(n);
         self.cr3.reserve(n);
         self.offset.reserve(n);
-        self.block_start.reserve(n);
-        self.block_insns.reserve(n);
     }
 
     /// Append a whole row, timing columns included.
@@ -220,16 +235,15 @@ impl BranchColumns {
         self.cycles.truncate(n);
         self.cr3.truncate(n);
         self.offset.truncate(n);
-        self.block_start.truncate(n.min(self.block_start.len()));
-        self.block_insns.truncate(n.min(self.block_insns.len()));
-        self.partials.retain(|p| p.row < n as u64);
+        self.log.truncate(n);
     }
 
     pub fn clear(&mut self) {
         self.truncate(0);
     }
 
-    /// Append all rows of `o` (its `seq` too, if it has one per row).
+    /// Append all rows of `o` (its `seq` too, if it has one per row). Their log is not
+    /// carried: rows are appended once their coverage was taken.
     pub fn extend_from(&mut self, o: &BranchColumns) {
         self.seq.extend_from_slice(&o.seq);
         self.ip.extend_from_slice(&o.ip);
@@ -242,14 +256,6 @@ impl BranchColumns {
         self.cycles.extend_from(&o.cycles);
         self.cr3.extend_from(&o.cr3);
         self.offset.extend_from_slice(&o.offset);
-        self.block_start.extend_from_slice(&o.block_start);
-        self.block_insns.extend_from_slice(&o.block_insns);
-        let base = self.ip.len() as u64 - o.ip.len() as u64;
-        self.partials
-            .extend(o.partials.iter().map(|p| PartialBlock {
-                row: p.row + base,
-                ..*p
-            }));
     }
 }
 

@@ -7,7 +7,7 @@ use tracemill_schemas::BranchKind;
 use crate::flow::Partial;
 use crate::memo::Replay;
 use crate::piece::PieceStats;
-use crate::rows::{BranchColumns, BranchRow, PartialBlock};
+use crate::rows::{BranchColumns, BranchRow};
 
 /// Receives branch rows. The columns builder is the normal sink; a counting sink measures
 /// the walk alone.
@@ -76,8 +76,7 @@ impl RowSink for BranchColumns {
     #[inline]
     fn push(&mut self, r: &BranchRow, block: (u64, u32)) {
         BranchColumns::push_flow(self, r);
-        self.block_start.push(block.0);
-        self.block_insns.push(block.1);
+        self.log.push(r, block);
     }
     /// A segment's rows column by column: the same rows as the default (row by row through
     /// `push`), which checked the room of thirteen vectors for every row and was 17% of a
@@ -109,34 +108,19 @@ impl RowSink for BranchColumns {
             .extend(std::iter::repeat_n(r.off_before, before));
         self.offset
             .extend(std::iter::repeat_n(r.off_after, n - before));
-        // Each row's block begins where the row before it went; the first row's where the
-        // walk came from, with the instructions open before it that belong to its block.
-        self.block_start.push(r.block_start);
-        self.block_start
-            .extend(rows[..n - 1].iter().map(|m| m.target));
-        self.block_insns.push(r.open + first.insns - r.block_base);
-        self.block_insns.extend(rows[1..].iter().map(|m| m.insns));
+        self.log.replay(r);
     }
     fn partial(&mut self, p: Partial) {
-        self.partials.push(PartialBlock {
-            row: self.len() as u64,
-            start: p.0,
-            end: p.1,
-            insns: p.2,
-            times: p.3,
-        });
+        self.log.partial(p);
     }
     fn reserve(&mut self, n: usize) {
         BranchColumns::reserve(self, n)
     }
     fn finish(&mut self) -> (PieceStats, crate::coverage::Coverage) {
         self.pad_timing();
-        let mut cov = crate::coverage::Coverage::default();
-        cov.add_rows(self);
-        // The block columns have served; free them before the rows travel on.
-        self.block_start = Vec::new();
-        self.block_insns = Vec::new();
-        self.partials = Vec::new();
+        // Counts and coverage from the log; the log's buffers go back to this thread.
+        let (_, cov) = self.log.finish(true);
+        self.log = Default::default();
         self.shrink_to_fit();
         (PieceStats::of(self), cov)
     }

@@ -133,12 +133,7 @@ impl BatchSink {
                 .map_err(|_| ConsumerGone)
         };
         if self.tables.branches && !p.rows.is_empty() {
-            let mut rows = std::mem::take(&mut p.rows);
-            // Not table columns (coverage was taken from them where the piece was
-            // decoded): freed now rather than when the consumer converts the rows.
-            rows.block_start = Vec::new();
-            rows.block_insns = Vec::new();
-            rows.partials = Vec::new();
+            let rows = std::mem::take(&mut p.rows);
             send("branches", Rows::Branches(rows, first_seq))?;
         }
         if self.tables.events && !p.events.is_empty() {
