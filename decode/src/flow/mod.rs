@@ -50,6 +50,7 @@ pub use crate::sink::{CountSink, RowSink};
 use crate::spaces::Spaces;
 use crate::stream::TraceStream;
 
+mod errata;
 mod hot;
 mod output;
 mod query;

@@ -78,6 +78,9 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                         tip,
                     } => {
                         if x == self.st.ip && !self.far_ahead(x) {
+                            if self.skd022(x, off, tip) {
+                                continue;
+                            }
                             self.consume();
                             self.close_block();
                             self.event(off, EventKind::Disable, Some(x), went_to(tip));
@@ -237,17 +240,22 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             }
             self.st.open_insns += n;
             self.st.prev_nlip = next;
-            // A TIP.PGD waiting binds to this branch if it needs trace.
-            if self.st.tnt.is_empty() && class.needs_trace() {
+            // A TIP.PGD waiting binds to this branch if it needs trace (SKL014: or, without
+            // IP, if it is a direct JMP or CALL out of the IP ranges).
+            if self.st.tnt.is_empty() && (class.needs_trace() || self.rules.errata.skl014.is_some())
+            {
                 if let Some(Item::SyncPgd { ip, off }) = self.la {
-                    {
+                    let direct = !class.needs_trace();
+                    if !direct || (ip.is_none() && self.skl014_binds(class, target)) {
                         self.consume();
                         let kind = class.branch_kind().expect("a branch");
                         let taken = class != InsnClass::Cond || ip == Some(target);
-                        self.row(last_ip, ip, kind, taken, off);
+                        // A direct branch's target is known, though not traced.
+                        let to = if direct { Some(target) } else { ip };
+                        self.row(last_ip, to, kind, taken, off);
                         self.decided(off);
                         if class.is_near_call() {
-                            self.st.ret.call(next, false);
+                            self.st.ret.call(next, direct && target == next);
                         }
                         self.event(off, EventKind::Disable, ip, String::new());
                         self.st.mode = Mode::Disabled;

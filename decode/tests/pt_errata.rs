@@ -1,0 +1,152 @@
+//! Errata that change where the instruction flow binds a packet, each applied only for
+//! the processors libipt's `pt_cpu_errata` names (the suite's cases for each are in
+//! `ptxed_suite.rs`; these check the rule and that it stays off for other processors).
+//! Every trace is decoded sequentially and cut at every PSB, with the same result.
+
+use tracemill_decode::chunk::{decode_all, Decoded, Input};
+use tracemill_decode::image::ImageSet;
+use tracemill_decode::pt::config::{AddrRange, FilterKind};
+use tracemill_decode::pt::cpu::Cpu;
+use tracemill_decode::pt::encode::to_bytes;
+use tracemill_decode::pt::packet::{ExecMode, IpCompression, IpPayload, Packet};
+use tracemill_decode::pt::PtConfig;
+use tracemill_decode::stream::TraceStream;
+use tracemill_schemas::{BranchKind, EventKind};
+
+const ORG: u64 = 0x1000;
+
+fn ip(compression: IpCompression, ip: u64) -> IpPayload {
+    IpPayload {
+        compression,
+        bits: ip,
+    }
+}
+
+fn full(x: u64) -> IpPayload {
+    ip(IpCompression::Sext48, x)
+}
+
+fn none() -> IpPayload {
+    ip(IpCompression::Suppressed, 0)
+}
+
+const MODE64: Packet = Packet::ModeExec(ExecMode {
+    csl: true,
+    csd: false,
+    iflag: false,
+});
+
+fn trace(packets: &[Packet]) -> Vec<u8> {
+    packets
+        .iter()
+        .flat_map(|p| to_bytes(p).expect("encodable"))
+        .collect()
+}
+
+/// A PSB+ saying tracing is on at `at`.
+fn psb_at(at: u64) -> Vec<Packet> {
+    vec![Packet::Psb, MODE64, Packet::Fup(full(at)), Packet::PsbEnd]
+}
+
+fn decode(packets: &[Packet], code: &[u8], cfg: PtConfig) -> Decoded {
+    let bytes = trace(packets);
+    let stream = TraceStream::linear(&bytes);
+    let mut images = ImageSet::new();
+    images.add_raw("code", code, ORG, None);
+    let input = Input::pt(&stream, &images, cfg);
+    let seq = decode_all(&input, u64::MAX);
+    let chunked = decode_all(&input, 1);
+    assert_eq!(seq.rows, chunked.rows);
+    assert_eq!(seq.events, chunked.events);
+    seq
+}
+
+fn with_cpu(cpu: &str) -> PtConfig {
+    let mut cfg = PtConfig::default();
+    cfg.set_cpu(cpu.parse::<Cpu>().unwrap()).unwrap();
+    cfg
+}
+
+fn rows(d: &Decoded) -> Vec<(u64, Option<u64>, u8)> {
+    (0..d.rows.len())
+        .map(|i| (d.rows.ip[i], d.rows.target.get(i), d.rows.kind[i]))
+        .collect()
+}
+
+fn kinds(d: &Decoded) -> Vec<(EventKind, Option<u64>)> {
+    d.events
+        .iter()
+        .filter(|e| !matches!(e.kind, EventKind::Psb | EventKind::Resync))
+        .map(|e| (e.kind, e.ip))
+        .collect()
+}
+
+/// SKD022: a VM entry that clears TraceEn sends a FUP before its TIP.PGD. With the
+/// erratum the pair at a VMLAUNCH is the entry's own disable (a `far` row, then the
+/// disable); without it, the FUP says tracing stopped before the VMLAUNCH ran.
+#[test]
+fn skd022_fup_and_tip_pgd_at_a_vmlaunch_disable_after_it() {
+    // 0x1000: vmlaunch; 0x1003: hlt
+    let code = [0x0F, 0x01, 0xC2, 0xF4];
+    let mut p = psb_at(ORG);
+    p.extend([Packet::Fup(full(ORG)), Packet::TipPgd(none())]);
+    for cpu in ["6/78", "6/85", "6/151", "18/1", "19/1"] {
+        let d = decode(&p, &code, with_cpu(cpu));
+        assert_eq!(
+            rows(&d),
+            vec![(ORG, None, BranchKind::Far as u8)],
+            "cpu {cpu}"
+        );
+        assert_eq!(kinds(&d), vec![(EventKind::Disable, None)], "cpu {cpu}");
+    }
+    for cfg in [PtConfig::default(), with_cpu("6/61")] {
+        let d = decode(&p, &code, cfg);
+        assert!(d.rows.is_empty());
+        assert_eq!(kinds(&d), vec![(EventKind::Disable, Some(ORG))]);
+    }
+    // Not a VM entry: the erratum does not apply.
+    let nop = [0x90, 0xF4];
+    let d = decode(&p, &nop, with_cpu("6/85"));
+    assert!(d.rows.is_empty());
+    assert_eq!(kinds(&d), vec![(EventKind::Disable, Some(ORG))]);
+}
+
+/// SKL014: a direct JMP or CALL out of the IP ranges may send a TIP.PGD without its
+/// target. With the erratum and ranges configured it binds to that branch; without the
+/// erratum, or without ranges, the walk follows the jump and finds no code.
+#[test]
+fn skl014_tip_pgd_without_ip_binds_to_a_direct_jmp_or_call_out_of_the_ranges() {
+    // 0x1000: jmp 0x1100 (e9 rel32) / call 0x1100; 0x1005: hlt; 0x1100: hlt
+    let mut jmp = vec![0xE9, 0xFB, 0x00, 0x00, 0x00, 0xF4];
+    jmp.resize(0x101, 0xF4);
+    let mut call = jmp.clone();
+    call[0] = 0xE8;
+    let mut p = psb_at(ORG);
+    p.push(Packet::TipPgd(none()));
+    let ranged = |cpu: Option<&str>| {
+        let mut cfg = cpu.map(with_cpu).unwrap_or_default();
+        cfg.filters.push(AddrRange {
+            kind: FilterKind::Filter,
+            from: 0x1000,
+            to: 0x10ff,
+        });
+        cfg
+    };
+    for (code, kind) in [(&jmp, BranchKind::Jmp), (&call, BranchKind::Call)] {
+        for cpu in ["6/78", "6/85", "6/142", "6/165"] {
+            let d = decode(&p, code, ranged(Some(cpu)));
+            assert_eq!(rows(&d), vec![(ORG, Some(0x1100), kind as u8)], "cpu {cpu}");
+            assert_eq!(kinds(&d), vec![(EventKind::Disable, None)]);
+        }
+        for cfg in [ranged(None), ranged(Some("6/151")), with_cpu("6/85")] {
+            let d = decode(&p, code, cfg);
+            assert!(d.rows.is_empty());
+            assert!(kinds(&d).iter().any(|e| e.0 == EventKind::Error));
+        }
+    }
+    // A jump inside the ranges does not take it.
+    let mut inside = ranged(Some("6/85"));
+    inside.filters[0].to = 0x1fff;
+    let d = decode(&p, &jmp, inside);
+    assert!(kinds(&d).iter().any(|e| e.0 == EventKind::Error));
+}
