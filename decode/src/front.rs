@@ -97,6 +97,9 @@ pub enum Bound {
     /// Transactional execution began (`intx`), committed (neither) or aborted (PT
     /// MODE.TSX).
     Tsx { intx: bool, abort: bool },
+    /// A PSB+'s MODE.TSX: execution is (or is not) inside a transaction at the PSB, a
+    /// state rather than a change (an event only when inside: "in transaction").
+    InTx(bool),
     /// A PTWRITE instruction at the IP wrote `payload` (`bytes` of it).
     Ptwrite { payload: u64, bytes: u8 },
     /// Execution stopped (PT EXSTOP): a C-state, a VMX transition, ...
@@ -122,6 +125,15 @@ impl Bound {
                     "begin"
                 } else {
                     "commit"
+                }
+                .to_string(),
+            ),
+            Bound::InTx(intx) => (
+                EventKind::Tsx,
+                if intx {
+                    "in transaction"
+                } else {
+                    "not in transaction"
                 }
                 .to_string(),
             ),

@@ -50,6 +50,9 @@ pub trait RowSink {
             block_start = m.target;
         }
     }
+    /// Rows from `from` on ran inside a TSX transaction (a sink that keeps no such
+    /// column: nothing).
+    fn in_tx_from(&mut self, _from: usize) {}
     /// Room for about `n` more rows.
     fn reserve(&mut self, _n: usize) {}
     /// The walk is over: complete the rows, count them, aggregate their coverage.
@@ -113,6 +116,12 @@ impl RowSink for BranchColumns {
             .extend(rows[..n - 1].iter().map(|m| m.target));
         self.block_insns.push(r.open + first.insns - r.block_base);
         self.block_insns.extend(rows[1..].iter().map(|m| m.insns));
+        if !self.in_tx.is_empty() {
+            self.in_tx.extend(std::iter::repeat_n(false, n));
+        }
+    }
+    fn in_tx_from(&mut self, from: usize) {
+        self.set_in_tx_from(from);
     }
     fn partial(&mut self, p: Partial) {
         self.partials.push(PartialBlock {

@@ -1,7 +1,8 @@
 //! Errata that change where the instruction flow binds a packet, each applied only for
 //! the processors libipt's `pt_cpu_errata` names (the suite's cases for each are in
 //! `ptxed_suite.rs`; these check the rule and that it stays off for other processors).
-//! Every trace is decoded sequentially and cut at every PSB, with the same result.
+//! Also the transaction state (TSX) that marks rows `in_tx`. Every trace is decoded
+//! sequentially and cut at every PSB, with the same result.
 
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::image::ImageSet;
@@ -149,4 +150,49 @@ fn skl014_tip_pgd_without_ip_binds_to_a_direct_jmp_or_call_out_of_the_ranges() {
     inside.filters[0].to = 0x1fff;
     let d = decode(&p, &jmp, inside);
     assert!(kinds(&d).iter().any(|e| e.0 == EventKind::Error));
+}
+
+/// TSX (SDM 36.4.2.8): rows between a MODE.TSX begin and its commit are `in_tx`, and so
+/// are those after a PSB+ whose MODE.TSX says a transaction runs (an `in transaction`
+/// event, no begin); the column stays empty while none is.
+#[test]
+fn tsx_rows_inside_a_transaction_are_in_tx() {
+    use tracemill_decode::pt::packet::{Tnt, TsxMode};
+    // 0x1000: je 0x1002; 0x1002: je 0x1004; 0x1004: je 0x1006; 0x1006: hlt
+    let code = [0x74, 0x00, 0x74, 0x00, 0x74, 0x00, 0xF4];
+    let tnt = Packet::Tnt8(Tnt { bits: 1, len: 1 });
+    let tsx = |intx| Packet::ModeTsx(TsxMode { intx, abort: false });
+    let mut p = psb_at(ORG);
+    p.extend([tnt, tsx(true), Packet::Fup(full(0x1002)), tnt]);
+    p.extend([tsx(false), Packet::Fup(full(0x1004)), tnt]);
+    let d = decode(&p, &code, PtConfig::default());
+    let in_tx: Vec<bool> = (0..d.rows.len()).map(|i| d.rows.in_tx(i)).collect();
+    assert_eq!(in_tx, [false, true, false]);
+    let tsx_events: Vec<_> = d
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::Tsx)
+        .map(|e| (e.detail.as_str(), e.ip, e.seq))
+        .collect();
+    assert_eq!(
+        tsx_events,
+        [("begin", Some(0x1002), 1), ("commit", Some(0x1004), 2)]
+    );
+
+    // Resuming at a PSB+ inside a transaction.
+    let mut p = vec![Packet::Psb, MODE64, Packet::Fup(full(ORG)), tsx(true)];
+    p.extend([Packet::PsbEnd, tnt, tnt]);
+    let d = decode(&p, &code, PtConfig::default());
+    assert_eq!(d.rows.in_tx, [true, true]);
+    assert!(d
+        .events
+        .iter()
+        .any(|e| e.kind == EventKind::Tsx && e.detail == "in transaction" && e.ip == Some(ORG)));
+
+    // No transaction: no column to fill.
+    let mut p = psb_at(ORG);
+    p.extend([tnt, tnt]);
+    let d = decode(&p, &code, PtConfig::default());
+    assert_eq!(d.rows.len(), 2);
+    assert!(d.rows.in_tx.is_empty());
 }

@@ -185,6 +185,10 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                     rows.len()
                 },
             });
+            if self.st.in_tx {
+                // (No packet is read inside a segment: the transaction state holds.)
+                self.rows.in_tx_from(first);
+            }
             if seg.has_call {
                 for m in rows.iter().filter(|m| m.kind == BranchKind::Call) {
                     self.st.ret.call(m.next, m.target == m.next);

@@ -63,6 +63,9 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         self.st.block_base = 0;
         self.st.block_start = target.unwrap_or(0);
         self.rows.push(&r, block);
+        if self.st.in_tx {
+            self.rows.in_tx_from(self.rows.len() - 1);
+        }
     }
 
     /// A new basic block begins at `ip` (tracing resumed, or an asynchronous transfer
@@ -131,8 +134,17 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
 
     /// An event bound to an IP is applied (the walk is there, or not tracing).
     pub(super) fn bound_event(&mut self, ip: Option<u64>, off: u64, what: Bound) {
-        if let Bound::ExecMode(b) = what {
-            self.set_bits(b);
+        match what {
+            Bound::ExecMode(b) => self.set_bits(b),
+            Bound::Tsx { intx, abort } => self.st.in_tx = intx && !abort,
+            Bound::InTx(intx) => {
+                self.st.in_tx = intx;
+                // A PSB+ restating that no transaction runs says nothing new.
+                if !intx {
+                    return;
+                }
+            }
+            _ => {}
         }
         let (kind, detail) = what.event();
         self.event(off, kind, ip, detail);

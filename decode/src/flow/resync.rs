@@ -74,6 +74,9 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             },
             Item::BuffOvf { ip, off } => {
                 self.event(off, EventKind::Overflow, ip, String::new());
+                // What ran in a transaction was lost with the packets (libipt: no longer
+                // speculative); a PSB+ or MODE.TSX says so again if it still runs.
+                self.st.in_tx = false;
                 if ip.is_some() || self.started || self.role != Role::Body {
                     // No RET is compressed across an overflow (RTIT 4.2.5, SDM 36.4.2.16).
                     self.st.ret.reset(Below::Empty);

@@ -60,6 +60,9 @@ pub struct FlowState<P> {
     pub resumed_at: Option<u64>,
     /// The last thing walked was a branch (for FUP.PGD's second reading).
     pub after_branch: bool,
+    /// Executing inside a TSX transaction (Intel PT MODE.TSX): rows walked now are marked
+    /// so.
+    pub in_tx: bool,
     /// Reader position (a packet boundary).
     pub cursor: u64,
     /// The front end's state.
@@ -96,6 +99,7 @@ impl<P> FlowState<P> {
             prev_nlip: 0,
             resumed_at: None,
             after_branch: false,
+            in_tx: false,
             cursor,
             fe,
         }
