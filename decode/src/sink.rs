@@ -53,6 +53,9 @@ pub trait RowSink {
     /// Rows from `from` on ran inside a TSX transaction (a sink that keeps no such
     /// column: nothing).
     fn in_tx_from(&mut self, _from: usize) {}
+    /// The last row went to `to` after all (erratum BDM64; a sink that keeps no targets:
+    /// nothing).
+    fn set_last_target(&mut self, _to: u64) {}
     /// Room for about `n` more rows.
     fn reserve(&mut self, _n: usize) {}
     /// The walk is over: complete the rows, count them, aggregate their coverage.
@@ -122,6 +125,11 @@ impl RowSink for BranchColumns {
     }
     fn in_tx_from(&mut self, from: usize) {
         self.set_in_tx_from(from);
+    }
+    fn set_last_target(&mut self, to: u64) {
+        if let Some(i) = self.len().checked_sub(1) {
+            self.target.set(i, Some(to));
+        }
     }
     fn partial(&mut self, p: Partial) {
         self.partials.push(PartialBlock {

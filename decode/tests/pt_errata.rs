@@ -196,3 +196,54 @@ fn tsx_rows_inside_a_transaction_are_in_tx() {
     assert_eq!(d.rows.len(), 2);
     assert!(d.rows.in_tx.is_empty());
 }
+
+/// BDM64: the branch right before a TSX abort may send a wrong packet. With the erratum,
+/// an abort the walk cannot reach from where that branch led is taken to be where it
+/// went (the row's target is the abort's IP); without it, the walk follows the packet and
+/// fails at the next branch.
+#[test]
+fn bdm64_an_abort_out_of_reach_after_a_branch_is_where_the_branch_went() {
+    use tracemill_decode::pt::packet::{Tnt, TsxMode};
+    // 0x1000: test [rax], rbx; 0x1003: je 0x1008; 0x1005: nop; 0x1006: je 0x100c;
+    // 0x1008: hlt; 0x1009: hlt; 0x100a: nop; 0x100b: nop; 0x100c: hlt
+    let code = [
+        0x48, 0x85, 0x18, 0x74, 0x03, 0x90, 0x74, 0x04, 0xF4, 0xF4, 0x90, 0x90, 0xF4,
+    ];
+    let tsx = |intx, abort| Packet::ModeTsx(TsxMode { intx, abort });
+    let p = [
+        Packet::Psb,
+        MODE64,
+        tsx(true, false),
+        Packet::Fup(full(ORG)),
+        Packet::PsbEnd,
+        Packet::Tnt8(Tnt { bits: 0, len: 1 }),
+        tsx(false, true),
+        Packet::Fup(full(0x1008)),
+        Packet::Tip(full(0x100a)),
+        Packet::Fup(full(0x100b)),
+        Packet::TipPgd(none()),
+    ];
+    for cpu in ["6/61", "6/71", "6/79", "6/86"] {
+        let d = decode(&p, &code, with_cpu(cpu));
+        assert_eq!(
+            rows(&d),
+            vec![(0x1003, Some(0x1008), BranchKind::Cond as u8)],
+            "cpu {cpu}"
+        );
+        assert_eq!(d.rows.in_tx, [true]);
+        assert_eq!(
+            kinds(&d),
+            vec![
+                (EventKind::Tsx, Some(ORG)),
+                (EventKind::Tsx, Some(0x1008)),
+                (EventKind::Interrupt, Some(0x1008)),
+                (EventKind::Disable, Some(0x100b)),
+            ],
+            "cpu {cpu}"
+        );
+    }
+    for cfg in [PtConfig::default(), with_cpu("6/85")] {
+        let d = decode(&p, &code, cfg);
+        assert!(kinds(&d).iter().any(|e| e.0 == EventKind::Error));
+    }
+}

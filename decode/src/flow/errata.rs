@@ -5,9 +5,14 @@
 //! an overflow or a PSB+ (BDM70, SKD010, APL11, APL12) are the Intel PT front end's.
 
 use super::{Item, Walker};
-use crate::front::Format;
+use crate::block::BlockEnd;
+use crate::front::{Bound, Format};
 use crate::insn::{is_vm_entry, InsnClass};
 use crate::sink::RowSink;
+
+/// How many blocks BDM64's check walks looking for the abort's IP (libipt: 256
+/// instructions).
+pub(super) const BDM64_STEPS: usize = 256;
 
 impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     /// SKD022: the FUP + TIP.PGD read ahead, whose FUP names `x` (the walk is there), is a
@@ -33,6 +38,46 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         };
         self.la = Some(Item::SyncPgd { ip, off });
         true
+    }
+
+    /// BDM64: a TSX abort (`what`) bound to `x`, read right after a branch (the walk is
+    /// at its target): if the walk cannot reach `x` from there without trace (within
+    /// [`BDM64_STEPS`] blocks of straight-line code, direct jumps and calls), the branch's
+    /// packet was the erratum's wrong one and the branch went to `x`, where the abort
+    /// then applies (libipt assumes the same). True when so: the last row's target is
+    /// `x`.
+    pub(super) fn bdm64(&mut self, x: u64, what: Bound) -> bool {
+        if !self.rules.errata.bdm64
+            || !matches!(what, Bound::Tsx { abort: true, .. })
+            || !self.st.after_branch
+            || self.rows.is_empty()
+            || self.reaches(x)
+        {
+            return false;
+        }
+        self.rows.set_last_target(x);
+        self.st.ip = x;
+        self.st.block_start = x;
+        self.hint = None;
+        true
+    }
+
+    /// Whether the walk reaches `x` from where it is without needing trace.
+    fn reaches(&mut self, x: u64) -> bool {
+        let mut ip = self.st.ip;
+        for _ in 0..BDM64_STEPS {
+            let bi = self.cache.index(self.images, ip, self.key(), self.st.bits);
+            let b = self.cache.block(bi);
+            if b.index_of(x).is_some() {
+                return true;
+            }
+            ip = match (b.end, b.class) {
+                (BlockEnd::Split, _) => b.next,
+                (BlockEnd::Branch, InsnClass::Jmp | InsnClass::Call) => b.target,
+                _ => return false,
+            };
+        }
+        false
     }
 
     /// SKL014: with IP ranges configured, a TIP.PGD without IP read ahead binds to a

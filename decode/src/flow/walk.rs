@@ -154,6 +154,9 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                             self.bound_event(Some(x), off, what);
                             continue;
                         }
+                        if self.bdm64(x, what) {
+                            continue;
+                        }
                     }
                     Item::At {
                         ip: None,
