@@ -97,6 +97,9 @@ pub enum Bound {
     /// Transactional execution began (`intx`), committed (neither) or aborted (PT
     /// MODE.TSX).
     Tsx { intx: bool, abort: bool },
+    /// A PSB+'s MODE.TSX: execution is (or is not) inside a transaction at the PSB, a
+    /// state rather than a change (an event only when inside: "in transaction").
+    InTx(bool),
     /// A PTWRITE instruction at the IP wrote `payload` (`bytes` of it).
     Ptwrite { payload: u64, bytes: u8 },
     /// Execution stopped (PT EXSTOP): a C-state, a VMX transition, ...
@@ -122,6 +125,15 @@ impl Bound {
                     "begin"
                 } else {
                     "commit"
+                }
+                .to_string(),
+            ),
+            Bound::InTx(intx) => (
+                EventKind::Tsx,
+                if intx {
+                    "in transaction"
+                } else {
+                    "not in transaction"
                 }
                 .to_string(),
             ),
@@ -358,6 +370,54 @@ pub struct Rules {
     /// (PT's deferred TIPs, SDM 36.4.2.3). Without it, TNT bits left at an indirect branch
     /// are an error.
     pub deferred_tips: bool,
+    /// The processor's errata the walk works around (Intel PT; RTIT has none).
+    pub errata: FlowErrata,
+}
+
+/// Errata that change which instruction a packet binds to (libipt applies the same in
+/// its block and instruction decoders); chosen from the configured processor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowErrata {
+    /// SKD022: a VM entry that clears TraceEn sends a FUP before its TIP.PGD, so the
+    /// disable looks asynchronous (before the instruction at the FUP's IP). At a VMLAUNCH
+    /// or VMRESUME it is taken as the synchronous disable of that instruction instead.
+    pub skd022: bool,
+    /// SKL014: with IP ranges configured, a direct JMP or CALL that leaves them may send a
+    /// TIP.PGD without its target IP; such a TIP.PGD also binds to the first direct JMP
+    /// or CALL whose target the ranges do not trace.
+    pub skl014: Option<IpRanges>,
+    /// BDM64: the branch right before a TSX abort may have sent a wrong packet. When the
+    /// walk cannot reach the abort's IP from where that branch led, the branch is taken
+    /// to have gone to the abort's IP.
+    pub bdm64: bool,
+}
+
+/// Up to four IP ranges (IA32_RTIT_ADDRn_A/B, inclusive): `(from, to, stop)`; `stop`
+/// ranges stop tracing, the others are where tracing is on (SDM 36.2.4.3). Copied into
+/// [`Rules`], so a fixed array: the hardware has at most four.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IpRanges {
+    ranges: [(u64, u64, bool); 4],
+    len: u8,
+}
+
+impl IpRanges {
+    /// The first four of `ranges`.
+    pub fn new(ranges: impl IntoIterator<Item = (u64, u64, bool)>) -> IpRanges {
+        let mut r = IpRanges::default();
+        for x in ranges.into_iter().take(4) {
+            r.ranges[r.len as usize] = x;
+            r.len += 1;
+        }
+        r
+    }
+
+    /// Whether `ip` is traced: in no stop range, and in a filter range if there is one.
+    pub fn traces(&self, ip: u64) -> bool {
+        let rs = &self.ranges[..self.len as usize];
+        let inside = |stop: bool| rs.iter().any(|r| r.2 == stop && r.0 <= ip && ip <= r.1);
+        !inside(true) && (!rs.iter().any(|r| !r.2) || inside(false))
+    }
 }
 
 /// A trace format: its front end, configuration, clock and PSB search. The pipeline

@@ -153,6 +153,16 @@ pub fn decode_insn_in(
     info_of(&ins).ok_or(InsnError::Invalid)
 }
 
+/// Whether the instruction at `ip` (bytes from `bytes`) is a VM entry, VMLAUNCH or
+/// VMRESUME: erratum SKD022 makes their disables look asynchronous.
+pub fn is_vm_entry(bytes: &[u8], ip: u64, bits: crate::front::Bits) -> bool {
+    let mut dec = Decoder::with_ip(bits.bitness(), bytes, ip, DecoderOptions::NONE);
+    matches!(
+        dec.decode().mnemonic(),
+        Mnemonic::Vmlaunch | Mnemonic::Vmresume
+    )
+}
+
 /// Reduce a decoded instruction; `None` when it is invalid.
 #[inline]
 pub fn info_of(ins: &Instruction) -> Option<InsnInfo> {

@@ -97,6 +97,9 @@ pub struct BranchColumns {
     pub cycles: OptU64,
     pub cr3: OptU64,
     pub offset: Vec<u64>,
+    /// Executed inside a TSX transaction. Empty while no row is (the column is all false
+    /// then, at no cost per row); else one per row.
+    pub in_tx: Vec<bool>,
     /// Not a table column: the rows as the walk produced them (memoized segments replayed,
     /// rows pushed one by one, blocks cut short), for their coverage
     /// ([`crate::tally::RowLog`]; emptied once aggregated, and never compared).
@@ -130,6 +133,7 @@ impl PartialEq for BranchColumns {
             && self.cycles == o.cycles
             && self.cr3 == o.cr3
             && self.offset == o.offset
+            && self.in_tx == o.in_tx
     }
 }
 
@@ -155,6 +159,21 @@ impl BranchColumns {
         self.insns.push(r.insns);
         self.cr3.push(r.cr3);
         self.offset.push(r.offset);
+        if !self.in_tx.is_empty() {
+            self.in_tx.push(false);
+        }
+    }
+
+    /// Rows from `from` on ran inside a transaction.
+    pub fn set_in_tx_from(&mut self, from: usize) {
+        let n = self.len();
+        self.in_tx.resize(from.min(n), false);
+        self.in_tx.resize(n, true);
+    }
+
+    /// Row `i` ran inside a transaction.
+    pub fn in_tx(&self, i: usize) -> bool {
+        self.in_tx.get(i).copied().unwrap_or(false)
     }
 
     /// Make the timing columns as long as the table (null where not set).
@@ -182,6 +201,7 @@ impl BranchColumns {
         shrink(&mut self.cr3.values);
         shrink(&mut self.cr3.valid);
         shrink(&mut self.offset);
+        shrink(&mut self.in_tx);
     }
 
     /// Room for `n` more rows.
@@ -235,6 +255,13 @@ impl BranchColumns {
         self.cycles.truncate(n);
         self.cr3.truncate(n);
         self.offset.truncate(n);
+        if self.in_tx.len() > n {
+            self.in_tx.truncate(n);
+            // None left: back to the empty form, as a decode that never had one.
+            if !self.in_tx.contains(&true) {
+                self.in_tx.clear();
+            }
+        }
         self.log.truncate(n);
     }
 
@@ -256,6 +283,12 @@ impl BranchColumns {
         self.cycles.extend_from(&o.cycles);
         self.cr3.extend_from(&o.cr3);
         self.offset.extend_from_slice(&o.offset);
+        if !self.in_tx.is_empty() || !o.in_tx.is_empty() {
+            let (n, m) = (self.ip.len(), o.ip.len());
+            self.in_tx.resize(n - m, false);
+            self.in_tx.extend_from_slice(&o.in_tx);
+            self.in_tx.resize(n, false);
+        }
     }
 }
 

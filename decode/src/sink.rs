@@ -50,6 +50,12 @@ pub trait RowSink {
             block_start = m.target;
         }
     }
+    /// Rows from `from` on ran inside a TSX transaction (a sink that keeps no such
+    /// column: nothing).
+    fn in_tx_from(&mut self, _from: usize) {}
+    /// The last row went to `to` after all (erratum BDM64; a sink that keeps no targets:
+    /// nothing).
+    fn set_last_target(&mut self, _to: u64) {}
     /// Room for about `n` more rows.
     fn reserve(&mut self, _n: usize) {}
     /// The walk is over: complete the rows, count them, aggregate their coverage.
@@ -109,6 +115,18 @@ impl RowSink for BranchColumns {
         self.offset
             .extend(std::iter::repeat_n(r.off_after, n - before));
         self.log.replay(r);
+        if !self.in_tx.is_empty() {
+            self.in_tx.extend(std::iter::repeat_n(false, n));
+        }
+    }
+    fn in_tx_from(&mut self, from: usize) {
+        self.set_in_tx_from(from);
+    }
+    fn set_last_target(&mut self, to: u64) {
+        if let Some(i) = self.len().checked_sub(1) {
+            self.target.set(i, Some(to));
+        }
+        self.log.set_last_target(to);
     }
     fn partial(&mut self, p: Partial) {
         self.log.partial(p);

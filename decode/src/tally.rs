@@ -250,6 +250,36 @@ impl RowLog {
         self.bufs.partials.retain(|p| p.row < n as u64);
     }
 
+    /// The last row went to `to` after all (erratum BDM64): its edge is to `to`.
+    pub fn set_last_target(&mut self, to: u64) {
+        let Some(e) = self.bufs.entries.last_mut() else {
+            return;
+        };
+        if e.what & SINGLE != 0 {
+            self.bufs.singles[(e.what & !SINGLE) as usize].target = Some(to);
+            return;
+        }
+        // A segment's last row: counted alone from now on, with its new target.
+        let s = self.bufs.segs[e.what as usize];
+        let j = e.skip as usize + e.take as usize - 1;
+        let rows = &self.bufs.seg_rows[s.first as usize..][..s.len as usize];
+        let m = rows[j];
+        let block_start = if j == 0 { s.start } else { rows[j - 1].target };
+        e.take -= 1;
+        if e.take == 0 {
+            self.bufs.entries.pop();
+        }
+        self.rows -= 1;
+        self.single(Single {
+            ip: m.ip,
+            target: Some(to),
+            block_start,
+            insns: m.insns,
+            block_insns: m.insns,
+            kind: m.kind,
+        });
+    }
+
     /// The kind of the last row.
     pub fn last_kind(&self) -> Option<u8> {
         let e = self.bufs.entries.last()?;
@@ -369,6 +399,9 @@ impl<const COVER: bool> RowSink for Tally<COVER> {
     fn finish(&mut self) -> (PieceStats, Coverage) {
         // The piece keeps only its count.
         self.log.finish(COVER)
+    }
+    fn set_last_target(&mut self, to: u64) {
+        self.log.set_last_target(to);
     }
     fn len(&self) -> usize {
         self.log.len()

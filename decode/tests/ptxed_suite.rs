@@ -375,6 +375,13 @@ fn ptxed_lines(
                     let s = l.ip_suffix("ip", e.ip);
                     l.lines.push(format!("[exec mode: {}{s}]", e.detail));
                 }
+                EventKind::Tsx if e.detail == "in transaction" => {
+                    // A PSB+'s state, which ptxed does not show: only the marks.
+                    if let (true, Some(x)) = (tracing, e.ip) {
+                        l.list_to(x, false)?;
+                    }
+                    l.speculative = true;
+                }
                 EventKind::Tsx => {
                     if let (true, Some(x)) = (tracing, e.ip) {
                         l.list_to(x, false)?;
@@ -432,6 +439,12 @@ fn ptxed_lines(
             break;
         }
         l.list_to(rows.ip[i], true)?;
+        if rows.in_tx(i) != l.speculative {
+            return Err(format!(
+                "row {i}: in_tx is {}, the events say otherwise",
+                rows.in_tx(i)
+            ));
+        }
         l.cur = rows.target.get(i);
     }
     if tracing {

@@ -96,6 +96,14 @@ pub fn branches() -> SchemaRef {
                 "Stream offset of the packet that decided the row (TNT, TIP, FUP); for \
                  direct jumps and calls, that of the previous decided row.",
             ),
+            f(
+                "in_tx",
+                DataType::Boolean,
+                false,
+                "The branch retired inside a TSX transaction (Intel PT MODE.TSX): its \
+                 effects are speculative until the transaction commits (an events row \
+                 `tsx` commit or abort says which).",
+            ),
         ],
     )
 }

@@ -65,6 +65,15 @@ pub fn branches(cols: BranchColumns, first_seq: u64) -> Result<RecordBatch> {
     ] {
         check_opt_len(T, name, c, n)?;
     }
+    if !cols.in_tx.is_empty() {
+        check_len(T, "in_tx", cols.in_tx.len(), n)?;
+    }
+    // Empty while no row ran in a transaction: an all-false column without a pass.
+    let in_tx = if cols.in_tx.is_empty() {
+        BooleanBuffer::new_unset(n)
+    } else {
+        pack(&cols.in_tx)
+    };
     let kind = enum_column(T, "kind", cols.kind, &BRANCH_KINDS, "BranchKind")?;
     batch(
         T,
@@ -81,6 +90,7 @@ pub fn branches(cols: BranchColumns, first_seq: u64) -> Result<RecordBatch> {
             opt_u64_array(cols.cycles),
             opt_u64_array(cols.cr3),
             u64_array(cols.offset),
+            Arc::new(BooleanArray::new(in_tx, None)),
         ],
     )
 }

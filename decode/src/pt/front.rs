@@ -261,6 +261,7 @@ impl<'a> PtFront<'a> {
         st.exec = None;
         let mut fup: Option<Option<u64>> = None;
         let mut bits = None;
+        let mut tsx = None;
         loop {
             let p = match self.reader.next_packet() {
                 // Cut off by the end of the range (the next chunk's PSB) or of the trace:
@@ -298,8 +299,9 @@ impl<'a> PtFront<'a> {
                     st.exec = Some((m.csl, m.csd));
                     bits = Some(bits_of(&m));
                 }
-                Packet::ModeTsx(_) => {
-                    // The transaction state at the PSB: nothing for the walk to do.
+                Packet::ModeTsx(m) => {
+                    // The transaction state at the PSB (36.4.2.17), applied with it.
+                    tsx = Some(m.intx && !m.abort);
                 }
                 Packet::PsbEnd | Packet::Ovf => {
                     let ip = fup.flatten();
@@ -307,6 +309,9 @@ impl<'a> PtFront<'a> {
                     if p.packet == Packet::Ovf {
                         // An OVF ends a PSB+ as PSBEND does; the overflow comes next.
                         self.overflow(st, facts, p.offset);
+                    } else if let Some(intx) = tsx {
+                        // Where the PSB+ puts the walk (or at once, tracing off).
+                        let _ = st.push(bind::READY, Ev::At(Bound::InTx(intx)), ip, p.offset);
                     }
                     return Raw::Status {
                         ip,

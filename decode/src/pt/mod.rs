@@ -60,7 +60,7 @@ pub use config::PtConfig;
 pub use packet::{Packet, PacketError, PacketErrorKind, Parsed};
 pub use sync::PacketReader;
 
-use crate::front::{FarRule, Format, RetModel, Rules};
+use crate::front::{FarRule, FlowErrata, Format, IpRanges, RetModel, Rules};
 use crate::stream::TraceStream;
 
 /// The Intel PT format.
@@ -93,12 +93,25 @@ impl Format for Pt {
     const TITLE: &'static str = "Intel PT";
     const PSB_LEN: u64 = packet::PSB_LEN;
 
-    fn rules(_cfg: &PtConfig) -> Rules {
+    fn rules(cfg: &PtConfig) -> Rules {
+        let e = &cfg.errata;
+        // libipt applies SKL014 only when address ranges are configured: without them no
+        // direct branch can leave a range.
+        let ranges = IpRanges::new(
+            cfg.filters
+                .iter()
+                .map(|r| (r.from, r.to, r.kind == config::FilterKind::Stop)),
+        );
         Rules {
             // With DisRETC set no RET is compressed: the stack is kept but never popped.
             ret: RetModel::Stack64,
             far: FarRule::TipOnly,
             deferred_tips: true,
+            errata: FlowErrata {
+                skd022: e.skd022,
+                skl014: (e.skl014 && !cfg.filters.is_empty()).then_some(ranges),
+                bdm64: e.bdm64,
+            },
         }
     }
 

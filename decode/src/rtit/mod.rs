@@ -34,7 +34,9 @@ use last_ip::LastIp;
 pub use packet::{FupKind, IpPayload, Packet, PacketError, PacketErrorKind, Parsed, Tnt};
 use packet::{PacketReader, PSB_BYTES};
 
-use crate::front::{Facts, FarRule, Format, Front, FupRole, Raw, RetModel, Rules, TntBits};
+use crate::front::{
+    Facts, FarRule, FlowErrata, Format, Front, FupRole, Raw, RetModel, Rules, TntBits,
+};
 use crate::stream::TraceStream;
 
 impl From<Tnt> for TntBits {
@@ -87,6 +89,7 @@ impl Format for Rtit {
             ret: RetModel::LastCall,
             far: FarRule::FupAndTip,
             deferred_tips: false,
+            errata: FlowErrata::default(),
         }
     }
 

@@ -1,0 +1,537 @@
+//! The general walk while tracing: what the next item says at each instruction
+//! boundary, a block at a time, and each branch class's packet.
+
+use tracemill_schemas::{BranchKind, EventKind};
+
+use super::output::went_to;
+use super::{Below, Item, Mode, NoTarget, Role, Stop, Walker};
+use crate::block::BlockEnd;
+use crate::front::{FarRule, Format, Front};
+use crate::insn::InsnClass;
+use crate::sink::RowSink;
+
+impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
+    /// Walk instructions while tracing.
+    pub(super) fn walk(&mut self) -> Option<Stop> {
+        loop {
+            if self.stuck {
+                self.stuck = false;
+                self.stuck_in_cycle();
+                return None;
+            }
+            if let Some(s) = self.at_target() {
+                return Some(s);
+            }
+            if self.full() {
+                return Some(Stop::Split);
+            }
+            let queued = self.st.tnt.is_empty() && self.tnt_for_cond();
+            if queued && self.full_at_fresh_tnt() {
+                return Some(Stop::Split);
+            }
+            // (A TNT just queued is not empty.)
+            if self.st.tnt.is_empty() {
+                // Nothing queued: the next flow item says what happens next.
+                match self.peek() {
+                    Item::Tnt { .. } | Item::Tip { .. } | Item::FupNext | Item::NoneNear => {}
+                    Item::End => return Some(Stop::End),
+                    Item::Error { off, e } => {
+                        self.consume();
+                        self.gap(off, e.to_string());
+                        return None;
+                    }
+                    Item::Pge { .. } | Item::BuffOvf { .. } | Item::TraceStop { .. } => {
+                        // Apply at once: tracing stopped, overflowed or restarted here.
+                        self.close_block();
+                        return self.idle();
+                    }
+                    Item::Far {
+                        ip: Some(x),
+                        off,
+                        tip,
+                    } => {
+                        if x == self.st.ip && !self.far_ahead(x) {
+                            // An asynchronous far transfer (interrupt, exception) before
+                            // the instruction at X.
+                            self.consume();
+                            match tip {
+                                Some((Some(t), _)) => {
+                                    self.event(off, EventKind::Interrupt, Some(x), went_to(tip));
+                                    self.close_block();
+                                    self.st.ip = t;
+                                    self.enter_block(t);
+                                    self.decided(off);
+                                    self.st.after_branch = false;
+                                    continue;
+                                }
+                                _ => {
+                                    self.event(off, EventKind::Interrupt, Some(x), String::new());
+                                    self.gap(off, "FUP.FAR without a TIP".to_string());
+                                    return None;
+                                }
+                            }
+                        }
+                    }
+                    Item::Pgd {
+                        ip: Some(x),
+                        off,
+                        tip,
+                    } => {
+                        if x == self.st.ip && !self.far_ahead(x) {
+                            if self.skd022(x, off, tip) {
+                                continue;
+                            }
+                            self.consume();
+                            self.close_block();
+                            self.event(off, EventKind::Disable, Some(x), went_to(tip));
+                            self.decided(off);
+                            self.st.mode = Mode::Disabled;
+                            return None;
+                        }
+                        if self.st.after_branch && self.rules.far == FarRule::FupAndTip {
+                            // If the walk cannot reach X, the PGD may name the sequential
+                            // NLIP of this branch (a jump out of the region): remember it.
+                            self.alt_pgd = Some((self.rows.len(), self.st.prev_nlip));
+                        }
+                    }
+                    Item::SyncPgd { ip: Some(x), off } => {
+                        if x == self.st.ip {
+                            // Tracing stopped on reaching X (a direct branch out of the
+                            // region, SDM 36.4.2.5).
+                            self.consume();
+                            self.close_block();
+                            self.event(off, EventKind::Disable, Some(x), String::new());
+                            self.decided(off);
+                            self.st.mode = Mode::Disabled;
+                            return None;
+                        }
+                    }
+                    // Binds to the next branch that needs trace (below).
+                    Item::SyncPgd { ip: None, .. } => {}
+                    Item::Status {
+                        ip: Some(x),
+                        bits,
+                        off,
+                    } => {
+                        if x == self.st.ip {
+                            // A PSB+ while tracing: the walk is where it says.
+                            self.consume();
+                            // Its events follow the rows walked since it was read: they
+                            // retired before the PSB went out.
+                            if let Some(k) = self.status_events.take() {
+                                let n = self.rows.len() as u64;
+                                for e in self.facts.events.iter_mut().skip(k) {
+                                    e.seq = n;
+                                }
+                            }
+                            if let Some(b) = bits {
+                                self.set_bits(b);
+                            }
+                            // Its FUP may name an instruction inside a block (SDM
+                            // 36.4.2.17: the IP when the PSB was sent). A chunk's body
+                            // starting at this PSB+ cannot know where that block began,
+                            // so every decode splits the block here: the instructions
+                            // before X are a partial block (none at a block's entry).
+                            self.close_block();
+                            self.enter_block(x);
+                            self.decided(off);
+                            continue;
+                        }
+                    }
+                    Item::Status { ip: None, off, .. } => {
+                        self.consume();
+                        self.close_block();
+                        self.gap(off, "a PSB+ says tracing is off while tracing".to_string());
+                        return None;
+                    }
+                    Item::At {
+                        ip: Some(x),
+                        off,
+                        what,
+                    } => {
+                        if x == self.st.ip {
+                            self.consume();
+                            self.bound_event(Some(x), off, what);
+                            continue;
+                        }
+                        if self.bdm64(x, what) {
+                            continue;
+                        }
+                    }
+                    Item::At {
+                        ip: None,
+                        off,
+                        what,
+                    } => {
+                        self.consume();
+                        self.bound_event(None, off, what);
+                        continue;
+                    }
+                    Item::Far { ip: None, .. } | Item::Pgd { ip: None, .. } => {
+                        self.inconsistent("a FUP whose IP is unknown");
+                        return None;
+                    }
+                }
+            }
+            if !self.st.tnt.is_empty()
+                && if self.memo {
+                    self.memo_walk()
+                } else {
+                    self.fast_walk()
+                }
+            {
+                continue;
+            }
+            self.st.after_branch = false;
+            self.st.resumed_at = None;
+            // Walk one block: the successor link of the last one, or a lookup.
+            let bi = match self.hint {
+                Some((ip, bi)) if ip == self.st.ip => bi,
+                _ => self
+                    .cache
+                    .index(self.images, self.st.ip, self.key(), self.st.bits),
+            };
+            self.hint = None;
+            let h = self.cache.hot(bi);
+            let (start, n, end, class, last_ip, target, next) = (
+                self.st.ip, h.insns, h.end, h.class, h.last_ip, h.target, h.next,
+            );
+            // An item pending at an address inside this block applies there.
+            if self.st.tnt.is_empty() {
+                if let Some(x) = self.la.and_then(|it| it.applies_at()) {
+                    if x > start && x <= last_ip {
+                        let b = self.cache.block(bi);
+                        if let Some(k) = b.index_of(x) {
+                            // x > start: at least one instruction ran before it.
+                            let before: u64 =
+                                b.lens[..k as usize - 1].iter().map(|&l| l as u64).sum();
+                            self.st.last_insn = start + before;
+                            self.st.open_insns += k;
+                            self.st.ip = x;
+                            continue;
+                        }
+                    }
+                }
+            }
+            match end {
+                BlockEnd::Branch => {}
+                BlockEnd::Split => {
+                    self.st.open_insns += n;
+                    self.st.last_insn = last_ip;
+                    self.st.ip = next;
+                    self.stuck = self.moved_without_packet(next);
+                    continue;
+                }
+                BlockEnd::Ambiguous if self.role == Role::Body => return Some(Stop::Failed),
+                BlockEnd::NoImage | BlockEnd::Invalid | BlockEnd::Ambiguous => {
+                    if self.st.tnt.is_empty() && self.pgd_second_reading() {
+                        return None;
+                    }
+                    self.st.open_insns += n;
+                    let why = match end {
+                        BlockEnd::NoImage => "no code image covers",
+                        BlockEnd::Invalid => "undecodable instruction",
+                        _ => "several address spaces map (CR3 unknown)",
+                    };
+                    // Where the decode stands: at a packet read ahead, if any (it is
+                    // still to be used, e.g. as the resume point), else the reader.
+                    let off = self.la_offset().unwrap_or(self.front.pos());
+                    self.st.ip = next;
+                    self.gap(off, format!("{why} {next:#x}"));
+                    return None;
+                }
+            }
+            self.st.open_insns += n;
+            self.st.prev_nlip = next;
+            // A TIP.PGD waiting binds to this branch if it needs trace (SKL014: or, without
+            // IP, if it is a direct JMP or CALL out of the IP ranges).
+            if self.st.tnt.is_empty() && (class.needs_trace() || self.rules.errata.skl014.is_some())
+            {
+                if let Some(Item::SyncPgd { ip, off }) = self.la {
+                    let direct = !class.needs_trace();
+                    if !direct || (ip.is_none() && self.skl014_binds(class, target)) {
+                        self.consume();
+                        let kind = class.branch_kind().expect("a branch");
+                        let taken = class != InsnClass::Cond || ip == Some(target);
+                        // A direct branch's target is known, though not traced.
+                        let to = if direct { Some(target) } else { ip };
+                        self.row(last_ip, to, kind, taken, off);
+                        self.decided(off);
+                        if class.is_near_call() {
+                            self.st.ret.call(next, direct && target == next);
+                        }
+                        self.event(off, EventKind::Disable, ip, String::new());
+                        self.st.mode = Mode::Disabled;
+                        return None;
+                    }
+                }
+            }
+            match class {
+                InsnClass::Cond => {
+                    if let Err(stop) = self.need_bit() {
+                        if stop.is_some() {
+                            self.st.open_insns -= n;
+                            return stop;
+                        }
+                        self.st.open_insns -= n;
+                        self.inconsistent("expected a TNT bit for the conditional branch");
+                        return None;
+                    }
+                    let taken = self.st.tnt.pop().unwrap_or(false);
+                    let to = if taken { target } else { next };
+                    let off = self.st.tnt_off;
+                    self.row(last_ip, Some(to), BranchKind::Cond, taken, off);
+                    self.decided(off);
+                    self.st.ip = to;
+                    self.link(bi, taken as usize, to);
+                }
+                InsnClass::Jmp => {
+                    let off = self.st.decision;
+                    self.row(last_ip, Some(target), BranchKind::Jmp, true, off);
+                    self.st.ip = target;
+                    self.link(bi, 1, target);
+                    self.stuck = self.moved_without_packet(target);
+                }
+                InsnClass::Call => {
+                    let off = self.st.decision;
+                    self.row(last_ip, Some(target), BranchKind::Call, true, off);
+                    self.st.ret.call(next, target == next);
+                    self.st.ip = target;
+                    self.link(bi, 1, target);
+                    self.stuck = self.moved_without_packet(target);
+                }
+                InsnClass::Ret => {
+                    // Compressed (a taken bit) when a bit is queued or a TNT comes next.
+                    let compressed = match self.need_bit() {
+                        Ok(()) => true,
+                        Err(Some(stop)) => {
+                            self.st.open_insns -= n;
+                            return Some(stop);
+                        }
+                        Err(None) => false,
+                    };
+                    if compressed {
+                        let bit = self.st.tnt.pop().unwrap_or(false);
+                        let off = self.st.tnt_off;
+                        if !bit {
+                            self.st.open_insns -= n;
+                            self.gap(
+                                off,
+                                format!("not-taken TNT bit for the RET at {last_ip:#x}"),
+                            );
+                            return None;
+                        }
+                        match self.st.ret.ret() {
+                            Ok(to) => {
+                                self.push_row(last_ip, Some(to), BranchKind::Ret, true, true, off);
+                                self.decided(off);
+                                self.st.ip = to;
+                            }
+                            Err(NoTarget::Below(Below::FromChunkStart))
+                                if self.role == Role::Body =>
+                            {
+                                // The return address is in an earlier chunk: this body
+                                // started too early. Start over after this TNT packet.
+                                self.restart();
+                                return None;
+                            }
+                            Err(_) => {
+                                self.st.open_insns -= n;
+                                self.gap(
+                                    off,
+                                    format!(
+                                        "compressed RET at {last_ip:#x}, but the last call is unknown"
+                                    ),
+                                );
+                                return None;
+                            }
+                        }
+                    } else {
+                        match self.peek() {
+                            Item::Tip {
+                                ip: Some(to), off, ..
+                            } => {
+                                self.consume();
+                                self.row(last_ip, Some(to), BranchKind::Ret, true, off);
+                                self.decided(off);
+                                self.st.ip = to;
+                            }
+                            _ => {
+                                self.st.open_insns -= n;
+                                self.inconsistent("expected a TIP or TNT bit for the RET");
+                                return None;
+                            }
+                        }
+                    }
+                }
+                InsnClass::JmpInd | InsnClass::CallInd => {
+                    let kind = if class == InsnClass::JmpInd {
+                        BranchKind::JmpInd
+                    } else {
+                        BranchKind::CallInd
+                    };
+                    let Ok(it) = self.tip_for_indirect() else {
+                        self.st.open_insns -= n;
+                        let off = self.st.tnt_off;
+                        self.gap(
+                            off,
+                            format!("TNT bits left at the indirect branch at {last_ip:#x}"),
+                        );
+                        return None;
+                    };
+                    match it {
+                        Item::Tip {
+                            ip: Some(to), off, ..
+                        } => {
+                            self.consume();
+                            self.row(last_ip, Some(to), kind, true, off);
+                            self.decided(off);
+                            if class == InsnClass::CallInd {
+                                self.st.ret.call(next, false);
+                            }
+                            self.st.ip = to;
+                        }
+                        Item::End => {
+                            self.st.open_insns -= n;
+                            return Some(Stop::End);
+                        }
+                        _ => {
+                            self.st.open_insns -= n;
+                            self.inconsistent("expected a TIP for the indirect branch");
+                            return None;
+                        }
+                    }
+                }
+                InsnClass::Far | InsnClass::Syscall if self.rules.far == FarRule::TipOnly => {
+                    let kind = class.branch_kind().expect("far");
+                    let Ok(it) = self.tip_for_indirect() else {
+                        self.st.open_insns -= n;
+                        let off = self.st.tnt_off;
+                        self.gap(
+                            off,
+                            format!("TNT bits left at the far transfer at {last_ip:#x}"),
+                        );
+                        return None;
+                    };
+                    match it {
+                        Item::Tip {
+                            ip: Some(to), off, ..
+                        } => {
+                            self.consume();
+                            self.row(last_ip, Some(to), kind, true, off);
+                            self.decided(off);
+                            self.st.ip = to;
+                        }
+                        Item::End => {
+                            self.st.open_insns -= n;
+                            return Some(Stop::End);
+                        }
+                        _ => {
+                            self.st.open_insns -= n;
+                            self.inconsistent("expected a TIP for the far transfer");
+                            return None;
+                        }
+                    }
+                }
+                InsnClass::Far | InsnClass::Syscall => {
+                    let kind = class.branch_kind().expect("far");
+                    if !self.st.tnt.is_empty() {
+                        self.st.open_insns -= n;
+                        let off = self.st.tnt_off;
+                        self.gap(
+                            off,
+                            format!("TNT bits left at the far transfer at {last_ip:#x}"),
+                        );
+                        return None;
+                    }
+                    // The FUP names the far transfer's NLIP; E1: or an address inside it.
+                    let ours = |x: u64| x == next || (x > last_ip && x < next);
+                    match self.peek() {
+                        Item::Far {
+                            ip: Some(x),
+                            tip: Some((Some(to), toff)),
+                            ..
+                        } if ours(x) => {
+                            self.consume();
+                            self.row(last_ip, Some(to), kind, true, toff);
+                            self.decided(toff);
+                            self.st.ip = to;
+                        }
+                        Item::Pgd {
+                            ip: Some(x),
+                            off,
+                            tip,
+                        } if ours(x) => {
+                            self.consume();
+                            let to = tip.and_then(|t| t.0);
+                            self.row(last_ip, to, kind, true, off);
+                            self.decided(off);
+                            self.event(off, EventKind::Disable, Some(x), String::new());
+                            self.st.mode = Mode::Disabled;
+                            return None;
+                        }
+                        Item::End => {
+                            self.st.open_insns -= n;
+                            return Some(Stop::End);
+                        }
+                        _ => {
+                            self.st.open_insns -= n;
+                            self.inconsistent(
+                                "expected FUP.FAR+TIP or FUP.PGD for the far transfer",
+                            );
+                            return None;
+                        }
+                    }
+                }
+                InsnClass::Other => unreachable!("blocks end with a branch"),
+            }
+            self.st.after_branch = true;
+        }
+    }
+
+    /// Right after tracing resumed at `x`, a FUP.FAR/PGD naming `x` is either an interrupt
+    /// before any instruction ran, or the far transfer that ends a loop back here with no
+    /// packet on the way (a syscall whose NLIP is `x`, as in `_exit`'s `syscall; jmp`
+    /// loop). The second reading wins when the code from `x` reaches such a far transfer
+    /// through direct branches only. Only where far branches send a FUP at their NLIP
+    /// ([`FarRule::FupAndTip`]); elsewhere a FUP names where an event struck.
+    pub(super) fn far_ahead(&mut self, x: u64) -> bool {
+        if self.st.resumed_at != Some(x) || self.rules.far != FarRule::FupAndTip {
+            return false;
+        }
+        let mut ip = x;
+        for _ in 0..64 {
+            let bi = self.cache.index(self.images, ip, self.key(), self.st.bits);
+            let b = self.cache.block(bi);
+            if b.end != BlockEnd::Branch {
+                return false;
+            }
+            match b.class {
+                InsnClass::Far | InsnClass::Syscall => {
+                    return b.next == x || (x > b.last_ip && x < b.next);
+                }
+                InsnClass::Jmp | InsnClass::Call => ip = b.target,
+                _ => return false,
+            }
+            if ip == x {
+                return false;
+            }
+        }
+        false
+    }
+
+    /// The walk went to `to` by a direct jump, call or block split, consuming nothing;
+    /// true when that proves it is going round a cycle (see [`LoopGuard`]).
+    #[inline]
+    pub(super) fn moved_without_packet(&mut self, to: u64) -> bool {
+        self.spin.step(to, self.front.pos(), self.st.tnt)
+    }
+
+    /// Remember the block that follows block `bi` on side `which` (0: fall-through,
+    /// 1: direct target), which starts at `to`.
+    #[inline]
+    pub(super) fn link(&mut self, bi: u32, which: usize, to: u64) {
+        let s = self.cache.successor(self.images, bi, which, self.key());
+        self.hint = Some((to, s));
+    }
+}
