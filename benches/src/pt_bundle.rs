@@ -3,14 +3,17 @@
 //! libipt and tracemill (on PT) and tracemill (on RTIT) all walk the same instructions.
 //!
 //! ```sh
-//! cargo run --release -p tracemill-benches --bin pt-bundle -- OUT [SIZE_MB] [RECIPE]
+//! cargo run --release -p tracemill-benches --bin pt-bundle -- OUT [SIZE_MB] [RECIPE] [--no-ret-compression]
 //! ```
 //!
 //! The execution is a recipe of the samples (`busybox-sort` by default: Debian's
 //! busybox-static sorting 400 lines under qemu), captured once. It is encoded as RTIT by
 //! the sample's hardware model and as Intel PT by `datasets::pt_encode`, both user-only,
 //! with RET compression, and with no timing packets (the PT encoder makes none yet, so the
-//! RTIT side makes none either: the two walks do the same work). The recipe's TraceStop is
+//! RTIT side makes none either: the two walks do the same work). With `--no-ret-compression`
+//! every trace (RTIT, PT, perf.data) is made without RET compression (DisRETC set; RTIT's
+//! CmprsRet clear; perf's `noretcomp`): the form libxdc requires (`benches/libxdc/`), so
+//! that libipt, libxdc and tracemill decode the same file. The recipe's TraceStop is
 //! dropped so that both traces hold the whole run. Each copy starts at a PSB, so the
 //! repeated trace decodes like the program run over and over.
 //!
@@ -44,18 +47,29 @@ use tracemill_decode::rtit::config::ctl;
 
 /// IA32_RTIT_CTL of the PT trace: TraceEn, User, BranchEn (SDM 36.2.7.2); DisRETC clear.
 const PT_CTL: u64 = 1 | 1 << 3 | 1 << 13;
+/// IA32_RTIT_CTL.DisRETC, and perf's `noretcomp` config bit (the same bit).
+const DIS_RETC: u64 = 1 << 11;
 
 fn main() -> Result<()> {
-    let mut args = std::env::args().skip(1);
-    let out = PathBuf::from(
-        args.next()
-            .context("usage: pt-bundle OUT [SIZE_MB] [RECIPE]")?,
-    );
+    const USAGE: &str = "usage: pt-bundle OUT [SIZE_MB] [RECIPE] [--no-ret-compression]";
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    let retc = !all.iter().any(|a| a == "--no-ret-compression");
+    if let Some(a) = all
+        .iter()
+        .find(|a| a.starts_with('-') && *a != "--no-ret-compression")
+    {
+        bail!("unknown option {a}\n{USAGE}");
+    }
+    let mut args = all.into_iter().filter(|a| !a.starts_with('-'));
+    let out = PathBuf::from(args.next().context(USAGE)?);
     let size_mb: u64 = args.next().map_or(Ok(50), |s| s.parse())?;
     let name = args.next().unwrap_or_else(|| "busybox-sort".into());
     let mut recipe =
         samples::recipe(&name).with_context(|| format!("no recipe {name} (synth list)"))?;
-    recipe.options.ctl = ctl::TRACE_EN | ctl::TRACE_ACTIVE | ctl::DEST | ctl::USER | ctl::CMPRS_RET;
+    recipe.options.ctl = ctl::TRACE_EN | ctl::TRACE_ACTIVE | ctl::DEST | ctl::USER;
+    if retc {
+        recipe.options.ctl |= ctl::CMPRS_RET;
+    }
     recipe.options.trace_stop_at = None;
     recipe.options.overflow = None;
     recipe.options.freq_change_every = None;
@@ -82,7 +96,7 @@ fn main() -> Result<()> {
     let pt = encode_execution(
         &images,
         &PtOptions {
-            ret_compression: true,
+            ret_compression: retc,
             user_only: true,
             ..PtOptions::default()
         },
@@ -103,13 +117,13 @@ fn main() -> Result<()> {
         .insert("benchmark".into(), format!("{name} x {copies}"));
     write_bundle(&out.join("rtit"), &m, rtit, copies, &g.images)?;
 
-    let mut p = Manifest::new(PT_CTL);
+    let mut p = Manifest::new(if retc { PT_CTL } else { PT_CTL | DIS_RETC });
     p.format = TraceFormat::Pt;
     p.trace = "trace.pt".into();
     p.images = g.manifest.images.clone();
     p.labels = m.labels.clone();
     p.pt = Some(PtFacts {
-        ret_compression: Some(true),
+        ret_compression: Some(retc),
         ..PtFacts::default()
     });
     write_bundle(&out.join("pt"), &p, &pt.bytes, copies, &g.images)?;
@@ -119,7 +133,7 @@ fn main() -> Result<()> {
     let timed = encode_execution(
         &images,
         &PtOptions {
-            ret_compression: true,
+            ret_compression: retc,
             user_only: true,
             tsc: Some(PtTsc {
                 start: 0,
@@ -141,6 +155,7 @@ fn main() -> Result<()> {
         timed.summary.instructions,
         perf_copies,
         None,
+        retc,
     )?;
     // The same turns with the second thread's as another process's, which maps a copy of
     // the program (another file at the same addresses): its code collides, and the decode
@@ -154,10 +169,14 @@ fn main() -> Result<()> {
         timed.summary.instructions,
         perf_copies,
         Some(&std::path::absolute(&copy)?),
+        retc,
     )?;
 
     let rows = pt.truth.rows.len() as u64;
-    println!("{name}: {copies} copies of one execution");
+    println!(
+        "{name}: {copies} copies of one execution{}",
+        if retc { "" } else { " (no RET compression)" }
+    );
     println!(
         "  per copy: {} instructions, {} branches; PT {} bytes, RTIT {} bytes",
         pt.summary.instructions,
@@ -181,7 +200,8 @@ fn main() -> Result<()> {
 
 /// `OUT/perf.data` of `copies` turns of one execution (`pt`, its TSCs counted from 0,
 /// `instructions` long) alternating between two threads and two CPUs; with `other`, the
-/// second thread is process 5151's, which maps that file instead.
+/// second thread is process 5151's, which maps that file instead; `retc`: the PT was
+/// encoded with RET compression (else the recording says `noretcomp`).
 fn write_perf_data(
     path: &Path,
     elf: &Path,
@@ -189,6 +209,7 @@ fn write_perf_data(
     instructions: u64,
     copies: u64,
     other: Option<&Path>,
+    retc: bool,
 ) -> Result<()> {
     use tracemill_decode::pt::cpu::Errata;
     use tracemill_decode::pt::packet::Packet;
@@ -205,6 +226,9 @@ fn write_perf_data(
     const PID: u32 = 4242;
     let mut r = PtRecording::for_elf(elf, PID, Vec::new()).map_err(anyhow::Error::msg)?;
     r.config = 1 | 1 << 10 | 1 << 13; // pt, tsc, branch: TSC packets in PSB+ only
+    if !retc {
+        r.config |= DIS_RETC;
+    }
     const OTHER: u32 = 5151;
     if let Some(other) = other {
         r.processes.push(PtProcess {
