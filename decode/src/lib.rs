@@ -32,7 +32,7 @@
 //!   without PIPs);
 //! - [`memo`]: the memoized walk (segments of the hot loop, replayed);
 //! - [`flow`], [`chunk`], [`timing`]: the walker, parallel chunks and stitching, time;
-//! - [`rows`], [`sink`], [`tally`]: output columns, the sinks the walker hands rows to,
+//! - [`rows`], [`sink`], [`tally`], [`column_pool`]: output columns (and their buffers, reused), the sinks the walker hands rows to,
 //!   and rows counted without being kept.
 //!
 //! ```
@@ -51,6 +51,7 @@
 
 pub mod block;
 pub mod chunk;
+pub mod column_pool;
 pub mod coverage;
 pub mod flow;
 pub mod front;

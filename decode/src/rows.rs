@@ -183,37 +183,25 @@ impl BranchColumns {
         self.cycles.pad_to(n);
     }
 
-    /// Give back the room reserved beyond the rows (a finished piece's columns live on as
-    /// Arrow buffers until written, and Arrow keeps the whole allocation).
-    pub fn shrink_to_fit(&mut self) {
-        fn shrink<T>(v: &mut Vec<T>) {
-            if v.capacity() - v.len() > v.len() / 8 {
-                v.shrink_to_fit();
-            }
-        }
-        shrink(&mut self.ip);
-        shrink(&mut self.target.values);
-        shrink(&mut self.target.valid);
-        shrink(&mut self.kind);
-        shrink(&mut self.taken);
-        shrink(&mut self.compressed);
-        shrink(&mut self.insns);
-        shrink(&mut self.cr3.values);
-        shrink(&mut self.cr3.valid);
-        shrink(&mut self.offset);
-        shrink(&mut self.in_tx);
-    }
-
-    /// Room for `n` more rows.
+    /// Room for `n` more rows (the timing columns' too, which [`BranchColumns::pad_timing`]
+    /// fills), from the column pools ([`crate::column_pool`]) for columns without room yet.
     pub fn reserve(&mut self, n: usize) {
-        self.ip.reserve(n);
-        self.target.reserve(n);
-        self.kind.reserve(n);
-        self.taken.reserve(n);
-        self.compressed.reserve(n);
-        self.insns.reserve(n);
-        self.cr3.reserve(n);
-        self.offset.reserve(n);
+        use crate::column_pool::{room, BOOL, U32, U64, U8};
+        room(&mut self.ip, n, &U64);
+        room(&mut self.kind, n, &U8);
+        room(&mut self.taken, n, &BOOL);
+        room(&mut self.compressed, n, &BOOL);
+        room(&mut self.insns, n, &U32);
+        room(&mut self.offset, n, &U64);
+        for c in [
+            &mut self.target,
+            &mut self.tsc,
+            &mut self.cycles,
+            &mut self.cr3,
+        ] {
+            room(&mut c.values, n, &U64);
+            room(&mut c.valid, n, &BOOL);
+        }
     }
 
     /// Append a whole row, timing columns included.

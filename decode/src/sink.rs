@@ -139,7 +139,6 @@ impl RowSink for BranchColumns {
         // Counts and coverage from the log; the log's buffers go back to this thread.
         let (_, cov) = self.log.finish(true);
         self.log = Default::default();
-        self.shrink_to_fit();
         (PieceStats::of(self), cov)
     }
     fn len(&self) -> usize {
