@@ -7,8 +7,9 @@ use std::fs::{self, File};
 use std::path::Path;
 
 use ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use ::parquet::basic::{Compression, Encoding};
+use ::parquet::basic::{BoundaryOrder, Compression, Encoding};
 use ::parquet::file::metadata::ParquetMetaData;
+use ::parquet::file::page_index::offset_index::OffsetIndexMetaData;
 use ::parquet::file::properties::ReaderProperties;
 use ::parquet::file::reader::{FileReader, SerializedFileReader};
 use ::parquet::file::serialized_reader::ReadOptionsBuilder;
@@ -1102,6 +1103,198 @@ fn integer_chunks_carry_what_arrow_rs_writes() {
             );
         }
     }
+}
+
+/// The Boolean columns written by the encoder's own chunks (`taken`, `compressed`,
+/// `in_tx`) carry what arrow-rs writes for them: the same pages (values, encodings, row
+/// counts, bytes once decompressed), chunk statistics, column index and offset index.
+/// `taken` has an all-false page, then mixed, then all-true (ascending), then the other
+/// way (descending); `compressed` is true throughout, `in_tx` false throughout (no
+/// transaction). Row groups are handed over in slices starting off a byte boundary, and
+/// the last row group ends in a page of one row.
+#[test]
+fn boolean_chunks_carry_what_arrow_rs_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    // Pages of 10,240 rows (a multiple of arrow-rs's 1,024-row write batches, where it
+    // cuts pages), row groups of three pages; the last row group has 10,241 rows.
+    let opts = WriterOptions {
+        max_row_group_rows: 30_720,
+        data_page_rows: 10_240,
+        ..WriterOptions::default()
+    };
+    let rows = 30_720 * 2 + 10_241;
+    let mut cols = sample_branches(rows, 5, 0);
+    for i in 0..10_240 {
+        cols.taken[i] = false;
+    }
+    for i in 20_480..40_960 {
+        cols.taken[i] = true;
+    }
+    for i in 51_200..61_440 {
+        cols.taken[i] = false;
+    }
+    cols.compressed.iter_mut().for_each(|c| *c = true);
+    assert!(cols.in_tx.is_empty(), "in_tx all false");
+    let all = crate::convert::branches(cols, 0).unwrap();
+    let groups: Vec<RecordBatch> = [(0, 30_720), (30_720, 30_720), (61_440, 10_241)]
+        .iter()
+        .map(|&(at, n)| all.slice(at, n))
+        .collect();
+
+    let plain = dir.path().join("write");
+    let enc = dir.path().join("enc");
+    fs::create_dir_all(&plain).unwrap();
+    fs::create_dir_all(&enc).unwrap();
+    let mut w = TableWriter::create_in(&plain, "branches", &file_meta(), &opts).unwrap();
+    w.write(&all).unwrap();
+    let by_write = w.finish().unwrap();
+    let mut w = TableWriter::create_in(&enc, "branches", &file_meta(), &opts).unwrap();
+    let e = w.row_group_encoder().unwrap();
+    for (i, g) in groups.iter().enumerate() {
+        // Pieces starting at bits 0, 7,003 (empty), 7,003 and 19,348 of the row group (or
+        // its end): pages cross them, and all but the first start off a byte.
+        let (a, b) = (7_003, (7_003 + 12_345).min(g.num_rows()));
+        let parts = [
+            g.slice(0, a),
+            g.slice(a, 0),
+            g.slice(a, b - a),
+            g.slice(b, g.num_rows() - b),
+        ];
+        w.append_encoded(e.encode(i, &parts).unwrap()).unwrap();
+    }
+    let by_encoder = w.finish().unwrap();
+    let (ra, rb) = (read_parquet(&by_write.path), read_parquet(&by_encoder.path));
+    assert_eq!(ra, rb);
+    assert_eq!(
+        bools(&rb.1, "compressed"),
+        vec![true; rows],
+        "compressed: all true"
+    );
+    assert_eq!(bools(&rb.1, "in_tx"), vec![false; rows], "in_tx: all false");
+
+    let (ma, mb) = (parquet_meta(&by_write.path), parquet_meta(&by_encoder.path));
+    assert_eq!(ma.num_row_groups(), 3);
+    assert_eq!(mb.num_row_groups(), 3);
+    // Every page as a reader gets it: type, rows, encodings, decompressed bytes.
+    let pages = |path: &Path, g: usize, c: usize| {
+        let r = SerializedFileReader::new(File::open(path).unwrap()).unwrap();
+        let rg = r.get_row_group(g).unwrap();
+        rg.get_column_page_reader(c)
+            .unwrap()
+            .map(|p| {
+                let p = p.unwrap();
+                (
+                    p.page_type(),
+                    p.num_values(),
+                    p.encoding(),
+                    p.buffer().to_vec(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    for g in 0..3 {
+        for name in ["taken", "compressed", "in_tx"] {
+            let find = |m: &ParquetMetaData| {
+                let rg = &m.row_groups()[g];
+                let i = rg
+                    .columns()
+                    .iter()
+                    .position(|c| c.column_path().string() == name)
+                    .unwrap();
+                let pages = m.page_index_for_row_group(g);
+                (
+                    i,
+                    rg.column(i).clone(),
+                    pages.column_index(i).cloned(),
+                    pages.offset_index(i).cloned(),
+                )
+            };
+            let (i, ca, ia, oa) = find(&ma);
+            let (_, cb, ib, ob) = find(&mb);
+            let at = format!("row group {g}, {name}");
+            assert_eq!(
+                pages(&by_write.path, g, i),
+                pages(&by_encoder.path, g, i),
+                "{at}: pages"
+            );
+            assert_eq!(ca.statistics(), cb.statistics(), "{at}");
+            let stats = cb.statistics().expect("chunk statistics");
+            assert_eq!(stats.null_count_opt(), Some(0), "{at}");
+            assert_eq!(ia, ib, "{at}: column index");
+            assert!(ib.is_some(), "{at}");
+            let first_rows = |o: &Option<OffsetIndexMetaData>| {
+                o.as_ref()
+                    .unwrap()
+                    .page_locations()
+                    .iter()
+                    .map(|l| l.first_row_index)
+                    .collect::<Vec<_>>()
+            };
+            let want: &[i64] = if g == 2 {
+                // 10,241 rows: a page of one row last.
+                &[0, 10_240]
+            } else {
+                &[0, 10_240, 20_480]
+            };
+            assert_eq!(first_rows(&oa), first_rows(&ob), "{at}: pages");
+            assert_eq!(first_rows(&ob), want, "{at}: pages");
+            assert_eq!(ca.num_values(), cb.num_values(), "{at}");
+            assert_eq!(
+                ca.encodings().collect::<Vec<_>>(),
+                cb.encodings().collect::<Vec<_>>(),
+                "{at}"
+            );
+            assert_eq!(ca.page_encoding_stats(), cb.page_encoding_stats(), "{at}");
+            assert_eq!(
+                ca.uncompressed_size(),
+                cb.uncompressed_size(),
+                "{at}: uncompressed"
+            );
+            assert!(
+                cb.compressed_size() <= ca.compressed_size(),
+                "{at}: {} bytes against {}",
+                cb.compressed_size(),
+                ca.compressed_size(),
+            );
+        }
+    }
+    // What the statistics say, as arrow-rs writes them for booleans: one byte each.
+    let rg = &mb.row_groups()[0];
+    let col = |name: &str| {
+        rg.columns()
+            .iter()
+            .find(|c| c.column_path().string() == name)
+            .unwrap()
+    };
+    let minmax = |name: &str| {
+        let s = col(name).statistics().unwrap();
+        (
+            s.min_bytes_opt().unwrap().to_vec(),
+            s.max_bytes_opt().unwrap().to_vec(),
+        )
+    };
+    assert_eq!(minmax("taken"), (vec![0], vec![1]));
+    assert_eq!(minmax("compressed"), (vec![1], vec![1]));
+    assert_eq!(minmax("in_tx"), (vec![0], vec![0]));
+    let taken = rg
+        .columns()
+        .iter()
+        .position(|c| c.column_path().string() == "taken")
+        .unwrap();
+    assert_eq!(
+        mb.page_index_for_row_group(0)
+            .column_index(taken)
+            .unwrap()
+            .get_boundary_order(),
+        Some(BoundaryOrder::ASCENDING)
+    );
+    assert_eq!(
+        mb.page_index_for_row_group(1)
+            .column_index(taken)
+            .unwrap()
+            .get_boundary_order(),
+        Some(BoundaryOrder::DESCENDING)
+    );
 }
 
 #[test]

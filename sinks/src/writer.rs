@@ -195,7 +195,8 @@ pub struct RowGroupEncoder {
     schema: SchemaRef,
     constants: Arc<Constants>,
     /// Per column of `schema`: the Parquet column and which of [`chunks`] writes it, for
-    /// the columns tracemill encodes itself (string and integer dictionaries, deltas).
+    /// the columns tracemill encodes itself (string and integer dictionaries, deltas,
+    /// booleans).
     keyed: Arc<Vec<Option<(ColumnDescPtr, chunks::Kind)>>>,
     props: WriterPropertiesPtr,
     path: PathBuf,

@@ -6,8 +6,9 @@
 //! the encoding (`encode-bench`, benches/README.md): a `branches` row's `ip` cost 27.5 ns,
 //! `target` 30, `insns` 17.5 and `kind` 25 of a row's 175 ns, while the values come from
 //! small sets (a program's branch addresses, eight kind names). And its delta encoder
-//! for the columns that only grow buffers every value through a generic bit writer. Three
-//! kinds of chunk:
+//! for the columns that only grow buffers every value through a generic bit writer, and
+//! it copies a Boolean column out of its bitmap one value at a time to pack it into bits
+//! again. Four kinds of chunk:
 //!
 //! - [`strings`]: string columns that are already Arrow dictionaries (`kind`, ingest's
 //!   constant `bundle`): the Arrow keys remapped through a table as long as the Arrow
@@ -19,6 +20,8 @@
 //!   bloom filter are built from the dictionary and from each page's codes.
 //! - [`delta`]: `UInt64` columns that only grow (`seq`, `offset`, `tsc`, `cycles`) as
 //!   DELTA_BINARY_PACKED, a block of 256 values at a time.
+//! - [`booleans`]: non-null `Boolean` columns (`taken`, `compressed`, `in_tx`) as PLAIN
+//!   pages, whose bit-packed values are the Arrow bitmap's bytes.
 //!
 //! Each is laid out as arrow-rs lays out the same chunk ([`Chunk`]): for dictionaries a
 //! PLAIN dictionary page, then RLE_DICTIONARY data pages; version 1 data pages of at most
@@ -27,6 +30,7 @@
 //! but for the time saved: the writer's tests read both back and compare rows, statistics,
 //! page indexes and bloom filters.
 
+mod booleans;
 mod delta;
 mod numbers;
 mod stats;
@@ -53,12 +57,15 @@ pub(crate) enum Kind {
     Strings,
     Numbers,
     Delta,
+    Booleans,
 }
 
 /// The chunk that writes `field` (leaf column `path`) under `props`, if any: a string
 /// dictionary ([`strings::accepts`]) or an unsigned integer column ([`numbers::accepts`])
-/// with dictionary encoding on, or a delta column ([`delta::accepts`]); version 1 data
-/// pages (the default), compressed with ZSTD or not at all.
+/// with dictionary encoding on, a delta column ([`delta::accepts`]), or a non-null
+/// boolean column ([`booleans::accepts`], whatever the dictionary setting: arrow-rs has
+/// no dictionary for BOOLEAN); version 1 data pages (the default), compressed with ZSTD or
+/// not at all.
 pub(crate) fn kind(field: &Field, path: &ColumnPath, props: &WriterProperties) -> Option<Kind> {
     let supported = props.writer_version() == WriterVersion::PARQUET_1_0
         // What these chunks do not write: left to arrow-rs.
@@ -78,6 +85,8 @@ pub(crate) fn kind(field: &Field, path: &ColumnPath, props: &WriterProperties) -
         Some(Kind::Numbers)
     } else if delta::accepts(field, path, props) {
         Some(Kind::Delta)
+    } else if booleans::accepts(field, path, props) {
+        Some(Kind::Booleans)
     } else {
         None
     }
@@ -98,6 +107,7 @@ pub(crate) fn encode(
         Kind::Strings => strings::encode(descr, props, arrays).map(Some),
         Kind::Numbers => numbers::encode(descr, props, arrays),
         Kind::Delta => delta::encode(descr, props, arrays).map(Some),
+        Kind::Booleans => booleans::encode(descr, props, arrays).map(Some),
     }
 }
 

@@ -1,7 +1,8 @@
-//! What the integer chunks ([`super::numbers`], [`super::delta`]) write beside their
-//! values, as arrow-rs writes it: the definition levels of a version 1 page, the column
-//! index page by page, and the chunk's statistics. Values are unsigned (the columns'
-//! logical type), stored in the physical type's little-endian bytes.
+//! What the integer and boolean chunks ([`super::numbers`], [`super::delta`],
+//! [`super::booleans`]) write beside their values, as arrow-rs writes it: the definition
+//! levels of a version 1 page, the column index page by page, and the chunk's statistics.
+//! Values are unsigned (the columns' logical type; false is 0 and true 1), stored in the
+//! physical type's little-endian bytes (one byte for a boolean).
 
 use ::parquet::basic::{BoundaryOrder, Type};
 use ::parquet::errors::ParquetError;
@@ -22,12 +23,12 @@ pub(super) fn definition_levels(levels: &[u8], out: &mut Vec<u8>) {
     out[at..at + 4].copy_from_slice(&len.to_le_bytes());
 }
 
-/// The bytes of `v` in an INT64 (`wide`) or INT32 column.
-fn bytes_of(v: u64, wide: bool) -> Vec<u8> {
-    if wide {
-        v.to_le_bytes().to_vec()
-    } else {
-        (v as u32).to_le_bytes().to_vec()
+/// The bytes of `v` in an INT64, INT32 or BOOLEAN column.
+fn bytes_of(v: u64, physical: Type) -> Vec<u8> {
+    match physical {
+        Type::INT64 => v.to_le_bytes().to_vec(),
+        Type::BOOLEAN => vec![u8::from(v != 0)],
+        _ => (v as u32).to_le_bytes().to_vec(),
     }
 }
 
@@ -36,7 +37,7 @@ fn bytes_of(v: u64, wide: bool) -> Vec<u8> {
 /// (or fall) throughout.
 pub(super) struct PageIndex {
     builder: ColumnIndexBuilder,
-    wide: bool,
+    physical: Type,
     nullable: bool,
     ascending: bool,
     descending: bool,
@@ -47,7 +48,7 @@ impl PageIndex {
     pub(super) fn new(descr: &ColumnDescPtr) -> PageIndex {
         PageIndex {
             builder: ColumnIndexBuilder::new(descr.physical_type()),
-            wide: descr.physical_type() == Type::INT64,
+            physical: descr.physical_type(),
             nullable: descr.max_def_level() > 0,
             ascending: true,
             descending: true,
@@ -69,7 +70,7 @@ impl PageIndex {
                     self.descending &= last_lo >= lo && last_hi >= hi;
                 }
                 self.last = Some((lo, hi));
-                let (lo, hi) = (bytes_of(lo, self.wide), bytes_of(hi, self.wide));
+                let (lo, hi) = (bytes_of(lo, self.physical), bytes_of(hi, self.physical));
                 self.builder.append(false, lo, hi, nulls, None);
             }
         }
@@ -108,8 +109,8 @@ pub(super) fn chunk_statistics(
     // fields whose order the column's sort order defines.
     let signed = descr.sort_order().is_signed();
     let nulls = nulls as u64;
-    let stats = if descr.physical_type() == Type::INT64 {
-        Statistics::Int64(
+    let stats = match descr.physical_type() {
+        Type::INT64 => Statistics::Int64(
             ValueStatistics::new(
                 lo.map(|v| v as i64),
                 hi.map(|v| v as i64),
@@ -118,9 +119,18 @@ pub(super) fn chunk_statistics(
                 false,
             )
             .with_backwards_compatible_min_max(signed),
-        )
-    } else {
-        Statistics::Int32(
+        ),
+        Type::BOOLEAN => Statistics::Boolean(
+            ValueStatistics::new(
+                lo.map(|v| v != 0),
+                hi.map(|v| v != 0),
+                None,
+                Some(nulls),
+                false,
+            )
+            .with_backwards_compatible_min_max(signed),
+        ),
+        _ => Statistics::Int32(
             ValueStatistics::new(
                 lo.map(|v| v as u32 as i32),
                 hi.map(|v| v as u32 as i32),
@@ -129,7 +139,7 @@ pub(super) fn chunk_statistics(
                 false,
             )
             .with_backwards_compatible_min_max(signed),
-        )
+        ),
     };
     let b = b.set_statistics(stats);
     if descr.max_def_level() > 0 {
