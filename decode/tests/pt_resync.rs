@@ -12,7 +12,9 @@ use tracemill_decode::stream::TraceStream;
 use tracemill_schemas::EventKind;
 
 fn case_dir(case: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/libipt-ptt").join(case)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../datasets/libipt-ptt")
+        .join(case)
 }
 
 /// The case decoded sequentially and cut at every PSB (which must agree).
@@ -33,8 +35,14 @@ fn decode(case: &str) -> Decoded {
     };
     let seq = decode_all(&input, u64::MAX);
     let chunked = decode_all(&input, 1);
-    assert_eq!(seq.rows.ip, chunked.rows.ip, "{case}: rows, cut at every PSB");
-    assert_eq!(seq.events, chunked.events, "{case}: events, cut at every PSB");
+    assert_eq!(
+        seq.rows.ip, chunked.rows.ip,
+        "{case}: rows, cut at every PSB"
+    );
+    assert_eq!(
+        seq.events, chunked.events,
+        "{case}: events, cut at every PSB"
+    );
     seq
 }
 
