@@ -250,9 +250,36 @@ fn target_of(detail: &str) -> Option<u64> {
     u64::from_str_radix(t, 16).ok()
 }
 
+/// Where libipt's event decoder stands when an error is found at the packet at `off`
+/// (what ptxed's error line shows): it has read the packets of the next event (a PSB+ up
+/// to its PSBEND, a FUP and the TIP paired with it, a MODE and its FUP) and, after a TNT
+/// or a TIP.PGD, one packet more (the end of the trace if none).
+fn ptxed_offset(packets: &[(u64, Packet)], end: u64, off: u64) -> u64 {
+    let Some(i) = packets.iter().position(|(o, _)| *o >= off) else {
+        return off;
+    };
+    let next = |k: usize| packets.get(k).map(|(o, _)| *o).unwrap_or(end);
+    match &packets[i].1 {
+        Packet::Psb => packets[i..]
+            .iter()
+            .find(|(_, p)| matches!(p, Packet::PsbEnd))
+            .map(|(o, _)| *o)
+            .unwrap_or(off),
+        Packet::Tnt8(_) | Packet::Tnt64(_) | Packet::TipPgd(_) => next(i + 1),
+        Packet::ModeExec(_) | Packet::ModeTsx(_) => next(i + 1),
+        Packet::Fup(_) => match packets.get(i + 1) {
+            Some((o, Packet::Tip(_))) => *o,
+            _ => packets[i].0,
+        },
+        _ => packets[i].0,
+    }
+}
+
 /// The adapter: ptxed's lines for a decode.
 fn ptxed_lines(
     d: &Decoded,
+    packets: &[(u64, Packet)],
+    end: u64,
     images: &ImageSet<'_>,
     status: &BTreeSet<u64>,
     o: &Opts,
@@ -270,6 +297,7 @@ fn ptxed_lines(
     let rows = &d.rows;
     let mut ev = d.events.iter().peekable();
     let mut tracing = false;
+    let mut after_error = false;
     for i in 0..=rows.len() {
         while let Some(e) = ev.next_if(|e| e.seq as usize <= i) {
             match e.kind {
@@ -281,6 +309,10 @@ fn ptxed_lines(
                     }
                 }
                 EventKind::Enable => {
+                    if std::mem::take(&mut after_error) {
+                        // ptxed resyncs at the enable with tracing disabled.
+                        l.lines.push("[disabled]".to_string());
+                    }
                     let resumed = e.ip.is_some() && e.ip == l.stopped_at;
                     let what = if resumed { "resumed" } else { "enabled" };
                     let s = l.ip_suffix("ip", e.ip);
@@ -432,7 +464,43 @@ fn ptxed_lines(
                     };
                     l.lines.push(line);
                 }
-                EventKind::Error => return Err(format!("decode error: {}", e.detail)),
+                EventKind::Error => {
+                    // ptxed's error line: libipt's words for the kind of error, the
+                    // offset its event decoder stands at, and the IP.
+                    let what = if e.detail.starts_with("no code image covers") {
+                        "no memory mapped at this address"
+                    } else if e.detail.starts_with("expected a") {
+                        "trace stream does not match query"
+                    } else if e.detail.starts_with("a PSB+ disagrees") {
+                        "bad status update"
+                    } else {
+                        return Err(format!("decode error: {}", e.detail));
+                    };
+                    let ip = e.ip.unwrap_or(0);
+                    let off = if what == "bad status update" {
+                        // Found at the PSB+'s MODE.EXEC.
+                        packets
+                            .iter()
+                            .rev()
+                            .find(|(o, p)| *o <= e.offset && matches!(p, Packet::ModeExec(_)))
+                            .map(|(o, _)| *o)
+                            .unwrap_or(e.offset)
+                    } else {
+                        ptxed_offset(packets, end, e.offset)
+                    };
+                    if let (true, "trace stream does not match query") = (tracing, what) {
+                        // ptxed lists the branch whose query failed.
+                        l.list_to(ip, true)?;
+                    }
+                    l.lines.push(format!("[{off:x}, {ip:x}: error: {what}]"));
+                    if what == "bad status update" {
+                        l.lines
+                            .push(format!("[{off:x}, {ip:x}: resync error: {what}]"));
+                    }
+                    l.cur = None;
+                    tracing = false;
+                    after_error = true;
+                }
             }
         }
         if i == rows.len() {
@@ -514,7 +582,11 @@ fn run(c: &Check) -> Option<String> {
     images.add_raw("code", &code, c.org, None);
     let stream = TraceStream::linear(&trace);
     let status = status_offsets(&stream, &cfg);
-    let got = match ptxed_lines(&d, &images, &status, &opts) {
+    let packets: Vec<(u64, Packet)> = PacketReader::new(&stream, 0, stream.len(), cfg.errata)
+        .flatten()
+        .map(|p| (p.offset, p.packet))
+        .collect();
+    let got = match ptxed_lines(&d, &packets, trace.len() as u64, &images, &status, &opts) {
         Ok(l) => l.join("\n"),
         Err(e) => return Some(e),
     };

@@ -116,6 +116,22 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                         if x == self.st.ip {
                             // A PSB+ while tracing: the walk is where it says.
                             self.consume();
+                            if let (FarRule::TipOnly, Some(b)) = (self.rules.far, bits) {
+                                if b != self.st.bits {
+                                    // Intel PT: its MODE.EXEC disagrees with the walk's
+                                    // mode (libipt: a bad status update, and no resync at
+                                    // this PSB+): the walk went wrong before it.
+                                    self.close_block();
+                                    self.gap(
+                                        off,
+                                        format!(
+                                            "a PSB+ disagrees with the walk's execution mode \
+                                             at {x:#x}"
+                                        ),
+                                    );
+                                    return None;
+                                }
+                            }
                             // Its events follow the rows walked since it was read: they
                             // retired before the PSB went out.
                             if let Some(k) = self.status_events.take() {
@@ -237,6 +253,12 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                     // still to be used, e.g. as the resume point), else the reader.
                     let off = self.la_offset().unwrap_or(self.front.pos());
                     self.st.ip = next;
+                    if end == BlockEnd::NoImage && self.rules.far == FarRule::TipOnly {
+                        // Intel PT: the direct branches walked up to here ran (the code
+                        // says so); only what follows the address without code is lost
+                        // (libipt lists them too).
+                        self.tail_start = self.rows.len();
+                    }
                     self.gap(off, format!("{why} {next:#x}"));
                     return None;
                 }

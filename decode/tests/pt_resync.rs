@@ -1,0 +1,150 @@
+//! Intel PT resync after an error, as libipt 2.2 does it (docs/pt.md, "Resync"), on
+//! cases of libipt's suite (`datasets/libipt-ptt/ptxed-resync-*`): each rule, decoded
+//! sequentially and cut at every PSB, with the same result.
+
+use std::path::{Path, PathBuf};
+
+use tracemill_decode::chunk::{decode_all, Decoded, Input};
+use tracemill_decode::image::ImageSet;
+use tracemill_decode::pt::clock::PtTiming;
+use tracemill_decode::pt::{Pt, PtConfig};
+use tracemill_decode::stream::TraceStream;
+use tracemill_schemas::EventKind;
+
+fn case_dir(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../datasets/libipt-ptt")
+        .join(case)
+}
+
+/// The case decoded sequentially and cut at every PSB (which must agree).
+fn decode(case: &str) -> Decoded {
+    let dir = case_dir(case);
+    let trace = std::fs::read(dir.join(format!("{case}.pt"))).unwrap();
+    let code = std::fs::read(dir.join(format!("{case}.bin"))).unwrap();
+    let mut images = ImageSet::new();
+    images.add_raw("code", &code, 0x100000, None);
+    let stream = TraceStream::linear(&trace);
+    let cfg = PtConfig::default();
+    let input = Input::<Pt> {
+        spaces: None,
+        stream: &stream,
+        images: &images,
+        cfg: cfg.clone(),
+        timing: PtTiming::new(&cfg),
+    };
+    let seq = decode_all(&input, u64::MAX);
+    let chunked = decode_all(&input, 1);
+    assert_eq!(
+        seq.rows.ip, chunked.rows.ip,
+        "{case}: rows, cut at every PSB"
+    );
+    assert_eq!(
+        seq.events, chunked.events,
+        "{case}: events, cut at every PSB"
+    );
+    seq
+}
+
+/// (kind, ip) of every event but PSBs.
+fn events(d: &Decoded) -> Vec<(EventKind, Option<u64>)> {
+    d.events
+        .iter()
+        .filter(|e| e.kind != EventKind::Psb)
+        .map(|e| (e.kind, e.ip))
+        .collect()
+}
+
+#[test]
+fn no_code_at_an_ip_resyncs_at_the_next_tip() {
+    // call rax to 0x100100 (no code); TIP 0x100200 (no code); TIP back into the code.
+    let d = decode("ptxed-resync-nomap-tip");
+    let ev = events(&d);
+    use EventKind::*;
+    assert_eq!(
+        ev,
+        [
+            (Resync, Some(0x100000)),
+            (Error, Some(0x100100)),
+            (Resync, Some(0x100200)),
+            (Error, Some(0x100200)),
+            (Resync, Some(0x100005)),
+            (Disable, Some(0x100006)),
+        ]
+    );
+}
+
+#[test]
+fn direct_branches_walked_before_an_address_without_code_are_kept() {
+    // jmp 0x100100 (direct, no code there): the jmp ran, its row stays.
+    let d = decode("ptxed-resync-nomap-fup-tip");
+    assert_eq!(d.rows.ip.first(), Some(&0x100000));
+}
+
+#[test]
+fn a_fup_tip_after_an_error_resumes_at_the_fup_and_reports_the_interrupt() {
+    let d = decode("ptxed-resync-nomap-fup-tip");
+    let interrupts: Vec<_> = d
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::Interrupt)
+        .map(|e| (e.ip, e.detail.clone()))
+        .collect();
+    assert_eq!(
+        interrupts,
+        [
+            (Some(0x100200), "to 0x100300".to_string()),
+            (Some(0x100400), "to 0x100006".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn an_event_bound_to_an_ip_after_an_error_resumes_there() {
+    // MODE.TSX + FUP: the transaction's begin and commit, each after an error.
+    let d = decode("ptxed-resync-nomap-mode_tsx-eos");
+    let kinds: Vec<_> = events(&d).into_iter().map(|(k, _)| k).collect();
+    use EventKind::*;
+    assert_eq!(kinds, [Resync, Error, Resync, Tsx, Error, Resync, Tsx]);
+    // PTWRITE with its FUP: the walk resumes at the PTWRITE and reports it.
+    let d = decode("ptxed-resync-nomap-ptw-fup");
+    let ptw = d.events.iter().find(|e| e.kind == EventKind::Ptwrite);
+    assert_eq!(ptw.and_then(|e| e.ip), Some(0x100003));
+}
+
+#[test]
+fn a_packet_that_does_not_fit_the_code_is_the_resync_point() {
+    // jnz wants a TNT bit, a TIP comes: an error at the jnz, and the walk goes on at
+    // the TIP's target.
+    let d = decode("ptxed-resync-bad_query-tip");
+    use EventKind::*;
+    assert_eq!(
+        events(&d),
+        [
+            (Resync, Some(0x100000)),
+            (Error, Some(0x100000)),
+            (Resync, Some(0x100005)),
+            (Disable, Some(0x100006)),
+        ]
+    );
+    // A FUP + TIP instead: the interrupt at the FUP.
+    let d = decode("ptxed-resync-bad_query-fup-tip");
+    assert!(events(&d).contains(&(Interrupt, Some(0x100003))));
+}
+
+#[test]
+fn a_psb_whose_mode_disagrees_with_the_walk_is_an_error_and_no_resync_point() {
+    // 32-bit code; the PSB+ at its FUP says 64-bit: an error there, and the walk goes
+    // on only at the next PSB+.
+    let d = decode("ptxed-resync-psb-bad_status-psb");
+    use EventKind::*;
+    assert_eq!(
+        events(&d),
+        [
+            (Resync, Some(0x100000)),
+            (Error, Some(0x100003)),
+            (Resync, Some(0x100004)),
+            (Disable, Some(0x100005)),
+        ]
+    );
+}
