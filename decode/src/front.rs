@@ -110,6 +110,27 @@ pub enum Bound {
     Pwre { state: u8, sub_state: u8, hw: bool },
     /// Back to C0 (PT PWRX): last and deepest core C-state, the wake reasons.
     Pwrx { last: u8, deepest: u8, wake: u8 },
+    /// A trigger (PT TRIG): trigger bits, several hits (`mult`), and, when sent, the
+    /// number of instructions between the last flow packet's IP (or the previous TRIG)
+    /// and the trigger.
+    Trig {
+        trbv: u8,
+        mult: bool,
+        icnt: Option<u16>,
+    },
+    /// An interrupt or exception was delivered (PT Event Trace: CFE INTR, with the CR2
+    /// of a page fault from the EVD before it).
+    Intr { vector: u8, cr2: Option<u64> },
+    /// A VM exit (CFE VMEXIT or VMEXIT_INTR, with the EVDs before it): the vector of the
+    /// interrupt that caused it, the exit reason and qualification, those sent.
+    Vmexit {
+        vector: Option<u8>,
+        vmxr: Option<u64>,
+        vmxq: Option<u64>,
+    },
+    /// Any other control flow event (PT CFE): its type and vector (see
+    /// [`crate::pt::front::cfe_kind`]).
+    Cfe { kind: u8, vector: u8 },
 }
 
 impl Bound {
@@ -171,6 +192,48 @@ impl Bound {
                     }
                 }
                 (EventKind::Power, s)
+            }
+            Bound::Trig { trbv, mult, icnt } => {
+                let mut s = format!("trbv {trbv:#04x}");
+                if let Some(n) = icnt {
+                    s += &format!(", icnt {n}");
+                }
+                if mult {
+                    s += ", mult";
+                }
+                (EventKind::Trigger, s)
+            }
+            Bound::Intr { vector, cr2 } => {
+                let mut s = format!("vector {vector:#04x}");
+                if let Some(c) = cr2 {
+                    s += &format!(", cr2 {c:#x}");
+                }
+                (EventKind::Intr, s)
+            }
+            Bound::Vmexit { vector, vmxr, vmxq } => {
+                let mut parts = Vec::new();
+                if let Some(v) = vector {
+                    parts.push(format!("vector {v:#04x}"));
+                }
+                if let Some(r) = vmxr {
+                    parts.push(format!("vmxr {r:#x}"));
+                }
+                if let Some(q) = vmxq {
+                    parts.push(format!("vmxq {q:#x}"));
+                }
+                (EventKind::Vmexit, parts.join(", "))
+            }
+            Bound::Cfe { kind, vector } => {
+                let Some(k) = crate::pt::front::cfe_kind(kind) else {
+                    return (EventKind::Error, format!("CFE of unknown type {kind}"));
+                };
+                let detail = match k {
+                    EventKind::Sipi | EventKind::Uintr | EventKind::Swintr => {
+                        format!("vector {vector:#04x}")
+                    }
+                    _ => String::new(),
+                };
+                (k, detail)
             }
         }
     }

@@ -14,7 +14,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
@@ -198,13 +198,39 @@ struct Listing<'a> {
     /// Where tracing stopped, for ptxed's `[resumed]`.
     stopped_at: Option<u64>,
     event_ip: bool,
+    /// TRIGs waiting for their instruction count: instructions still to list, and the
+    /// line without its closing bracket (each counts from the one before).
+    trigs: VecDeque<(u64, String)>,
+    /// Lines of TRIGs listed whose IP (ptxed's `--event:ip`) is the next instruction's.
+    trig_ip: Vec<usize>,
+    /// Lines that ptxed prints after the instruction of row `.0` (an IRET's, a VM
+    /// entry's events: after the instruction that they report).
+    after_row: Option<(usize, Vec<String>)>,
 }
 
 impl Listing<'_> {
     fn insn(&mut self, ip: u64) {
+        for k in std::mem::take(&mut self.trig_ip) {
+            if self.event_ip {
+                self.lines[k] = format!("{}, ip: {ip:016x}]", self.lines[k].trim_end_matches(']'));
+            }
+        }
         self.insns += 1;
         let mark = if self.speculative { "? " } else { "" };
         self.lines.push(format!("{mark}{ip:016x}"));
+        if let Some(t) = self.trigs.front_mut() {
+            t.0 = t.0.saturating_sub(1);
+        }
+        self.fire_trigs();
+    }
+
+    /// List the TRIGs whose count is up.
+    fn fire_trigs(&mut self) {
+        while self.trigs.front().is_some_and(|t| t.0 == 0) {
+            let (_, line) = self.trigs.pop_front().unwrap();
+            self.trig_ip.push(self.lines.len());
+            self.lines.push(format!("{line}]"));
+        }
     }
 
     /// List the instructions from `cur` up to `x` (`inclusive`: and the one at `x`).
@@ -245,6 +271,17 @@ impl Listing<'_> {
     }
 }
 
+/// A field `name 0x…` (or `name N`) of an event's comma-separated detail.
+fn field(detail: &str, name: &str) -> Option<u64> {
+    detail.split(", ").find_map(|p| {
+        let v = p.strip_prefix(name)?.strip_prefix(' ')?;
+        match v.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).ok(),
+            None => v.parse().ok(),
+        }
+    })
+}
+
 fn target_of(detail: &str) -> Option<u64> {
     let t = detail.strip_prefix("to 0x")?;
     u64::from_str_radix(t, 16).ok()
@@ -266,6 +303,9 @@ fn ptxed_lines(
         insns: 0,
         stopped_at: None,
         event_ip: o.event_ip,
+        trigs: VecDeque::new(),
+        trig_ip: Vec::new(),
+        after_row: None,
     };
     let rows = &d.rows;
     let mut ev = d.events.iter().peekable();
@@ -432,6 +472,90 @@ fn ptxed_lines(
                     };
                     l.lines.push(line);
                 }
+                EventKind::Maintenance => {
+                    let v = e.detail.trim_start_matches("0x");
+                    l.lines.push(format!("[mnt: {v}]"));
+                }
+                EventKind::Trigger => {
+                    if let (true, Some(x)) = (tracing, e.ip) {
+                        l.list_to(x, false)?;
+                    }
+                    let trbv = field(&e.detail, "trbv").unwrap_or(0);
+                    let mult = if e.detail.ends_with("mult") {
+                        ", mult"
+                    } else {
+                        ""
+                    };
+                    let line = format!("[trig {trbv:02x}{mult}");
+                    match field(&e.detail, "icnt") {
+                        Some(n) if tracing && e.ip.is_none() => {
+                            l.trigs.push_back((n, line));
+                            l.fire_trigs();
+                        }
+                        _ => {
+                            let s = l.ip_suffix("ip", e.ip);
+                            l.lines.push(format!("{line}{s}]"));
+                        }
+                    }
+                }
+                EventKind::Intr
+                | EventKind::Iret
+                | EventKind::Smi
+                | EventKind::Rsm
+                | EventKind::Sipi
+                | EventKind::Init
+                | EventKind::Vmentry
+                | EventKind::Vmexit
+                | EventKind::Shutdown
+                | EventKind::Uintr
+                | EventKind::Uiret
+                | EventKind::Swintr
+                | EventKind::Syscall => {
+                    if let (true, Some(x)) = (tracing, e.ip) {
+                        l.list_to(x, false)?;
+                    }
+                    let d = &e.detail;
+                    let vector = field(d, "vector");
+                    let s = l.ip_suffix("ip", e.ip);
+                    let line = match e.kind {
+                        EventKind::Intr => {
+                            let cr2 = field(d, "cr2")
+                                .map(|c| format!(", cr2: {c:016x}"))
+                                .unwrap_or_default();
+                            format!("[interrupt {}{cr2}{s}]", vector.unwrap_or(0))
+                        }
+                        EventKind::Vmexit => {
+                            let mut f = String::new();
+                            if let Some(v) = vector {
+                                f += &format!(", intr: {v}");
+                            }
+                            for name in ["vmxr", "vmxq"] {
+                                if let Some(v) = field(d, name) {
+                                    f += &format!(", {name}: {v:016x}");
+                                }
+                            }
+                            format!("[vmexit{f}{s}]")
+                        }
+                        EventKind::Sipi => format!("[sipi: {:x}{s}]", vector.unwrap_or(0)),
+                        EventKind::Uintr | EventKind::Swintr => {
+                            format!("[{} {}{s}]", e.kind.name(), vector.unwrap_or(0))
+                        }
+                        k => format!("[{}{s}]", k.name()),
+                    };
+                    // An IRET's, a VM entry's event: ptxed lists it after the instruction
+                    // at the IP when that is the next row's.
+                    let after = matches!(
+                        e.kind,
+                        EventKind::Iret | EventKind::Uiret | EventKind::Vmentry
+                    ) && tracing
+                        && i < rows.len()
+                        && Some(rows.ip[i]) == e.ip.or(l.cur);
+                    if after {
+                        l.after_row.get_or_insert((i, Vec::new())).1.push(line);
+                    } else {
+                        l.lines.push(line);
+                    }
+                }
                 EventKind::Error => return Err(format!("decode error: {}", e.detail)),
             }
         }
@@ -439,6 +563,13 @@ fn ptxed_lines(
             break;
         }
         l.list_to(rows.ip[i], true)?;
+        if let Some((k, lines)) = l.after_row.take() {
+            if k == i {
+                l.lines.extend(lines);
+            } else {
+                l.after_row = Some((k, lines));
+            }
+        }
         if rows.in_tx(i) != l.speculative {
             return Err(format!(
                 "row {i}: in_tx is {}, the events say otherwise",

@@ -55,6 +55,9 @@ mod bind {
     pub const EXSTOP: u8 = 1 << 3;
     /// The next PWRX (a PWRE).
     pub const PWRX: u8 = 1 << 4;
+    /// The next CFE (the EVDs of an Event Trace event: CR2, VMX exit reason and
+    /// qualification).
+    pub const CFE: u8 = 1 << 5;
     /// Bound already, with its IP: handed out next, in order.
     pub const READY: u8 = 1 << 7;
 }
@@ -64,6 +67,8 @@ mod bind {
 enum Ev {
     /// An event at the binding packet's IP.
     At(Bound),
+    /// An event bound to a packet with an IP, reported without it (CFE RSM, SIPI).
+    AtNoIp(Bound),
     /// A MODE.Exec that changed nothing: it still binds a FUP (libipt's "ignore" event).
     Ignore,
     /// An OVF waiting for its FUP.
@@ -146,6 +151,66 @@ impl State {
     fn clear(&mut self) {
         self.queue = [None; QUEUE];
     }
+
+    /// The event the EVDs read so far wait to give their CFE (libipt's `evb_cfe`).
+    fn cfe_slot(&mut self) -> Option<&mut Slot> {
+        self.queue
+            .iter_mut()
+            .flatten()
+            .find(|s| s.bind & bind::CFE != 0)
+    }
+}
+
+/// The `events` kind of a CFE type other than INTR and VMEXIT (libipt `pt_cfe_type`);
+/// `None` for types libipt does not know (ignored, as libipt ignores them).
+pub fn cfe_kind(kind: u8) -> Option<EventKind> {
+    Some(match kind {
+        0x02 => EventKind::Iret,
+        0x03 => EventKind::Smi,
+        0x04 => EventKind::Rsm,
+        0x05 => EventKind::Sipi,
+        0x06 => EventKind::Init,
+        0x07 => EventKind::Vmentry,
+        0x0A => EventKind::Shutdown,
+        0x0C => EventKind::Uintr,
+        0x0D => EventKind::Uiret,
+        0x0E => EventKind::Swintr,
+        0x0F => EventKind::Syscall,
+        _ => return None,
+    })
+}
+
+/// CFE types (libipt `pt_cfe_type`).
+mod cfe {
+    pub const INTR: u8 = 0x01;
+    pub const RSM: u8 = 0x04;
+    pub const SIPI: u8 = 0x05;
+    pub const VMEXIT: u8 = 0x08;
+    pub const VMEXIT_INTR: u8 = 0x09;
+}
+
+/// How an Event Trace event binds (libipt's event decoder, by CFE type): to the FUP
+/// after it, which it consumes (CFE.IP set); to the next FUP, which it leaves to an
+/// asynchronous event (tracing on, for the types that come with one); or nowhere (tracing
+/// off, or a type reported where it is read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CfeBind {
+    /// With IP: the FUP it consumes; without: reported where it is read.
+    IpOrHere,
+    /// With IP: the FUP it consumes; without, tracing on: the next FUP; else here.
+    IpOrFup,
+    /// Never with IP (an error); tracing on: the next FUP, its IP not reported; else here.
+    FupNoIp,
+}
+
+fn cfe_bind(kind: u8) -> CfeBind {
+    match kind {
+        cfe::RSM | cfe::SIPI => CfeBind::FupNoIp,
+        // INTR, VMEXIT, SMI, INIT, UINTR, SWINTR
+        0x01 | 0x03 | 0x06 | 0x08 | 0x09 | 0x0C | 0x0E => CfeBind::IpOrFup,
+        // IRET, VMENTRY, SHUTDOWN, UIRET, SYSCALL
+        _ => CfeBind::IpOrHere,
+    }
 }
 
 /// Why the front end stopped.
@@ -157,6 +222,12 @@ pub enum PtError {
     PsbPlus,
     /// More packets wait for the packet they bind to than [`QUEUE`].
     TooManyPending,
+    /// A packet that cannot come where it is (libipt's `pte_bad_context`): an EVD or a
+    /// CFE that does not fit the EVDs before it.
+    BadContext,
+    /// A packet whose fields contradict each other (libipt's `pte_bad_packet`): a CFE
+    /// RSM or SIPI with IP, a TRIG with IP but an instruction count.
+    BadPacket,
 }
 
 impl fmt::Display for PtError {
@@ -168,6 +239,8 @@ impl fmt::Display for PtError {
                 f,
                 "more than {QUEUE} packets wait for the packet they bind to"
             ),
+            PtError::BadContext => f.write_str("unexpected packet context"),
+            PtError::BadPacket => f.write_str("unknown packet"),
         }
     }
 }
@@ -248,6 +321,12 @@ impl<'a> PtFront<'a> {
         true
     }
 
+    /// MNT: a maintenance packet, an event where it is read (libipt reports it at once,
+    /// in a PSB+ too).
+    fn maintenance(off: u64, payload: u64, facts: &mut Facts) {
+        facts.event(off, EventKind::Maintenance, None, format!("{payload:#x}"));
+    }
+
     /// After a PSB: the PSB+ (36.4.2.17-18) up to its PSBEND, or an OVF in its place.
     fn psb_plus(&mut self, st: &mut State, facts: &mut Facts, psb: u64) -> Raw<PtError> {
         st.last_ip.reset();
@@ -286,7 +365,8 @@ impl<'a> PtFront<'a> {
                 continue;
             }
             match p.packet {
-                Packet::Pad | Packet::Mnt(_) | Packet::Invalid => {}
+                Packet::Pad | Packet::Invalid => {}
+                Packet::Mnt(v) => Self::maintenance(p.offset, v, facts),
                 Packet::Fup(pl) => {
                     // BDM70: a FUP (and MODE.Exec) in a PSB+ right before a TIP.PGE do not
                     // mean tracing is on.
@@ -374,7 +454,10 @@ impl<'a> PtFront<'a> {
         while i < QUEUE {
             match st.queue[i] {
                 Some(s) if s.bind & bind::READY == 0 => {
-                    if !was_enabled && matches!(s.ev, Ev::At(_)) {
+                    if !was_enabled
+                        && matches!(s.ev, Ev::At(_) | Ev::AtNoIp(_))
+                        && s.bind & bind::CFE == 0
+                    {
                         // Bound by the OVF: reported there, after whatever the walker
                         // made of the packets read since it waited (events in offset
                         // order; fuzz finding `mode-before-ovf`).
@@ -617,7 +700,11 @@ impl<'a> PtFront<'a> {
     ) -> Result<Option<Raw<PtError>>, PtError> {
         let off = p.offset;
         match p.packet {
-            Packet::Pad | Packet::Mnt(_) | Packet::Invalid | Packet::PsbEnd => Ok(None),
+            Packet::Pad | Packet::Invalid | Packet::PsbEnd => Ok(None),
+            Packet::Mnt(v) => {
+                Self::maintenance(off, v, facts);
+                Ok(None)
+            }
             Packet::Psb => {
                 facts.event(off, EventKind::Psb, None, String::new());
                 Ok(Some(self.psb_plus(st, facts, off)))
@@ -776,17 +863,131 @@ impl<'a> PtFront<'a> {
                 )
                 .map(|_| None)
             }
-            Packet::Cfe { ip, .. } => {
-                // Event tracing is not decoded; a CFE with IP still consumes its FUP.
+            Packet::Cfe { kind, vector, ip } => Self::cfe(st, off, kind, vector, ip),
+            Packet::Evd { kind, payload } => Self::evd(st, off, kind, payload).map(|_| None),
+            Packet::Trig {
+                trbv,
+                ip,
+                mult,
+                icnt,
+            } => {
+                let what = Bound::Trig { trbv, mult, icnt };
                 if ip {
-                    st.push(bind::FUP_BOUND, Ev::Ignore, None, off)
+                    // The FUP after it is the trigger's IP: it needs no count.
+                    if icnt != Some(0) {
+                        return Err(PtError::BadPacket);
+                    }
+                    st.push(bind::FUP_BOUND, Ev::At(what), None, off)
                         .map(|_| None)
                 } else {
-                    Ok(None)
+                    // Reported where it is read: `icnt` instructions after the last flow
+                    // packet's IP (or the TRIG before), which only tracing has.
+                    if icnt.is_some_and(|n| n != 0) && !st.enabled {
+                        return Err(PtError::BadPacket);
+                    }
+                    Ok(Some(Raw::At {
+                        ip: None,
+                        off,
+                        what,
+                    }))
                 }
             }
-            Packet::Evd { .. } | Packet::Trig { .. } | Packet::Cyc(_) => Ok(None),
+            Packet::Cyc(_) => Ok(None),
             Packet::Tsc(_) | Packet::Tma { .. } | Packet::Mtc(_) | Packet::Cbr(_) => Ok(None),
+        }
+    }
+
+    /// EVD (Event Trace's event data): waits, with the EVDs before it, for the CFE that
+    /// it describes (CR2 for an interrupt, the exit reason and qualification for a VM
+    /// exit). Two of a kind, or kinds of two events, are a bad context; unknown types
+    /// are ignored (libipt `pt_evt_decode_evd`).
+    fn evd(st: &mut State, off: u64, kind: u8, payload: u64) -> Result<(), PtError> {
+        let waiting = st.cfe_slot().map(|s| s.ev);
+        match kind {
+            0 => {
+                if waiting.is_some() {
+                    return Err(PtError::BadContext);
+                }
+                let what = Bound::Intr {
+                    vector: 0,
+                    cr2: Some(payload),
+                };
+                st.push(bind::CFE, Ev::At(what), None, off)
+            }
+            1 | 2 => {
+                let (vector, mut vmxr, mut vmxq) = match waiting {
+                    None => (None, None, None),
+                    Some(Ev::At(Bound::Vmexit { vector, vmxr, vmxq })) => (vector, vmxr, vmxq),
+                    Some(_) => return Err(PtError::BadContext),
+                };
+                let field = if kind == 1 { &mut vmxq } else { &mut vmxr };
+                if field.is_some() {
+                    return Err(PtError::BadContext);
+                }
+                *field = Some(payload);
+                let what = Ev::At(Bound::Vmexit { vector, vmxr, vmxq });
+                match st.cfe_slot() {
+                    Some(s) => {
+                        s.ev = what;
+                        Ok(())
+                    }
+                    None => st.push(bind::CFE, what, None, off),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// CFE (Event Trace's control flow event), with the EVDs waiting for it: bound to
+    /// the FUP after it, to the next FUP, or reported where it is read, by type
+    /// ([`CfeBind`]; libipt `pt_evt_decode_cfe`).
+    fn cfe(
+        st: &mut State,
+        off: u64,
+        kind: u8,
+        vector: u8,
+        ip: bool,
+    ) -> Result<Option<Raw<PtError>>, PtError> {
+        let waiting = st.take(bind::CFE);
+        let what = match (kind, waiting.map(|s| s.ev)) {
+            (cfe::INTR, None) => Bound::Intr { vector, cr2: None },
+            (cfe::INTR, Some(Ev::At(Bound::Intr { cr2, .. }))) => Bound::Intr { vector, cr2 },
+            (cfe::VMEXIT | cfe::VMEXIT_INTR, w) => {
+                let (vmxr, vmxq) = match w {
+                    None => (None, None),
+                    Some(Ev::At(Bound::Vmexit { vmxr, vmxq, .. })) => (vmxr, vmxq),
+                    Some(_) => return Err(PtError::BadContext),
+                };
+                let vector = (kind == cfe::VMEXIT_INTR).then_some(vector);
+                Bound::Vmexit { vector, vmxr, vmxq }
+            }
+            (_, Some(_)) => return Err(PtError::BadContext),
+            (k, None) if cfe_kind(k).is_some() => Bound::Cfe { kind, vector },
+            (_, None) => {
+                // A type libipt does not know: ignored, but it still consumes its FUP.
+                if ip {
+                    st.push(bind::FUP_BOUND, Ev::Ignore, None, off)?;
+                }
+                return Ok(None);
+            }
+        };
+        let here = Raw::At {
+            ip: None,
+            off,
+            what,
+        };
+        match cfe_bind(kind) {
+            CfeBind::FupNoIp if ip => Err(PtError::BadPacket),
+            CfeBind::FupNoIp if st.enabled => st
+                .push(bind::FUP, Ev::AtNoIp(what), None, off)
+                .map(|_| None),
+            _ if ip => st
+                .push(bind::FUP_BOUND, Ev::At(what), None, off)
+                .map(|_| None),
+            CfeBind::IpOrFup if st.enabled => {
+                st.push(bind::FUP, Ev::At(what), None, off).map(|_| None)
+            }
+            _ => Ok(Some(here)),
         }
     }
 
@@ -796,6 +997,12 @@ impl<'a> PtFront<'a> {
         Some(match s.ev {
             Ev::At(what) => Raw::At {
                 ip: s.ip,
+                off: s.off,
+                what,
+            },
+            // Bound to a FUP, but reported without its IP: where the walk is.
+            Ev::AtNoIp(what) => Raw::At {
+                ip: None,
                 off: s.off,
                 what,
             },
