@@ -167,11 +167,17 @@ fn configure(c: &Check) -> Result<(PtConfig, Opts), String> {
 
 /// Offsets of the PIP, VMCS and CBR packets inside a PSB+: ptxed shows them as status,
 /// that is not at all.
-fn status_offsets(stream: &TraceStream<'_>, cfg: &PtConfig) -> BTreeSet<u64> {
+/// Also the offsets of the TIP.PGDs: a disable reported there is ptxed's synchronous
+/// `[disabled]` (a FUP's is `async_disabled`, with `at:`).
+fn status_offsets(stream: &TraceStream<'_>, cfg: &PtConfig) -> (BTreeSet<u64>, BTreeSet<u64>) {
     let mut out = BTreeSet::new();
+    let mut pgds = BTreeSet::new();
     let mut in_psb = false;
     for p in PacketReader::new(stream, 0, stream.len(), cfg.errata).flatten() {
         match p.packet {
+            Packet::TipPgd(_) => {
+                pgds.insert(p.offset);
+            }
             Packet::Psb => in_psb = true,
             Packet::PsbEnd | Packet::Ovf => in_psb = false,
             _ if in_psb => {
@@ -180,7 +186,7 @@ fn status_offsets(stream: &TraceStream<'_>, cfg: &PtConfig) -> BTreeSet<u64> {
             _ => {}
         }
     }
-    out
+    (out, pgds)
 }
 
 /// Turns tracemill's rows and events into ptxed's `--no-inst` lines, walking the code
@@ -291,7 +297,7 @@ fn target_of(detail: &str) -> Option<u64> {
 fn ptxed_lines(
     d: &Decoded,
     images: &ImageSet<'_>,
-    status: &BTreeSet<u64>,
+    (status, pgds): (&BTreeSet<u64>, &BTreeSet<u64>),
     o: &Opts,
 ) -> Result<Vec<String>, String> {
     let mut l = Listing {
@@ -331,7 +337,10 @@ fn ptxed_lines(
                 EventKind::Disable => {
                     // After its branch's row (a TIP.PGD bound to a branch), or where the
                     // walk stopped (a FUP + TIP.PGD: the instruction at the IP did not run).
-                    let sync = i > 0 && rows.offset[i - 1] == e.offset;
+                    let sync = i > 0
+                        && (rows.offset[i - 1] == e.offset
+                            // A TIP.PGD alone, at a direct branch out of the region.
+                            || (pgds.contains(&e.offset) && rows.target.get(i - 1) == e.ip));
                     let s = if sync {
                         let call = rows.kind[i - 1] == BranchKind::Call as u8
                             || rows.kind[i - 1] == BranchKind::CallInd as u8;
@@ -556,6 +565,18 @@ fn ptxed_lines(
                         l.lines.push(line);
                     }
                 }
+                EventKind::Error
+                    if ["unexpected packet context", "unknown packet"]
+                        .contains(&e.detail.as_str()) =>
+                {
+                    // A packet that does not bind (an Event Trace EVD or CFE out of
+                    // place): libipt finds it while it looks for events between two
+                    // instructions, where ptxed's instruction is still cleared (IP 0).
+                    l.lines
+                        .push(format!("[{:x}, 0: error: {}]", e.offset, e.detail));
+                    l.cur = None;
+                    tracing = false;
+                }
                 EventKind::Error => return Err(format!("decode error: {}", e.detail)),
             }
         }
@@ -644,11 +665,14 @@ fn run(c: &Check) -> Option<String> {
     let mut images = ImageSet::new();
     images.add_raw("code", &code, c.org, None);
     let stream = TraceStream::linear(&trace);
-    let status = status_offsets(&stream, &cfg);
-    let got = match ptxed_lines(&d, &images, &status, &opts) {
+    let (status, pgds) = status_offsets(&stream, &cfg);
+    let got = match ptxed_lines(&d, &images, (&status, &pgds), &opts) {
         Ok(l) => l.join("\n"),
         Err(e) => return Some(e),
     };
+    if std::env::var("PTXED_SHOW").is_ok_and(|v| v == c.exp) {
+        println!("{}:\n{got}\n---\nevents: {:#?}", c.exp, d.events);
+    }
     let (want, have) = (normalized(&expected), normalized(&got));
     common::first_difference(&want, &have)
 }

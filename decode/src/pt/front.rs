@@ -1125,6 +1125,12 @@ impl Front for PtFront<'_> {
                 Ok(None) => {}
                 Err(e) => {
                     st.clear();
+                    if matches!(e, PtError::BadContext | PtError::BadPacket) {
+                        // What the packets around it mean is lost: decoding goes on at the
+                        // next PSB, as libipt's does.
+                        let to = super::sync::next_psb(self.stream, self.reader.pos());
+                        self.reader.seek(to.unwrap_or(self.stream.len()));
+                    }
                     return Raw::Error { off, e };
                 }
             }
