@@ -552,13 +552,20 @@ fn ptxed_lines(
                         k => format!("[{}{s}]", k.name()),
                     };
                     // An IRET's, a VM entry's event: ptxed lists it after the instruction
-                    // at the IP when that is the next row's.
+                    // at its IP, or (no IP) after the far transfer that libipt needed the
+                    // packets after it for: the next row's.
                     let after = matches!(
                         e.kind,
                         EventKind::Iret | EventKind::Uiret | EventKind::Vmentry
                     ) && tracing
                         && i < rows.len()
-                        && Some(rows.ip[i]) == e.ip.or(l.cur);
+                        && match e.ip {
+                            Some(x) => rows.ip[i] == x,
+                            // A transfer that needs a TIP.
+                            None => ![BranchKind::Cond, BranchKind::Jmp, BranchKind::Call]
+                                .map(|k| k as u8)
+                                .contains(&rows.kind[i]),
+                        };
                     if after {
                         l.after_row.get_or_insert((i, Vec::new())).1.push(line);
                     } else {
