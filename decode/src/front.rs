@@ -128,6 +128,9 @@ pub enum Bound {
         vmxr: Option<u64>,
         vmxq: Option<u64>,
     },
+    /// Interrupts were enabled (`true`) or disabled from the IP on (PT MODE.Exec's IF,
+    /// with Event Trace on).
+    Iflags(bool),
     /// Any other control flow event (PT CFE): its type and vector (see
     /// [`crate::pt::front::cfe_kind`]).
     Cfe { kind: u8, vector: u8 },
@@ -203,6 +206,15 @@ impl Bound {
                 }
                 (EventKind::Trigger, s)
             }
+            Bound::Iflags(on) => (
+                EventKind::Iflags,
+                if on {
+                    "interrupts enabled"
+                } else {
+                    "interrupts disabled"
+                }
+                .to_string(),
+            ),
             Bound::Intr { vector, cr2 } => {
                 let mut s = format!("vector {vector:#04x}");
                 if let Some(c) = cr2 {

@@ -314,3 +314,49 @@ fn unknown_cfe_with_ip_consumes_its_fup_silently() {
         vec![ev(EventKind::Disable, Some(ORG + 3), "")]
     );
 }
+
+/// MODE.Exec's IF with Event Trace on (IA32_RTIT_CTL.EventEn): a change is an `iflags`
+/// event bound as the mode is (the FUP or TIP after it), after the mode's own; a PSB+
+/// states it without an event. Off, the bit says nothing and no event is made.
+#[test]
+fn mode_exec_if_changes_are_iflags_events_with_event_trace_on() {
+    let mode = |iflag| {
+        Packet::ModeExec(ExecMode {
+            csl: true,
+            csd: false,
+            iflag,
+        })
+    };
+    let mut p = psb_at(ORG);
+    p.extend([
+        mode(true),
+        Packet::Fup(full(ORG + 2)),
+        mode(true),
+        Packet::Fup(full(ORG + 3)),
+        mode(false),
+        Packet::Fup(full(ORG + 4)),
+        Packet::Fup(full(ORG + 5)),
+        Packet::TipPgd(none()),
+    ]);
+    let bytes: Vec<u8> = p.iter().flat_map(|p| to_bytes(p).unwrap()).collect();
+    let stream = TraceStream::linear(&bytes);
+    let mut images = ImageSet::new();
+    images.add_raw("code", &NOPS, ORG, None);
+    let cfg = PtConfig::from_rtit_ctl(tracemill_decode::pt::config::ctl::EVENT_EN);
+    assert!(cfg.event_trace);
+    let input = Input::pt(&stream, &images, cfg);
+    let seq = decode_all(&input, u64::MAX);
+    assert_eq!(seq.events, decode_all(&input, 1).events);
+    assert_eq!(
+        events(&seq),
+        vec![
+            ev(EventKind::Iflags, Some(ORG + 2), "interrupts enabled"),
+            ev(EventKind::Iflags, Some(ORG + 4), "interrupts disabled"),
+            ev(EventKind::Disable, Some(ORG + 5), ""),
+        ]
+    );
+    assert_eq!(
+        events(&decode(&p)),
+        vec![ev(EventKind::Disable, Some(ORG + 5), "")]
+    );
+}

@@ -116,6 +116,8 @@ fn configure(c: &Check) -> Result<(PtConfig, Opts), String> {
         let mut arg = || w.next().ok_or(format!("{word} needs a value"));
         match word.as_str() {
             "--event:ip" => o.event_ip = true,
+            // The traces were recorded with Event Trace on: MODE.Exec's IF is meaningful.
+            "--event:iflags" => cfg.event_trace = true,
             "--quiet" => o.quiet = true,
             "--stat" => o.stat = true,
             "--stat:insn" => (o.stat, o.stat_insn) = (true, true),
@@ -137,7 +139,6 @@ fn configure(c: &Check) -> Result<(PtConfig, Opts), String> {
             "--filter:addr0_b" => addr0.2 = num(arg()?)?,
             // Options that change nothing tracemill shows, or that it does not have.
             "--resync-on-error"
-            | "--event:iflags"
             | "--event:tick"
             | "--event:time"
             | "--insn:keep-tcal-on-ovf"
@@ -480,6 +481,13 @@ fn ptxed_lines(
                         format!("[{d}{s}]")
                     };
                     l.lines.push(line);
+                }
+                EventKind::Iflags => {
+                    if let (true, Some(x)) = (tracing, e.ip) {
+                        l.list_to(x, false)?;
+                    }
+                    let s = l.ip_suffix("ip", e.ip);
+                    l.lines.push(format!("[{}{s}]", e.detail));
                 }
                 EventKind::Maintenance => {
                     let v = e.detail.trim_start_matches("0x");

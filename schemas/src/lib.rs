@@ -153,6 +153,9 @@ string_enum! {
         Swintr = "swintr",
         /// Event Trace (CFE SYSCALL): a SYSCALL or SYSENTER.
         Syscall = "syscall",
+        /// Event Trace on, MODE.Exec's IF changed at `ip`: `detail` is `interrupts enabled`
+        /// or `interrupts disabled`.
+        Iflags = "iflags",
     }
 }
 

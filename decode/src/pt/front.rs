@@ -95,6 +95,8 @@ pub struct State {
     queue: [Option<Slot>; QUEUE],
     /// The last MODE.Exec's CS.L and CS.D (changes are events; repeats are not).
     exec: Option<(bool, bool)>,
+    /// The last MODE.Exec's IF (with Event Trace on, changes are events).
+    iflag: Option<bool>,
     /// Tracing is on as far as the packets say (TIP.PGE .. TIP.PGD, PSB+ with FUP).
     pub enabled: bool,
 }
@@ -105,6 +107,7 @@ impl Default for State {
             last_ip: LastIp::new(),
             queue: [None; QUEUE],
             exec: None,
+            iflag: None,
             enabled: false,
         }
     }
@@ -259,6 +262,8 @@ pub struct PtFront<'a> {
     stream: &'a TraceStream<'a>,
     reader: PacketReader<'a>,
     errata: Errata,
+    /// MODE.Exec's IF changes are events (Event Trace on).
+    iflags: bool,
 }
 
 impl<'a> PtFront<'a> {
@@ -267,7 +272,15 @@ impl<'a> PtFront<'a> {
             stream,
             reader: PacketReader::new(stream, start, end, errata),
             errata,
+            iflags: false,
         }
+    }
+
+    /// Report MODE.Exec's IF changes ([`Bound::Iflags`]): the trace was recorded with
+    /// Event Trace on, where the bit is meaningful.
+    pub fn with_iflags(mut self, on: bool) -> Self {
+        self.iflags = on;
+        self
     }
 
     /// A reader for looking ahead from `pos`: over the whole stream (a look-ahead decides
@@ -338,6 +351,7 @@ impl<'a> PtFront<'a> {
         // last PSB): a PSB+ without one (tracing off) leaves the mode unknown, as at a
         // chunk's start, so the sequential decode and a chunk starting here agree.
         st.exec = None;
+        st.iflag = None;
         let mut fup: Option<Option<u64>> = None;
         let mut bits = None;
         let mut tsx = None;
@@ -377,6 +391,7 @@ impl<'a> PtFront<'a> {
                 }
                 Packet::ModeExec(m) => {
                     st.exec = Some((m.csl, m.csd));
+                    st.iflag = Some(m.iflag);
                     bits = Some(bits_of(&m));
                 }
                 Packet::ModeTsx(m) => {
@@ -479,6 +494,7 @@ impl<'a> PtFront<'a> {
         st.last_ip = LastIp::new();
         st.enabled = false;
         st.exec = None;
+        st.iflag = None;
         match self.find_ovf_fup(off) {
             OvfNext::Fup => {
                 if self.errata.apl12 && self.apl12(off) {
@@ -767,13 +783,21 @@ impl<'a> PtFront<'a> {
             Packet::ModeExec(m) => {
                 let changed = st.exec != Some((m.csl, m.csd));
                 st.exec = Some((m.csl, m.csd));
-                let ev = if changed {
-                    Ev::At(Bound::ExecMode(bits_of(&m)))
-                } else {
-                    Ev::Ignore
-                };
-                st.push(bind::TIP | bind::FUP_BOUND, ev, None, off)
-                    .map(|_| None)
+                // With Event Trace on, an IF change is an event of its own, after the
+                // mode's (libipt's order), bound alike.
+                let if_changed = self.iflags && st.iflag != Some(m.iflag);
+                st.iflag = Some(m.iflag);
+                let b = bind::TIP | bind::FUP_BOUND;
+                if changed {
+                    st.push(b, Ev::At(Bound::ExecMode(bits_of(&m))), None, off)?;
+                }
+                if if_changed {
+                    st.push(b, Ev::At(Bound::Iflags(m.iflag)), None, off)?;
+                }
+                if !changed && !if_changed {
+                    st.push(b, Ev::Ignore, None, off)?;
+                }
+                Ok(None)
             }
             Packet::ModeTsx(m) => {
                 let what = Bound::Tsx {
