@@ -119,14 +119,17 @@ pub enum Bound {
         icnt: Option<u16>,
     },
     /// An interrupt or exception was delivered (PT Event Trace: CFE INTR, with the CR2
-    /// of a page fault from the EVD before it).
-    Intr { vector: u8, cr2: Option<u64> },
+    /// of a page fault from the EVD before it, when `has_cr2`).
+    Intr { vector: u8, has_cr2: bool, cr2: u64 },
     /// A VM exit (CFE VMEXIT or VMEXIT_INTR, with the EVDs before it): the vector of the
-    /// interrupt that caused it, the exit reason and qualification, those sent.
+    /// interrupt that caused it, the exit reason and qualification, those sent (`has`,
+    /// [`Vmexit::VECTOR`] ...: flags rather than options keep `Bound`, which every queue
+    /// slot of the front end holds, at 24 bytes).
     Vmexit {
-        vector: Option<u8>,
-        vmxr: Option<u64>,
-        vmxq: Option<u64>,
+        vector: u8,
+        has: u8,
+        vmxr: u64,
+        vmxq: u64,
     },
     /// Interrupts were enabled (`true`) or disabled from the IP on (PT MODE.Exec's IF,
     /// with Event Trace on).
@@ -134,6 +137,15 @@ pub enum Bound {
     /// Any other control flow event (PT CFE): its type and vector (see
     /// [`crate::pt::front::cfe_kind`]).
     Cfe { kind: u8, vector: u8 },
+}
+
+/// Which fields of a [`Bound::Vmexit`] were sent.
+pub struct Vmexit;
+
+impl Vmexit {
+    pub const VECTOR: u8 = 1;
+    pub const VMXR: u8 = 2;
+    pub const VMXQ: u8 = 4;
 }
 
 impl Bound {
@@ -215,23 +227,32 @@ impl Bound {
                 }
                 .to_string(),
             ),
-            Bound::Intr { vector, cr2 } => {
+            Bound::Intr {
+                vector,
+                has_cr2,
+                cr2,
+            } => {
                 let mut s = format!("vector {vector:#04x}");
-                if let Some(c) = cr2 {
-                    s += &format!(", cr2 {c:#x}");
+                if has_cr2 {
+                    s += &format!(", cr2 {cr2:#x}");
                 }
                 (EventKind::Intr, s)
             }
-            Bound::Vmexit { vector, vmxr, vmxq } => {
+            Bound::Vmexit {
+                vector,
+                has,
+                vmxr,
+                vmxq,
+            } => {
                 let mut parts = Vec::new();
-                if let Some(v) = vector {
-                    parts.push(format!("vector {v:#04x}"));
+                if has & Vmexit::VECTOR != 0 {
+                    parts.push(format!("vector {vector:#04x}"));
                 }
-                if let Some(r) = vmxr {
-                    parts.push(format!("vmxr {r:#x}"));
+                if has & Vmexit::VMXR != 0 {
+                    parts.push(format!("vmxr {vmxr:#x}"));
                 }
-                if let Some(q) = vmxq {
-                    parts.push(format!("vmxq {q:#x}"));
+                if has & Vmexit::VMXQ != 0 {
+                    parts.push(format!("vmxq {vmxq:#x}"));
                 }
                 (EventKind::Vmexit, parts.join(", "))
             }

@@ -37,7 +37,7 @@ use super::last_ip::LastIp;
 use super::packet::{AddressMode, ExecMode, Packet, PacketErrorKind, Parsed};
 use super::sync::PacketReader;
 use crate::flow::MAX_LOOKAHEAD_BYTES;
-use crate::front::{Bits, Bound, Facts, Front, FupRole, Raw, TntBits};
+use crate::front::{Bits, Bound, Facts, Front, FupRole, Raw, TntBits, Vmexit};
 use crate::stream::TraceStream;
 
 /// Packets that can wait for the packet they bind to at once (libipt's queue holds 14).
@@ -67,8 +67,6 @@ mod bind {
 enum Ev {
     /// An event at the binding packet's IP.
     At(Bound),
-    /// An event bound to a packet with an IP, reported without it (CFE RSM, SIPI).
-    AtNoIp(Bound),
     /// A MODE.Exec that changed nothing: it still binds a FUP (libipt's "ignore" event).
     Ignore,
     /// An OVF waiting for its FUP.
@@ -81,6 +79,8 @@ enum Ev {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Slot {
     bind: u8,
+    /// Bound to a packet with an IP, but reported without it (CFE RSM, SIPI).
+    no_ip: bool,
     ev: Ev,
     /// The binding packet's IP (ready slots), and its offset (the item's).
     ip: Option<u64>,
@@ -117,7 +117,13 @@ impl State {
     fn push(&mut self, bind: u8, ev: Ev, ip: Option<u64>, off: u64) -> Result<(), PtError> {
         match self.queue.iter_mut().find(|s| s.is_none()) {
             Some(s) => {
-                *s = Some(Slot { bind, ev, ip, off });
+                *s = Some(Slot {
+                    bind,
+                    no_ip: false,
+                    ev,
+                    ip,
+                    off,
+                });
                 Ok(())
             }
             None => Err(PtError::TooManyPending),
@@ -469,10 +475,7 @@ impl<'a> PtFront<'a> {
         while i < QUEUE {
             match st.queue[i] {
                 Some(s) if s.bind & bind::READY == 0 => {
-                    if !was_enabled
-                        && matches!(s.ev, Ev::At(_) | Ev::AtNoIp(_))
-                        && s.bind & bind::CFE == 0
-                    {
+                    if !was_enabled && matches!(s.ev, Ev::At(_)) && s.bind & bind::CFE == 0 {
                         // Bound by the OVF: reported there, after whatever the walker
                         // made of the packets read since it waited (events in offset
                         // order; fuzz finding `mode-before-ovf`).
@@ -934,22 +937,39 @@ impl<'a> PtFront<'a> {
                 }
                 let what = Bound::Intr {
                     vector: 0,
-                    cr2: Some(payload),
+                    has_cr2: true,
+                    cr2: payload,
                 };
                 st.push(bind::CFE, Ev::At(what), None, off)
             }
             1 | 2 => {
-                let (vector, mut vmxr, mut vmxq) = match waiting {
-                    None => (None, None, None),
-                    Some(Ev::At(Bound::Vmexit { vector, vmxr, vmxq })) => (vector, vmxr, vmxq),
+                let mut what = match waiting {
+                    None => Bound::Vmexit {
+                        vector: 0,
+                        has: 0,
+                        vmxr: 0,
+                        vmxq: 0,
+                    },
+                    Some(Ev::At(b @ Bound::Vmexit { .. })) => b,
                     Some(_) => return Err(PtError::BadContext),
                 };
-                let field = if kind == 1 { &mut vmxq } else { &mut vmxr };
-                if field.is_some() {
+                let Bound::Vmexit {
+                    has, vmxr, vmxq, ..
+                } = &mut what
+                else {
+                    unreachable!()
+                };
+                let (flag, field) = if kind == 1 {
+                    (Vmexit::VMXQ, vmxq)
+                } else {
+                    (Vmexit::VMXR, vmxr)
+                };
+                if *has & flag != 0 {
                     return Err(PtError::BadContext);
                 }
-                *field = Some(payload);
-                let what = Ev::At(Bound::Vmexit { vector, vmxr, vmxq });
+                *has |= flag;
+                *field = payload;
+                let what = Ev::At(what);
                 match st.cfe_slot() {
                     Some(s) => {
                         s.ev = what;
@@ -974,16 +994,31 @@ impl<'a> PtFront<'a> {
     ) -> Result<Option<Raw<PtError>>, PtError> {
         let waiting = st.take(bind::CFE);
         let what = match (kind, waiting.map(|s| s.ev)) {
-            (cfe::INTR, None) => Bound::Intr { vector, cr2: None },
-            (cfe::INTR, Some(Ev::At(Bound::Intr { cr2, .. }))) => Bound::Intr { vector, cr2 },
+            (cfe::INTR, None) => Bound::Intr {
+                vector,
+                has_cr2: false,
+                cr2: 0,
+            },
+            (cfe::INTR, Some(Ev::At(Bound::Intr { has_cr2, cr2, .. }))) => Bound::Intr {
+                vector,
+                has_cr2,
+                cr2,
+            },
             (cfe::VMEXIT | cfe::VMEXIT_INTR, w) => {
-                let (vmxr, vmxq) = match w {
-                    None => (None, None),
-                    Some(Ev::At(Bound::Vmexit { vmxr, vmxq, .. })) => (vmxr, vmxq),
+                let (has, vmxr, vmxq) = match w {
+                    None => (0, 0, 0),
+                    Some(Ev::At(Bound::Vmexit {
+                        has, vmxr, vmxq, ..
+                    })) => (has, vmxr, vmxq),
                     Some(_) => return Err(PtError::BadContext),
                 };
-                let vector = (kind == cfe::VMEXIT_INTR).then_some(vector);
-                Bound::Vmexit { vector, vmxr, vmxq }
+                let intr = kind == cfe::VMEXIT_INTR;
+                Bound::Vmexit {
+                    vector: if intr { vector } else { 0 },
+                    has: has | if intr { Vmexit::VECTOR } else { 0 },
+                    vmxr,
+                    vmxq,
+                }
             }
             (_, Some(_)) => return Err(PtError::BadContext),
             (k, None) if cfe_kind(k).is_some() => Bound::Cfe { kind, vector },
@@ -1002,9 +1037,13 @@ impl<'a> PtFront<'a> {
         };
         match cfe_bind(kind) {
             CfeBind::FupNoIp if ip => Err(PtError::BadPacket),
-            CfeBind::FupNoIp if st.enabled => st
-                .push(bind::FUP, Ev::AtNoIp(what), None, off)
-                .map(|_| None),
+            CfeBind::FupNoIp if st.enabled => {
+                st.push(bind::FUP, Ev::At(what), None, off)?;
+                if let Some(s) = st.queue.iter_mut().flatten().last() {
+                    s.no_ip = true;
+                }
+                Ok(None)
+            }
             _ if ip => st
                 .push(bind::FUP_BOUND, Ev::At(what), None, off)
                 .map(|_| None),
@@ -1019,14 +1058,9 @@ impl<'a> PtFront<'a> {
     fn ready(&mut self, st: &mut State) -> Option<Raw<PtError>> {
         let s = st.take(bind::READY)?;
         Some(match s.ev {
+            // Bound to a FUP but reported without its IP: where the walk is.
             Ev::At(what) => Raw::At {
-                ip: s.ip,
-                off: s.off,
-                what,
-            },
-            // Bound to a FUP, but reported without its IP: where the walk is.
-            Ev::AtNoIp(what) => Raw::At {
-                ip: None,
+                ip: if s.no_ip { None } else { s.ip },
                 off: s.off,
                 what,
             },
