@@ -360,3 +360,43 @@ fn mode_exec_if_changes_are_iflags_events_with_event_trace_on() {
         vec![ev(EventKind::Disable, Some(ORG + 5), "")]
     );
 }
+
+/// Event Trace, TRIG and MNT packets anywhere, between PSBs, with flow packets: the
+/// decode cut at every PSB equals the sequential one (`decode` checks), whatever binds
+/// or fails to bind.
+#[test]
+fn event_trace_packets_anywhere_decode_alike_cut_at_every_psb() {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for _ in 0..300 {
+        let mut p = Vec::new();
+        for _ in 0..40 {
+            let at = ORG + next(16);
+            match next(14) {
+                0 => p.extend(psb_at(at)),
+                1 => p.extend(psb_off()),
+                2 => p.push(Packet::Fup(full(at))),
+                3 => p.push(Packet::Tip(full(at))),
+                4 => p.push(Packet::TipPge(full(at))),
+                5 => p.push(Packet::TipPgd(none())),
+                6 => p.push(evd(next(3) as u8, next(1 << 20))),
+                7 | 8 => p.push(cfe(next(16) as u8, next(256) as u8, next(2) == 0)),
+                9 => p.push(trig(next(256) as u8, next(2) == 0, Some(next(3) as u16))),
+                10 => p.push(Packet::Mnt(next(1 << 16))),
+                11 => p.push(Packet::ModeExec(ExecMode {
+                    csl: true,
+                    csd: false,
+                    iflag: next(2) == 0,
+                })),
+                12 => p.push(Packet::Ovf),
+                _ => p.push(Packet::Pad),
+            }
+        }
+        decode(&p);
+    }
+}
