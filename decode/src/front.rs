@@ -110,6 +110,42 @@ pub enum Bound {
     Pwre { state: u8, sub_state: u8, hw: bool },
     /// Back to C0 (PT PWRX): last and deepest core C-state, the wake reasons.
     Pwrx { last: u8, deepest: u8, wake: u8 },
+    /// A trigger (PT TRIG): trigger bits, several hits (`mult`), and, when sent, the
+    /// number of instructions between the last flow packet's IP (or the previous TRIG)
+    /// and the trigger.
+    Trig {
+        trbv: u8,
+        mult: bool,
+        icnt: Option<u16>,
+    },
+    /// An interrupt or exception was delivered (PT Event Trace: CFE INTR, with the CR2
+    /// of a page fault from the EVD before it, when `has_cr2`).
+    Intr { vector: u8, has_cr2: bool, cr2: u64 },
+    /// A VM exit (CFE VMEXIT or VMEXIT_INTR, with the EVDs before it): the vector of the
+    /// interrupt that caused it, the exit reason and qualification, those sent (`has`,
+    /// [`Vmexit::VECTOR`] ...: flags rather than options keep `Bound`, which every queue
+    /// slot of the front end holds, at 24 bytes).
+    Vmexit {
+        vector: u8,
+        has: u8,
+        vmxr: u64,
+        vmxq: u64,
+    },
+    /// Interrupts were enabled (`true`) or disabled from the IP on (PT MODE.Exec's IF,
+    /// with Event Trace on).
+    Iflags(bool),
+    /// Any other control flow event (PT CFE): its type and vector (see
+    /// [`crate::pt::front::cfe_kind`]).
+    Cfe { kind: u8, vector: u8 },
+}
+
+/// Which fields of a [`Bound::Vmexit`] were sent.
+pub struct Vmexit;
+
+impl Vmexit {
+    pub const VECTOR: u8 = 1;
+    pub const VMXR: u8 = 2;
+    pub const VMXQ: u8 = 4;
 }
 
 impl Bound {
@@ -171,6 +207,66 @@ impl Bound {
                     }
                 }
                 (EventKind::Power, s)
+            }
+            Bound::Trig { trbv, mult, icnt } => {
+                let mut s = format!("trbv {trbv:#04x}");
+                if let Some(n) = icnt {
+                    s += &format!(", icnt {n}");
+                }
+                if mult {
+                    s += ", mult";
+                }
+                (EventKind::Trigger, s)
+            }
+            Bound::Iflags(on) => (
+                EventKind::Iflags,
+                if on {
+                    "interrupts enabled"
+                } else {
+                    "interrupts disabled"
+                }
+                .to_string(),
+            ),
+            Bound::Intr {
+                vector,
+                has_cr2,
+                cr2,
+            } => {
+                let mut s = format!("vector {vector:#04x}");
+                if has_cr2 {
+                    s += &format!(", cr2 {cr2:#x}");
+                }
+                (EventKind::Intr, s)
+            }
+            Bound::Vmexit {
+                vector,
+                has,
+                vmxr,
+                vmxq,
+            } => {
+                let mut parts = Vec::new();
+                if has & Vmexit::VECTOR != 0 {
+                    parts.push(format!("vector {vector:#04x}"));
+                }
+                if has & Vmexit::VMXR != 0 {
+                    parts.push(format!("vmxr {vmxr:#x}"));
+                }
+                if has & Vmexit::VMXQ != 0 {
+                    parts.push(format!("vmxq {vmxq:#x}"));
+                }
+                (EventKind::Vmexit, parts.join(", "))
+            }
+            Bound::Cfe { kind, vector } => {
+                let Some(k) = crate::pt::front::cfe_kind(kind) else {
+                    return (EventKind::Error, format!("CFE of unknown type {kind}"));
+                };
+                let detail = match k {
+                    EventKind::Sipi | EventKind::Uintr | EventKind::Swintr => {
+                        format!("vector {vector:#04x}")
+                    }
+                    _ => String::new(),
+                };
+                (k, detail)
             }
         }
     }

@@ -14,7 +14,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
@@ -116,6 +116,8 @@ fn configure(c: &Check) -> Result<(PtConfig, Opts), String> {
         let mut arg = || w.next().ok_or(format!("{word} needs a value"));
         match word.as_str() {
             "--event:ip" => o.event_ip = true,
+            // The traces were recorded with Event Trace on: MODE.Exec's IF is meaningful.
+            "--event:iflags" => cfg.event_trace = true,
             "--quiet" => o.quiet = true,
             "--stat" => o.stat = true,
             "--stat:insn" => (o.stat, o.stat_insn) = (true, true),
@@ -137,7 +139,6 @@ fn configure(c: &Check) -> Result<(PtConfig, Opts), String> {
             "--filter:addr0_b" => addr0.2 = num(arg()?)?,
             // Options that change nothing tracemill shows, or that it does not have.
             "--resync-on-error"
-            | "--event:iflags"
             | "--event:tick"
             | "--event:time"
             | "--insn:keep-tcal-on-ovf"
@@ -167,11 +168,17 @@ fn configure(c: &Check) -> Result<(PtConfig, Opts), String> {
 
 /// Offsets of the PIP, VMCS and CBR packets inside a PSB+: ptxed shows them as status,
 /// that is not at all.
-fn status_offsets(stream: &TraceStream<'_>, cfg: &PtConfig) -> BTreeSet<u64> {
+/// Also the offsets of the TIP.PGDs: a disable reported there is ptxed's synchronous
+/// `[disabled]` (a FUP's is `async_disabled`, with `at:`).
+fn status_offsets(stream: &TraceStream<'_>, cfg: &PtConfig) -> (BTreeSet<u64>, BTreeSet<u64>) {
     let mut out = BTreeSet::new();
+    let mut pgds = BTreeSet::new();
     let mut in_psb = false;
     for p in PacketReader::new(stream, 0, stream.len(), cfg.errata).flatten() {
         match p.packet {
+            Packet::TipPgd(_) => {
+                pgds.insert(p.offset);
+            }
             Packet::Psb => in_psb = true,
             Packet::PsbEnd | Packet::Ovf => in_psb = false,
             _ if in_psb => {
@@ -180,7 +187,7 @@ fn status_offsets(stream: &TraceStream<'_>, cfg: &PtConfig) -> BTreeSet<u64> {
             _ => {}
         }
     }
-    out
+    (out, pgds)
 }
 
 /// Turns tracemill's rows and events into ptxed's `--no-inst` lines, walking the code
@@ -198,13 +205,39 @@ struct Listing<'a> {
     /// Where tracing stopped, for ptxed's `[resumed]`.
     stopped_at: Option<u64>,
     event_ip: bool,
+    /// TRIGs waiting for their instruction count: instructions still to list, and the
+    /// line without its closing bracket (each counts from the one before).
+    trigs: VecDeque<(u64, String)>,
+    /// Lines of TRIGs listed whose IP (ptxed's `--event:ip`) is the next instruction's.
+    trig_ip: Vec<usize>,
+    /// Lines that ptxed prints after the instruction of row `.0` (an IRET's, a VM
+    /// entry's events: after the instruction that they report).
+    after_row: Option<(usize, Vec<String>)>,
 }
 
 impl Listing<'_> {
     fn insn(&mut self, ip: u64) {
+        for k in std::mem::take(&mut self.trig_ip) {
+            if self.event_ip {
+                self.lines[k] = format!("{}, ip: {ip:016x}]", self.lines[k].trim_end_matches(']'));
+            }
+        }
         self.insns += 1;
         let mark = if self.speculative { "? " } else { "" };
         self.lines.push(format!("{mark}{ip:016x}"));
+        if let Some(t) = self.trigs.front_mut() {
+            t.0 = t.0.saturating_sub(1);
+        }
+        self.fire_trigs();
+    }
+
+    /// List the TRIGs whose count is up.
+    fn fire_trigs(&mut self) {
+        while self.trigs.front().is_some_and(|t| t.0 == 0) {
+            let (_, line) = self.trigs.pop_front().unwrap();
+            self.trig_ip.push(self.lines.len());
+            self.lines.push(format!("{line}]"));
+        }
     }
 
     /// List the instructions from `cur` up to `x` (`inclusive`: and the one at `x`).
@@ -245,6 +278,17 @@ impl Listing<'_> {
     }
 }
 
+/// A field `name 0x…` (or `name N`) of an event's comma-separated detail.
+fn field(detail: &str, name: &str) -> Option<u64> {
+    detail.split(", ").find_map(|p| {
+        let v = p.strip_prefix(name)?.strip_prefix(' ')?;
+        match v.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).ok(),
+            None => v.parse().ok(),
+        }
+    })
+}
+
 fn target_of(detail: &str) -> Option<u64> {
     let t = detail.strip_prefix("to 0x")?;
     u64::from_str_radix(t, 16).ok()
@@ -281,7 +325,7 @@ fn ptxed_lines(
     packets: &[(u64, Packet)],
     end: u64,
     images: &ImageSet<'_>,
-    status: &BTreeSet<u64>,
+    (status, pgds): (&BTreeSet<u64>, &BTreeSet<u64>),
     o: &Opts,
 ) -> Result<Vec<String>, String> {
     let mut l = Listing {
@@ -293,6 +337,9 @@ fn ptxed_lines(
         insns: 0,
         stopped_at: None,
         event_ip: o.event_ip,
+        trigs: VecDeque::new(),
+        trig_ip: Vec::new(),
+        after_row: None,
     };
     let rows = &d.rows;
     let mut ev = d.events.iter().peekable();
@@ -323,7 +370,10 @@ fn ptxed_lines(
                 EventKind::Disable => {
                     // After its branch's row (a TIP.PGD bound to a branch), or where the
                     // walk stopped (a FUP + TIP.PGD: the instruction at the IP did not run).
-                    let sync = i > 0 && rows.offset[i - 1] == e.offset;
+                    let sync = i > 0
+                        && (rows.offset[i - 1] == e.offset
+                            // A TIP.PGD alone, at a direct branch out of the region.
+                            || (pgds.contains(&e.offset) && rows.target.get(i - 1) == e.ip));
                     let s = if sync {
                         let call = rows.kind[i - 1] == BranchKind::Call as u8
                             || rows.kind[i - 1] == BranchKind::CallInd as u8;
@@ -464,6 +514,18 @@ fn ptxed_lines(
                     };
                     l.lines.push(line);
                 }
+                EventKind::Error
+                    if ["unexpected packet context", "unknown packet"]
+                        .contains(&e.detail.as_str()) =>
+                {
+                    // A packet that does not bind (an Event Trace EVD or CFE out of
+                    // place): libipt finds it while it looks for events between two
+                    // instructions, where ptxed's instruction is still cleared (IP 0).
+                    l.lines
+                        .push(format!("[{:x}, 0: error: {}]", e.offset, e.detail));
+                    l.cur = None;
+                    tracing = false;
+                }
                 EventKind::Error => {
                     // ptxed's error line: libipt's words for the kind of error, the
                     // offset its event decoder stands at, and the IP.
@@ -501,12 +563,117 @@ fn ptxed_lines(
                     tracing = false;
                     after_error = true;
                 }
+                EventKind::Iflags => {
+                    if let (true, Some(x)) = (tracing, e.ip) {
+                        l.list_to(x, false)?;
+                    }
+                    let s = l.ip_suffix("ip", e.ip);
+                    l.lines.push(format!("[{}{s}]", e.detail));
+                }
+                EventKind::Maintenance => {
+                    let v = e.detail.trim_start_matches("0x");
+                    l.lines.push(format!("[mnt: {v}]"));
+                }
+                EventKind::Trigger => {
+                    if let (true, Some(x)) = (tracing, e.ip) {
+                        l.list_to(x, false)?;
+                    }
+                    let trbv = field(&e.detail, "trbv").unwrap_or(0);
+                    let mult = if e.detail.ends_with("mult") {
+                        ", mult"
+                    } else {
+                        ""
+                    };
+                    let line = format!("[trig {trbv:02x}{mult}");
+                    match field(&e.detail, "icnt") {
+                        Some(n) if tracing && e.ip.is_none() => {
+                            l.trigs.push_back((n, line));
+                            l.fire_trigs();
+                        }
+                        _ => {
+                            let s = l.ip_suffix("ip", e.ip);
+                            l.lines.push(format!("{line}{s}]"));
+                        }
+                    }
+                }
+                EventKind::Intr
+                | EventKind::Iret
+                | EventKind::Smi
+                | EventKind::Rsm
+                | EventKind::Sipi
+                | EventKind::Init
+                | EventKind::Vmentry
+                | EventKind::Vmexit
+                | EventKind::Shutdown
+                | EventKind::Uintr
+                | EventKind::Uiret
+                | EventKind::Swintr
+                | EventKind::Syscall => {
+                    if let (true, Some(x)) = (tracing, e.ip) {
+                        l.list_to(x, false)?;
+                    }
+                    let d = &e.detail;
+                    let vector = field(d, "vector");
+                    let s = l.ip_suffix("ip", e.ip);
+                    let line = match e.kind {
+                        EventKind::Intr => {
+                            let cr2 = field(d, "cr2")
+                                .map(|c| format!(", cr2: {c:016x}"))
+                                .unwrap_or_default();
+                            format!("[interrupt {}{cr2}{s}]", vector.unwrap_or(0))
+                        }
+                        EventKind::Vmexit => {
+                            let mut f = String::new();
+                            if let Some(v) = vector {
+                                f += &format!(", intr: {v}");
+                            }
+                            for name in ["vmxr", "vmxq"] {
+                                if let Some(v) = field(d, name) {
+                                    f += &format!(", {name}: {v:016x}");
+                                }
+                            }
+                            format!("[vmexit{f}{s}]")
+                        }
+                        EventKind::Sipi => format!("[sipi: {:x}{s}]", vector.unwrap_or(0)),
+                        EventKind::Uintr | EventKind::Swintr => {
+                            format!("[{} {}{s}]", e.kind.name(), vector.unwrap_or(0))
+                        }
+                        k => format!("[{}{s}]", k.name()),
+                    };
+                    // An IRET's, a VM entry's event: ptxed lists it after the instruction
+                    // at its IP, or (no IP) after the far transfer that libipt needed the
+                    // packets after it for: the next row's.
+                    let after = matches!(
+                        e.kind,
+                        EventKind::Iret | EventKind::Uiret | EventKind::Vmentry
+                    ) && tracing
+                        && i < rows.len()
+                        && match e.ip {
+                            Some(x) => rows.ip[i] == x,
+                            // A transfer that needs a TIP.
+                            None => ![BranchKind::Cond, BranchKind::Jmp, BranchKind::Call]
+                                .map(|k| k as u8)
+                                .contains(&rows.kind[i]),
+                        };
+                    if after {
+                        l.after_row.get_or_insert((i, Vec::new())).1.push(line);
+                    } else {
+                        l.lines.push(line);
+                    }
+                }
             }
         }
         if i == rows.len() {
             break;
         }
         l.list_to(rows.ip[i], true)?;
+        if let Some((k, lines)) = l.after_row.take() {
+            if k == i {
+                l.lines.extend(lines);
+            } else {
+                l.after_row = Some((k, lines));
+            }
+        }
         if rows.in_tx(i) != l.speculative {
             return Err(format!(
                 "row {i}: in_tx is {}, the events say otherwise",
@@ -581,15 +748,19 @@ fn run(c: &Check) -> Option<String> {
     let mut images = ImageSet::new();
     images.add_raw("code", &code, c.org, None);
     let stream = TraceStream::linear(&trace);
-    let status = status_offsets(&stream, &cfg);
+    let (status, pgds) = status_offsets(&stream, &cfg);
     let packets: Vec<(u64, Packet)> = PacketReader::new(&stream, 0, stream.len(), cfg.errata)
         .flatten()
         .map(|p| (p.offset, p.packet))
         .collect();
-    let got = match ptxed_lines(&d, &packets, trace.len() as u64, &images, &status, &opts) {
+    let end = trace.len() as u64;
+    let got = match ptxed_lines(&d, &packets, end, &images, (&status, &pgds), &opts) {
         Ok(l) => l.join("\n"),
         Err(e) => return Some(e),
     };
+    if std::env::var("PTXED_SHOW").is_ok_and(|v| v == c.exp) {
+        println!("{}:\n{got}\n---\nevents: {:#?}", c.exp, d.events);
+    }
     let (want, have) = (normalized(&expected), normalized(&got));
     common::first_difference(&want, &have)
 }

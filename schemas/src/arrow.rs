@@ -124,7 +124,9 @@ pub fn events() -> SchemaRef {
                 enum_type(),
                 false,
                 "psb, enable, disable, overflow, trace_stop, paging, freq_change, error, \
-                 resync, interrupt.",
+                 resync, interrupt, exec_mode, tsx, ptwrite, power, maintenance, trigger, \
+                 intr, iret, smi, rsm, sipi, init, vmentry, vmexit, shutdown, uintr, uiret, \
+                 swintr, syscall, iflags.",
             ),
             u64f("ip", true, "Address the event refers to, when it has one."),
             u64f("tsc", true, "Time stamp counter at the event, when known."),

@@ -117,6 +117,45 @@ string_enum! {
         Ptwrite = "ptwrite",
         /// Power events (Intel PT EXSTOP, MWAIT, PWRE, PWRX): `detail` says which.
         Power = "power",
+        /// Intel PT MNT (maintenance) packet: `detail` is its payload (`0x…`).
+        Maintenance = "maintenance",
+        /// Intel PT TRIG (trigger tracing): `detail` is `trbv 0x…`, then `, icnt N` (the
+        /// trigger struck N instructions after the row or event before it) and `, mult`
+        /// (more than one hit); `ip` when the TRIG came with a FUP.
+        Trigger = "trigger",
+        /// Event Trace (CFE INTR with its EVD): an interrupt or exception was delivered;
+        /// `detail` is `vector 0x…`, then `, cr2 0x…` for a page fault.
+        Intr = "intr",
+        /// Event Trace (CFE IRET): an IRET (or ERETS/ERETU) returned from an interrupt.
+        Iret = "iret",
+        /// Event Trace (CFE SMI): a system management interrupt.
+        Smi = "smi",
+        /// Event Trace (CFE RSM): return from system management mode.
+        Rsm = "rsm",
+        /// Event Trace (CFE SIPI): a startup IPI; `detail` is `vector 0x…`.
+        Sipi = "sipi",
+        /// Event Trace (CFE INIT): an INIT signal.
+        Init = "init",
+        /// Event Trace (CFE VMENTRY): a VM entry (VMLAUNCH, VMRESUME).
+        Vmentry = "vmentry",
+        /// Event Trace (CFE VMEXIT, VMEXIT_INTR with the EVDs before it): a VM exit;
+        /// `detail` is `vector 0x…` (an interrupt caused it), `vmxr 0x…` (exit reason),
+        /// `vmxq 0x…` (exit qualification), those present, comma-separated.
+        Vmexit = "vmexit",
+        /// Event Trace (CFE SHUTDOWN): the processor shut down (triple fault).
+        Shutdown = "shutdown",
+        /// Event Trace (CFE UINTR): a user interrupt was delivered; `detail` is `vector 0x…`.
+        Uintr = "uintr",
+        /// Event Trace (CFE UIRET): return from a user interrupt handler.
+        Uiret = "uiret",
+        /// Event Trace (CFE SWINTR): a software interrupt (INT n, INT3, INTO); `detail` is
+        /// `vector 0x…`.
+        Swintr = "swintr",
+        /// Event Trace (CFE SYSCALL): a SYSCALL or SYSENTER.
+        Syscall = "syscall",
+        /// Event Trace on, MODE.Exec's IF changed at `ip`: `detail` is `interrupts enabled`
+        /// or `interrupts disabled`.
+        Iflags = "iflags",
     }
 }
 

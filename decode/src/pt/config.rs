@@ -23,6 +23,8 @@ pub mod ctl {
     pub const BRANCH_EN: u64 = 1 << 13;
     pub const MTC_FREQ_SHIFT: u32 = 14;
     pub const MTC_FREQ_MASK: u64 = 0xF << MTC_FREQ_SHIFT;
+    /// Event Trace (CFE and EVD packets, MODE.Exec's IF bit).
+    pub const EVENT_EN: u64 = 1 << 31;
     /// ADDRn_CFG: four bits per range from bit 32.
     pub const ADDR_CFG_SHIFT: u32 = 32;
 }
@@ -68,6 +70,10 @@ pub struct PtConfig {
     pub tsc: bool,
     /// IP ranges (ADDRn_CFG 1 or 2).
     pub filters: Vec<AddrRange>,
+    /// IA32_RTIT_CTL.EventEn: Event Trace was on, so MODE.Exec's IF bit says whether
+    /// interrupts are enabled, and its changes are `iflags` events (libipt reports them
+    /// when asked, ptxed's `--event:iflags`). CFE and EVD packets are events either way.
+    pub event_trace: bool,
 }
 
 impl PtConfig {
@@ -80,6 +86,7 @@ impl PtConfig {
             cyc: v & ctl::CYC_EN != 0,
             mtc: v & ctl::MTC_EN != 0,
             tsc: v & ctl::TSC_EN != 0,
+            event_trace: v & ctl::EVENT_EN != 0,
             ..PtConfig::default()
         }
     }

@@ -37,7 +37,7 @@ use super::last_ip::LastIp;
 use super::packet::{AddressMode, ExecMode, Packet, PacketErrorKind, Parsed};
 use super::sync::PacketReader;
 use crate::flow::MAX_LOOKAHEAD_BYTES;
-use crate::front::{Bits, Bound, Facts, Front, FupRole, Raw, TntBits};
+use crate::front::{Bits, Bound, Facts, Front, FupRole, Raw, TntBits, Vmexit};
 use crate::stream::TraceStream;
 
 /// Packets that can wait for the packet they bind to at once (libipt's queue holds 14).
@@ -55,6 +55,9 @@ mod bind {
     pub const EXSTOP: u8 = 1 << 3;
     /// The next PWRX (a PWRE).
     pub const PWRX: u8 = 1 << 4;
+    /// The next CFE (the EVDs of an Event Trace event: CR2, VMX exit reason and
+    /// qualification).
+    pub const CFE: u8 = 1 << 5;
     /// Bound already, with its IP: handed out next, in order.
     pub const READY: u8 = 1 << 7;
 }
@@ -76,6 +79,8 @@ enum Ev {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Slot {
     bind: u8,
+    /// Bound to a packet with an IP, but reported without it (CFE RSM, SIPI).
+    no_ip: bool,
     ev: Ev,
     /// The binding packet's IP (ready slots), and its offset (the item's).
     ip: Option<u64>,
@@ -90,6 +95,8 @@ pub struct State {
     queue: [Option<Slot>; QUEUE],
     /// The last MODE.Exec's CS.L and CS.D (changes are events; repeats are not).
     exec: Option<(bool, bool)>,
+    /// The last MODE.Exec's IF (with Event Trace on, changes are events).
+    iflag: Option<bool>,
     /// Tracing is on as far as the packets say (TIP.PGE .. TIP.PGD, PSB+ with FUP).
     pub enabled: bool,
 }
@@ -100,6 +107,7 @@ impl Default for State {
             last_ip: LastIp::new(),
             queue: [None; QUEUE],
             exec: None,
+            iflag: None,
             enabled: false,
         }
     }
@@ -109,7 +117,13 @@ impl State {
     fn push(&mut self, bind: u8, ev: Ev, ip: Option<u64>, off: u64) -> Result<(), PtError> {
         match self.queue.iter_mut().find(|s| s.is_none()) {
             Some(s) => {
-                *s = Some(Slot { bind, ev, ip, off });
+                *s = Some(Slot {
+                    bind,
+                    no_ip: false,
+                    ev,
+                    ip,
+                    off,
+                });
                 Ok(())
             }
             None => Err(PtError::TooManyPending),
@@ -146,6 +160,66 @@ impl State {
     fn clear(&mut self) {
         self.queue = [None; QUEUE];
     }
+
+    /// The event the EVDs read so far wait to give their CFE (libipt's `evb_cfe`).
+    fn cfe_slot(&mut self) -> Option<&mut Slot> {
+        self.queue
+            .iter_mut()
+            .flatten()
+            .find(|s| s.bind & bind::CFE != 0)
+    }
+}
+
+/// The `events` kind of a CFE type other than INTR and VMEXIT (libipt `pt_cfe_type`);
+/// `None` for types libipt does not know (ignored, as libipt ignores them).
+pub fn cfe_kind(kind: u8) -> Option<EventKind> {
+    Some(match kind {
+        0x02 => EventKind::Iret,
+        0x03 => EventKind::Smi,
+        0x04 => EventKind::Rsm,
+        0x05 => EventKind::Sipi,
+        0x06 => EventKind::Init,
+        0x07 => EventKind::Vmentry,
+        0x0A => EventKind::Shutdown,
+        0x0C => EventKind::Uintr,
+        0x0D => EventKind::Uiret,
+        0x0E => EventKind::Swintr,
+        0x0F => EventKind::Syscall,
+        _ => return None,
+    })
+}
+
+/// CFE types (libipt `pt_cfe_type`).
+mod cfe {
+    pub const INTR: u8 = 0x01;
+    pub const RSM: u8 = 0x04;
+    pub const SIPI: u8 = 0x05;
+    pub const VMEXIT: u8 = 0x08;
+    pub const VMEXIT_INTR: u8 = 0x09;
+}
+
+/// How an Event Trace event binds (libipt's event decoder, by CFE type): to the FUP
+/// after it, which it consumes (CFE.IP set); to the next FUP, which it leaves to an
+/// asynchronous event (tracing on, for the types that come with one); or nowhere (tracing
+/// off, or a type reported where it is read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CfeBind {
+    /// With IP: the FUP it consumes; without: reported where it is read.
+    IpOrHere,
+    /// With IP: the FUP it consumes; without, tracing on: the next FUP; else here.
+    IpOrFup,
+    /// Never with IP (an error); tracing on: the next FUP, its IP not reported; else here.
+    FupNoIp,
+}
+
+fn cfe_bind(kind: u8) -> CfeBind {
+    match kind {
+        cfe::RSM | cfe::SIPI => CfeBind::FupNoIp,
+        // INTR, VMEXIT, SMI, INIT, UINTR, SWINTR
+        0x01 | 0x03 | 0x06 | 0x08 | 0x09 | 0x0C | 0x0E => CfeBind::IpOrFup,
+        // IRET, VMENTRY, SHUTDOWN, UIRET, SYSCALL
+        _ => CfeBind::IpOrHere,
+    }
 }
 
 /// Why the front end stopped.
@@ -157,6 +231,12 @@ pub enum PtError {
     PsbPlus,
     /// More packets wait for the packet they bind to than [`QUEUE`].
     TooManyPending,
+    /// A packet that cannot come where it is (libipt's `pte_bad_context`): an EVD or a
+    /// CFE that does not fit the EVDs before it.
+    BadContext,
+    /// A packet whose fields contradict each other (libipt's `pte_bad_packet`): a CFE
+    /// RSM or SIPI with IP, a TRIG with IP but an instruction count.
+    BadPacket,
 }
 
 impl fmt::Display for PtError {
@@ -168,6 +248,8 @@ impl fmt::Display for PtError {
                 f,
                 "more than {QUEUE} packets wait for the packet they bind to"
             ),
+            PtError::BadContext => f.write_str("unexpected packet context"),
+            PtError::BadPacket => f.write_str("unknown packet"),
         }
     }
 }
@@ -186,6 +268,8 @@ pub struct PtFront<'a> {
     stream: &'a TraceStream<'a>,
     reader: PacketReader<'a>,
     errata: Errata,
+    /// MODE.Exec's IF changes are events (Event Trace on).
+    iflags: bool,
 }
 
 impl<'a> PtFront<'a> {
@@ -194,7 +278,15 @@ impl<'a> PtFront<'a> {
             stream,
             reader: PacketReader::new(stream, start, end, errata),
             errata,
+            iflags: false,
         }
+    }
+
+    /// Report MODE.Exec's IF changes ([`Bound::Iflags`]): the trace was recorded with
+    /// Event Trace on, where the bit is meaningful.
+    pub fn with_iflags(mut self, on: bool) -> Self {
+        self.iflags = on;
+        self
     }
 
     /// A reader for looking ahead from `pos`: over the whole stream (a look-ahead decides
@@ -248,6 +340,12 @@ impl<'a> PtFront<'a> {
         true
     }
 
+    /// MNT: a maintenance packet, an event where it is read (libipt reports it at once,
+    /// in a PSB+ too).
+    fn maintenance(off: u64, payload: u64, facts: &mut Facts) {
+        facts.event(off, EventKind::Maintenance, None, format!("{payload:#x}"));
+    }
+
     /// After a PSB: the PSB+ (36.4.2.17-18) up to its PSBEND, or an OVF in its place.
     fn psb_plus(&mut self, st: &mut State, facts: &mut Facts, psb: u64) -> Raw<PtError> {
         st.last_ip.reset();
@@ -259,6 +357,7 @@ impl<'a> PtFront<'a> {
         // last PSB): a PSB+ without one (tracing off) leaves the mode unknown, as at a
         // chunk's start, so the sequential decode and a chunk starting here agree.
         st.exec = None;
+        st.iflag = None;
         let mut fup: Option<Option<u64>> = None;
         let mut bits = None;
         let mut tsx = None;
@@ -286,7 +385,8 @@ impl<'a> PtFront<'a> {
                 continue;
             }
             match p.packet {
-                Packet::Pad | Packet::Mnt(_) | Packet::Invalid => {}
+                Packet::Pad | Packet::Invalid => {}
+                Packet::Mnt(v) => Self::maintenance(p.offset, v, facts),
                 Packet::Fup(pl) => {
                     // BDM70: a FUP (and MODE.Exec) in a PSB+ right before a TIP.PGE do not
                     // mean tracing is on.
@@ -297,6 +397,7 @@ impl<'a> PtFront<'a> {
                 }
                 Packet::ModeExec(m) => {
                     st.exec = Some((m.csl, m.csd));
+                    st.iflag = Some(m.iflag);
                     bits = Some(bits_of(&m));
                 }
                 Packet::ModeTsx(m) => {
@@ -374,7 +475,7 @@ impl<'a> PtFront<'a> {
         while i < QUEUE {
             match st.queue[i] {
                 Some(s) if s.bind & bind::READY == 0 => {
-                    if !was_enabled && matches!(s.ev, Ev::At(_)) {
+                    if !was_enabled && matches!(s.ev, Ev::At(_)) && s.bind & bind::CFE == 0 {
                         // Bound by the OVF: reported there, after whatever the walker
                         // made of the packets read since it waited (events in offset
                         // order; fuzz finding `mode-before-ovf`).
@@ -396,6 +497,7 @@ impl<'a> PtFront<'a> {
         st.last_ip = LastIp::new();
         st.enabled = false;
         st.exec = None;
+        st.iflag = None;
         match self.find_ovf_fup(off) {
             OvfNext::Fup => {
                 if self.errata.apl12 && self.apl12(off) {
@@ -617,7 +719,11 @@ impl<'a> PtFront<'a> {
     ) -> Result<Option<Raw<PtError>>, PtError> {
         let off = p.offset;
         match p.packet {
-            Packet::Pad | Packet::Mnt(_) | Packet::Invalid | Packet::PsbEnd => Ok(None),
+            Packet::Pad | Packet::Invalid | Packet::PsbEnd => Ok(None),
+            Packet::Mnt(v) => {
+                Self::maintenance(off, v, facts);
+                Ok(None)
+            }
             Packet::Psb => {
                 facts.event(off, EventKind::Psb, None, String::new());
                 Ok(Some(self.psb_plus(st, facts, off)))
@@ -680,13 +786,21 @@ impl<'a> PtFront<'a> {
             Packet::ModeExec(m) => {
                 let changed = st.exec != Some((m.csl, m.csd));
                 st.exec = Some((m.csl, m.csd));
-                let ev = if changed {
-                    Ev::At(Bound::ExecMode(bits_of(&m)))
-                } else {
-                    Ev::Ignore
-                };
-                st.push(bind::TIP | bind::FUP_BOUND, ev, None, off)
-                    .map(|_| None)
+                // With Event Trace on, an IF change is an event of its own, after the
+                // mode's (libipt's order), bound alike.
+                let if_changed = self.iflags && st.iflag != Some(m.iflag);
+                st.iflag = Some(m.iflag);
+                let b = bind::TIP | bind::FUP_BOUND;
+                if changed {
+                    st.push(b, Ev::At(Bound::ExecMode(bits_of(&m))), None, off)?;
+                }
+                if if_changed {
+                    st.push(b, Ev::At(Bound::Iflags(m.iflag)), None, off)?;
+                }
+                if !changed && !if_changed {
+                    st.push(b, Ev::Ignore, None, off)?;
+                }
+                Ok(None)
             }
             Packet::ModeTsx(m) => {
                 let what = Bound::Tsx {
@@ -776,17 +890,167 @@ impl<'a> PtFront<'a> {
                 )
                 .map(|_| None)
             }
-            Packet::Cfe { ip, .. } => {
-                // Event tracing is not decoded; a CFE with IP still consumes its FUP.
+            Packet::Cfe { kind, vector, ip } => Self::cfe(st, off, kind, vector, ip),
+            Packet::Evd { kind, payload } => Self::evd(st, off, kind, payload).map(|_| None),
+            Packet::Trig {
+                trbv,
+                ip,
+                mult,
+                icnt,
+            } => {
+                let what = Bound::Trig { trbv, mult, icnt };
                 if ip {
-                    st.push(bind::FUP_BOUND, Ev::Ignore, None, off)
+                    // The FUP after it is the trigger's IP: it needs no count.
+                    if icnt != Some(0) {
+                        return Err(PtError::BadPacket);
+                    }
+                    st.push(bind::FUP_BOUND, Ev::At(what), None, off)
                         .map(|_| None)
                 } else {
-                    Ok(None)
+                    // Reported where it is read: `icnt` instructions after the last flow
+                    // packet's IP (or the TRIG before), which only tracing has.
+                    if icnt.is_some_and(|n| n != 0) && !st.enabled {
+                        return Err(PtError::BadPacket);
+                    }
+                    Ok(Some(Raw::At {
+                        ip: None,
+                        off,
+                        what,
+                    }))
                 }
             }
-            Packet::Evd { .. } | Packet::Trig { .. } | Packet::Cyc(_) => Ok(None),
+            Packet::Cyc(_) => Ok(None),
             Packet::Tsc(_) | Packet::Tma { .. } | Packet::Mtc(_) | Packet::Cbr(_) => Ok(None),
+        }
+    }
+
+    /// EVD (Event Trace's event data): waits, with the EVDs before it, for the CFE that
+    /// it describes (CR2 for an interrupt, the exit reason and qualification for a VM
+    /// exit). Two of a kind, or kinds of two events, are a bad context; unknown types
+    /// are ignored (libipt `pt_evt_decode_evd`).
+    fn evd(st: &mut State, off: u64, kind: u8, payload: u64) -> Result<(), PtError> {
+        let waiting = st.cfe_slot().map(|s| s.ev);
+        match kind {
+            0 => {
+                if waiting.is_some() {
+                    return Err(PtError::BadContext);
+                }
+                let what = Bound::Intr {
+                    vector: 0,
+                    has_cr2: true,
+                    cr2: payload,
+                };
+                st.push(bind::CFE, Ev::At(what), None, off)
+            }
+            1 | 2 => {
+                let mut what = match waiting {
+                    None => Bound::Vmexit {
+                        vector: 0,
+                        has: 0,
+                        vmxr: 0,
+                        vmxq: 0,
+                    },
+                    Some(Ev::At(b @ Bound::Vmexit { .. })) => b,
+                    Some(_) => return Err(PtError::BadContext),
+                };
+                let Bound::Vmexit {
+                    has, vmxr, vmxq, ..
+                } = &mut what
+                else {
+                    unreachable!()
+                };
+                let (flag, field) = if kind == 1 {
+                    (Vmexit::VMXQ, vmxq)
+                } else {
+                    (Vmexit::VMXR, vmxr)
+                };
+                if *has & flag != 0 {
+                    return Err(PtError::BadContext);
+                }
+                *has |= flag;
+                *field = payload;
+                let what = Ev::At(what);
+                match st.cfe_slot() {
+                    Some(s) => {
+                        s.ev = what;
+                        Ok(())
+                    }
+                    None => st.push(bind::CFE, what, None, off),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// CFE (Event Trace's control flow event), with the EVDs waiting for it: bound to
+    /// the FUP after it, to the next FUP, or reported where it is read, by type
+    /// ([`CfeBind`]; libipt `pt_evt_decode_cfe`).
+    fn cfe(
+        st: &mut State,
+        off: u64,
+        kind: u8,
+        vector: u8,
+        ip: bool,
+    ) -> Result<Option<Raw<PtError>>, PtError> {
+        let waiting = st.take(bind::CFE);
+        let what = match (kind, waiting.map(|s| s.ev)) {
+            (cfe::INTR, None) => Bound::Intr {
+                vector,
+                has_cr2: false,
+                cr2: 0,
+            },
+            (cfe::INTR, Some(Ev::At(Bound::Intr { has_cr2, cr2, .. }))) => Bound::Intr {
+                vector,
+                has_cr2,
+                cr2,
+            },
+            (cfe::VMEXIT | cfe::VMEXIT_INTR, w) => {
+                let (has, vmxr, vmxq) = match w {
+                    None => (0, 0, 0),
+                    Some(Ev::At(Bound::Vmexit {
+                        has, vmxr, vmxq, ..
+                    })) => (has, vmxr, vmxq),
+                    Some(_) => return Err(PtError::BadContext),
+                };
+                let intr = kind == cfe::VMEXIT_INTR;
+                Bound::Vmexit {
+                    vector: if intr { vector } else { 0 },
+                    has: has | if intr { Vmexit::VECTOR } else { 0 },
+                    vmxr,
+                    vmxq,
+                }
+            }
+            (_, Some(_)) => return Err(PtError::BadContext),
+            (k, None) if cfe_kind(k).is_some() => Bound::Cfe { kind, vector },
+            (_, None) => {
+                // A type libipt does not know: ignored, but it still consumes its FUP.
+                if ip {
+                    st.push(bind::FUP_BOUND, Ev::Ignore, None, off)?;
+                }
+                return Ok(None);
+            }
+        };
+        let here = Raw::At {
+            ip: None,
+            off,
+            what,
+        };
+        match cfe_bind(kind) {
+            CfeBind::FupNoIp if ip => Err(PtError::BadPacket),
+            CfeBind::FupNoIp if st.enabled => {
+                st.push(bind::FUP, Ev::At(what), None, off)?;
+                if let Some(s) = st.queue.iter_mut().flatten().last() {
+                    s.no_ip = true;
+                }
+                Ok(None)
+            }
+            _ if ip => st
+                .push(bind::FUP_BOUND, Ev::At(what), None, off)
+                .map(|_| None),
+            CfeBind::IpOrFup if st.enabled => {
+                st.push(bind::FUP, Ev::At(what), None, off).map(|_| None)
+            }
+            _ => Ok(Some(here)),
         }
     }
 
@@ -794,8 +1058,9 @@ impl<'a> PtFront<'a> {
     fn ready(&mut self, st: &mut State) -> Option<Raw<PtError>> {
         let s = st.take(bind::READY)?;
         Some(match s.ev {
+            // Bound to a FUP but reported without its IP: where the walk is.
             Ev::At(what) => Raw::At {
-                ip: s.ip,
+                ip: if s.no_ip { None } else { s.ip },
                 off: s.off,
                 what,
             },
@@ -918,6 +1183,12 @@ impl Front for PtFront<'_> {
                 Ok(None) => {}
                 Err(e) => {
                     st.clear();
+                    if matches!(e, PtError::BadContext | PtError::BadPacket) {
+                        // What the packets around it mean is lost: decoding goes on at the
+                        // next PSB, as libipt's does.
+                        let to = super::sync::next_psb(self.stream, self.reader.pos());
+                        self.reader.seek(to.unwrap_or(self.stream.len()));
+                    }
                     return Raw::Error { off, e };
                 }
             }

@@ -127,7 +127,7 @@ impl Format for Pt {
         start: u64,
         end: u64,
     ) -> front::PtFront<'a> {
-        front::PtFront::new(stream, start, end, cfg.errata)
+        front::PtFront::new(stream, start, end, cfg.errata).with_iflags(cfg.event_trace)
     }
 
     fn next_psb_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u64> {
