@@ -9,7 +9,7 @@
 use std::sync::OnceLock;
 
 use tracemill_decode::block::{build_block, BlockCache, BlockEnd};
-use tracemill_decode::chunk::{decode_all, Decoded, Input};
+use tracemill_decode::chunk::{decode_all, tally_all, Decoded, Input, PieceStats, Tallied};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rtit::clock::TimingConfig;
 use tracemill_decode::rtit::packet::{
@@ -17,6 +17,7 @@ use tracemill_decode::rtit::packet::{
 };
 use tracemill_decode::rtit::sync::{find_psbs, next_psb};
 use tracemill_decode::stream::TraceStream;
+use tracemill_decode::tally::{Counted, Covered};
 use tracemill_decode::TraceConfig;
 
 use tracemill_decode::pt;
@@ -290,6 +291,33 @@ impl Case {
         };
         decode_all(&input, chunk_bytes)
     }
+
+    /// [`Case::decode`] keeping no row: counted, with coverage when `cover`.
+    pub fn tally(&self, chunk_bytes: u64, cover: bool) -> Tallied {
+        let stream = TraceStream::linear(&self.trace);
+        let cfg = TraceConfig::from_ctl(self.ctl);
+        let input = Input::<tracemill_decode::Rtit> {
+            spaces: None,
+            stream: &stream,
+            images: images(self.images),
+            cfg,
+            timing: TimingConfig::new(&cfg, self.ratio, self.starts_at_enable),
+        };
+        tally_either(&input, chunk_bytes, cover)
+    }
+}
+
+/// A decode of `input` that keeps no row ([`tracemill_decode::tally`]).
+fn tally_either<F: tracemill_decode::Format>(
+    input: &Input<'_, F>,
+    chunk_bytes: u64,
+    cover: bool,
+) -> Tallied {
+    if cover {
+        tally_all::<F, Covered>(input, chunk_bytes)
+    } else {
+        tally_all::<F, Counted>(input, chunk_bytes)
+    }
 }
 
 fn non_decreasing(what: &str, v: impl Iterator<Item = u64>) {
@@ -398,6 +426,8 @@ pub trait Decodes {
     fn check(&self, d: &Decoded);
     /// Decode with chunks of at least `chunk_bytes` (`u64::MAX`: sequential).
     fn decode(&self, chunk_bytes: u64) -> Decoded;
+    /// The same keeping no row: counted, with coverage when `cover`.
+    fn tally(&self, chunk_bytes: u64, cover: bool) -> Tallied;
 }
 
 impl Decodes for Case {
@@ -410,20 +440,26 @@ impl Decodes for Case {
     fn decode(&self, chunk_bytes: u64) -> Decoded {
         Case::decode(self, chunk_bytes)
     }
+    fn tally(&self, chunk_bytes: u64, cover: bool) -> Tallied {
+        Case::tally(self, chunk_bytes, cover)
+    }
 }
 
 /// The sequential decode keeps the contracts, and chunks of 1, 64 and 4096 bytes give
 /// the same branches, events, timing table and coverage; the step walk, the memoized
 /// walk's reference (`decode/src/memo.rs`), gives exactly the same, sequentially and in
-/// chunks of 64 bytes.
+/// chunks of 64 bytes; and a decode that keeps no row (`--tables events`, `coverage`)
+/// finds the same counts, events, timing table and coverage.
 fn chunks_agree(case: &impl Decodes) {
     let seq = case.decode(u64::MAX);
     case.check(&seq);
     memo_agrees(case, u64::MAX, &seq);
+    tally_agrees(case, u64::MAX, &seq);
     for chunk in [1, 64, 4096] {
         let par = case.decode(chunk);
         if chunk == 64 {
             memo_agrees(case, chunk, &par);
+            tally_agrees(case, chunk, &par);
         }
         if seq.rows != par.rows {
             let (a, b) = (&seq.rows, &par.rows);
@@ -461,6 +497,29 @@ fn chunks_agree(case: &impl Decodes) {
             seq.coverage, par.coverage,
             "coverage differs at chunk size {chunk}"
         );
+    }
+}
+
+/// Decodes of `case` that keep no row, with chunks of `chunk` bytes, find what the full
+/// decode `full` did: the rows' counts, events, timing table, fallbacks and (when asked)
+/// coverage.
+fn tally_agrees(case: &impl Decodes, chunk: u64, full: &Decoded) {
+    let stats = PieceStats::of(&full.rows);
+    for cover in [false, true] {
+        let t = case.tally(chunk, cover);
+        assert_eq!(t.stats, stats, "tally counts, chunk {chunk}, cover {cover}");
+        assert_eq!(t.events, full.events, "tally events, chunk {chunk}");
+        assert_eq!(
+            t.timing_rows, full.timing_rows,
+            "tally timing, chunk {chunk}"
+        );
+        assert_eq!(
+            t.fallbacks, full.fallbacks,
+            "tally fallbacks, chunk {chunk}"
+        );
+        if cover {
+            assert_eq!(t.coverage, full.coverage, "tally coverage, chunk {chunk}");
+        }
     }
 }
 
@@ -696,6 +755,19 @@ impl PtCase {
         };
         decode_all(&input, chunk_bytes)
     }
+
+    /// [`PtCase::decode`] keeping no row: counted, with coverage when `cover`.
+    pub fn tally(&self, chunk_bytes: u64, cover: bool) -> Tallied {
+        let stream = TraceStream::linear(&self.trace);
+        let input = Input::<tracemill_decode::Pt> {
+            spaces: None,
+            stream: &stream,
+            images: images(self.images),
+            timing: pt::clock::PtTiming::new(&self.cfg),
+            cfg: self.cfg.clone(),
+        };
+        tally_either(&input, chunk_bytes, cover)
+    }
 }
 
 impl Decodes for PtCase {
@@ -707,6 +779,9 @@ impl Decodes for PtCase {
     }
     fn decode(&self, chunk_bytes: u64) -> Decoded {
         PtCase::decode(self, chunk_bytes)
+    }
+    fn tally(&self, chunk_bytes: u64, cover: bool) -> Tallied {
+        PtCase::tally(self, chunk_bytes, cover)
     }
 }
 
