@@ -733,3 +733,11 @@ fn write_pt_seed_corpora() {
     }
     eprintln!("{total} bytes of seeds");
 }
+
+/// `pt_stitch_diff`, finding `call-offset-chunked` (the first clean-clone CI run after the
+/// resync and Event Trace merges): at chunk size 1 a direct call's row had another `offset`
+/// than in the sequential decode.
+#[test]
+fn pt_call_offset_the_same_in_chunks() {
+    replay("pt_stitch_diff", "call-offset-chunked");
+}

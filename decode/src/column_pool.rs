@@ -3,8 +3,8 @@
 //! Every piece's rows are a dozen vectors of up to a few MiB, filled on a decode thread and
 //! handed to Arrow, whose buffers are dropped on whichever thread wrote them. Allocated
 //! fresh each time, they were pages the allocator had returned to the system and the
-//! kernel had to map and clear again: page faults, `madvise` and TLB flushes were a fifth
-//! of the CPU of `decode -j2 --out` on a real program's Intel PT trace. The buffers go
+//! kernel had to map and clear again: page faults, `madvise` and TLB flushes were a large
+//! share of the CPU of `decode -j2 --out` (figures in benches/README.md). The buffers go
 //! back to these pools instead (`tracemill_sinks::convert` gives Arrow buffers whose
 //! owner returns the vector when Arrow drops it), and [`BranchColumns::reserve`] takes
 //! from them. Each pool keeps at most [`KEEP_BYTES`] of vectors: memory stays bounded by a
@@ -14,10 +14,10 @@
 
 use std::sync::Mutex;
 
-/// Bytes of vectors a pool keeps at most (per element type): about what the pieces in
-/// flight in the pipeline hold of its columns (a window of `2 × jobs + 2` chunks of up to
-/// 128 Ki rows, the fills, the row groups being encoded and written).
-pub const KEEP_BYTES: usize = 64 << 20;
+/// Bytes of vectors a pool keeps at most (per element type): a few pieces' columns, what
+/// comes back between one piece's reserve and the next. Whatever a pool keeps adds to the
+/// peak memory of a decode (a larger pool raised it by a third: benches/README.md).
+pub const KEEP_BYTES: usize = 8 << 20;
 
 /// Vectors smaller than this are not worth keeping.
 const MIN_BYTES: usize = 64 << 10;
@@ -50,7 +50,7 @@ impl<T> Pool<T> {
     /// An empty vector with room for `n` values: a kept one with that room when there is
     /// one. (Growing a kept one that is too small would copy its whole room into fresh
     /// pages: the allocator cannot know it is empty. One too small is let go instead, and
-    /// a new one made with a quarter to spare, so that the next pieces fit.)
+    /// a new one made with a sixteenth to spare, so that the next pieces mostly fit.)
     pub fn take(&self, n: usize) -> Vec<T> {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = free.vecs.iter().rposition(|v| v.capacity() >= n) {
@@ -62,7 +62,7 @@ impl<T> Pool<T> {
             free.bytes -= bytes(&v);
         }
         drop(free);
-        Vec::with_capacity(n + n / 4)
+        Vec::with_capacity(n + n / 16)
     }
 
     /// Keep `v`'s room for a later [`Pool::take`] (unless the pool is full or `v` small).

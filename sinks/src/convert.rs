@@ -334,8 +334,8 @@ fn opt_u64_array(c: OptU64) -> ArrayRef {
 }
 
 /// A vector's values as an Arrow buffer that gives the vector back to `pool` when Arrow
-/// drops it ([`column_pool`]: fresh pages for every piece's columns were a fifth of a
-/// decode's CPU).
+/// drops it ([`column_pool`]: fresh pages for every piece's columns cost the kernel's
+/// page clearing each time).
 fn pooled<T: ArrowNativeType + std::panic::RefUnwindSafe>(
     v: Vec<T>,
     pool: &'static Pool<T>,

@@ -32,9 +32,8 @@
 //! an overflow with its IP, a PSB+ that says where tracing is, or a TIP the front end
 //! marks as an anchor (for RTIT: one whose previous flow packet is known and not a PGD,
 //! since a TIP after a PGD is the target of a far transfer out of the traced region).
-//! Intel PT after an error also resumes as libipt 2.2 does: at the next TIP (the packet
-//! that did not fit is itself one), a FUP + TIP at the FUP's IP, or an event bound to an
-//! IP (docs/pt.md, "Resync after an error").
+//! Intel PT after an error also resumes as libipt 2.2 does at the next TIP (the packet
+//! that did not fit is itself one; docs/pt.md, "Resync after an error").
 //!
 //! The walker's parts: `state` (what a chunk hands on), `query` (what the next packets
 //! say: look-ahead, a FUP paired with its TIP, undo), `space` (CR3 and sideband spaces),

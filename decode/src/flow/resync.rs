@@ -58,13 +58,6 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     /// Waiting for a resume point.
     pub(super) fn idle(&mut self) -> Option<Stop> {
         let it = self.peek();
-        if let Some(x) = self.resume_at_bound(it) {
-            // Left unread: the walk applies it at `x`, where it now is.
-            let off = it.offset().unwrap_or(0);
-            self.event(off, EventKind::Resync, Some(x), String::new());
-            self.resume(x, off);
-            return None;
-        }
         self.consume();
         match it {
             Item::End => return Some(Stop::End),
@@ -155,26 +148,6 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             Item::FupNext | Item::NoneNear => {}
         }
         None
-    }
-
-    /// Intel PT, after a gap (libipt 2.2's resync): a FUP-led item that names an IP
-    /// resumes the walk there, the item still to apply: an asynchronous transfer
-    /// (FUP + TIP: the interrupt is reported, the walk goes on at the TIP's target), or an
-    /// event bound to an IP (MODE.TSX + FUP, MODE.EXEC + FUP, PTWRITE with its FUP, ...).
-    /// Not in a body before its first resume point: the stitch covers that stretch.
-    fn resume_at_bound(&self, it: super::query::ItemOf<'a, F>) -> Option<u64> {
-        if self.rules.far != FarRule::TipOnly || self.st.mode != Mode::Unsynced || !self.started {
-            return None;
-        }
-        match it {
-            Item::Far {
-                ip: Some(x),
-                tip: Some((Some(_), _)),
-                ..
-            } => Some(x),
-            Item::At { ip: Some(x), .. } => Some(x),
-            _ => None,
-        }
     }
 
     /// Something the trace and the code disagree on: report it with the offset of the
