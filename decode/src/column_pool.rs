@@ -17,7 +17,7 @@ use std::sync::Mutex;
 /// Bytes of vectors a pool keeps at most (per element type): a few pieces' columns, what
 /// comes back between one piece's reserve and the next. Whatever a pool keeps adds to the
 /// peak memory of a decode (a larger pool raised it by a third: benches/README.md).
-pub const KEEP_BYTES: usize = 8 << 20;
+pub const KEEP_BYTES: usize = 24 << 20;
 
 /// Vectors smaller than this are not worth keeping.
 const MIN_BYTES: usize = 64 << 10;
