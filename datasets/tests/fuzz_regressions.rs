@@ -741,3 +741,11 @@ fn write_pt_seed_corpora() {
 fn pt_call_offset_the_same_in_chunks() {
     replay("pt_stitch_diff", "call-offset-chunked");
 }
+
+/// `pt_stitch_diff`, finding `in-tx-chunked` (a local run after the TSX merge): the
+/// chunked and sequential decodes agreed on every row, but one held an `in_tx` column of
+/// `false`s where the other held none (the same column); comparisons read it by row.
+#[test]
+fn pt_in_tx_the_same_in_chunks() {
+    replay("pt_stitch_diff", "in-tx-chunked");
+}

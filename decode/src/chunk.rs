@@ -210,6 +210,7 @@ pub fn decode_body_bounded<F: Format, S: RowSink + Default>(
             bits: Default::default(),
             space: None,
             fe: F::start_state(&input.cfg, false),
+            in_tx: false,
         })
     } else {
         w.body_start.take()

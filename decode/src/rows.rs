@@ -133,11 +133,19 @@ impl PartialEq for BranchColumns {
             && self.cycles == o.cycles
             && self.cr3 == o.cr3
             && self.offset == o.offset
-            && self.in_tx == o.in_tx
+            && self.in_tx_eq(o)
     }
 }
 
 impl Eq for BranchColumns {}
+
+impl BranchColumns {
+    /// The `in_tx` columns say the same: an empty one is all false.
+    fn in_tx_eq(&self, o: &Self) -> bool {
+        let n = self.len().max(o.len());
+        (0..n).all(|i| self.in_tx(i) == o.in_tx(i))
+    }
+}
 
 impl BranchColumns {
     pub fn len(&self) -> usize {

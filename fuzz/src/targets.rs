@@ -464,15 +464,17 @@ fn chunks_agree(case: &impl Decodes) {
         if seq.rows != par.rows {
             let (a, b) = (&seq.rows, &par.rows);
             let i = (0..a.len().min(b.len()))
-                .find(|&i| a.row(i) != b.row(i))
+                .find(|&i| a.row(i) != b.row(i) || a.in_tx(i) != b.in_tx(i))
                 .unwrap_or(a.len().min(b.len()));
             panic!(
                 "branches differ at chunk size {chunk}: {} rows against {}, first at row {i}: \
-                 {:x?} against {:x?}",
+                 {:x?} (in_tx {}) against {:x?} (in_tx {})",
                 a.len(),
                 b.len(),
                 (i < a.len()).then(|| a.row(i)),
+                a.in_tx(i),
                 (i < b.len()).then(|| b.row(i)),
+                b.in_tx(i),
             );
         }
         if seq.events != par.events {

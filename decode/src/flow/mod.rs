@@ -412,7 +412,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         {
             let mut fe = self.st.fe.clone();
             self.front.save(&mut fe);
-            if fe == t.fe {
+            if fe == t.fe && self.st.in_tx == t.in_tx {
                 return Some(Stop::Converged);
             }
             return Some(Stop::Diverged);

@@ -51,6 +51,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 bits: self.st.bits,
                 space: self.st.space,
                 fe,
+                in_tx: self.st.in_tx,
             });
         }
     }

@@ -172,4 +172,7 @@ pub struct Target<P> {
     pub space: Option<u64>,
     /// The front end's state there.
     pub fe: P,
+    /// Inside a TSX transaction there (what the body assumed: a body cannot know it before
+    /// a PSB+ says; a stitch that meets the body in another state does not converge).
+    pub in_tx: bool,
 }
