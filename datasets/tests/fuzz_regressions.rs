@@ -748,4 +748,6 @@ fn pt_call_offset_the_same_in_chunks() {
 #[test]
 fn pt_in_tx_the_same_in_chunks() {
     replay("pt_stitch_diff", "in-tx-chunked");
+    // The same, found by the clean-clone CI run's fuzzing before the fix.
+    replay("pt_stitch_diff", "in-tx-chunked-2");
 }
