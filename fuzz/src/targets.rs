@@ -278,32 +278,27 @@ impl Case {
         })
     }
 
-    /// Decode with chunks of at least `chunk_bytes` (`u64::MAX`: sequential).
-    pub fn decode(&self, chunk_bytes: u64) -> Decoded {
+    /// `f` over the case's decode input.
+    fn with_input<R>(&self, f: impl FnOnce(&Input<'_, tracemill_decode::Rtit>) -> R) -> R {
         let stream = TraceStream::linear(&self.trace);
         let cfg = TraceConfig::from_ctl(self.ctl);
-        let input = Input::<tracemill_decode::Rtit> {
+        f(&Input {
             spaces: None,
             stream: &stream,
             images: images(self.images),
             cfg,
             timing: TimingConfig::new(&cfg, self.ratio, self.starts_at_enable),
-        };
-        decode_all(&input, chunk_bytes)
+        })
+    }
+
+    /// Decode with chunks of at least `chunk_bytes` (`u64::MAX`: sequential).
+    pub fn decode(&self, chunk_bytes: u64) -> Decoded {
+        self.with_input(|input| decode_all(input, chunk_bytes))
     }
 
     /// [`Case::decode`] keeping no row: counted, with coverage when `cover`.
     pub fn tally(&self, chunk_bytes: u64, cover: bool) -> Tallied {
-        let stream = TraceStream::linear(&self.trace);
-        let cfg = TraceConfig::from_ctl(self.ctl);
-        let input = Input::<tracemill_decode::Rtit> {
-            spaces: None,
-            stream: &stream,
-            images: images(self.images),
-            cfg,
-            timing: TimingConfig::new(&cfg, self.ratio, self.starts_at_enable),
-        };
-        tally_either(&input, chunk_bytes, cover)
+        self.with_input(|input| tally_either(input, chunk_bytes, cover))
     }
 }
 
@@ -745,30 +740,26 @@ impl PtCase {
         })
     }
 
-    /// Decode with chunks of at least `chunk_bytes` (`u64::MAX`: sequential).
-    pub fn decode(&self, chunk_bytes: u64) -> Decoded {
+    /// `f` over the case's decode input.
+    fn with_input<R>(&self, f: impl FnOnce(&Input<'_, tracemill_decode::Pt>) -> R) -> R {
         let stream = TraceStream::linear(&self.trace);
-        let input = Input::<tracemill_decode::Pt> {
+        f(&Input {
             spaces: None,
             stream: &stream,
             images: images(self.images),
             timing: pt::clock::PtTiming::new(&self.cfg),
             cfg: self.cfg.clone(),
-        };
-        decode_all(&input, chunk_bytes)
+        })
+    }
+
+    /// Decode with chunks of at least `chunk_bytes` (`u64::MAX`: sequential).
+    pub fn decode(&self, chunk_bytes: u64) -> Decoded {
+        self.with_input(|input| decode_all(input, chunk_bytes))
     }
 
     /// [`PtCase::decode`] keeping no row: counted, with coverage when `cover`.
     pub fn tally(&self, chunk_bytes: u64, cover: bool) -> Tallied {
-        let stream = TraceStream::linear(&self.trace);
-        let input = Input::<tracemill_decode::Pt> {
-            spaces: None,
-            stream: &stream,
-            images: images(self.images),
-            timing: pt::clock::PtTiming::new(&self.cfg),
-            cfg: self.cfg.clone(),
-        };
-        tally_either(&input, chunk_bytes, cover)
+        self.with_input(|input| tally_either(input, chunk_bytes, cover))
     }
 }
 
