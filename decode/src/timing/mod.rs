@@ -442,7 +442,8 @@ impl<C: Clock> Timeline<C> {
         let exact = prep.exact;
         let n = p.rows.len();
         let mut mi = 0;
-        for i in 0..=n {
+        let mut i = 0;
+        while i <= n {
             // After the last row, what follows belongs with the next piece's first rows.
             // Everything that does not need them is settled now, in stream order, so that
             // a long stretch without rows (junk between PSBs, a disabled stretch, timing
@@ -545,6 +546,23 @@ impl<C: Clock> Timeline<C> {
             if i == n {
                 break;
             }
+            // Most rows only wait: no mark before them, no scheduled anchor, not exact.
+            // Such a stretch is taken at once (a sum over its instructions) rather than
+            // row by row through the state below, which is what it would do to each.
+            let next_mark = marks.get(mi).map_or(u64::MAX, Mark::offset);
+            if let Some(j) = self.waiting_stretch(&p.rows, &eff, &exact, i, next_mark) {
+                let before = self.insns;
+                self.insns += p.rows.insns[i..j].iter().map(|&k| k as u64).sum::<u64>();
+                let (o, more) = (p.rows.offset[i], j - i - 1);
+                if self.cycle_acc {
+                    self.cycles.wait(id, i, before, o);
+                    self.cycles.waiting += more;
+                }
+                self.tsc.wait(id, i, before, o);
+                self.tsc.waiting += more;
+                i = j;
+                continue;
+            }
             self.insns += p.rows.insns[i] as u64;
             while let Some(&(x, t)) = self.scheduled.front() {
                 if x >= self.insns {
@@ -587,6 +605,7 @@ impl<C: Clock> Timeline<C> {
             if self.cycles.waiting + self.tsc.waiting > self.max_pending {
                 self.flush(Some((&mut p.rows, id)));
             }
+            i += 1;
         }
         self.held.push_back(Held {
             id,
@@ -596,6 +615,38 @@ impl<C: Clock> Timeline<C> {
             max: std::mem::take(&mut self.cur_max),
         });
         self.release(false)
+    }
+
+    /// The end of the stretch of rows from `i` that only wait for an anchor (`i` itself
+    /// included), or None when row `i` does more: in each, no mark comes first (the next
+    /// is at `next_mark`), no scheduled anchor falls, the row is not exact, and the wait
+    /// stays within `max_pending` (the row past it is taken alone, and flushes).
+    fn waiting_stretch(
+        &self,
+        rows: &BranchColumns,
+        eff: &[u64],
+        exact: &[bool],
+        i: usize,
+        next_mark: u64,
+    ) -> Option<usize> {
+        if !self.scheduled.is_empty() {
+            return None;
+        }
+        let per = 1 + usize::from(self.cycle_acc);
+        let room = self
+            .max_pending
+            .saturating_sub(self.cycles.waiting + self.tsc.waiting)
+            / per;
+        let end = rows.len().min(i.saturating_add(room));
+        let quiet = |k: usize| eff[k] <= next_mark && !(self.cycle_acc && exact[k]);
+        if i >= end || (self.cycle_acc && exact[i]) {
+            return None;
+        }
+        let mut j = i + 1;
+        while j < end && quiet(j) {
+            j += 1;
+        }
+        Some(j)
     }
 
     /// After a piece's last row: can mark `mi` be settled before the rows that follow it

@@ -301,7 +301,17 @@ fn gap_trace(event: EventKind, resume: Option<EventKind>, gap_mtcs: u64) -> Piec
 
 /// Cut `p` into pieces of `n` rows (events and facts with them) and time them.
 fn time_in_pieces(p: &Piece<BranchColumns>, n: usize) -> (Vec<Option<u64>>, Vec<Option<u64>>) {
+    time_in_pieces_waiting(p, n, Timeline::new(&cfg(false)).max_pending)
+}
+
+/// [`time_in_pieces`] with at most `max_pending` rows waiting for an anchor.
+fn time_in_pieces_waiting(
+    p: &Piece<BranchColumns>,
+    n: usize,
+    max_pending: usize,
+) -> (Vec<Option<u64>>, Vec<Option<u64>>) {
     let mut tl = Timeline::new(&cfg(false));
+    tl.max_pending = max_pending;
     let mut out = Vec::new();
     let rows = p.rows.len();
     let mut start = 0;
@@ -376,4 +386,34 @@ fn no_row_takes_time_from_across_a_gap() {
             assert_eq!(time_in_pieces(&p, n).0, tsc, "pieces of {n} rows: {what}");
         }
     }
+}
+
+/// Rows that only wait are taken a stretch at a time; where the wait is cut off
+/// (`max_pending`) still falls on the same row however the trace is cut into pieces,
+/// and the time never decreases.
+#[test]
+fn the_wait_is_cut_off_at_the_same_row_whatever_the_pieces() {
+    let p = gap_trace(EventKind::Disable, Some(EventKind::Enable), 2);
+    for max_pending in [0, 1, 2, 3, 5, 100] {
+        let (whole, _) = time_in_pieces_waiting(&p, usize::MAX, max_pending);
+        assert_eq!(whole.len(), p.rows.len());
+        let known: Vec<u64> = whole.iter().flatten().copied().collect();
+        assert!(
+            known.windows(2).all(|w| w[0] <= w[1]),
+            "{max_pending}: {whole:x?}"
+        );
+        for n in [1, 2, 3, 4, 7] {
+            assert_eq!(
+                time_in_pieces_waiting(&p, n, max_pending).0,
+                whole,
+                "pieces of {n} rows, at most {max_pending} waiting"
+            );
+        }
+    }
+    // With a small limit the rows do not all wait for the MTC after them: the limit
+    // changes the answer, so the test above sees where it falls.
+    assert_ne!(
+        time_in_pieces_waiting(&p, usize::MAX, 1).0,
+        time_in_pieces_waiting(&p, usize::MAX, 100).0
+    );
 }
