@@ -49,7 +49,6 @@ impl RowSink for NoCoverage {
         self.0.reserve(n)
     }
     fn finish(&mut self) -> (tracemill_decode::chunk::PieceStats, Coverage) {
-        self.0.pad_timing();
         (
             tracemill_decode::chunk::PieceStats::of(&self.0),
             Coverage::default(),

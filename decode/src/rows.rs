@@ -8,13 +8,58 @@ use tracemill_schemas::{BranchKind, EventKind, TimingKind};
 use crate::tally::RowLog;
 
 /// A nullable u64 column: values plus validity.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct OptU64 {
     pub values: Vec<u64>,
     pub valid: Vec<bool>,
 }
 
+/// Compared by value: a column shorter than another is null past its end (the timing
+/// columns of [`BranchColumns`] stay empty while no row has a value).
+impl PartialEq for OptU64 {
+    fn eq(&self, o: &Self) -> bool {
+        let n = self.len().max(o.len());
+        (0..n).all(|i| self.get(i) == o.get(i))
+    }
+}
+
+impl Eq for OptU64 {}
+
 impl OptU64 {
+    /// Make the column `rows` long, null past its end, with room from the column pools.
+    pub fn materialize(&mut self, rows: usize) {
+        use crate::column_pool::{room, BOOL, U64};
+        if let Some(more) = rows.checked_sub(self.len()).filter(|&m| m > 0) {
+            room(&mut self.values, more, &U64);
+            room(&mut self.valid, more, &BOOL);
+            self.pad_to(rows);
+        }
+    }
+
+    /// Set row `i` of a column that is either empty (all null) or `rows` long: an empty
+    /// one is made whole only when a value is set.
+    #[inline]
+    pub fn set_row(&mut self, i: usize, v: Option<u64>, rows: usize) {
+        if i >= self.len() {
+            if v.is_none() {
+                return;
+            }
+            self.materialize(rows);
+        }
+        self.set(i, v);
+    }
+
+    /// Append `o` (`o_rows` rows) to this column of `rows` rows, where either may be empty
+    /// (all null): the result is empty when both are.
+    pub fn append(&mut self, rows: usize, o: &OptU64, o_rows: usize) {
+        if self.is_empty() && o.is_empty() {
+            return;
+        }
+        self.materialize(rows);
+        self.extend_from(o);
+        self.pad_to(rows + o_rows);
+    }
+
     #[inline]
     pub fn push(&mut self, v: Option<u64>) {
         self.values.push(v.unwrap_or(0));
@@ -156,7 +201,7 @@ impl BranchColumns {
     }
 
     /// Append a row without its timing columns (`tsc`, `cycles`), which are filled once
-    /// the row's place in the whole trace is known ([`BranchColumns::pad_timing`]).
+    /// the row's place in the whole trace is known (the timeline, [`crate::timing`]).
     #[inline]
     pub fn push_flow(&mut self, r: &BranchRow) {
         self.ip.push(r.ip);
@@ -184,15 +229,9 @@ impl BranchColumns {
         self.in_tx.get(i).copied().unwrap_or(false)
     }
 
-    /// Make the timing columns as long as the table (null where not set).
-    pub fn pad_timing(&mut self) {
-        let n = self.len();
-        self.tsc.pad_to(n);
-        self.cycles.pad_to(n);
-    }
-
-    /// Room for `n` more rows (the timing columns' too, which [`BranchColumns::pad_timing`]
-    /// fills), from the column pools ([`crate::column_pool`]) for columns without room yet.
+    /// Room for `n` more rows, from the column pools ([`crate::column_pool`]) for columns
+    /// without room yet. Not the timing columns': they stay empty (all null) until a row
+    /// has a time ([`OptU64::set_row`]), which a trace without timing packets never has.
     pub fn reserve(&mut self, n: usize) {
         use crate::column_pool::{room, BOOL, U32, U64, U8};
         room(&mut self.ip, n, &U64);
@@ -201,12 +240,7 @@ impl BranchColumns {
         room(&mut self.compressed, n, &BOOL);
         room(&mut self.insns, n, &U32);
         room(&mut self.offset, n, &U64);
-        for c in [
-            &mut self.target,
-            &mut self.tsc,
-            &mut self.cycles,
-            &mut self.cr3,
-        ] {
+        for c in [&mut self.target, &mut self.cr3] {
             room(&mut c.values, n, &U64);
             room(&mut c.valid, n, &BOOL);
         }
@@ -215,9 +249,10 @@ impl BranchColumns {
     /// Append a whole row, timing columns included.
     #[inline]
     pub fn push(&mut self, r: &BranchRow) {
+        let n = self.len();
         self.push_flow(r);
-        self.tsc.push(r.tsc);
-        self.cycles.push(r.cycles);
+        self.tsc.set_row(n, r.tsc, n + 1);
+        self.cycles.set_row(n, r.cycles, n + 1);
     }
 
     pub fn row(&self, i: usize) -> BranchRow {
@@ -275,8 +310,9 @@ impl BranchColumns {
         self.taken.extend_from_slice(&o.taken);
         self.compressed.extend_from_slice(&o.compressed);
         self.insns.extend_from_slice(&o.insns);
-        self.tsc.extend_from(&o.tsc);
-        self.cycles.extend_from(&o.cycles);
+        let (n, m) = (self.ip.len() - o.ip.len(), o.ip.len());
+        self.tsc.append(n, &o.tsc, m);
+        self.cycles.append(n, &o.cycles, m);
         self.cr3.extend_from(&o.cr3);
         self.offset.extend_from_slice(&o.offset);
         if !self.in_tx.is_empty() || !o.in_tx.is_empty() {

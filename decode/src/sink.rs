@@ -135,7 +135,6 @@ impl RowSink for BranchColumns {
         BranchColumns::reserve(self, n)
     }
     fn finish(&mut self) -> (PieceStats, crate::coverage::Coverage) {
-        self.pad_timing();
         // Counts and coverage from the log; the log's buffers go back to this thread.
         let (_, cov) = self.log.finish(true);
         self.log = Default::default();

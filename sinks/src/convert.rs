@@ -31,7 +31,9 @@ use arrow_array::{
 };
 use std::ptr::NonNull;
 
-use arrow_buffer::{ArrowNativeType, BooleanBuffer, Buffer, NullBuffer, ScalarBuffer};
+use arrow_buffer::{
+    ArrowNativeType, BooleanBuffer, Buffer, MutableBuffer, NullBuffer, ScalarBuffer,
+};
 use arrow_schema::{DataType, SchemaRef};
 use tracemill_decode::column_pool::{self, Pool};
 use tracemill_decode::rows::{
@@ -62,13 +64,14 @@ pub fn branches(cols: BranchColumns, first_seq: u64) -> Result<RecordBatch> {
     check_len(T, "compressed", cols.compressed.len(), n)?;
     check_len(T, "insns", cols.insns.len(), n)?;
     check_len(T, "offset", cols.offset.len(), n)?;
-    for (name, c) in [
-        ("target", &cols.target),
-        ("tsc", &cols.tsc),
-        ("cycles", &cols.cycles),
-        ("cr3", &cols.cr3),
-    ] {
+    for (name, c) in [("target", &cols.target), ("cr3", &cols.cr3)] {
         check_opt_len(T, name, c, n)?;
+    }
+    // The timing columns are empty while no row has a time (all null).
+    for (name, c) in [("tsc", &cols.tsc), ("cycles", &cols.cycles)] {
+        if !c.is_empty() {
+            check_opt_len(T, name, c, n)?;
+        }
     }
     if !cols.in_tx.is_empty() {
         check_len(T, "in_tx", cols.in_tx.len(), n)?;
@@ -97,8 +100,8 @@ pub fn branches(cols: BranchColumns, first_seq: u64) -> Result<RecordBatch> {
                 pooled(cols.insns, &column_pool::U32),
                 None,
             )),
-            opt_u64_array(cols.tsc),
-            opt_u64_array(cols.cycles),
+            timing_array(cols.tsc, n),
+            timing_array(cols.cycles, n),
             opt_u64_array(cols.cr3),
             u64_array(cols.offset),
             Arc::new(BooleanArray::new(in_tx, None)),
@@ -331,6 +334,28 @@ fn opt_u64_array(c: OptU64) -> ArrayRef {
     let valid = nulls(pack(&c.valid));
     column_pool::BOOL.give(c.valid);
     Arc::new(UInt64Array::new(pooled(c.values, &column_pool::U64), valid))
+}
+
+/// A timing column of `n` rows: empty when no row has a time (a trace without timing
+/// packets), then `n` nulls whose values are a slice of one buffer of zeros shared by
+/// every piece, so that such a column costs no memory per row.
+fn timing_array(c: OptU64, n: usize) -> ArrayRef {
+    if !c.is_empty() {
+        return opt_u64_array(c);
+    }
+    static ZEROS: std::sync::Mutex<Option<Buffer>> = std::sync::Mutex::new(None);
+    let bytes = n * std::mem::size_of::<u64>();
+    let zeros = {
+        let mut z = ZEROS.lock().unwrap_or_else(|e| e.into_inner());
+        if z.as_ref().is_none_or(|b| b.len() < bytes) {
+            *z = Some(MutableBuffer::from_len_zeroed(bytes.next_power_of_two()).into());
+        }
+        z.clone().expect("set above")
+    };
+    Arc::new(UInt64Array::new(
+        ScalarBuffer::new(zeros, 0, n),
+        Some(NullBuffer::new_null(n)),
+    ))
 }
 
 /// A vector's values as an Arrow buffer that gives the vector back to `pool` when Arrow

@@ -106,10 +106,16 @@ pub(crate) fn write(
     x: &mut u64,
     how: How,
 ) {
+    let n = rows.len();
     let column = match col {
         Col::Cycles => &mut rows.cycles,
         Col::Tsc => &mut rows.tsc,
     };
+    if how == How::Same(None) && column.is_empty() {
+        // Null already: an empty timing column is all null.
+        return;
+    }
+    column.materialize(n);
     match how {
         How::Same(v) => {
             column.values[from..to].fill(v.unwrap_or(0));
@@ -181,7 +187,7 @@ mod tests {
     #[test]
     fn fills_write_their_ranges_then_the_running_maximum_from_the_carry() {
         let mut r = rows(&[1, 1, 2, 4, 1]);
-        r.cycles.set(4, Some(7));
+        r.cycles.set_row(4, Some(7), r.len());
         let f = Fills {
             ops: vec![
                 Fill {

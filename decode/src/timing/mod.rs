@@ -581,12 +581,12 @@ impl<C: Clock> Timeline<C> {
             match exact_here {
                 Some((c, t)) => {
                     self.anchor(Col::Cycles, x, c, &mut p.rows, id);
-                    p.rows.cycles.set(i, Some(c));
+                    p.rows.cycles.set_row(i, Some(c), n);
                     fill::raise(&mut self.cur_max, Col::Cycles, c);
                     match t {
                         Some(t) => {
                             self.anchor(Col::Tsc, x, t, &mut p.rows, id);
-                            p.rows.tsc.set(i, Some(t));
+                            p.rows.tsc.set_row(i, Some(t), n);
                             fill::raise(&mut self.cur_max, Col::Tsc, t);
                         }
                         None => self.tsc.wait(id, i, x - p.rows.insns[i] as u64, o),

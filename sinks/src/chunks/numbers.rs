@@ -225,6 +225,11 @@ impl Dictionary {
                     self.levels.resize(self.levels.len() + values.len(), 1);
                 }
             }
+            // All null (a timing column of a trace without timing): no value is read.
+            Some(n) if n.null_count() == values.len() => {
+                self.nulls += values.len() as u64;
+                self.levels.resize(self.levels.len() + values.len(), 0);
+            }
             Some(n) => {
                 for (&v, valid) in values.iter().zip(n.iter()) {
                     if valid {
