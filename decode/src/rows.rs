@@ -204,13 +204,17 @@ impl BranchColumns {
     /// the row's place in the whole trace is known (the timeline, [`crate::timing`]).
     #[inline]
     pub fn push_flow(&mut self, r: &BranchRow) {
+        // Empty while every row's CR3 is unknown (no PIP yet): all null at no cost per row.
+        if r.cr3.is_some() || !self.cr3.is_empty() {
+            self.cr3.materialize(self.ip.len());
+            self.cr3.push(r.cr3);
+        }
         self.ip.push(r.ip);
         self.target.push(r.target);
         self.kind.push(r.kind as u8);
         self.taken.push(r.taken);
         self.compressed.push(r.compressed);
         self.insns.push(r.insns);
-        self.cr3.push(r.cr3);
         self.offset.push(r.offset);
         if !self.in_tx.is_empty() {
             self.in_tx.push(false);
@@ -240,9 +244,11 @@ impl BranchColumns {
         room(&mut self.compressed, n, &BOOL);
         room(&mut self.insns, n, &U32);
         room(&mut self.offset, n, &U64);
-        for c in [&mut self.target, &mut self.cr3] {
-            room(&mut c.values, n, &U64);
-            room(&mut c.valid, n, &BOOL);
+        room(&mut self.target.values, n, &U64);
+        room(&mut self.target.valid, n, &BOOL);
+        if !self.cr3.is_empty() {
+            room(&mut self.cr3.values, n, &U64);
+            room(&mut self.cr3.valid, n, &BOOL);
         }
     }
 
@@ -313,7 +319,7 @@ impl BranchColumns {
         let (n, m) = (self.ip.len() - o.ip.len(), o.ip.len());
         self.tsc.append(n, &o.tsc, m);
         self.cycles.append(n, &o.cycles, m);
-        self.cr3.extend_from(&o.cr3);
+        self.cr3.append(n, &o.cr3, m);
         self.offset.extend_from_slice(&o.offset);
         if !self.in_tx.is_empty() || !o.in_tx.is_empty() {
             let (n, m) = (self.ip.len(), o.ip.len());

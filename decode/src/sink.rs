@@ -103,12 +103,15 @@ impl RowSink for BranchColumns {
         self.compressed.extend(std::iter::repeat_n(false, n));
         self.insns.extend(rows.iter().map(|m| m.insns));
         self.insns[at] = r.open + first.insns;
-        self.cr3
-            .values
-            .extend(std::iter::repeat_n(r.cr3.unwrap_or(0), n));
-        self.cr3
-            .valid
-            .extend(std::iter::repeat_n(r.cr3.is_some(), n));
+        if r.cr3.is_some() || !self.cr3.is_empty() {
+            self.cr3.materialize(at);
+            self.cr3
+                .values
+                .extend(std::iter::repeat_n(r.cr3.unwrap_or(0), n));
+            self.cr3
+                .valid
+                .extend(std::iter::repeat_n(r.cr3.is_some(), n));
+        }
         let before = r.first_cond.min(n);
         self.offset
             .extend(std::iter::repeat_n(r.off_before, before));
@@ -150,11 +153,15 @@ impl RowSink for BranchColumns {
         self.insns[i] += n;
     }
     fn set_leading_cr3(&mut self, cr3: Option<u64>) {
-        for i in 0..self.len() {
+        if cr3.is_none() {
+            return;
+        }
+        let n = self.len();
+        for i in 0..n {
             if self.cr3.get(i).is_some() {
                 break;
             }
-            self.cr3.set(i, cr3);
+            self.cr3.set_row(i, cr3, n);
         }
     }
     fn ends_in_direct(&self) -> bool {

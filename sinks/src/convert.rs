@@ -64,11 +64,13 @@ pub fn branches(cols: BranchColumns, first_seq: u64) -> Result<RecordBatch> {
     check_len(T, "compressed", cols.compressed.len(), n)?;
     check_len(T, "insns", cols.insns.len(), n)?;
     check_len(T, "offset", cols.offset.len(), n)?;
-    for (name, c) in [("target", &cols.target), ("cr3", &cols.cr3)] {
-        check_opt_len(T, name, c, n)?;
-    }
-    // The timing columns are empty while no row has a time (all null).
-    for (name, c) in [("tsc", &cols.tsc), ("cycles", &cols.cycles)] {
+    check_opt_len(T, "target", &cols.target, n)?;
+    // Empty while no row has a value (all null): the timing columns, and `cr3`.
+    for (name, c) in [
+        ("tsc", &cols.tsc),
+        ("cycles", &cols.cycles),
+        ("cr3", &cols.cr3),
+    ] {
         if !c.is_empty() {
             check_opt_len(T, name, c, n)?;
         }
@@ -100,9 +102,9 @@ pub fn branches(cols: BranchColumns, first_seq: u64) -> Result<RecordBatch> {
                 pooled(cols.insns, &column_pool::U32),
                 None,
             )),
-            timing_array(cols.tsc, n),
-            timing_array(cols.cycles, n),
-            opt_u64_array(cols.cr3),
+            sparse_array(cols.tsc, n),
+            sparse_array(cols.cycles, n),
+            sparse_array(cols.cr3, n),
             u64_array(cols.offset),
             Arc::new(BooleanArray::new(in_tx, None)),
         ],
@@ -336,10 +338,10 @@ fn opt_u64_array(c: OptU64) -> ArrayRef {
     Arc::new(UInt64Array::new(pooled(c.values, &column_pool::U64), valid))
 }
 
-/// A timing column of `n` rows: empty when no row has a time (a trace without timing
-/// packets), then `n` nulls whose values are a slice of one buffer of zeros shared by
-/// every piece, so that such a column costs no memory per row.
-fn timing_array(c: OptU64, n: usize) -> ArrayRef {
+/// A column of `n` rows that is empty while every row is null (`tsc` and `cycles` of a
+/// trace without timing packets, `cr3` before any PIP): then `n` nulls whose values are a
+/// slice of one buffer of zeros shared by every piece, so that it costs no memory per row.
+fn sparse_array(c: OptU64, n: usize) -> ArrayRef {
     if !c.is_empty() {
         return opt_u64_array(c);
     }
