@@ -865,6 +865,36 @@ fn bad_input_gives_a_clear_message_and_what_can_be_made() {
     assert!(stderr(&o).contains("build-id"), "{}", stderr(&o));
     assert!(!stdout(&o).contains("\nfib,"), "{}", stdout(&o));
 
+    // A bundle other than the one the tables were decoded from: refused, with what
+    // differs (every count would otherwise be 0), by every report.
+    let other = samples_dir().join("callbacks");
+    let written = tmp.path().join("not-written");
+    for (report, out_arg) in [
+        ("hotspots", None),
+        ("flamegraph", Some("--out")),
+        ("pprof", Some("--out")),
+        ("perf-script", None),
+        ("coverage", None),
+        ("timeline", Some("--out")),
+        ("html", Some("--out")),
+    ] {
+        let mut args = vec!["report", report, s(&out2), "--bundle", s(&other)];
+        args.extend(out_arg.into_iter().chain(out_arg.map(|_| s(&written))));
+        let o = run(&args);
+        assert!(!written.exists(), "{report} wrote its output");
+        assert_eq!(o.status.code(), Some(1), "{report}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("not the bundle these tables were decoded from")
+                && e.contains(s(&other))
+                && e.contains("bytes, the tables' was"),
+            "{report}: {e}"
+        );
+    }
+    // The same bundle elsewhere (the sample the copy was made from): accepted.
+    let o = ok(&["report", "hotspots", s(&out2), "--bundle", s(&bundle)]);
+    assert!(stdout(&o).contains("fib"), "{}", stdout(&o));
+
     // No image: not one branch decoded: the decode fails and writes no table.
     let empty = tmp.path().join("empty");
     std::fs::create_dir_all(&empty).unwrap();

@@ -143,6 +143,16 @@ def test_report_errors_carry_the_cli_message(cli, tmp_path):
     assert str(e.value) == cli_error(cli, "report", "hotspots", tmp_path)
 
 
+def test_a_bundle_other_than_the_tables_is_refused(cli, out):
+    # recursion's tables with callbacks' bundle: refused, as by the CLI, not counted as 0.
+    other = SAMPLES / "callbacks"
+    with pytest.raises(tracemill.ReportError, match="not the bundle these tables were decoded from") as e:
+        tracemill.report.hotspots(out, bundle=other)
+    assert str(e.value) == cli_error(cli, "report", "hotspots", out, "--bundle", other)
+    # Their own bundle, named: accepted.
+    assert tracemill.report.hotspots(out, bundle=RECURSION).num_rows > 0
+
+
 def test_ingest_failures_are_rows_and_a_warning(tmp_path):
     bad = tmp_path / "src" / "bad"
     bad.mkdir(parents=True)
