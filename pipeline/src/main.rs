@@ -310,11 +310,11 @@ struct DecodeArgs {
     quiet: bool,
     /// perf.data: look for the recorded binaries under DIR first (DIR + the recorded
     /// path), as perf's --symfs.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = tracemill::cli::parse_existing_dir)]
     symfs: Option<PathBuf>,
     /// perf.data: the build-id cache to look for binaries in by build-id [default:
     /// ~/.debug], as perf's --buildid-dir.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = tracemill::cli::parse_existing_dir)]
     buildid_dir: Option<PathBuf>,
     /// perf.data: the kernel's ELF image (its code at its own addresses), for traces of
     /// kernel code, as perf's --vmlinux.
