@@ -21,8 +21,9 @@ use tracemill_sinks::Format;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Decode Intel RTIT traces (Silvermont/Airmont Real Time Instruction Trace) into
-/// Parquet tables of every executed branch, its timing, and code coverage.
+/// Decode Intel RTIT (Silvermont/Airmont Real Time Instruction Trace) and Intel PT traces
+/// into Parquet tables of every executed branch, its timing, and code coverage. The
+/// `about` line is the package's description (pipeline/Cargo.toml).
 #[derive(Parser)]
 #[command(name = "tracemill", version, about, long_about = None)]
 struct Cli {
