@@ -43,9 +43,9 @@ pub struct Piece<S> {
 
 /// What the timeline reads of a piece besides its rows, computed from the piece alone:
 /// each row's effective offset, its exact rows (cycle-accurate timing) and its lead bound
-/// ([`crate::timing::prepare`], which the pipeline runs on the thread that decoded the piece: on the
-/// ordered thread these were 3% of a decode of a cycle-accurate RTIT trace, with the page
-/// faults of their fresh vectors), then its marks (computed by the timeline once, when
+/// ([`crate::timing::prepare`], which the pipeline runs on the thread that decoded the
+/// piece: on the ordered thread these were 3% of a decode of a cycle-accurate RTIT trace,
+/// with the page faults of their fresh vectors), then its marks (computed by the timeline once, when
 /// the piece is next in line; they copy the piece's timing packets, so the pieces in
 /// flight do not carry them).
 #[derive(Clone, Debug, Default)]

@@ -3,11 +3,11 @@
 //! `--tables events`, `--tables coverage,edges` and the like need of the rows only their
 //! number (events' `seq`), their instructions and kinds (the summary) and, for coverage,
 //! their blocks and edges. [`Tally`] is a [`RowSink`] that keeps exactly that, as a
-//! [`RowLog`]: which memoized segments ([`crate::block::memo`]) were replayed in which order, and
-//! the rows the step walk pushed one by one. A segment's rows are copied once per piece;
-//! each replay costs one entry. At the end of the piece the log is expanded once per
-//! distinct segment, multiplied by its replays, into the piece's counts and coverage, so
-//! counting costs nothing per replayed row.
+//! [`RowLog`] (`rows/log.rs`): which memoized segments ([`crate::block::memo`]) were
+//! replayed in which order, and the rows the step walk pushed one by one. A segment's rows
+//! are copied once per piece; each replay costs one entry. At the end of the piece the log
+//! is expanded once per distinct segment, multiplied by its replays, into the piece's
+//! counts and coverage, so counting costs nothing per replayed row.
 //!
 //! The log can be cut back to any row ([`RowSink::truncate`]: the walker drops rows no
 //! packet has decided, or a body's rows before its resume point): entries past the cut go,
