@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import re
 import warnings
 
 import pyarrow as pa
@@ -156,7 +157,7 @@ def test_a_bundle_other_than_the_tables_is_refused(cli, out):
 def test_a_missing_symfs_or_buildid_dir_is_refused_with_its_path(cli, tmp_path):
     missing = tmp_path / "no-such-dir"
     for arg, flag in [("symfs", "--symfs"), ("buildid_dir", "--buildid-dir")]:
-        with pytest.raises(tracemill.OptionError, match=f"{arg}={missing}: no such directory"):
+        with pytest.raises(tracemill.OptionError, match=re.escape(f"{arg}={missing}: no such directory")):
             tracemill.ingest([RECURSION], tmp_path / "ds", **{arg: missing})
         r = run_cli(cli, "ingest", RECURSION, "--dataset", tmp_path / "ds", flag, missing, check=False)
         assert r.returncode == 2 and f"{missing}: no such directory" in r.stderr

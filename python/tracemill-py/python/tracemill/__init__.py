@@ -231,7 +231,8 @@ def ingest(
     Parquet pages' codec, ``"zstd"`` (at ``zstd_level``), ``"lz4"``, ``"snappy"`` or
     ``"none"``. ``symfs``, ``buildid_dir``: where a perf.data's binaries are looked for,
     as perf's ``--symfs`` and ``--buildid-dir`` (without them, and without
-    ``allow_outside_paths``, only inside each recording's directory)."""
+    ``allow_outside_paths``, only inside each recording's directory); one that is not an
+    existing directory raises :class:`OptionError`."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     if isinstance(partition_by, str):
