@@ -18,7 +18,39 @@ use crate::block::AddrHasher;
 use crate::image::ImageSet;
 #[cfg(test)]
 use crate::rows::BranchColumns;
-use crate::rows::{CoverageRow, EdgeRow, PartialBlock};
+
+/// A basic block that execution left before its branch: it ran from `start` through the
+/// instruction at `end`, `times` times since the row before. Its instructions are counted
+/// in the `insns` of row `row` (the next row), so it counts in coverage exactly when that
+/// row does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartialBlock {
+    pub row: u64,
+    pub start: u64,
+    pub end: u64,
+    pub insns: u32,
+    pub times: u32,
+}
+
+/// One coverage row (a basic block and how often it ran).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoverageRow {
+    pub image: Option<String>,
+    pub image_offset: Option<u64>,
+    pub start: u64,
+    pub end: u64,
+    pub insns: u32,
+    pub count: u64,
+}
+
+/// One edge row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EdgeRow {
+    pub src: u64,
+    pub dst: u64,
+    pub kind: BranchKind,
+    pub count: u64,
+}
 
 type Map<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
 

@@ -23,6 +23,7 @@ use std::fmt::{Debug, Display};
 
 use tracemill_schemas::{EventKind, TimingKind};
 
+pub use crate::insn::Bits;
 use crate::piece::TimingFact;
 pub use crate::retstack::RetModel;
 use crate::rows::EventRow;
@@ -42,35 +43,6 @@ impl TntBits {
     }
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-}
-
-/// How instructions decode: the code segment's address size (PT's MODE.Exec, Table
-/// 36-26; RTIT traces are always 64-bit).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum Bits {
-    B16 = 0,
-    B32 = 1,
-    #[default]
-    B64 = 2,
-}
-
-impl Bits {
-    /// iced-x86's bitness.
-    pub fn bitness(self) -> u32 {
-        match self {
-            Bits::B16 => 16,
-            Bits::B32 => 32,
-            Bits::B64 => 64,
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Bits::B16 => "16-bit",
-            Bits::B32 => "32-bit",
-            Bits::B64 => "64-bit",
-        }
     }
 }
 
@@ -135,7 +107,7 @@ pub enum Bound {
     /// with Event Trace on).
     Iflags(bool),
     /// Any other control flow event (PT CFE): its type and vector (see
-    /// [`crate::pt::front::cfe_kind`]).
+    /// [`cfe_kind`]).
     Cfe { kind: u8, vector: u8 },
 }
 
@@ -257,7 +229,7 @@ impl Bound {
                 (EventKind::Vmexit, parts.join(", "))
             }
             Bound::Cfe { kind, vector } => {
-                let Some(k) = crate::pt::front::cfe_kind(kind) else {
+                let Some(k) = cfe_kind(kind) else {
                     return (EventKind::Error, format!("CFE of unknown type {kind}"));
                 };
                 let detail = match k {
@@ -270,6 +242,25 @@ impl Bound {
             }
         }
     }
+}
+
+/// The `events` kind of a CFE type other than INTR and VMEXIT (libipt `pt_cfe_type`);
+/// `None` for types libipt does not know (ignored, as libipt ignores them).
+pub fn cfe_kind(kind: u8) -> Option<EventKind> {
+    Some(match kind {
+        0x02 => EventKind::Iret,
+        0x03 => EventKind::Smi,
+        0x04 => EventKind::Rsm,
+        0x05 => EventKind::Sipi,
+        0x06 => EventKind::Init,
+        0x07 => EventKind::Vmentry,
+        0x0A => EventKind::Shutdown,
+        0x0C => EventKind::Uintr,
+        0x0D => EventKind::Uiret,
+        0x0E => EventKind::Swintr,
+        0x0F => EventKind::Syscall,
+        _ => return None,
+    })
 }
 
 /// One flow packet's meaning, as a front end reads it (the walker pairs FUPs with their

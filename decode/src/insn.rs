@@ -14,6 +14,35 @@
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
 use tracemill_schemas::BranchKind;
 
+/// How instructions decode: the code segment's address size (PT's MODE.Exec, Table
+/// 36-26; RTIT traces are always 64-bit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Bits {
+    B16 = 0,
+    B32 = 1,
+    #[default]
+    B64 = 2,
+}
+
+impl Bits {
+    /// iced-x86's bitness.
+    pub fn bitness(self) -> u32 {
+        match self {
+            Bits::B16 => 16,
+            Bits::B32 => 32,
+            Bits::B64 => 64,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Bits::B16 => "16-bit",
+            Bits::B32 => "32-bit",
+            Bits::B64 => "64-bit",
+        }
+    }
+}
+
 /// The RTIT class of an instruction. Everything but `Other` is a branch row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -137,16 +166,12 @@ pub fn classify(ins: &Instruction) -> InsnClass {
 /// Decode the 64-bit instruction at `ip` whose bytes start `bytes`.
 #[inline]
 pub fn decode_insn(bytes: &[u8], ip: u64) -> Result<InsnInfo, InsnError> {
-    decode_insn_in(bytes, ip, crate::front::Bits::B64)
+    decode_insn_in(bytes, ip, Bits::B64)
 }
 
 /// Decode the instruction at `ip` whose bytes start `bytes`, as `bits` code.
 #[inline]
-pub fn decode_insn_in(
-    bytes: &[u8],
-    ip: u64,
-    bits: crate::front::Bits,
-) -> Result<InsnInfo, InsnError> {
+pub fn decode_insn_in(bytes: &[u8], ip: u64, bits: Bits) -> Result<InsnInfo, InsnError> {
     let mut dec = Decoder::with_ip(bits.bitness(), bytes, ip, DecoderOptions::NONE);
     let mut ins = Instruction::default();
     dec.decode_out(&mut ins);
@@ -155,7 +180,7 @@ pub fn decode_insn_in(
 
 /// Whether the instruction at `ip` (bytes from `bytes`) is a VM entry, VMLAUNCH or
 /// VMRESUME: erratum SKD022 makes their disables look asynchronous.
-pub fn is_vm_entry(bytes: &[u8], ip: u64, bits: crate::front::Bits) -> bool {
+pub fn is_vm_entry(bytes: &[u8], ip: u64, bits: Bits) -> bool {
     let mut dec = Decoder::with_ip(bits.bitness(), bytes, ip, DecoderOptions::NONE);
     matches!(
         dec.decode().mnemonic(),

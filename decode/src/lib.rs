@@ -12,7 +12,7 @@
 //!                    \                                   /
 //!                     `-- front: Raw flow items, Facts, Rules --'
 //!                                      |
-//!   flow (Walker, FlowState)  block (BlockCache)  memo  retstack  tnt  loop_guard
+//!   flow (Walker, FlowState)  block (BlockCache, memo)  retstack  tnt  loop_guard
 //!   chunk (plan, bodies, stitch, Stitcher)  timing (Timeline over a format's Clock)
 //!   rows, piece, coverage: the output
 //! ```
@@ -20,20 +20,22 @@
 //! The core is generic over [`front::Format`] and knows neither format by name: what
 //! differs is a front end's business, or one of the few [`front::Rules`] it sets.
 //!
-//! Layers, bottom up (each a module with its own tests):
+//! Layers, bottom up (each a module with its own tests; each imports only the modules
+//! listed before it, which `tests/layers.rs` checks, so the crate has no import circle):
 //! - [`stream`]: the trace bytes in time order (plain file or rotated ring dump);
-//! - [`rtit`], [`pt`]: each format's packets, PSB search, IP decompression, settings,
-//!   clock and front end; [`sniff`] tells the two apart;
+//! - [`column_pool`], [`retstack`]: reused column buffers; return compression;
+//! - [`image`], [`insn`], [`block`]: code images, instruction classes and modes, the
+//!   basic-block cache with the memoized walk over it (`block::memo`);
+//! - [`coverage`], [`rows`], [`piece`]: the output: blocks and edges, the rows as columns
+//!   (with the log of how the walk produced them), what one walk produces;
+//! - [`timing`]: a format's [`timing::Clock`] and the timeline that dates rows;
 //! - [`front`]: the flow items and the traits a format implements;
-//! - [`tnt`], [`retstack`]: the small decoding states (queued TNT bits, return
-//!   compression);
-//! - [`image`], [`insn`], [`block`]: code images, instruction classes, the basic-block cache;
-//! - [`spaces`]: address spaces by stream offset, from a recording's sideband (traces
-//!   without PIPs);
-//! - [`memo`]: the memoized walk (segments of the hot loop, replayed);
-//! - [`flow`], [`chunk`], [`timing`]: the walker, parallel chunks and stitching, time;
-//! - [`rows`], [`sink`], [`tally`], [`column_pool`]: output columns (and their buffers, reused), the sinks the walker hands rows to,
-//!   and rows counted without being kept.
+//! - [`tnt`], [`loop_guard`], [`spaces`]: queued TNT bits, the direct-branch cycle guard,
+//!   address spaces by stream offset from a recording's sideband (traces without PIPs);
+//! - [`sink`], [`tally`]: where the walker's rows go, and rows counted without being kept;
+//! - [`flow`], [`chunk`]: the walker; parallel chunks and stitching;
+//! - [`rtit`], [`pt`]: each format's packets, PSB search, IP decompression, settings,
+//!   clock and front end, over the core above; [`sniff`] tells the two apart.
 //!
 //! ```
 //! use tracemill_decode::{rtit::packet::Packet, stream::TraceStream};
@@ -58,7 +60,6 @@ pub mod front;
 pub mod image;
 pub mod insn;
 pub mod loop_guard;
-pub mod memo;
 pub mod piece;
 pub mod pt;
 pub mod retstack;

@@ -1,12 +1,15 @@
 //! What a walk over one stretch of the trace produces — a *piece* — and the facts it
 //! carries for the stages after it. Kept apart from the walker ([`crate::flow`]), the
 //! chunking ([`crate::chunk`]) and the clock ([`crate::timing`]) so that each of those
-//! depends on these types and none on another's internals.
+//! depends on these types and none on another's internals. That includes what the
+//! timeline computes of a piece ahead ([`Prepared`]): the piece carries it, so it is
+//! defined here, below the timeline, and only the timeline reads its fields.
 
-use tracemill_schemas::TimingKind;
+use tracemill_schemas::{EventKind, TimingKind};
 
 use crate::coverage::Coverage;
-use crate::rows::{BranchColumns, EventRow};
+use crate::rows::EventRow;
+pub use crate::rows::PieceStats;
 
 /// A timing packet seen, and where it falls among the rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,39 +22,6 @@ pub struct TimingFact {
     pub ratio: Option<u8>,
     /// Rows emitted before it (by this walker).
     pub row: u64,
-}
-
-/// Counts over a piece's rows, taken where the piece was decoded (so that the thread
-/// putting pieces in order does as little per row as possible).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PieceStats {
-    /// Rows (the piece's rows may be counted, not kept: [`crate::tally`]).
-    pub rows: u64,
-    pub insns: u64,
-    pub by_kind: [u64; 8],
-}
-
-impl PieceStats {
-    /// Add `o`'s counts.
-    pub fn add(&mut self, o: &PieceStats) {
-        self.rows += o.rows;
-        self.insns += o.insns;
-        for (a, b) in self.by_kind.iter_mut().zip(o.by_kind) {
-            *a += b;
-        }
-    }
-
-    pub fn of(rows: &BranchColumns) -> Self {
-        let mut s = PieceStats {
-            rows: rows.len() as u64,
-            insns: rows.insns.iter().map(|&i| i as u64).sum(),
-            ..PieceStats::default()
-        };
-        for &k in &rows.kind {
-            s.by_kind[k as usize & 7] += 1;
-        }
-        s
-    }
 }
 
 /// Output of one piece (a body, a stitch, or a whole sequential decode).
@@ -68,5 +38,27 @@ pub struct Piece<S> {
     /// What the timeline reads of the piece besides its rows, when computed ahead, on the
     /// thread that decoded it ([`crate::timing::prepare`]); None: the timeline computes it.
     /// Whoever changes the piece's rows' kinds or offsets, or its events, drops it.
-    pub prepared: Option<Box<crate::timing::Prepared>>,
+    pub prepared: Option<Box<Prepared>>,
+}
+
+/// What the timeline reads of a piece besides its rows, computed from the piece alone:
+/// each row's effective offset, its exact rows (cycle-accurate timing) and its lead bound
+/// ([`crate::timing::prepare`], which the pipeline runs on the thread that decoded the
+/// piece: on the ordered thread these were 3% of a decode of a cycle-accurate RTIT trace,
+/// with the page faults of their fresh vectors), then its marks (computed by the timeline once, when
+/// the piece is next in line; they copy the piece's timing packets, so the pieces in
+/// flight do not carry them).
+#[derive(Clone, Debug, Default)]
+pub struct Prepared {
+    pub(crate) eff: Vec<u64>,
+    pub(crate) exact: Vec<bool>,
+    pub(crate) lead: u64,
+    pub(crate) marks: Option<Vec<Mark>>,
+}
+
+/// A timing packet or an event that matters to time, in stream order.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Mark {
+    Fact(TimingFact),
+    Event(u64, EventKind),
 }

@@ -4,10 +4,8 @@
 
 use tracemill_schemas::BranchKind;
 
-use crate::flow::Partial;
-use crate::memo::Replay;
-use crate::piece::PieceStats;
-use crate::rows::{BranchColumns, BranchRow};
+use crate::block::memo::Replay;
+use crate::rows::{BranchColumns, BranchRow, Partial, PieceStats};
 
 /// Receives branch rows. The columns builder is the normal sink; a counting sink measures
 /// the walk alone.
@@ -18,7 +16,7 @@ pub trait RowSink {
     /// A partial block (start, last instruction, instructions, times) whose instructions
     /// the next row pushed carries; `truncate` drops it with that row.
     fn partial(&mut self, _p: Partial) {}
-    /// Rows replayed from a memoized segment ([`crate::memo`]): the same as pushing them
+    /// Rows replayed from a memoized segment ([`crate::block::memo`]): the same as pushing them
     /// one by one, which is what it does unless a sink knows better.
     #[inline]
     fn replay(&mut self, r: &Replay<'_>) {

@@ -527,7 +527,7 @@ fn tally_agrees(case: &impl Decodes, chunk: u64, full: &Decoded) {
 /// The step walk decodes `case` with chunks of `chunk` bytes exactly as the memoized walk
 /// did (`memo`): branches, events, timing facts and table, coverage, fallbacks.
 fn memo_agrees(case: &impl Decodes, chunk: u64, memo: &Decoded) {
-    let step = tracemill_decode::memo::step_walk_only(|| case.decode(chunk));
+    let step = tracemill_decode::block::memo::step_walk_only(|| case.decode(chunk));
     let (a, b) = (&memo.rows, &step.rows);
     if a != b {
         let i = (0..a.len().min(b.len()))

@@ -21,6 +21,20 @@ pub fn all_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// A directory to look in (`--symfs`, `--buildid-dir`): it must exist. A typo would
+/// otherwise show only as every binary of a recording not found, one warning per mapping,
+/// after the whole recording was read.
+pub fn parse_existing_dir(s: &str) -> Result<std::path::PathBuf, String> {
+    match std::fs::metadata(s) {
+        Ok(m) if m.is_dir() => Ok(s.into()),
+        Ok(_) => Err(format!("{s}: not a directory")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!("{s}: no such directory"))
+        }
+        Err(e) => Err(format!("{s}: {e}")),
+    }
+}
+
 /// `-j N`: 1 ..= [`MAX_JOBS`] threads; 0 means all cores, as in most tools.
 pub fn parse_jobs(s: &str) -> Result<usize, String> {
     let n: usize = s

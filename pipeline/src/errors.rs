@@ -22,7 +22,7 @@ pub fn error_text(e: &anyhow::Error) -> String {
 /// The trace holds no PSB packet: nothing can be decoded (`decode` exits 1). A type of its
 /// own so that the Python package raises its own exception for it (`NoPsbError`).
 #[derive(Debug, thiserror::Error)]
-#[error("{path}: no PSB packet in {bytes} bytes: nothing to decode (is this an RTIT trace?)")]
+#[error("{path}: no PSB packet in {bytes} bytes: nothing to decode (is this an RTIT or Intel PT trace?)")]
 pub struct NoPsb {
     /// The trace file, as opened.
     pub path: String,

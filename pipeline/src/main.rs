@@ -21,8 +21,9 @@ use tracemill_sinks::Format;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Decode Intel RTIT traces (Silvermont/Airmont Real Time Instruction Trace) into
-/// Parquet tables of every executed branch, its timing, and code coverage.
+/// Decode Intel RTIT (Silvermont/Airmont Real Time Instruction Trace) and Intel PT traces
+/// into Parquet tables of every executed branch, its timing, and code coverage. The
+/// `about` line is the package's description (pipeline/Cargo.toml).
 #[derive(Parser)]
 #[command(name = "tracemill", version, about, long_about = None)]
 struct Cli {
@@ -310,11 +311,11 @@ struct DecodeArgs {
     quiet: bool,
     /// perf.data: look for the recorded binaries under DIR first (DIR + the recorded
     /// path), as perf's --symfs.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = tracemill::cli::parse_existing_dir)]
     symfs: Option<PathBuf>,
     /// perf.data: the build-id cache to look for binaries in by build-id [default:
     /// ~/.debug], as perf's --buildid-dir.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = tracemill::cli::parse_existing_dir)]
     buildid_dir: Option<PathBuf>,
     /// perf.data: the kernel's ELF image (its code at its own addresses), for traces of
     /// kernel code, as perf's --vmlinux.

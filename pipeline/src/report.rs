@@ -113,6 +113,16 @@ enum WeightArg {
     Branches,
 }
 
+/// What a flame graph's frame widths measure: the stacks add up instructions and cycles,
+/// not branches, so only those two are offered.
+#[derive(Clone, Copy, ValueEnum)]
+enum FlameWeightArg {
+    /// Instructions executed.
+    Instructions,
+    /// Core cycles (from cycle-accurate traces; else instructions, and a warning).
+    Cycles,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum FormatArg {
     /// Aligned columns for reading, like perf report.
@@ -152,9 +162,9 @@ enum ReportCmd {
         /// Folded stacks file (`a;b;c weight`), the text format flame graph tools read.
         #[arg(long, value_name = "FILE")]
         folded: Option<PathBuf>,
-        /// What frame widths measure: instructions or cycles (not branches).
-        #[arg(long, value_enum, default_value_t = WeightArg::Instructions)]
-        weight: WeightArg,
+        /// What frame widths measure.
+        #[arg(long, value_enum, default_value_t = FlameWeightArg::Instructions)]
+        weight: FlameWeightArg,
     },
     /// The flame graph's stacks as a pprof profile (gzipped profile.proto) with
     /// instructions and cycles, for go tool pprof, Pyroscope, Grafana.
@@ -363,10 +373,7 @@ fn run_report(a: ReportArgs) -> Result<ExitCode> {
             if out.is_none() && folded.is_none() {
                 anyhow::bail!("give --out FILE.svg, --folded FILE, or both");
             }
-            let cycles = matches!(w, WeightArg::Cycles);
-            if matches!(w, WeightArg::Branches) {
-                anyhow::bail!("flame graphs weigh instructions or cycles");
-            }
+            let cycles = matches!(w, FlameWeightArg::Cycles);
             let mut src = open(&t)?;
             let s = tracemill_reports::stacks::flamegraph(
                 &mut src,

@@ -178,6 +178,59 @@ fn a_file_as_out_or_dataset_is_named_as_such() {
     assert_eq!(std::fs::read(&file).unwrap(), b"x");
 }
 
+/// `--symfs` and `--buildid-dir` name directories to look for binaries in: one that does
+/// not exist (or is a file) is refused with its path, by every command that takes them,
+/// before anything is read or created.
+#[test]
+fn a_missing_symfs_or_buildid_dir_is_refused_with_its_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let missing = tmp.path().join("no-such-dir");
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    for flag in ["--symfs", "--buildid-dir"] {
+        for (dir, why) in [(&missing, "no such directory"), (&file, "not a directory")] {
+            let what = format!("{}: {why}", dir.display());
+            let o = tracemill(&["decode", &recursion(), "--out", s(&out), flag, s(dir)]);
+            refused(&o, &what, &out);
+            assert!(stderr(&o).contains(flag), "{}", stderr(&o));
+            let o = tracemill(&["ingest", &recursion(), "--dataset", s(&out), flag, s(dir)]);
+            refused(&o, &what, &out);
+        }
+    }
+}
+
+/// The flame graph offers the weights it can draw, and no other: `--help` lists
+/// instructions and cycles, and `--weight branches` is a usage error naming those two.
+#[test]
+fn flamegraph_offers_only_the_weights_it_draws() {
+    let o = tracemill(&["report", "flamegraph", "--help"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let help = stdout(&o);
+    let weight = &help[help.find("--weight").expect("--weight in the help")..];
+    let weight = &weight[..weight.find("\n  -").unwrap_or(weight.len())];
+    assert!(
+        weight.contains("instructions") && weight.contains("cycles"),
+        "{weight}"
+    );
+    assert!(!weight.contains("branches"), "{weight}");
+    let tmp = tempfile::tempdir().unwrap();
+    let svg = tmp.path().join("f.svg");
+    let o = tracemill(&[
+        "report",
+        "flamegraph",
+        s(tmp.path()),
+        "--weight",
+        "branches",
+        "--out",
+        s(&svg),
+    ]);
+    refused(&o, "[possible values: instructions, cycles]", &svg);
+    // hotspots still rank by branches.
+    let o = tracemill(&["report", "hotspots", "--help"]);
+    assert!(stdout(&o).contains("branches"), "{}", stdout(&o));
+}
+
 /// Decode the recursion sample into `dir/out`.
 fn decoded(dir: &Path) -> PathBuf {
     let out = dir.join("out");

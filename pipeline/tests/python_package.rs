@@ -28,7 +28,7 @@ fn python_package_tests() {
     if !ready {
         common::missing_tool(
             "the Python package's tests need it installed, with pytest, polars, DuckDB and \
-             pandas: .venv/bin/pip install -r python/requirements.txt ./python/tracemill-py",
+             pandas: .venv/bin/pip install -v -r python/requirements.txt ./python/tracemill-py",
         );
         return;
     }

@@ -271,7 +271,7 @@ impl Input {
     }
 
     /// Open `out` (a `tracemill decode --out` directory); `bundle` overrides the bundle
-    /// recorded in the tables.
+    /// recorded in the tables (moved, or a copy of it): one with another trace is refused.
     pub fn open(out: &Path, bundle: Option<&Path>) -> Result<Input> {
         if !out.is_dir() {
             bail!(
@@ -295,6 +295,9 @@ impl Input {
                 "{}: no tracemill table (branches, events, timing, coverage or edges .parquet/.arrow) in it",
                 out.display()
             );
+        }
+        if let (Some(given), Some(t)) = (bundle, tables.values().next()) {
+            check_given_bundle(&t.meta, given)?;
         }
         Ok(Input::with_tables(out, tables, warnings, bundle))
     }
@@ -468,6 +471,51 @@ impl Input {
     pub fn label(&self, key: &str) -> Option<&str> {
         self.meta.get(&format!("label.{key}")).map(String::as_str)
     }
+}
+
+/// A bundle given for tables decoded from another is refused: its images would be read
+/// against the wrong trace's addresses, and every count would come out 0 without a word.
+/// The tables record the trace they were decoded from (its size, its RTIT_CTL) and the
+/// bundle directory; a given bundle that is that directory, or a copy of it elsewhere,
+/// has the same trace. One whose manifest does not load is left to the caller (a
+/// warning, and the recorded images).
+fn check_given_bundle(meta: &HashMap<String, String>, given: &Path) -> Result<()> {
+    let Ok(m) = Manifest::load(given) else {
+        return Ok(());
+    };
+    let mut differs = Vec::new();
+    let trace = m.trace_path(given);
+    let size = std::fs::metadata(&trace).map(|f| f.len());
+    if let (Some(rec), Ok(size)) = (
+        meta.get(meta::SOURCE_SIZE)
+            .and_then(|s| s.parse::<u64>().ok()),
+        &size,
+    ) {
+        if rec != *size {
+            differs.push(format!(
+                "its trace ({}) is {size} bytes, the tables' was {rec}",
+                trace.display()
+            ));
+        }
+    }
+    let ctl = format!("{:#x}", m.rtit_ctl);
+    if let Some(rec) = meta.get(meta::RTIT_CTL) {
+        if *rec != ctl {
+            differs.push(format!("its rtit_ctl is {ctl}, the tables' {rec}"));
+        }
+    }
+    if differs.is_empty() {
+        return Ok(());
+    }
+    let from = meta
+        .get(META_BUNDLE)
+        .or_else(|| meta.get(meta::SOURCE))
+        .map_or("unrecorded".to_string(), |b| b.clone());
+    bail!(
+        "{}: not the bundle these tables were decoded from ({from}): {}; give that bundle, or none",
+        given.display(),
+        differs.join(", ")
+    )
 }
 
 fn spec_of(r: &ImageMeta) -> ImageSpec {

@@ -23,7 +23,7 @@ use tracemill_decode::rows::{
 };
 use tracemill_schemas::{arrow as schema, meta, BranchKind, EventKind, TimingKind};
 
-use crate::{Codec, Error, FileMeta, Format, TableWriter, WriterOptions};
+use crate::{Codec, Error, FileMeta, Format, TableWriter, WriterOptions, Written};
 
 // ---------------------------------------------------------------- sample data
 
@@ -946,6 +946,40 @@ fn row_groups_encoded_elsewhere_read_back_as_written_batch_by_batch() {
     }
 }
 
+/// `all` written as `branches` twice: whole, by arrow-rs's writer (`dir/write`), and by
+/// the encoder row group by row group (`dir/enc`), each row group (`opts`'
+/// `max_row_group_rows` rows) handed over in four slices cut at `cut` and `cut + 12,345`
+/// (one of them empty), as the pipeline hands over pieces.
+fn written_both_ways(
+    dir: &Path,
+    opts: &WriterOptions,
+    all: &RecordBatch,
+    cut: usize,
+) -> (Written, Written) {
+    let plain = dir.join("write");
+    let enc = dir.join("enc");
+    fs::create_dir_all(&plain).unwrap();
+    fs::create_dir_all(&enc).unwrap();
+    let mut w = TableWriter::create_in(&plain, "branches", &file_meta(), opts).unwrap();
+    w.write(all).unwrap();
+    let by_write = w.finish().unwrap();
+    let mut w = TableWriter::create_in(&enc, "branches", &file_meta(), opts).unwrap();
+    let e = w.row_group_encoder().unwrap();
+    let n = opts.max_row_group_rows;
+    for (i, at) in (0..all.num_rows()).step_by(n).enumerate() {
+        let g = all.slice(at, n.min(all.num_rows() - at));
+        let (a, b) = (cut, (cut + 12_345).min(g.num_rows()));
+        let parts = [
+            g.slice(0, a),
+            g.slice(a, 0),
+            g.slice(a, b - a),
+            g.slice(b, g.num_rows() - b),
+        ];
+        w.append_encoded(e.encode(i, &parts).unwrap()).unwrap();
+    }
+    (by_write, w.finish().unwrap())
+}
+
 /// The unsigned integer columns written by the encoder's own chunks (dictionaries: `ip`,
 /// `target`, `insns`, `cr3`; deltas: `seq`, `offset`, `tsc`, `cycles`) carry what
 /// arrow-rs writes for them: the same chunk statistics,
@@ -990,33 +1024,9 @@ fn integer_chunks_carry_what_arrow_rs_writes() {
         cols.insns[i] = 0x8000_0000 + i as u32;
     }
     let all = crate::convert::branches(cols, 0).unwrap();
-    let groups: Vec<RecordBatch> = [(0, 30_720), (30_720, 30_720), (61_440, 13_560)]
-        .iter()
-        .map(|&(at, n)| all.slice(at, n))
-        .collect();
-
-    let plain = dir.path().join("write");
-    let enc = dir.path().join("enc");
-    fs::create_dir_all(&plain).unwrap();
-    fs::create_dir_all(&enc).unwrap();
-    let mut w = TableWriter::create_in(&plain, "branches", &file_meta(), &opts).unwrap();
-    w.write(&all).unwrap();
-    let by_write = w.finish().unwrap();
-    let mut w = TableWriter::create_in(&enc, "branches", &file_meta(), &opts).unwrap();
-    let e = w.row_group_encoder().unwrap();
-    // Each row group handed over in three batches (one empty), as the pipeline hands
-    // over pieces: pages cross batches, with and without nulls.
-    for (i, g) in groups.iter().enumerate() {
-        let (a, b) = (7_000, (7_000 + 12_345).min(g.num_rows()));
-        let parts = [
-            g.slice(0, a),
-            g.slice(a, 0),
-            g.slice(a, b - a),
-            g.slice(b, g.num_rows() - b),
-        ];
-        w.append_encoded(e.encode(i, &parts).unwrap()).unwrap();
-    }
-    let by_encoder = w.finish().unwrap();
+    // Each row group handed over in four batches (one empty), as the pipeline hands over
+    // pieces: pages cross batches, with and without nulls.
+    let (by_write, by_encoder) = written_both_ways(dir.path(), &opts, &all, 7_000);
     assert_eq!(read_parquet(&by_write.path), read_parquet(&by_encoder.path));
 
     let (ma, mb) = (parquet_meta(&by_write.path), parquet_meta(&by_encoder.path));
@@ -1136,33 +1146,9 @@ fn boolean_chunks_carry_what_arrow_rs_writes() {
     cols.compressed.iter_mut().for_each(|c| *c = true);
     assert!(cols.in_tx.is_empty(), "in_tx all false");
     let all = crate::convert::branches(cols, 0).unwrap();
-    let groups: Vec<RecordBatch> = [(0, 30_720), (30_720, 30_720), (61_440, 10_241)]
-        .iter()
-        .map(|&(at, n)| all.slice(at, n))
-        .collect();
-
-    let plain = dir.path().join("write");
-    let enc = dir.path().join("enc");
-    fs::create_dir_all(&plain).unwrap();
-    fs::create_dir_all(&enc).unwrap();
-    let mut w = TableWriter::create_in(&plain, "branches", &file_meta(), &opts).unwrap();
-    w.write(&all).unwrap();
-    let by_write = w.finish().unwrap();
-    let mut w = TableWriter::create_in(&enc, "branches", &file_meta(), &opts).unwrap();
-    let e = w.row_group_encoder().unwrap();
-    for (i, g) in groups.iter().enumerate() {
-        // Pieces starting at bits 0, 7,003 (empty), 7,003 and 19,348 of the row group (or
-        // its end): pages cross them, and all but the first start off a byte.
-        let (a, b) = (7_003, (7_003 + 12_345).min(g.num_rows()));
-        let parts = [
-            g.slice(0, a),
-            g.slice(a, 0),
-            g.slice(a, b - a),
-            g.slice(b, g.num_rows() - b),
-        ];
-        w.append_encoded(e.encode(i, &parts).unwrap()).unwrap();
-    }
-    let by_encoder = w.finish().unwrap();
+    // Pieces starting at bits 0, 7,003 (empty), 7,003 and 19,348 of each row group (or its
+    // end): pages cross them, and all but the first start off a byte.
+    let (by_write, by_encoder) = written_both_ways(dir.path(), &opts, &all, 7_003);
     let (ra, rb) = (read_parquet(&by_write.path), read_parquet(&by_encoder.path));
     assert_eq!(ra, rb);
     assert_eq!(

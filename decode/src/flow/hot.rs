@@ -5,10 +5,10 @@
 use tracemill_schemas::BranchKind;
 
 use super::Walker;
+use crate::block::memo::{self, Replay, KEY_BITS};
 use crate::block::BlockEnd;
 use crate::front::{Format, Front};
 use crate::insn::InsnClass;
-use crate::memo::{self, Replay, KEY_BITS};
 use crate::sink::RowSink;
 
 impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
@@ -109,7 +109,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         true
     }
 
-    /// The hot loop by memoized segments ([`crate::memo`]): what [`Walker::fast_walk`]
+    /// The hot loop by memoized segments ([`crate::block::memo`]): what [`Walker::fast_walk`]
     /// does, a segment at a time. Each segment's effects are applied as the step walk
     /// would apply them row by row (the module doc says why that is exact); a segment in
     /// which the loop guard would fire is left to the step walk.

@@ -40,11 +40,11 @@
 //! `walk` (the general walk), `hot` (the TNT-driven hot loops), `output` (rows, partial
 //! blocks, events), `resync` (gaps, resume points, a body's restart).
 
+use crate::block::memo;
 use crate::block::BlockCache;
 use crate::front::{Facts, Format, Front, Rules};
 use crate::image::ImageSet;
 use crate::loop_guard::LoopGuard;
-use crate::memo;
 pub use crate::piece::TimingFact;
 pub use crate::retstack::{Below, NoTarget, RetModel, RetStack};
 use crate::rows::EventRow;
@@ -171,7 +171,7 @@ pub struct Walker<'a, 'c, F: Format, S: RowSink> {
     spin: LoopGuard,
     /// The guard fired inside the hot loop: report it from the general walk.
     stuck: bool,
-    /// Walk the hot loop by memoized segments ([`crate::memo`]); false: step by step.
+    /// Walk the hot loop by memoized segments ([`crate::block::memo`]); false: step by step.
     memo: bool,
     /// This block ends in a conditional branch (the last segment's end, so known).
     cond_next: Option<u32>,

@@ -118,8 +118,7 @@ pub struct Partials {
     items: Vec<Partial>,
 }
 
-/// A partial block: (start, last instruction, instructions, times left).
-pub type Partial = (u64, u64, u32, u32);
+pub use crate::rows::Partial;
 
 impl Partials {
     /// Distinct blocks that can wait at once. Each needs an enable and a disable (or an

@@ -37,7 +37,7 @@ use super::last_ip::LastIp;
 use super::packet::{AddressMode, ExecMode, Packet, PacketErrorKind, Parsed};
 use super::sync::PacketReader;
 use crate::flow::MAX_LOOKAHEAD_BYTES;
-use crate::front::{Bits, Bound, Facts, Front, FupRole, Raw, TntBits, Vmexit};
+use crate::front::{cfe_kind, Bits, Bound, Facts, Front, FupRole, Raw, TntBits, Vmexit};
 use crate::stream::TraceStream;
 
 /// Packets that can wait for the packet they bind to at once (libipt's queue holds 14).
@@ -168,25 +168,6 @@ impl State {
             .flatten()
             .find(|s| s.bind & bind::CFE != 0)
     }
-}
-
-/// The `events` kind of a CFE type other than INTR and VMEXIT (libipt `pt_cfe_type`);
-/// `None` for types libipt does not know (ignored, as libipt ignores them).
-pub fn cfe_kind(kind: u8) -> Option<EventKind> {
-    Some(match kind {
-        0x02 => EventKind::Iret,
-        0x03 => EventKind::Smi,
-        0x04 => EventKind::Rsm,
-        0x05 => EventKind::Sipi,
-        0x06 => EventKind::Init,
-        0x07 => EventKind::Vmentry,
-        0x0A => EventKind::Shutdown,
-        0x0C => EventKind::Uintr,
-        0x0D => EventKind::Uiret,
-        0x0E => EventKind::Swintr,
-        0x0F => EventKind::Syscall,
-        _ => return None,
-    })
 }
 
 /// CFE types (libipt `pt_cfe_type`).

@@ -67,7 +67,7 @@ impl FupKind {
 }
 
 /// The IP payload of a TIP or FUP: 2, 4 or 6 bytes, either zero-extended or compressed
-/// against LAST_LIP (Table 18). Decompression is [`crate::last_ip::LastIp`]'s job.
+/// against LAST_LIP (Table 18). Decompression is [`super::last_ip::LastIp`]'s job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct IpPayload {
     /// Payload bytes: 2, 4 or 6.

@@ -30,7 +30,7 @@ pub use fill::Fills;
 use fill::{interpolate, Col, Fill, How};
 pub use table::TimingTable;
 
-use crate::piece::{Piece, TimingFact};
+use crate::piece::{Mark, Piece, Prepared, TimingFact};
 use crate::rows::{BranchColumns, EventRow, TimingColumns, TimingRow};
 
 /// A format's clock: what each timing packet means, in stream order. The [`Timeline`]
@@ -154,13 +154,6 @@ impl TscGroup {
     }
 }
 
-/// A timing packet or an event that matters to time, in stream order.
-#[derive(Clone, Copy, Debug)]
-enum Mark {
-    Fact(TimingFact),
-    Event(u64, EventKind),
-}
-
 impl Mark {
     fn offset(&self) -> u64 {
         match self {
@@ -216,21 +209,6 @@ fn marks_of<S>(p: &Piece<S>) -> Vec<Mark> {
     }
     out.extend(ev.map(|e| Mark::Event(e.offset, e.kind)));
     out
-}
-
-/// What the timeline reads of a piece besides its rows, computed from the piece alone:
-/// each row's effective offset, its exact rows (cycle-accurate timing) and its lead bound
-/// ([`prepare`], which the pipeline runs on the thread that decoded the piece: on the
-/// ordered thread these were 3% of a decode of a cycle-accurate RTIT trace, with the page
-/// faults of their fresh vectors), then its marks (computed by the timeline once, when
-/// the piece is next in line; they copy the piece's timing packets, so the pieces in
-/// flight do not carry them).
-#[derive(Clone, Debug, Default)]
-pub struct Prepared {
-    eff: Vec<u64>,
-    exact: Vec<bool>,
-    lead: u64,
-    marks: Option<Vec<Mark>>,
 }
 
 /// Compute what the timeline reads of `p`'s rows ([`Prepared`]) and keep it with the piece;

@@ -122,11 +122,11 @@ pub struct IngestArgs {
     /// perf.data: look for the recorded binaries under DIR (DIR + the recorded path), as
     /// perf's --symfs. Without it, and without --allow-outside-paths, they are looked for
     /// only inside each recording's directory (its `.debug` build-id cache).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = crate::cli::parse_existing_dir)]
     pub symfs: Option<PathBuf>,
     /// perf.data: perf's build-id cache to look for binaries in [default: `.debug` beside
     /// each recording; ~/.debug with --allow-outside-paths], as perf's --buildid-dir.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = crate::cli::parse_existing_dir)]
     pub buildid_dir: Option<PathBuf>,
 }
 

@@ -257,6 +257,12 @@ pub(crate) fn ingest(
     buildid_dir: Option<PathBuf>,
 ) -> PyResult<Py<PyAny>> {
     let jobs = crate::stream::jobs_arg(py, jobs)?;
+    for (name, dir) in [("symfs", &symfs), ("buildid_dir", &buildid_dir)] {
+        if let Some(d) = dir {
+            tracemill::cli::parse_existing_dir(&d.to_string_lossy())
+                .map_err(|e| error(py, "OptionError", format!("{name}={e}")))?;
+        }
+    }
     tracemill::cli::parse_zstd_level(&zstd_level.to_string())
         .map_err(|e| error(py, "OptionError", format!("zstd_level={zstd_level}: {e}")))?;
     use clap::ValueEnum;

@@ -55,7 +55,7 @@ def pytest_sessionstart(session):
         raise pytest.UsageError(
             f"the installed tracemill package ({tracemill.__file__}) was built from other "
             f"sources than this tree's (fingerprint {built}, the tree's {here}): reinstall it "
-            "with .venv/bin/pip install ./python/tracemill-py"
+            "with .venv/bin/pip install -v ./python/tracemill-py"
         )
 
 

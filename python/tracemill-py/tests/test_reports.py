@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import re
 import warnings
 
 import pyarrow as pa
@@ -141,6 +142,26 @@ def test_report_errors_carry_the_cli_message(cli, tmp_path):
     with pytest.raises(tracemill.ReportError) as e:
         tracemill.report.hotspots(tmp_path)
     assert str(e.value) == cli_error(cli, "report", "hotspots", tmp_path)
+
+
+def test_a_bundle_other_than_the_tables_is_refused(cli, out):
+    # recursion's tables with callbacks' bundle: refused, as by the CLI, not counted as 0.
+    other = SAMPLES / "callbacks"
+    with pytest.raises(tracemill.ReportError, match="not the bundle these tables were decoded from") as e:
+        tracemill.report.hotspots(out, bundle=other)
+    assert str(e.value) == cli_error(cli, "report", "hotspots", out, "--bundle", other)
+    # Their own bundle, named: accepted.
+    assert tracemill.report.hotspots(out, bundle=RECURSION).num_rows > 0
+
+
+def test_a_missing_symfs_or_buildid_dir_is_refused_with_its_path(cli, tmp_path):
+    missing = tmp_path / "no-such-dir"
+    for arg, flag in [("symfs", "--symfs"), ("buildid_dir", "--buildid-dir")]:
+        with pytest.raises(tracemill.OptionError, match=re.escape(f"{arg}={missing}: no such directory")):
+            tracemill.ingest([RECURSION], tmp_path / "ds", **{arg: missing})
+        r = run_cli(cli, "ingest", RECURSION, "--dataset", tmp_path / "ds", flag, missing, check=False)
+        assert r.returncode == 2 and f"{missing}: no such directory" in r.stderr
+    assert not (tmp_path / "ds").exists()
 
 
 def test_ingest_failures_are_rows_and_a_warning(tmp_path):

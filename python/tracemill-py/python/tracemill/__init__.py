@@ -1,4 +1,4 @@
-"""tracemill: decode Intel RTIT traces into Arrow tables, in Python, without files.
+"""tracemill: decode Intel RTIT and Intel PT traces into Arrow tables, in Python, without files.
 
 >>> import tracemill, polars as pl
 >>> branches = tracemill.decode("datasets/samples/recursion", tables="branches")
@@ -87,18 +87,19 @@ def decode(
 ) -> Decoding:
     """Decode a trace; its tables as streams of Arrow record batches, decoded while read.
 
-    ``bundle`` is a bundle directory, a bare trace file (then give ``ctl``), or the
-    trace's bytes already in memory (``bytes`` are read in place; other buffers are copied
-    once) with ``ctl`` or ``config`` (a ``bundle.toml``'s text: ``rtit_ctl``, images,
-    ``ring_offset``, ``[topa]``, ``[trace_hub]``...; relative image paths from the current
-    directory).
+    ``bundle`` is a bundle directory of either format (RTIT, or Intel PT: ``format =
+    "pt"``), a bare trace file (then give ``ctl``), or the trace's bytes already in
+    memory (``bytes`` are read in place; other buffers are copied once) with ``ctl`` or
+    ``config`` (a ``bundle.toml``'s text: ``rtit_ctl``, images, ``ring_offset``,
+    ``[topa]``, ``[trace_hub]``...; relative image paths from the current directory). A
+    perf.data is decoded by the CLI; the reports read its tables.
 
     ``tables``: ``"all"`` (default), a name, ``"branches,events"`` or a list of names.
     ``jobs``: decode threads (1 to 256; default and 0: all cores). ``chunk_size``: least
     trace bytes per chunk decoded in parallel (an int, or ``"128K"``; at most 4M).
-    ``ctl`` overrides the bundle's RTIT_CTL. ``images``: more code images, as the CLI's
-    ``--image`` (``PATH``, ``PATH@ADDR``, ``PATH@ADDR@CR3``). ``progress``: True for a
-    tqdm bar, or a callable ``(done_bytes, total_bytes)``.
+    ``ctl`` overrides the bundle's RTIT_CTL (Intel PT: IA32_RTIT_CTL). ``images``: more
+    code images, as the CLI's ``--image`` (``PATH``, ``PATH@ADDR``, ``PATH@ADDR@CR3``).
+    ``progress``: True for a tqdm bar, or a callable ``(done_bytes, total_bytes)``.
 
     Returns a :class:`Decoding`: ``d.branches`` (or ``d["branches"]``) is a
     :class:`TableStream`, which any Arrow consumer reads (``pyarrow.table(s)``,
@@ -230,7 +231,8 @@ def ingest(
     Parquet pages' codec, ``"zstd"`` (at ``zstd_level``), ``"lz4"``, ``"snappy"`` or
     ``"none"``. ``symfs``, ``buildid_dir``: where a perf.data's binaries are looked for,
     as perf's ``--symfs`` and ``--buildid-dir`` (without them, and without
-    ``allow_outside_paths``, only inside each recording's directory)."""
+    ``allow_outside_paths``, only inside each recording's directory); one that is not an
+    existing directory raises :class:`OptionError`."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     if isinstance(partition_by, str):

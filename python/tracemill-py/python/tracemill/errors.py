@@ -23,7 +23,8 @@ class BundleError(TracemillError):
 
 
 class NoPsbError(TracemillError):
-    """The trace has no PSB packet: nothing to decode (is it an RTIT trace?)."""
+    """The trace has no PSB packet, RTIT's or Intel PT's: nothing to decode (is it a
+    trace at all?)."""
 
 
 class MissingImageError(TracemillError):

@@ -1,15 +1,17 @@
 //! Basic-block cache: each straight run of instructions up to and including the next branch
-//! is disassembled once and then walked in O(1) per execution.
+//! is disassembled once and then walked in O(1) per execution. The memoized walk
+//! ([`memo`]) keeps its segments here, keyed by block and emptied with the blocks.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use iced_x86::{Decoder, DecoderOptions, Instruction};
 
-use crate::front::Bits;
 use crate::image::{ImageSet, Lookup};
-use crate::insn::{info_of, InsnClass};
-use crate::memo::Memo;
+use crate::insn::{info_of, Bits, InsnClass};
+
+pub mod memo;
+use memo::Memo;
 
 /// Longest block we build; a longer straight run is split (and continues in a new block).
 const MAX_BLOCK_INSNS: usize = 4096;
@@ -201,7 +203,7 @@ pub struct BlockCache {
     pub misses: u64,
     /// Bytes held by the blocks (for [`BlockCache::trim`]).
     bytes: usize,
-    /// Walk segments over these blocks ([`crate::memo`]), emptied with them.
+    /// Walk segments over these blocks ([`memo`]), emptied with them.
     pub memo: Memo,
 }
 

@@ -2,10 +2,20 @@
 //!
 //! The decoder appends to these; the pipeline assigns `seq` when it emits them in order
 //! and fills in the columns that need the whole trace (timing, CR3 before the first PIP).
+//! The branch columns carry the log of how the walk produced them ([`RowLog`], `log.rs`),
+//! from which their counts ([`PieceStats`]) and coverage are taken; the coverage rows are
+//! [`crate::coverage`]'s.
 
 use tracemill_schemas::{BranchKind, EventKind, TimingKind};
 
-use crate::tally::RowLog;
+mod log;
+
+pub use crate::coverage::{CoverageRow, EdgeRow, PartialBlock};
+pub use log::RowLog;
+
+/// A partial block: (start, last instruction, instructions, times left), waiting for the
+/// row that carries its instructions ([`PartialBlock`] once that row is known).
+pub type Partial = (u64, u64, u32, u32);
 
 /// A nullable u64 column: values plus validity.
 #[derive(Clone, Debug, Default)]
@@ -147,21 +157,8 @@ pub struct BranchColumns {
     pub in_tx: Vec<bool>,
     /// Not a table column: the rows as the walk produced them (memoized segments replayed,
     /// rows pushed one by one, blocks cut short), for their coverage
-    /// ([`crate::tally::RowLog`]; emptied once aggregated, and never compared).
+    /// ([`RowLog`]; emptied once aggregated, and never compared).
     pub log: RowLog,
-}
-
-/// A basic block that execution left before its branch: it ran from `start` through the
-/// instruction at `end`, `times` times since the row before. Its instructions are counted
-/// in the `insns` of row `row` (the next row), so it counts in coverage exactly when that
-/// row does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PartialBlock {
-    pub row: u64,
-    pub start: u64,
-    pub end: u64,
-    pub insns: u32,
-    pub times: u32,
 }
 
 /// The table's columns compared; the log (how the walk produced them) is not.
@@ -418,22 +415,35 @@ impl TimingColumns {
     }
 }
 
-/// One coverage row (a basic block and how often it ran).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CoverageRow {
-    pub image: Option<String>,
-    pub image_offset: Option<u64>,
-    pub start: u64,
-    pub end: u64,
-    pub insns: u32,
-    pub count: u64,
+/// Counts over a piece's rows, taken where the piece was decoded (so that the thread
+/// putting pieces in order does as little per row as possible).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PieceStats {
+    /// Rows (the piece's rows may be counted, not kept: [`crate::tally`]).
+    pub rows: u64,
+    pub insns: u64,
+    pub by_kind: [u64; 8],
 }
 
-/// One edge row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EdgeRow {
-    pub src: u64,
-    pub dst: u64,
-    pub kind: BranchKind,
-    pub count: u64,
+impl PieceStats {
+    /// Add `o`'s counts.
+    pub fn add(&mut self, o: &PieceStats) {
+        self.rows += o.rows;
+        self.insns += o.insns;
+        for (a, b) in self.by_kind.iter_mut().zip(o.by_kind) {
+            *a += b;
+        }
+    }
+
+    pub fn of(rows: &BranchColumns) -> Self {
+        let mut s = PieceStats {
+            rows: rows.len() as u64,
+            insns: rows.insns.iter().map(|&i| i as u64).sum(),
+            ..PieceStats::default()
+        };
+        for &k in &rows.kind {
+            s.by_kind[k as usize & 7] += 1;
+        }
+        s
+    }
 }
