@@ -11,7 +11,13 @@ use crate::sink::RowSink;
 impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     pub(super) fn event(&mut self, offset: u64, kind: EventKind, ip: Option<u64>, detail: String) {
         self.facts.seq = self.rows.len() as u64;
-        self.facts.event(offset, kind, ip, detail);
+        let at = self.facts.place(offset, kind, ip, detail);
+        if let (Some(at), Some(k)) = (at, self.status_events.as_mut()) {
+            // Put before the events of a PSB+ read ahead: they still start one later.
+            if at <= *k {
+                *k += 1;
+            }
+        }
     }
 
     #[inline]
