@@ -106,6 +106,34 @@ impl<P> FlowState<P> {
     }
 }
 
+/// The instructions a state holds that no row carries yet (see [`FlowState::open`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Open {
+    /// How many.
+    pub insns: u32,
+    /// The blocks they ran in: the partial blocks, then the block the walk stands inside,
+    /// as partial blocks (start, last instruction, instructions, times).
+    pub blocks: Vec<Partial>,
+}
+
+impl<P> FlowState<P> {
+    /// The instructions walked since the last row, which the next row would carry (the
+    /// partial blocks left by a disable, an interrupt or an overflow, and the start of
+    /// the block the walk stands inside): at the end of the trace no row comes, and they
+    /// are the trace's tail (`EventKind::Tail`).
+    pub fn open(&self) -> Open {
+        let mut blocks: Vec<Partial> = self.partials.iter().collect();
+        let inside = self.open_insns.saturating_sub(self.block_base);
+        if inside > 0 {
+            blocks.push((self.block_start, self.last_insn, inside, 1));
+        }
+        Open {
+            insns: self.open_insns,
+            blocks,
+        }
+    }
+}
+
 /// Partial blocks waiting for the row that carries their instructions (usually none or
 /// one). The same block left again before a row adds to its count instead of taking a
 /// place: a stretch of enables and disables at one address with no branch between them
