@@ -85,7 +85,7 @@ fn decode(packets: &[Packet]) -> Decoded {
 fn events(d: &Decoded) -> Vec<(EventKind, Option<u64>, String)> {
     d.events
         .iter()
-        .filter(|e| !matches!(e.kind, EventKind::Psb | EventKind::Resync))
+        .filter(|e| !matches!(e.kind, EventKind::Psb | EventKind::Resync | EventKind::Tail))
         .map(|e| (e.kind, e.ip, e.detail.clone()))
         .collect()
 }

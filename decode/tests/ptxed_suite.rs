@@ -203,8 +203,6 @@ struct Listing<'a> {
     /// In a transaction: ptxed marks instructions with `? `.
     speculative: bool,
     insns: u64,
-    /// Where tracing stopped, for ptxed's `[resumed]`.
-    stopped_at: Option<u64>,
     event_ip: bool,
     /// TRIGs waiting for their instruction count: instructions still to list, and the
     /// line without its closing bracket (each counts from the one before).
@@ -336,7 +334,6 @@ fn ptxed_lines(
         bits: Bits::B64,
         speculative: false,
         insns: 0,
-        stopped_at: None,
         event_ip: o.event_ip,
         trigs: VecDeque::new(),
         trig_ip: Vec::new(),
@@ -364,8 +361,11 @@ fn ptxed_lines(
                         // ptxed resyncs at the enable with tracing disabled.
                         l.lines.push("[disabled]".to_string());
                     }
-                    let resumed = e.ip.is_some() && e.ip == l.stopped_at;
-                    let what = if resumed { "resumed" } else { "enabled" };
+                    let what = if e.detail == "resumed" {
+                        "resumed"
+                    } else {
+                        "enabled"
+                    };
                     let s = l.ip_suffix("ip", e.ip);
                     l.lines.push(format!("[{what}{s}]"));
                     l.cur = e.ip;
@@ -379,15 +379,11 @@ fn ptxed_lines(
                             // A TIP.PGD alone, at a direct branch out of the region.
                             || (pgds.contains(&e.offset) && rows.target.get(i - 1) == e.ip));
                     let s = if sync {
-                        let call = rows.kind[i - 1] == BranchKind::Call as u8
-                            || rows.kind[i - 1] == BranchKind::CallInd as u8;
-                        l.stopped_at = if call { l.cur } else { None };
                         l.ip_suffix("ip", e.ip)
                     } else {
                         if let (true, Some(x)) = (tracing, e.ip) {
                             l.list_to(x, false)?;
                         }
-                        l.stopped_at = e.ip;
                         match (l.event_ip, e.ip) {
                             (true, Some(x)) => {
                                 let mut s = format!(", at: {x:016x}");

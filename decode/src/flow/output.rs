@@ -3,7 +3,7 @@
 
 use tracemill_schemas::{BranchKind, EventKind};
 
-use super::Walker;
+use super::{Mode, Walker};
 use crate::front::{Bits, Bound, Format};
 use crate::rows::BranchRow;
 use crate::sink::RowSink;
@@ -107,6 +107,13 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         self.st.partials.clear();
         let n = self.rows.len();
         self.rows.truncate(n);
+    }
+
+    /// Tracing is disabled; it stopped before the instruction at `at` (see
+    /// [`FlowState::stopped_at`](super::FlowState::stopped_at)).
+    pub(super) fn disabled_at(&mut self, at: Option<u64>) {
+        self.st.mode = Mode::Disabled;
+        self.st.stopped_at = at;
     }
 
     /// The rows so far are decided by packets.

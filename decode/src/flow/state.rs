@@ -60,6 +60,11 @@ pub struct FlowState<P> {
     pub resumed_at: Option<u64>,
     /// The last thing walked was a branch (for FUP.PGD's second reading).
     pub after_branch: bool,
+    /// Where tracing stopped, while disabled: the instruction the walk would have run next
+    /// (an asynchronous disable's IP; after a branch that disabled tracing, its target
+    /// if direct, else the instruction after it). An enable there is libipt's
+    /// `[resumed]`. Forgotten at every PSB (a chunk may start there).
+    pub stopped_at: Option<u64>,
     /// Executing inside a TSX transaction (Intel PT MODE.TSX): rows walked now are marked
     /// so.
     pub in_tx: bool,
@@ -99,6 +104,7 @@ impl<P> FlowState<P> {
             prev_nlip: 0,
             resumed_at: None,
             after_branch: false,
+            stopped_at: None,
             in_tx: false,
             cursor,
             fe,

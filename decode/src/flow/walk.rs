@@ -4,7 +4,7 @@
 use tracemill_schemas::{BranchKind, EventKind};
 
 use super::output::went_to;
-use super::{Below, Item, Mode, NoTarget, Role, Stop, Walker};
+use super::{Below, Item, NoTarget, Role, Stop, Walker};
 use crate::block::BlockEnd;
 use crate::front::{FarRule, Format, Front};
 use crate::insn::InsnClass;
@@ -85,7 +85,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                             self.close_block();
                             self.event(off, EventKind::Disable, Some(x), went_to(tip));
                             self.decided(off);
-                            self.st.mode = Mode::Disabled;
+                            self.disabled_at(Some(x));
                             return None;
                         }
                         if self.st.after_branch && self.rules.far == FarRule::FupAndTip {
@@ -102,7 +102,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                             self.close_block();
                             self.event(off, EventKind::Disable, Some(x), String::new());
                             self.decided(off);
-                            self.st.mode = Mode::Disabled;
+                            self.disabled_at(Some(x));
                             return None;
                         }
                     }
@@ -283,7 +283,10 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                             self.st.ret.call(next, direct && target == next);
                         }
                         self.event(off, EventKind::Disable, ip, String::new());
-                        self.st.mode = Mode::Disabled;
+                        // libipt's IP after the branch: a direct one's target, else the
+                        // next instruction.
+                        let taken_to = if taken { target } else { next };
+                        self.disabled_at(Some(if direct { taken_to } else { next }));
                         return None;
                     }
                 }
@@ -489,7 +492,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                             self.row(last_ip, to, kind, true, off);
                             self.decided(off);
                             self.event(off, EventKind::Disable, Some(x), String::new());
-                            self.st.mode = Mode::Disabled;
+                            self.disabled_at(Some(x));
                             return None;
                         }
                         Item::End => {
