@@ -349,7 +349,20 @@ fn ptxed_lines(
                 // The tail's instructions are listed already (the adapter walks the code
                 // up to each event's IP); `instruction_totals_equal_libipts` checks its
                 // count.
-                EventKind::Psb | EventKind::FreqChange | EventKind::Tail => {}
+                EventKind::Psb | EventKind::Tail => {}
+                EventKind::FreqChange => {
+                    // A CBR outside a PSB+ is ptxed's `[cbr: N]` (one in a PSB+ is status).
+                    // The event is kept when the ratio changes ("core/bus ratio A -> B").
+                    if !status.contains(&e.offset) {
+                        let r: u64 = e
+                            .detail
+                            .rsplit(' ')
+                            .next()
+                            .and_then(|r| r.parse().ok())
+                            .ok_or("a freq_change without its ratio")?;
+                        l.lines.push(format!("[cbr: {r:x}]"));
+                    }
+                }
                 EventKind::Resync => {
                     if let Some(ip) = e.ip {
                         l.cur = Some(ip);
