@@ -45,6 +45,12 @@ impl InsnClass {
     pub fn needs_trace(self) -> bool {
         !matches!(self, InsnClass::Other | InsnClass::Jmp | InsnClass::Call)
     }
+    /// An indirect near JMP or CALL (its destination comes in a TIP).
+    #[inline]
+    pub fn is_indirect(self) -> bool {
+        matches!(self, InsnClass::JmpInd | InsnClass::CallInd)
+    }
+
     pub fn branch_kind(self) -> Option<BranchKind> {
         Some(match self {
             InsnClass::Other => return None,

@@ -389,76 +389,8 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                         }
                     }
                 }
-                InsnClass::JmpInd | InsnClass::CallInd => {
-                    let kind = if class == InsnClass::JmpInd {
-                        BranchKind::JmpInd
-                    } else {
-                        BranchKind::CallInd
-                    };
-                    let Ok(it) = self.tip_for_indirect() else {
-                        self.st.open_insns -= n;
-                        let off = self.st.tnt_off;
-                        self.gap(
-                            off,
-                            format!("TNT bits left at the indirect branch at {last_ip:#x}"),
-                        );
-                        return None;
-                    };
-                    match it {
-                        Item::Tip {
-                            ip: Some(to), off, ..
-                        } => {
-                            self.consume();
-                            self.row(last_ip, Some(to), kind, true, off);
-                            self.decided(off);
-                            if class == InsnClass::CallInd {
-                                self.st.ret.call(next, false);
-                            }
-                            self.st.ip = to;
-                        }
-                        Item::End => {
-                            self.st.open_insns -= n;
-                            return Some(Stop::End);
-                        }
-                        _ => {
-                            self.st.open_insns -= n;
-                            self.inconsistent("expected a TIP for the indirect branch");
-                            return None;
-                        }
-                    }
-                }
-                InsnClass::Far | InsnClass::Syscall if self.rules.far == FarRule::TipOnly => {
-                    let kind = class.branch_kind().expect("far");
-                    let Ok(it) = self.tip_for_indirect() else {
-                        self.st.open_insns -= n;
-                        let off = self.st.tnt_off;
-                        self.gap(
-                            off,
-                            format!("TNT bits left at the far transfer at {last_ip:#x}"),
-                        );
-                        return None;
-                    };
-                    match it {
-                        Item::Tip {
-                            ip: Some(to), off, ..
-                        } => {
-                            self.consume();
-                            self.row(last_ip, Some(to), kind, true, off);
-                            self.decided(off);
-                            self.st.ip = to;
-                        }
-                        Item::End => {
-                            self.st.open_insns -= n;
-                            return Some(Stop::End);
-                        }
-                        _ => {
-                            self.st.open_insns -= n;
-                            self.inconsistent("expected a TIP for the far transfer");
-                            return None;
-                        }
-                    }
-                }
-                InsnClass::Far | InsnClass::Syscall => {
+                // Far transfers under RTIT's rule: FUP.FAR + TIP, or FUP.PGD.
+                InsnClass::Far | InsnClass::Syscall if self.rules.far == FarRule::FupAndTip => {
                     let kind = class.branch_kind().expect("far");
                     if !self.st.tnt.is_empty() {
                         self.st.open_insns -= n;
@@ -504,6 +436,44 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                             self.inconsistent(
                                 "expected FUP.FAR+TIP or FUP.PGD for the far transfer",
                             );
+                            return None;
+                        }
+                    }
+                }
+                // Indirect branches, and far transfers under Intel PT's rule: the TIP says
+                // where they went.
+                InsnClass::JmpInd | InsnClass::CallInd | InsnClass::Far | InsnClass::Syscall => {
+                    let kind = class.branch_kind().expect("a branch");
+                    let what = if class.is_indirect() {
+                        "indirect branch"
+                    } else {
+                        "far transfer"
+                    };
+                    let Ok(it) = self.tip_for_indirect() else {
+                        self.st.open_insns -= n;
+                        let off = self.st.tnt_off;
+                        self.gap(off, format!("TNT bits left at the {what} at {last_ip:#x}"));
+                        return None;
+                    };
+                    match it {
+                        Item::Tip {
+                            ip: Some(to), off, ..
+                        } => {
+                            self.consume();
+                            self.row(last_ip, Some(to), kind, true, off);
+                            self.decided(off);
+                            if class == InsnClass::CallInd {
+                                self.st.ret.call(next, false);
+                            }
+                            self.st.ip = to;
+                        }
+                        Item::End => {
+                            self.st.open_insns -= n;
+                            return Some(Stop::End);
+                        }
+                        _ => {
+                            self.st.open_insns -= n;
+                            self.inconsistent(&format!("expected a TIP for the {what}"));
                             return None;
                         }
                     }
