@@ -583,8 +583,10 @@ mod tests {
     /// them, and they follow the rows walked up to it: `offset` and `seq` never decrease.
     #[test]
     fn an_event_about_an_earlier_packet_goes_before_those_read_ahead() {
-        let mut f = Facts::default();
-        f.seq = 3;
+        let mut f = Facts {
+            seq: 3,
+            ..Facts::default()
+        };
         f.event(0x100, EventKind::Psb, None, String::new());
         f.event(0x1ac, EventKind::Paging, None, "vmcs=0x1000000".into());
         f.seq = 7;
