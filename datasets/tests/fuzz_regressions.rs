@@ -752,13 +752,12 @@ fn pt_in_tx_the_same_in_chunks() {
     replay("pt_stitch_diff", "in-tx-chunked-2");
 }
 
-/// `pt_walk`, finding `events-out-of-order` (the last clean-clone CI run's fuzzing, not yet
-/// fixed): a VMCS read ahead at offset 0x1ac is reported before the error found at the TNT
-/// packet at 0x1a2 ("not-taken TNT bit for the RET"), so `events.offset` decreases. Kept
-/// here, ignored, until the error is reported before the events read ahead of it (a debt,
-/// like an entry of a known-failures list: `cargo test -- --ignored` runs it).
+/// `pt_walk`, finding `events-out-of-order` (a clean-clone CI run's fuzzing): a VMCS read
+/// ahead at offset 0x1ac (looking for a deferred TIP while the bits of the TNT-64 at 0x1a2
+/// were still in use) was reported before the error found at that TNT ("not-taken TNT bit
+/// for the RET"), so `events.offset` decreased. An event about an earlier packet now goes
+/// before the events read ahead of it (`Facts::place`).
 #[test]
-#[ignore = "open finding: an error is reported after an event read ahead of it"]
 fn pt_events_stay_in_offset_order_around_an_error() {
     replay("pt_walk", "events-out-of-order");
 }

@@ -23,6 +23,7 @@ use crate::rows::TimingColumns;
 use crate::rows::{BranchColumns, EventRow};
 use crate::stream::TraceStream;
 use crate::timing::{Clock, Timeline, TimingTable};
+use tracemill_schemas::EventKind;
 
 /// A range of the stream from one PSB to another (or the end).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -450,6 +451,8 @@ pub struct Decoded {
     /// The `timing` table.
     pub timing_rows: TimingColumns,
     pub coverage: Coverage,
+    /// The pieces' counts: the rows', and the tail's instructions ([`Stitcher::finish`]).
+    pub stats: PieceStats,
     /// Chunks whose stitch had to decode them alone.
     pub fallbacks: usize,
     /// Marks the timeline handled ([`Timeline::marks_handled`]).
@@ -464,6 +467,7 @@ impl Decoded {
     pub fn append(&mut self, mut p: Piece<BranchColumns>, t: TimingColumns) {
         self.pieces += 1;
         self.seq.sequence(&mut p);
+        self.stats.add(&p.stats);
         self.coverage.merge(std::mem::take(&mut p.coverage));
         self.events.append(&mut p.events);
         self.timing.append(&mut p.timing);
@@ -543,6 +547,46 @@ impl<'i, 'a, F: Format, S: RowSink + Default> Stitcher<'i, 'a, F, S> {
     }
 }
 
+impl<F: Format, S: RowSink + Default> Stitcher<'_, '_, F, S> {
+    /// After the last chunk: the trace's tail, the instructions the final state holds
+    /// that no row carries ([`FlowState::open`]: they ran before a disable, an interrupt
+    /// or an overflow with no branch row after it, or before an event's IP), as a piece
+    /// of no rows, its count in `stats.insns`, its blocks in the coverage and a `tail`
+    /// event at the end of the trace. Without it a trace's instruction count fell short of
+    /// libipt's by the instructions before its final FUP + TIP.PGD. The state is the same
+    /// however the trace was cut, so is the tail.
+    pub fn finish(&mut self, mut emit: impl FnMut(Piece<S>)) {
+        let Some(exit) = &self.prev_exit else {
+            return;
+        };
+        let open = exit.open();
+        if open.insns == 0 {
+            return;
+        }
+        let mut rows = S::default();
+        for b in &open.blocks {
+            rows.partial(*b);
+        }
+        let (mut stats, coverage) = rows.finish();
+        stats.insns += open.insns as u64;
+        emit(Piece {
+            rows,
+            stats,
+            coverage,
+            events: vec![EventRow {
+                seq: 0,
+                offset: self.input.stream.len(),
+                kind: EventKind::Tail,
+                ip: None,
+                tsc: None,
+                detail: open.insns.to_string(),
+            }],
+            timing: Vec::new(),
+            prepared: None,
+        });
+    }
+}
+
 /// Apply a stitch's findings to its body's output.
 pub fn fix_body<F: Format, S: RowSink>(body: &mut Body<F, S>, s: &Stitched<F, S>) {
     if !body.out.rows.is_empty() {
@@ -603,6 +647,7 @@ pub fn decode_pieces<F: Format, S: RowSink + Default>(
         let body: Body<F, S> = decode_body_bounded(input, &mut cache, c, body_limit);
         st.push(body, &mut emit);
     }
+    st.finish(&mut emit);
     st.fallbacks
 }
 

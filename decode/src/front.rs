@@ -348,7 +348,28 @@ impl Default for Facts {
 }
 
 impl Facts {
+    /// Report an event (see [`Facts::place`]).
     pub fn event(&mut self, offset: u64, kind: EventKind, ip: Option<u64>, detail: String) {
+        self.place(offset, kind, ip, detail);
+    }
+
+    /// Report an event; returns where in `events` it went (`None`: it waits in
+    /// `deferred`).
+    ///
+    /// The events of packets read ahead of the walk (the item in the walker's look-ahead,
+    /// or the packets after a TNT whose bits are still being used) are in `events`
+    /// already. An event the walk finds later about an earlier packet (an error at the
+    /// TNT packet whose bit does not fit the code) goes before them, so that `offset`
+    /// never decreases (fuzz finding `events-out-of-order`); they then follow the rows
+    /// walked up to it (`seq` at least its own), as the packets they came from follow
+    /// every row of that TNT.
+    pub fn place(
+        &mut self,
+        offset: u64,
+        kind: EventKind,
+        ip: Option<u64>,
+        detail: String,
+    ) -> Option<usize> {
         let e = EventRow {
             seq: self.seq,
             offset,
@@ -359,10 +380,16 @@ impl Facts {
         };
         if self.looking_ahead {
             self.deferred.push(e);
-        } else {
-            self.flush_deferred(offset);
-            self.events.push(e);
+            return None;
         }
+        self.flush_deferred(offset);
+        let mut at = self.events.len();
+        while at > 0 && self.events[at - 1].offset > offset {
+            at -= 1;
+            self.events[at].seq = self.events[at].seq.max(self.seq);
+        }
+        self.events.insert(at, e);
+        Some(at)
     }
 
     /// Emit the deferred look-ahead events that precede stream offset `before`, with the
@@ -537,4 +564,40 @@ pub trait Format: Sized + 'static {
     fn next_psb_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u64>;
     /// Bytes of a PSB.
     const PSB_LEN: u64;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An event about an earlier packet than the events read ahead of the walk goes before
+    /// them, and they follow the rows walked up to it: `offset` and `seq` never decrease.
+    #[test]
+    fn an_event_about_an_earlier_packet_goes_before_those_read_ahead() {
+        let mut f = Facts {
+            seq: 3,
+            ..Facts::default()
+        };
+        f.event(0x100, EventKind::Psb, None, String::new());
+        f.event(0x1ac, EventKind::Paging, None, "vmcs=0x1000000".into());
+        f.seq = 7;
+        assert_eq!(
+            f.place(0x1a2, EventKind::Error, None, "bit".into()),
+            Some(1)
+        );
+        let got: Vec<_> = f.events.iter().map(|e| (e.offset, e.seq, e.kind)).collect();
+        assert_eq!(
+            got,
+            [
+                (0x100, 3, EventKind::Psb),
+                (0x1a2, 7, EventKind::Error),
+                (0x1ac, 7, EventKind::Paging)
+            ]
+        );
+        // In order: appended.
+        assert_eq!(
+            f.place(0x1b3, EventKind::Error, None, String::new()),
+            Some(3)
+        );
+    }
 }

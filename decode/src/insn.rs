@@ -74,6 +74,12 @@ impl InsnClass {
     pub fn needs_trace(self) -> bool {
         !matches!(self, InsnClass::Other | InsnClass::Jmp | InsnClass::Call)
     }
+    /// An indirect near JMP or CALL (its destination comes in a TIP).
+    #[inline]
+    pub fn is_indirect(self) -> bool {
+        matches!(self, InsnClass::JmpInd | InsnClass::CallInd)
+    }
+
     pub fn branch_kind(self) -> Option<BranchKind> {
         Some(match self {
             InsnClass::Other => return None,
@@ -163,6 +169,28 @@ pub fn classify(ins: &Instruction) -> InsnClass {
     }
 }
 
+/// JMPABS (Intel APX: REX2 `D5` with M0 = 0 and W = 0, opcode `A1`, a 64-bit absolute
+/// address), which iced-x86 does not decode: the instruction at `ip` whose bytes start
+/// `bytes`, if it is one. Intel PT reports its destination with a TIP, as an indirect
+/// jump's (libipt's suite: `tip-jmpabs`, `tip_pgd-jmpabs`; libipt takes the TIP's IP and
+/// ignores the immediate), so it is a [`InsnClass::JmpInd`].
+pub fn jmpabs(bytes: &[u8], ip: u64, bits: crate::front::Bits) -> Option<InsnInfo> {
+    const LEN: usize = 11;
+    let rex2_m0_w = 0x80 | 0x08;
+    let is = bits == crate::front::Bits::B64
+        && bytes.len() >= LEN
+        && bytes[0] == 0xD5
+        && bytes[1] & rex2_m0_w == 0
+        && bytes[2] == 0xA1;
+    is.then_some(InsnInfo {
+        ip,
+        len: LEN as u8,
+        class: InsnClass::JmpInd,
+        target: 0,
+        rep: false,
+    })
+}
+
 /// Decode the 64-bit instruction at `ip` whose bytes start `bytes`.
 #[inline]
 pub fn decode_insn(bytes: &[u8], ip: u64) -> Result<InsnInfo, InsnError> {
@@ -175,7 +203,9 @@ pub fn decode_insn_in(bytes: &[u8], ip: u64, bits: Bits) -> Result<InsnInfo, Ins
     let mut dec = Decoder::with_ip(bits.bitness(), bytes, ip, DecoderOptions::NONE);
     let mut ins = Instruction::default();
     dec.decode_out(&mut ins);
-    info_of(&ins).ok_or(InsnError::Invalid)
+    info_of(&ins)
+        .or_else(|| jmpabs(bytes, ip, bits))
+        .ok_or(InsnError::Invalid)
 }
 
 /// Whether the instruction at `ip` (bytes from `bytes`) is a VM entry, VMLAUNCH or
@@ -244,5 +274,18 @@ mod tests {
         let i = decode_insn(&[0xF3, 0xA4], 0x1000).unwrap(); // rep movsb
         assert!(i.rep);
         assert_eq!(decode_insn(&[0x0F], 0), Err(InsnError::Invalid));
+    }
+
+    /// JMPABS (APX), which iced-x86 does not decode, is an indirect jump of 11 bytes in
+    /// 64-bit code; with W or M0 set, cut short or in 32-bit code it is not one.
+    #[test]
+    fn jmpabs_is_an_indirect_jump() {
+        let b = [0xD5, 0x00, 0xA1, 0x0d, 0x10, 0, 0, 0, 0, 0, 0];
+        let i = decode_insn(&b, 0x1000).unwrap();
+        assert_eq!((i.class, i.len, i.nlip()), (InsnClass::JmpInd, 11, 0x100b));
+        assert!(decode_insn(&[0xD5, 0x08, 0xA1, 0, 0, 0, 0, 0, 0, 0, 0], 0).is_err());
+        assert!(decode_insn(&[0xD5, 0x80, 0xA1, 0, 0, 0, 0, 0, 0, 0, 0], 0).is_err());
+        assert!(decode_insn(&b[..10], 0).is_err());
+        assert!(decode_insn_in(&b, 0, crate::front::Bits::B32).map_or(true, |i| i.len != 11));
     }
 }

@@ -84,7 +84,7 @@ fn rows(d: &Decoded) -> Vec<(u64, Option<u64>, u8)> {
 fn kinds(d: &Decoded) -> Vec<(EventKind, Option<u64>)> {
     d.events
         .iter()
-        .filter(|e| !matches!(e.kind, EventKind::Psb | EventKind::Resync))
+        .filter(|e| !matches!(e.kind, EventKind::Psb | EventKind::Resync | EventKind::Tail))
         .map(|e| (e.kind, e.ip))
         .collect()
 }

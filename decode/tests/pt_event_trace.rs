@@ -1,12 +1,13 @@
-//! Event Trace (CFE and EVD), TRIG and MNT packets as `events` rows: each packet kind's
-//! binding rule (libipt's event decoder), one test a rule. libipt's own cases for them are
+//! Event Trace (CFE and EVD), TRIG and MNT packets (and the power packets' order) as
+//! `events` rows: each packet kind's binding rule (libipt's event decoder), one test a
+//! rule. libipt's own cases for them are
 //! in `ptxed_suite.rs` (`ptet-*`, `*trig*`, `*mnt*`). Every trace is decoded sequentially
 //! and cut at every PSB, with the same result.
 
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::pt::encode::to_bytes;
-use tracemill_decode::pt::packet::{ExecMode, IpCompression, IpPayload, Packet};
+use tracemill_decode::pt::packet::{ExecMode, IpCompression, IpPayload, Packet, Pwre, Pwrx};
 use tracemill_decode::pt::PtConfig;
 use tracemill_decode::stream::TraceStream;
 use tracemill_schemas::EventKind;
@@ -85,7 +86,7 @@ fn decode(packets: &[Packet]) -> Decoded {
 fn events(d: &Decoded) -> Vec<(EventKind, Option<u64>, String)> {
     d.events
         .iter()
-        .filter(|e| !matches!(e.kind, EventKind::Psb | EventKind::Resync))
+        .filter(|e| !matches!(e.kind, EventKind::Psb | EventKind::Resync | EventKind::Tail))
         .map(|e| (e.kind, e.ip, e.detail.clone()))
         .collect()
 }
@@ -399,4 +400,42 @@ fn event_trace_packets_anywhere_decode_alike_cut_at_every_psb() {
         }
         decode(&p);
     }
+}
+
+/// PWRE binds to the PWRX after it: every PWRE since the last PWRX is reported there, in
+/// order, then the PWRX (libipt's order; one PWRE was lost when two waited).
+#[test]
+fn every_pwre_before_a_pwrx_is_reported_at_it_in_order() {
+    let pwre = |state| {
+        Packet::Pwre(Pwre {
+            state,
+            sub_state: 0xf,
+            flags: 0,
+        })
+    };
+    let mut p = psb_at(ORG);
+    p.extend([
+        pwre(0),
+        pwre(5),
+        Packet::Pwrx(Pwrx {
+            last: 5,
+            deepest: 5,
+            wake: 1,
+        }),
+        Packet::Fup(full(ORG + 2)),
+        Packet::TipPgd(none()),
+    ]);
+    let d = decode(&p);
+    let power: Vec<_> = events(&d)
+        .into_iter()
+        .filter(|e| e.0 == EventKind::Power)
+        .collect();
+    assert_eq!(
+        power,
+        vec![
+            ev(EventKind::Power, None, "pwre c1.0"),
+            ev(EventKind::Power, None, "pwre c6.0"),
+            ev(EventKind::Power, None, "pwrx c6 (c6) interrupt"),
+        ]
+    );
 }

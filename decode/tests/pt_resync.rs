@@ -1,6 +1,7 @@
 //! Intel PT resync after an error, as libipt 2.2 does it (docs/pt.md, "Resync"), on
 //! cases of libipt's suite (`datasets/libipt-ptt/ptxed-resync-*`): each rule, decoded
-//! sequentially and cut at every PSB, with the same result.
+//! sequentially and cut at every PSB, with the same result; and an enable where tracing
+//! stopped (libipt's `[resumed]`).
 
 use std::path::{Path, PathBuf};
 
@@ -46,11 +47,11 @@ fn decode(case: &str) -> Decoded {
     seq
 }
 
-/// (kind, ip) of every event but PSBs.
+/// (kind, ip) of every event but PSBs and the tail (the instructions after the last row).
 fn events(d: &Decoded) -> Vec<(EventKind, Option<u64>)> {
     d.events
         .iter()
-        .filter(|e| e.kind != EventKind::Psb)
+        .filter(|e| e.kind != EventKind::Psb && e.kind != EventKind::Tail)
         .map(|e| (e.kind, e.ip))
         .collect()
 }
@@ -113,4 +114,35 @@ fn a_psb_whose_mode_disagrees_with_the_walk_is_an_error_and_no_resync_point() {
             (Disable, Some(0x100005)),
         ]
     );
+}
+
+/// An enable at the instruction where tracing stopped is `resumed` (libipt's `[resumed]`):
+/// after a SYSCALL whose TIP.PGD disabled tracing, the instruction after it; an enable
+/// anywhere else, or after a PSB (a chunk may start there), is not.
+#[test]
+fn an_enable_where_tracing_stopped_is_resumed() {
+    for case in ["syscall-sysret-cpl_3", "sysenter-sysexit-cpl_3"] {
+        let d = decode(case);
+        let enables: Vec<_> = d
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::Enable)
+            .map(|e| (e.ip, e.detail.as_str()))
+            .collect();
+        // syscall (or sysenter) at 0x100000, 2 bytes: tracing resumes at 0x100002.
+        assert_eq!(enables, [(Some(0x100002), "resumed")], "{case}");
+    }
+    // After a FUP + TIP.PGD, an enable at the FUP's IP resumes; elsewhere it is a plain
+    // enable.
+    let d = decode("fup-tip_pgd-tip_pge");
+    assert!(d
+        .events
+        .iter()
+        .any(|e| e.kind == EventKind::Enable && e.detail == "resumed"));
+    let d = decode("fup-tip_pgd-tip_pge_other_ip");
+    assert!(d
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::Enable)
+        .all(|e| e.detail.is_empty()));
 }

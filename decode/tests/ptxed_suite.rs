@@ -17,7 +17,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
-use tracemill_decode::chunk::{decode_all, Decoded, Input};
+use tracemill_decode::chunk::{decode_all, tally_all, Decoded, Input};
 use tracemill_decode::front::Bits;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::insn::{decode_insn_in, InsnClass};
@@ -27,6 +27,7 @@ use tracemill_decode::pt::cpu::Cpu;
 use tracemill_decode::pt::packet::Packet;
 use tracemill_decode::pt::{PacketReader, Pt, PtConfig};
 use tracemill_decode::stream::TraceStream;
+use tracemill_decode::tally::Covered;
 use tracemill_schemas::{BranchKind, EventKind};
 
 fn suite() -> PathBuf {
@@ -202,8 +203,6 @@ struct Listing<'a> {
     /// In a transaction: ptxed marks instructions with `? `.
     speculative: bool,
     insns: u64,
-    /// Where tracing stopped, for ptxed's `[resumed]`.
-    stopped_at: Option<u64>,
     event_ip: bool,
     /// TRIGs waiting for their instruction count: instructions still to list, and the
     /// line without its closing bracket (each counts from the one before).
@@ -335,7 +334,6 @@ fn ptxed_lines(
         bits: Bits::B64,
         speculative: false,
         insns: 0,
-        stopped_at: None,
         event_ip: o.event_ip,
         trigs: VecDeque::new(),
         trig_ip: Vec::new(),
@@ -348,7 +346,23 @@ fn ptxed_lines(
     for i in 0..=rows.len() {
         while let Some(e) = ev.next_if(|e| e.seq as usize <= i) {
             match e.kind {
-                EventKind::Psb | EventKind::FreqChange => {}
+                // The tail's instructions are listed already (the adapter walks the code
+                // up to each event's IP); `instruction_totals_equal_libipts` checks its
+                // count.
+                EventKind::Psb | EventKind::Tail => {}
+                EventKind::FreqChange => {
+                    // A CBR outside a PSB+ is ptxed's `[cbr: N]` (one in a PSB+ is status).
+                    // The event is kept when the ratio changes ("core/bus ratio A -> B").
+                    if !status.contains(&e.offset) {
+                        let r: u64 = e
+                            .detail
+                            .rsplit(' ')
+                            .next()
+                            .and_then(|r| r.parse().ok())
+                            .ok_or("a freq_change without its ratio")?;
+                        l.lines.push(format!("[cbr: {r:x}]"));
+                    }
+                }
                 EventKind::Resync => {
                     if let Some(ip) = e.ip {
                         l.cur = Some(ip);
@@ -360,8 +374,11 @@ fn ptxed_lines(
                         // ptxed resyncs at the enable with tracing disabled.
                         l.lines.push("[disabled]".to_string());
                     }
-                    let resumed = e.ip.is_some() && e.ip == l.stopped_at;
-                    let what = if resumed { "resumed" } else { "enabled" };
+                    let what = if e.detail == "resumed" {
+                        "resumed"
+                    } else {
+                        "enabled"
+                    };
                     let s = l.ip_suffix("ip", e.ip);
                     l.lines.push(format!("[{what}{s}]"));
                     l.cur = e.ip;
@@ -375,15 +392,11 @@ fn ptxed_lines(
                             // A TIP.PGD alone, at a direct branch out of the region.
                             || (pgds.contains(&e.offset) && rows.target.get(i - 1) == e.ip));
                     let s = if sync {
-                        let call = rows.kind[i - 1] == BranchKind::Call as u8
-                            || rows.kind[i - 1] == BranchKind::CallInd as u8;
-                        l.stopped_at = if call { l.cur } else { None };
                         l.ip_suffix("ip", e.ip)
                     } else {
                         if let (true, Some(x)) = (tracing, e.ip) {
                             l.list_to(x, false)?;
                         }
-                        l.stopped_at = e.ip;
                         match (l.event_ip, e.ip) {
                             (true, Some(x)) => {
                                 let mut s = format!(", at: {x:016x}");
@@ -763,6 +776,104 @@ fn run(c: &Check) -> Option<String> {
     }
     let (want, have) = (normalized(&expected), normalized(&got));
     common::first_difference(&want, &have)
+}
+
+/// libipt's instruction count in an expected output: its instruction lines (16 hex
+/// digits, `? ` before a speculative one), or its `--stat` line `insn: N.`; `None` when
+/// it reports an error (its count then depends on where libipt gave up).
+fn libipt_insns(expected: &str) -> Option<u64> {
+    let mut n = 0;
+    for line in expected.lines().map(str::trim) {
+        if line.contains("error") {
+            return None;
+        }
+        if let Some(v) = line.strip_prefix("insn:") {
+            return v.trim().trim_end_matches('.').parse().ok();
+        }
+        let a = line.trim_start_matches("? ");
+        if a.len() == 16 && a.bytes().all(|b| b.is_ascii_hexdigit()) {
+            n += 1;
+        }
+    }
+    Some(n)
+}
+
+/// The trace's instructions by the tables: `SUM(branches.insns)` plus the `tail` event's
+/// count (docs/pt.md, "Every instruction counted").
+fn decoded_insns(d: &Decoded) -> u64 {
+    let rows: u64 = d.rows.insns.iter().map(|&i| i as u64).sum();
+    let tail: u64 = d
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::Tail)
+        .map(|e| {
+            e.detail
+                .parse::<u64>()
+                .expect("a tail's detail is its count")
+        })
+        .sum();
+    rows + tail
+}
+
+/// Every instruction counted: on every case whose expected output lists instructions (or
+/// counts them, `--stat`) and reports no error, the tables' total equals libipt's, for
+/// the sequential decode and cut at every PSB. (Before the `tail` event, the
+/// instructions before a trace's final FUP + TIP.PGD were in no row.)
+#[test]
+fn instruction_totals_equal_libipts() {
+    let mut compared = 0;
+    let mut differ = Vec::new();
+    for c in &checks() {
+        let Ok((cfg, opts)) = configure(c) else {
+            continue;
+        };
+        let dir = suite().join(&c.case);
+        let expected = std::fs::read_to_string(dir.join(&c.exp)).expect("expected output");
+        let Some(want) = libipt_insns(&expected) else {
+            continue;
+        };
+        if opts.quiet && !opts.stat {
+            continue;
+        }
+        let trace = std::fs::read(dir.join(format!("{}.pt", c.case))).expect("trace");
+        let code = std::fs::read(dir.join(format!("{}.bin", c.case))).expect("code");
+        let mut images = ImageSet::new();
+        images.add_raw("code", &code, c.org, None);
+        let stream = TraceStream::linear(&trace);
+        let input = Input::<Pt> {
+            spaces: None,
+            stream: &stream,
+            images: &images,
+            cfg: cfg.clone(),
+            timing: PtTiming::new(&cfg),
+        };
+        for chunk in [u64::MAX, 1] {
+            let d = decode_all(&input, chunk);
+            let got = decoded_insns(&d);
+            if got != want {
+                differ.push(format!("  {} (chunk {chunk}): {got} against {want}", c.exp));
+            }
+            // The coverage's blocks hold the tail's too, and a decode that keeps no row
+            // finds the same count and coverage.
+            let covered: u64 = d.coverage.blocks.values().map(|&(i, n)| i as u64 * n).sum();
+            assert_eq!(covered, got, "{}: coverage's instructions", c.exp);
+            let t = tally_all::<Pt, Covered>(&input, chunk);
+            assert_eq!(t.stats.insns, got, "{}: the tally's instructions", c.exp);
+            assert_eq!(t.coverage, d.coverage, "{}: the tally's coverage", c.exp);
+        }
+        compared += 1;
+    }
+    println!("instruction totals compared with libipt's on {compared} expected outputs");
+    let known = known_failures();
+    let differ: Vec<String> = differ
+        .into_iter()
+        .filter(|l| !known.keys().any(|k| l.trim_start().starts_with(k.as_str())))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "instruction totals differ from libipt's:\n{}",
+        differ.join("\n")
+    );
 }
 
 fn known_failures() -> BTreeMap<String, String> {

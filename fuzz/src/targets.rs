@@ -501,11 +501,35 @@ fn chunks_agree(case: &impl Decodes) {
     }
 }
 
+/// The instructions of the `tail` event (none without one): those after the last row.
+pub fn tail_insns(events: &[tracemill_decode::rows::EventRow]) -> u64 {
+    let tails: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == tracemill_schemas::EventKind::Tail)
+        .collect();
+    assert!(tails.len() <= 1, "more than one tail event");
+    if let Some(t) = tails.first() {
+        assert!(
+            std::ptr::eq(*t, events.last().unwrap()),
+            "the tail event is not the last"
+        );
+    }
+    tails.first().map_or(0, |t| {
+        t.detail.parse().expect("a tail's detail is its count")
+    })
+}
+
 /// Decodes of `case` that keep no row, with chunks of `chunk` bytes, find what the full
 /// decode `full` did: the rows' counts, events, timing table, fallbacks and (when asked)
 /// coverage.
 fn tally_agrees(case: &impl Decodes, chunk: u64, full: &Decoded) {
-    let stats = PieceStats::of(&full.rows);
+    // The rows' counts, and the tail's instructions (`Stitcher::finish`).
+    let mut stats = PieceStats::of(&full.rows);
+    stats.insns += tail_insns(&full.events);
+    assert_eq!(
+        full.stats, stats,
+        "counts of the full decode, chunk {chunk}"
+    );
     for cover in [false, true] {
         let t = case.tally(chunk, cover);
         assert_eq!(t.stats, stats, "tally counts, chunk {chunk}, cover {cover}");

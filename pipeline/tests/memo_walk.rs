@@ -79,7 +79,15 @@ fn decodes<F: Format>(input: &Input<'_, F>, chunk: u64) -> Decodes {
 /// The decodes that keep no row find what the full decode finds.
 fn tallies_agree(what: &str, d: &Decodes) {
     let f = &d.full;
-    let stats = PieceStats::of(&f.rows);
+    // The rows' counts, and the instructions after the last row (the `tail` event).
+    let mut stats = PieceStats::of(&f.rows);
+    stats.insns += f
+        .events
+        .iter()
+        .filter(|e| e.kind == tracemill_schemas::EventKind::Tail)
+        .map(|e| e.detail.parse::<u64>().expect("a count"))
+        .sum::<u64>();
+    assert_eq!(f.stats, stats, "{what}: counts of the full decode");
     for (name, t) in [("counted", &d.counted), ("covered", &d.covered)] {
         assert_eq!(t.stats, stats, "{what}: {name}: counts");
         assert_eq!(t.events, f.events, "{what}: {name}: events");

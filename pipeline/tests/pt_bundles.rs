@@ -6,8 +6,8 @@
 //! The cases are libipt's own (datasets/libipt-ptt): each becomes a bundle with
 //! `format = "pt"`, its trace as `trace.pt` and its code bytes as a raw image at the
 //! case's load address. The branch rows are checked against libipt's expected ptxed
-//! output: every row's `ip` is an instruction ptxed lists, and the rows' instruction
-//! counts never exceed ptxed's.
+//! output: every row's `ip` is an instruction ptxed lists, the rows' instruction counts
+//! never exceed ptxed's, and with the `tail` event's they equal them.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::types::{Int8Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, RecordBatch};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
@@ -103,6 +103,25 @@ fn read(path: &Path) -> Vec<RecordBatch> {
         .collect()
 }
 
+/// The count of the `tail` event in an `events` table (0 without one).
+fn tail_insns(path: &Path) -> u64 {
+    let mut n = 0;
+    for batch in read(path) {
+        let kind = batch
+            .column_by_name("kind")
+            .unwrap()
+            .as_dictionary::<Int8Type>();
+        let names = kind.values().as_string::<i32>();
+        let detail = batch.column_by_name("detail").unwrap().as_string::<i32>();
+        for i in 0..batch.num_rows() {
+            if names.value(kind.keys().value(i) as usize) == "tail" {
+                n += detail.value(i).parse::<u64>().expect("a tail's count");
+            }
+        }
+    }
+    n
+}
+
 /// The instruction addresses ptxed lists (lines that are a bare hex address).
 fn ptxed_addresses(case: &str) -> Vec<u64> {
     let exp =
@@ -167,6 +186,19 @@ fn every_matching_libipt_case_decodes_as_a_pt_bundle_alike_on_any_thread_count()
             "{case}: rows count {insns} instructions, ptxed lists {}",
             ptxed_addresses(case).len()
         );
+        // Every instruction counted: the rows' and the `tail` event's, as the documented
+        // query adds them (docs/contracts.md), equal what ptxed lists when libipt reports
+        // no error.
+        let exp =
+            std::fs::read_to_string(suite().join(case).join(format!("{case}-ptxed.exp"))).unwrap();
+        if !exp.contains("error") {
+            let listed = exp
+                .lines()
+                .filter(|l| u64::from_str_radix(l.trim().trim_start_matches("? "), 16).is_ok())
+                .count() as u64;
+            let tail = tail_insns(&one.join("events.parquet"));
+            assert_eq!(insns + tail, listed, "{case}: instructions in the tables");
+        }
     }
     println!(
         "{} libipt cases decoded as PT bundles, {with_rows} with branch rows",

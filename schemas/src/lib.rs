@@ -156,6 +156,12 @@ string_enum! {
         /// Event Trace on, MODE.Exec's IF changed at `ip`: `detail` is `interrupts enabled`
         /// or `interrupts disabled`.
         Iflags = "iflags",
+        /// The end of the trace, with instructions that ran after the last `branches` row
+        /// and that no row carries (before a disable, an interrupt, an overflow, or an
+        /// event's IP, when no branch row follows): `detail` is their number. At most
+        /// one, the last event, at the trace's length. The trace's instructions are
+        /// `SUM(branches.insns)` plus this count.
+        Tail = "tail",
     }
 }
 

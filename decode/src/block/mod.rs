@@ -8,7 +8,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use iced_x86::{Decoder, DecoderOptions, Instruction};
 
 use crate::image::{ImageSet, Lookup};
-use crate::insn::{info_of, Bits, InsnClass};
+use crate::insn::{info_of, jmpabs, Bits, InsnClass};
 
 pub mod memo;
 use memo::Memo;
@@ -110,13 +110,15 @@ pub fn build_block_in(images: &ImageSet<'_>, start: u64, cr3: Option<u64>, bits:
             Err(Lookup::Missing) => return stop(lens, BlockEnd::NoImage, ip),
             Err(Lookup::Ambiguous) => return stop(lens, BlockEnd::Ambiguous, ip),
         };
+        let base = ip;
         let mut dec = Decoder::with_ip(bits.bitness(), code, ip, DecoderOptions::NONE);
         while dec.can_decode() {
             if lens.len() >= MAX_BLOCK_INSNS {
                 return stop(lens, BlockEnd::Split, ip);
             }
             dec.decode_out(&mut ins);
-            let Some(info) = info_of(&ins) else {
+            let info = info_of(&ins).or_else(|| jmpabs(&code[(ip - base) as usize..], ip, bits));
+            let Some(info) = info else {
                 // Invalid, or cut off by the end of the segment: the next segment may
                 // continue it only if it starts exactly here, which a decoder cannot see.
                 let end = if dec.last_error() == iced_x86::DecoderError::NoMoreBytes {

@@ -64,7 +64,7 @@ mod tests;
 mod walk;
 
 use query::Item;
-pub use state::{FlowState, Mode, Partial, Partials, Target};
+pub use state::{FlowState, Mode, Open, Partial, Partials, Target};
 
 thread_local! {
     /// Bytes of trace read by the walkers of this thread, re-reads included (see

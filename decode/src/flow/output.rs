@@ -3,7 +3,7 @@
 
 use tracemill_schemas::{BranchKind, EventKind};
 
-use super::Walker;
+use super::{Mode, Walker};
 use crate::front::{Bits, Bound, Format};
 use crate::rows::BranchRow;
 use crate::sink::RowSink;
@@ -11,7 +11,13 @@ use crate::sink::RowSink;
 impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     pub(super) fn event(&mut self, offset: u64, kind: EventKind, ip: Option<u64>, detail: String) {
         self.facts.seq = self.rows.len() as u64;
-        self.facts.event(offset, kind, ip, detail);
+        let at = self.facts.place(offset, kind, ip, detail);
+        if let (Some(at), Some(k)) = (at, self.status_events.as_mut()) {
+            // Put before the events of a PSB+ read ahead: they still start one later.
+            if at <= *k {
+                *k += 1;
+            }
+        }
     }
 
     #[inline]
@@ -101,6 +107,13 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         self.st.partials.clear();
         let n = self.rows.len();
         self.rows.truncate(n);
+    }
+
+    /// Tracing is disabled; it stopped before the instruction at `at` (see
+    /// [`FlowState::stopped_at`](super::FlowState::stopped_at)).
+    pub(super) fn disabled_at(&mut self, at: Option<u64>) {
+        self.st.mode = Mode::Disabled;
+        self.st.stopped_at = at;
     }
 
     /// The rows so far are decided by packets.

@@ -183,6 +183,8 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             // when a FUP's look-ahead read it (fuzz findings `tail-across-psb`,
             // `tail-across-psb-in-look-ahead`).
             self.tail_start = self.rows.len();
+            // Nor does an enable after it resume where a disable before it stopped.
+            self.st.stopped_at = None;
         }
         if let Some(cr3) = self.facts.cr3.take() {
             self.set_cr3(cr3);

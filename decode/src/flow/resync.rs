@@ -68,7 +68,10 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             }
             Item::Pge { ip, off } => match ip {
                 Some(ip) => {
-                    self.event(off, EventKind::Enable, Some(ip), String::new());
+                    // libipt's `[resumed]`: tracing goes on where it stopped.
+                    let resumed = self.st.mode == Mode::Disabled && self.st.stopped_at == Some(ip);
+                    let detail = if resumed { "resumed" } else { "" };
+                    self.event(off, EventKind::Enable, Some(ip), detail.to_string());
                     self.resume(ip, off);
                 }
                 None => self.st.mode = Mode::Unsynced,
@@ -110,7 +113,8 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 }
                 // E2: a second PGD with no PGE between is ignored.
                 if self.st.mode != Mode::Stopped {
-                    self.st.mode = Mode::Disabled;
+                    // (Not tracing: where it stopped is unknown.)
+                    self.disabled_at(None);
                 }
             }
             Item::Status { ip, bits, off } => {
@@ -125,7 +129,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                     }
                     None => {
                         if self.st.mode == Mode::Unsynced {
-                            self.st.mode = Mode::Disabled;
+                            self.disabled_at(None);
                         }
                     }
                 }
@@ -205,7 +209,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         self.forget_open();
         self.event(off, EventKind::Disable, Some(x), went_to(tip));
         self.decided(off);
-        self.st.mode = Mode::Disabled;
+        self.disabled_at(Some(x));
         self.alt_pgd = None;
         true
     }

@@ -60,6 +60,11 @@ pub struct FlowState<P> {
     pub resumed_at: Option<u64>,
     /// The last thing walked was a branch (for FUP.PGD's second reading).
     pub after_branch: bool,
+    /// Where tracing stopped, while disabled: the instruction the walk would have run next
+    /// (an asynchronous disable's IP; after a branch that disabled tracing, its target
+    /// if direct, else the instruction after it). An enable there is libipt's
+    /// `[resumed]`. Forgotten at every PSB (a chunk may start there).
+    pub stopped_at: Option<u64>,
     /// Executing inside a TSX transaction (Intel PT MODE.TSX): rows walked now are marked
     /// so.
     pub in_tx: bool,
@@ -99,9 +104,38 @@ impl<P> FlowState<P> {
             prev_nlip: 0,
             resumed_at: None,
             after_branch: false,
+            stopped_at: None,
             in_tx: false,
             cursor,
             fe,
+        }
+    }
+}
+
+/// The instructions a state holds that no row carries yet (see [`FlowState::open`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Open {
+    /// How many.
+    pub insns: u32,
+    /// The blocks they ran in: the partial blocks, then the block the walk stands inside,
+    /// as partial blocks (start, last instruction, instructions, times).
+    pub blocks: Vec<Partial>,
+}
+
+impl<P> FlowState<P> {
+    /// The instructions walked since the last row, which the next row would carry (the
+    /// partial blocks left by a disable, an interrupt or an overflow, and the start of
+    /// the block the walk stands inside): at the end of the trace no row comes, and they
+    /// are the trace's tail (`EventKind::Tail`).
+    pub fn open(&self) -> Open {
+        let mut blocks: Vec<Partial> = self.partials.iter().collect();
+        let inside = self.open_insns.saturating_sub(self.block_base);
+        if inside > 0 {
+            blocks.push((self.block_start, self.last_insn, inside, 1));
+        }
+        Open {
+            insns: self.open_insns,
+            blocks,
         }
     }
 }

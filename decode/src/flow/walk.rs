@@ -4,7 +4,7 @@
 use tracemill_schemas::{BranchKind, EventKind};
 
 use super::output::went_to;
-use super::{Below, Item, Mode, NoTarget, Role, Stop, Walker};
+use super::{Below, Item, NoTarget, Role, Stop, Walker};
 use crate::block::BlockEnd;
 use crate::front::{FarRule, Format, Front};
 use crate::insn::InsnClass;
@@ -85,7 +85,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                             self.close_block();
                             self.event(off, EventKind::Disable, Some(x), went_to(tip));
                             self.decided(off);
-                            self.st.mode = Mode::Disabled;
+                            self.disabled_at(Some(x));
                             return None;
                         }
                         if self.st.after_branch && self.rules.far == FarRule::FupAndTip {
@@ -102,7 +102,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                             self.close_block();
                             self.event(off, EventKind::Disable, Some(x), String::new());
                             self.decided(off);
-                            self.st.mode = Mode::Disabled;
+                            self.disabled_at(Some(x));
                             return None;
                         }
                     }
@@ -283,7 +283,10 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                             self.st.ret.call(next, direct && target == next);
                         }
                         self.event(off, EventKind::Disable, ip, String::new());
-                        self.st.mode = Mode::Disabled;
+                        // libipt's IP after the branch: a direct one's target, else the
+                        // next instruction.
+                        let taken_to = if taken { target } else { next };
+                        self.disabled_at(Some(if direct { taken_to } else { next }));
                         return None;
                     }
                 }
@@ -386,76 +389,8 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                         }
                     }
                 }
-                InsnClass::JmpInd | InsnClass::CallInd => {
-                    let kind = if class == InsnClass::JmpInd {
-                        BranchKind::JmpInd
-                    } else {
-                        BranchKind::CallInd
-                    };
-                    let Ok(it) = self.tip_for_indirect() else {
-                        self.st.open_insns -= n;
-                        let off = self.st.tnt_off;
-                        self.gap(
-                            off,
-                            format!("TNT bits left at the indirect branch at {last_ip:#x}"),
-                        );
-                        return None;
-                    };
-                    match it {
-                        Item::Tip {
-                            ip: Some(to), off, ..
-                        } => {
-                            self.consume();
-                            self.row(last_ip, Some(to), kind, true, off);
-                            self.decided(off);
-                            if class == InsnClass::CallInd {
-                                self.st.ret.call(next, false);
-                            }
-                            self.st.ip = to;
-                        }
-                        Item::End => {
-                            self.st.open_insns -= n;
-                            return Some(Stop::End);
-                        }
-                        _ => {
-                            self.st.open_insns -= n;
-                            self.inconsistent("expected a TIP for the indirect branch");
-                            return None;
-                        }
-                    }
-                }
-                InsnClass::Far | InsnClass::Syscall if self.rules.far == FarRule::TipOnly => {
-                    let kind = class.branch_kind().expect("far");
-                    let Ok(it) = self.tip_for_indirect() else {
-                        self.st.open_insns -= n;
-                        let off = self.st.tnt_off;
-                        self.gap(
-                            off,
-                            format!("TNT bits left at the far transfer at {last_ip:#x}"),
-                        );
-                        return None;
-                    };
-                    match it {
-                        Item::Tip {
-                            ip: Some(to), off, ..
-                        } => {
-                            self.consume();
-                            self.row(last_ip, Some(to), kind, true, off);
-                            self.decided(off);
-                            self.st.ip = to;
-                        }
-                        Item::End => {
-                            self.st.open_insns -= n;
-                            return Some(Stop::End);
-                        }
-                        _ => {
-                            self.st.open_insns -= n;
-                            self.inconsistent("expected a TIP for the far transfer");
-                            return None;
-                        }
-                    }
-                }
-                InsnClass::Far | InsnClass::Syscall => {
+                // Far transfers under RTIT's rule: FUP.FAR + TIP, or FUP.PGD.
+                InsnClass::Far | InsnClass::Syscall if self.rules.far == FarRule::FupAndTip => {
                     let kind = class.branch_kind().expect("far");
                     if !self.st.tnt.is_empty() {
                         self.st.open_insns -= n;
@@ -489,7 +424,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                             self.row(last_ip, to, kind, true, off);
                             self.decided(off);
                             self.event(off, EventKind::Disable, Some(x), String::new());
-                            self.st.mode = Mode::Disabled;
+                            self.disabled_at(Some(x));
                             return None;
                         }
                         Item::End => {
@@ -501,6 +436,44 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                             self.inconsistent(
                                 "expected FUP.FAR+TIP or FUP.PGD for the far transfer",
                             );
+                            return None;
+                        }
+                    }
+                }
+                // Indirect branches, and far transfers under Intel PT's rule: the TIP says
+                // where they went.
+                InsnClass::JmpInd | InsnClass::CallInd | InsnClass::Far | InsnClass::Syscall => {
+                    let kind = class.branch_kind().expect("a branch");
+                    let what = if class.is_indirect() {
+                        "indirect branch"
+                    } else {
+                        "far transfer"
+                    };
+                    let Ok(it) = self.tip_for_indirect() else {
+                        self.st.open_insns -= n;
+                        let off = self.st.tnt_off;
+                        self.gap(off, format!("TNT bits left at the {what} at {last_ip:#x}"));
+                        return None;
+                    };
+                    match it {
+                        Item::Tip {
+                            ip: Some(to), off, ..
+                        } => {
+                            self.consume();
+                            self.row(last_ip, Some(to), kind, true, off);
+                            self.decided(off);
+                            if class == InsnClass::CallInd {
+                                self.st.ret.call(next, false);
+                            }
+                            self.st.ip = to;
+                        }
+                        Item::End => {
+                            self.st.open_insns -= n;
+                            return Some(Stop::End);
+                        }
+                        _ => {
+                            self.st.open_insns -= n;
+                            self.inconsistent(&format!("expected a TIP for the {what}"));
                             return None;
                         }
                     }

@@ -12,7 +12,7 @@
 //! | OVF (36.4.2.16) | its FUP, if tracing was on when it resolved | [`Raw::Ovf`] with the FUP's IP |
 //! | PTW with IP (36.4.2.21) | the next FUP | [`Bound::Ptwrite`] at the PTWRITE instruction |
 //! | EXSTOP with IP, MWAIT (36.4.2.22-23) | the next FUP | [`Bound::Exstop`], [`Bound::Mwait`] |
-//! | PWRE (36.4.2.24) | the PWRX | [`Bound::Pwre`], then [`Bound::Pwrx`] |
+//! | PWRE (36.4.2.24) | the PWRX | [`Bound::Pwre`] (every one since the last PWRX, in order), then [`Bound::Pwrx`] |
 //!
 //! A FUP that no queued packet binds ("bound") is an asynchronous event: the walker pairs
 //! it with the TIP after it (an interrupt) or the TIP.PGD (a disable) ([`FupRole::Async`]).
@@ -855,8 +855,10 @@ impl<'a> PtFront<'a> {
                 )
                 .map(|_| None),
             Packet::Pwrx(x) => {
-                // The PWRE it binds is reported at it, likewise.
-                if let Some(w) = st.take(bind::PWRX) {
+                // The PWREs it binds are reported at it, likewise, in order: every PWRE
+                // since the last PWRX (a C-state request the processor resolved to another
+                // before it woke), as libipt lists them.
+                while let Some(w) = st.take(bind::PWRX) {
                     st.push(bind::READY, w.ev, None, off)?;
                 }
                 st.push(

@@ -193,6 +193,14 @@ impl<F: TraceFormat> Ordered<'_, '_, F> {
         }
         drop(slots);
         drop(bodies);
+        if !send_err && next == chunks.len() {
+            // The trace's tail: instructions after the last row (`Stitcher::finish`).
+            stitcher.finish(|p| {
+                timer.push(p, self.pool, &mut |p, t| {
+                    self.emit(out, p, t, report, &mut send_err)
+                })
+            });
+        }
         if !send_err {
             timer.finish(self.pool, &mut |p, t| {
                 if !send_err {
