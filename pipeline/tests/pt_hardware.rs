@@ -1,0 +1,208 @@
+//! Intel PT recorded by real processors (`datasets/fixtures/pt-hardware/`, each with its
+//! origin and licence), decoded by `tracemill decode` to the instructions the project
+//! that recorded it expects.
+//!
+//! A decode's rows are turned back into instructions by walking the code: a row stands
+//! for every instruction from where execution was (the IP of the last `enable`, or where
+//! the previous row went) up to and including its branch, and its `insns` must be the
+//! number of instructions that walk meets.
+
+mod common;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt64Type;
+use arrow_array::Array;
+use object::{Object, ObjectSegment};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use tracemill_decode::insn::{decode_insn, InsnClass};
+use tracemill_decode::rows::BranchColumns;
+use tracemill_schemas::BranchKind;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fixtures/pt-hardware")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 paths in tests")
+}
+
+/// One `events` row: what the instruction walk needs of it.
+struct Event {
+    seq: u64,
+    kind: String,
+    ip: Option<u64>,
+}
+
+fn read_events(path: &Path) -> Vec<Event> {
+    let r = ParquetRecordBatchReaderBuilder::try_new(File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    for b in r {
+        let b = b.unwrap();
+        let seq = b
+            .column_by_name("seq")
+            .unwrap()
+            .as_primitive::<UInt64Type>();
+        let ip = b.column_by_name("ip").unwrap().as_primitive::<UInt64Type>();
+        let kind = b.column_by_name("kind").unwrap();
+        let kind = tracemill_sinks::convert::strings(kind.as_ref()).unwrap();
+        for i in 0..b.num_rows() {
+            out.push(Event {
+                seq: seq.value(i),
+                kind: kind.value(i).to_string(),
+                ip: ip.is_valid(i).then(|| ip.value(i)),
+            });
+        }
+    }
+    out
+}
+
+/// The loadable segments of an ELF at their own addresses, and its entry point.
+struct Elf {
+    segments: Vec<(u64, Vec<u8>)>,
+    entry: u64,
+}
+
+impl Elf {
+    fn open(path: &Path) -> Elf {
+        let bytes = std::fs::read(path).unwrap();
+        let elf = object::File::parse(&*bytes).unwrap();
+        let segments = elf
+            .segments()
+            .map(|s| (s.address(), s.data().unwrap().to_vec()))
+            .collect();
+        Elf {
+            segments,
+            entry: elf.entry(),
+        }
+    }
+
+    /// The bytes from `ip` to the end of its segment.
+    fn at(&self, ip: u64) -> &[u8] {
+        self.segments
+            .iter()
+            .find(|(a, d)| (*a..*a + d.len() as u64).contains(&ip))
+            .map(|(a, d)| &d[(ip - a) as usize..])
+            .unwrap_or_else(|| panic!("no code at {ip:#x}"))
+    }
+
+    fn class(&self, ip: u64) -> InsnClass {
+        decode_insn(self.at(ip), ip).unwrap().class
+    }
+}
+
+/// The instructions the rows and events of a decode stand for, in execution order (see
+/// the module doc). Panics where a row's `insns` disagrees with the code, or a row comes
+/// where the walk does not know where execution is.
+fn instructions(rows: &BranchColumns, events: &[Event], code: &Elf) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut at: Option<u64> = None;
+    let mut ev = events.iter().peekable();
+    for i in 0..rows.len() {
+        let row = rows.row(i);
+        // Events with `seq` i come before row i.
+        while let Some(e) = ev.next_if(|e| e.seq <= i as u64) {
+            match e.kind.as_str() {
+                "enable" => at = e.ip,
+                "disable" => at = None,
+                _ => {}
+            }
+        }
+        let mut ip = at.unwrap_or_else(|| panic!("row {i} at {:#x}: no start", row.ip));
+        let mut n = 0;
+        loop {
+            out.push(ip);
+            n += 1;
+            let insn = decode_insn(code.at(ip), ip).unwrap();
+            if ip == row.ip {
+                at = if row.taken {
+                    row.target
+                } else {
+                    Some(insn.nlip())
+                };
+                break;
+            }
+            assert!(
+                !insn.class.is_branch() && n < row.insns,
+                "row {i} ({:#x}, {} instructions): the code from {:#x} branches at {ip:#x}",
+                row.ip,
+                row.insns,
+                out[out.len() - n as usize]
+            );
+            ip = insn.nlip();
+        }
+        assert_eq!(n, row.insns, "row {i} at {:#x}", row.ip);
+    }
+    out
+}
+
+/// drpt2trace's expected output (`test_simple.templatex`): each instruction's offset from
+/// the first, whether it is a `syscall`, and the count it states.
+fn templatex(path: &Path) -> (Vec<(u64, bool)>, u64) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut insns = Vec::new();
+    let mut count = None;
+    for line in text.lines() {
+        if let Some(rest) = line.trim_start().strip_prefix("\\+") {
+            let off = rest.split_whitespace().next().unwrap().parse().unwrap();
+            insns.push((off, line.contains(" syscall ")));
+        } else if let Some(n) = line.strip_prefix("Number of Instructions: ") {
+            count = Some(n.trim().parse().unwrap());
+        }
+    }
+    (insns, count.expect("the template states its count"))
+}
+
+#[test]
+fn dynamorio_hello_decodes_as_a_bundle_to_its_eight_instructions() {
+    let dir = fixtures().join("dynamorio-hello");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    common::ok(&["decode", s(&dir), "--out", s(&out), "-j", "1"]);
+    let rows = common::read_branches(&out.join("branches.parquet"));
+    let events = read_events(&out.join("events.parquet"));
+    let code = Elf::open(&dir.join("hello"));
+
+    let (expected, count) = templatex(&dir.join("test_simple.templatex"));
+    assert_eq!(expected.len() as u64, count);
+    // The template's offsets are from the first instruction: `_start`, the ELF's entry,
+    // where the trace's first TIP.PGE enables tracing.
+    let expected_ips: Vec<u64> = expected.iter().map(|(o, _)| code.entry + o).collect();
+    let got = instructions(&rows, &events, &code);
+    assert_eq!(got, expected_ips, "the instructions the rows stand for");
+    let total: u64 = (0..rows.len()).map(|i| rows.row(i).insns as u64).sum();
+    assert_eq!(total, count, "SUM(insns)");
+
+    // The template's `syscall`s are the code's, and they are the rows: user-only tracing
+    // stops at each (TIP.PGD) and resumes after it.
+    for (ip, (_, syscall)) in expected_ips.iter().zip(&expected) {
+        assert_eq!(code.class(*ip) == InsnClass::Syscall, *syscall, "{ip:#x}");
+    }
+    let syscalls: Vec<u64> = expected_ips
+        .iter()
+        .zip(&expected)
+        .filter(|(_, (_, sc))| *sc)
+        .map(|(ip, _)| *ip)
+        .collect();
+    let row_ips: Vec<u64> = (0..rows.len()).map(|i| rows.row(i).ip).collect();
+    assert_eq!(row_ips, syscalls);
+    assert!((0..rows.len()).all(|i| rows.row(i).kind == BranchKind::Syscall));
+    // The first enable is at `_start`, and an interrupt (the FUP + TIP.PGD at 0x557, a
+    // page fault on the first fetch) stops tracing before it retires: it is enabled
+    // again at `_start`.
+    let enables: Vec<Option<u64>> = events
+        .iter()
+        .filter(|e| e.kind == "enable")
+        .map(|e| e.ip)
+        .collect();
+    assert_eq!(
+        enables,
+        vec![Some(code.entry), Some(code.entry), Some(syscalls[0] + 2)]
+    );
+    assert!(!events.iter().any(|e| e.kind == "error"));
+}
