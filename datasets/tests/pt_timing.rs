@@ -243,3 +243,139 @@ fn every_row_is_timed_within_bounds_for_mtc_and_cyc_settings() {
         check(what, &elf, &exec, t);
     }
 }
+
+/// The traces libipt's `ptxed --time` decoded (`datasets/fixtures/pt-timing/`, its
+/// README says how): a walk over busybox with interrupts and syscalls, per setting.
+fn ptxed_cases() -> Vec<(&'static str, PtTiming)> {
+    let base = PtTiming::default();
+    vec![
+        ("mtc3-cyc", base),
+        (
+            "mtc3",
+            PtTiming {
+                cyc: false,
+                ..base
+            },
+        ),
+        (
+            "cyc",
+            PtTiming {
+                mtc_freq: None,
+                ..base
+            },
+        ),
+    ]
+}
+
+fn ptxed_fixtures() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pt-timing")
+}
+
+/// libipt's `ptxed --no-inst --time` output: each instruction's time and address, in
+/// order (event lines in brackets left out).
+fn ptxed_lines(text: &str) -> Vec<(u64, u64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('['))
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            let mut hex = || u64::from_str_radix(w.next().expect("two words"), 16).unwrap();
+            (hex(), hex())
+        })
+        .collect()
+}
+
+#[test]
+fn every_row_agrees_with_ptxed_time_within_bounds() {
+    let elf = busybox();
+    let images = images(&elf);
+    let exec = walk(&elf, 11, 3000);
+    let write = std::env::var_os("TRACEMILL_WRITE_PT_TIMING_FIXTURES").is_some();
+    for (name, t) in ptxed_cases() {
+        let dir = ptxed_fixtures().join(name);
+        let o = PtOptions {
+            timing: Some(t),
+            psb_every: 1024,
+            ..PtOptions::default()
+        };
+        let out = encode_execution(&images, &o, exec.entry, exec.steps.iter().copied());
+        if write {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("trace.pt"), &out.bytes).unwrap();
+            continue;
+        }
+        let committed = std::fs::read(dir.join("trace.pt")).unwrap();
+        assert!(
+            committed == out.bytes,
+            "{name}: the encoder no longer writes the committed trace; write it again and \
+             run ptxed on it (datasets/fixtures/pt-timing/README.md)"
+        );
+        let text = zstd::decode_all(&*std::fs::read(dir.join("ptxed.txt.zst")).unwrap()).unwrap();
+        let ptxed = ptxed_lines(std::str::from_utf8(&text).unwrap());
+        let d = decode(&images, &out, &t, u64::MAX);
+        let want = out.truth.provable();
+        assert_eq!(want.len(), d.rows.len(), "{name}: rows");
+        let bounds = bounds(&t, &want, &d);
+        // libipt's arithmetic is tracemill's (pt/time.rs): each time ptxed shows is the
+        // estimate at one of the trace's timing packets, as the `timing` table has it.
+        let clock: std::collections::BTreeSet<u64> = (0..d.timing_rows.len())
+            .filter_map(|k| d.timing_rows.row(k).tsc)
+            .collect();
+        for &(time, ip) in &ptxed {
+            assert!(
+                clock.contains(&time),
+                "{name}: ptxed's time {time:#x} at {ip:#x} is no timing packet's estimate"
+            );
+        }
+        let enables: Vec<u64> = d
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::Enable)
+            .map(|e| e.seq)
+            .collect();
+        let mut at = 0usize;
+        let (mut worst, mut sum, mut lag) = (0u64, 0u128, 0u64);
+        for i in 0..d.rows.len() {
+            let r = d.rows.row(i);
+            // The row's branch is the instruction its instruction count ends at.
+            at += r.insns as usize;
+            let (time, ip) = ptxed[at - 1];
+            assert_eq!(ip, r.ip, "{name}: row {i} is ptxed's instruction {}", at - 1);
+            // ptxed's time is libipt's estimate at the last packet its decoder read for
+            // the instruction: not after the branch retired, not before tracing last
+            // resumed (after the row before the enable).
+            let truth = want.row(i).tsc.unwrap();
+            let s = enables.iter().rev().find(|&&s| s <= i as u64).copied();
+            let resumed = match s {
+                Some(s) if s > 0 => want.row(s as usize - 1).tsc.unwrap(),
+                _ => t.tsc_start,
+            };
+            let slack = bounds[i].held;
+            assert!(
+                time + slack >= resumed && time <= truth + slack,
+                "{name}: row {i} at {ip:#x}: ptxed {time} outside [{resumed}, {truth}] \
+                 by more than {slack}"
+            );
+            lag = lag.max(truth.saturating_sub(time));
+            // Ours is within its bound of the truth: the two differ by at most that and
+            // ptxed's lag.
+            let got = r.tsc.expect("every row is timed");
+            let err = got.abs_diff(time);
+            let bound = truth - resumed.min(truth) + 2 * slack;
+            assert!(
+                err <= bound,
+                "{name}: row {i} at {ip:#x}: tsc {got}, ptxed {time}: {err} ticks apart, \
+                 bound {bound}"
+            );
+            worst = worst.max(err);
+            sum += err as u128;
+        }
+        eprintln!(
+            "{name}: {} rows, {} distinct ptxed times; tsc from ptxed's: worst {worst}, \
+             mean {:.1} ticks; ptxed behind the truth by up to {lag}",
+            d.rows.len(),
+            ptxed.iter().map(|p| p.0).collect::<std::collections::BTreeSet<_>>().len(),
+            sum as f64 / d.rows.len().max(1) as f64
+        );
+    }
+    assert!(!write, "fixtures written: run ptxed on them");
+}
