@@ -205,4 +205,44 @@ fn dynamorio_hello_decodes_as_a_bundle_to_its_eight_instructions() {
         vec![Some(code.entry), Some(code.entry), Some(syscalls[0] + 2)]
     );
     assert!(!events.iter().any(|e| e.kind == "error"));
+
+    // libipt's ptxed on the same trace (`ptxed.txt`, the command in the README): the same
+    // instructions; each syscall's row has the time of ptxed's `disabled` event after it
+    // (the CYC before its TIP.PGD), and ptxed's instructions, timed when tracing
+    // resumed, are not later than their row.
+    let ptxed = std::fs::read_to_string(dir.join("ptxed.txt")).unwrap();
+    let hex = |w: &str| u64::from_str_radix(w, 16).unwrap();
+    let mut insns: Vec<(u64, u64)> = Vec::new();
+    let mut disabled: Vec<(usize, u64)> = Vec::new();
+    for line in ptxed.lines() {
+        if let Some(ev) = line.strip_prefix('[') {
+            let mut w = ev.trim_end_matches(']').split_whitespace();
+            let time = hex(w.next().unwrap());
+            if w.next() == Some("disabled") {
+                disabled.push((insns.len(), time));
+            }
+        } else {
+            let mut w = line.split_whitespace();
+            insns.push((hex(w.next().unwrap()), hex(w.next().unwrap())));
+        }
+    }
+    assert_eq!(
+        insns.iter().map(|i| i.1).collect::<Vec<_>>(),
+        got,
+        "ptxed's instructions"
+    );
+    let mut end = 0;
+    for i in 0..rows.len() {
+        let r = rows.row(i);
+        end += r.insns as usize;
+        let tsc = r.tsc.expect("the trace has timing packets");
+        let after = disabled
+            .iter()
+            .find(|d| d.0 == end)
+            .expect("a disable after it");
+        assert_eq!(tsc, after.1, "row {i}: ptxed's disabled event");
+        assert!(insns[end - r.insns as usize..end]
+            .iter()
+            .all(|x| x.0 <= tsc));
+    }
 }
