@@ -27,6 +27,8 @@ pub enum WriteError {
     AttrSize(u32),
     #[error("no attribute to write a kernel record for")]
     NoAttr,
+    #[error("raw records: no whole record at byte {0}, or an AUXTRACE record (whose data `push` writes)")]
+    RawRecord(usize),
     #[error("no CPU stream to write")]
     NoStream,
     #[error("zstd: {0}")]
@@ -337,6 +339,35 @@ impl PerfDataWriter {
         if let Record::Auxtrace(a) = record {
             self.data.extend_from_slice(a.data);
             self.auxtrace_index.push((at, AUXTRACE_HEADER_SIZE));
+        }
+        Ok(())
+    }
+
+    /// Append records as the kernel and perf wrote them: each `perf_event_header` with
+    /// its body and trailer, back to back (a recording's sideband as libipt's
+    /// `perf-read-sideband.bash` cuts it out of a perf.data). Their trailers must be laid
+    /// out as the attributes say; that is not checked. AUXTRACE records, whose data
+    /// follows them, go through [`PerfDataWriter::push`]. At a record that is cut short
+    /// (or an AUXTRACE) the error names its byte; the records before it are written.
+    pub fn push_raw(&mut self, records: &[u8]) -> Result<(), WriteError> {
+        let mut at = 0;
+        while at < records.len() {
+            let head = records.get(at..at + 8).ok_or(WriteError::RawRecord(at))?;
+            let k = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
+            let size = u16::from_le_bytes([head[6], head[7]]) as usize;
+            if size < 8 || at + size > records.len() || k == kind::AUXTRACE {
+                return Err(WriteError::RawRecord(at));
+            }
+            let record = &records[at..at + size];
+            at += size;
+            if let Some(c) = &mut self.compress {
+                if k < kind::USER_TYPE_START {
+                    c.pending.extend_from_slice(record);
+                    continue;
+                }
+            }
+            self.flush_compressed()?;
+            self.data.extend_from_slice(record);
         }
         Ok(())
     }
@@ -1239,6 +1270,37 @@ mod tests {
         // 8 header + 16 fixed + "bpf_prog_1\0" padded to 16 + 16 trailer.
         assert_eq!(p.header().data.size, 8 + 16 + 16 + 16);
         assert_eq!(p.features().unwrap(), vec![]);
+    }
+
+    /// `push_raw` writes whole records as they are, and refuses a cut one (by its byte)
+    /// and an AUXTRACE record.
+    #[test]
+    fn raw_records_are_written_whole_or_refused_at_their_byte() {
+        let attrs = vec![Attr {
+            attr: EventAttr {
+                kind: 1,
+                size: 64,
+                ..EventAttr::default()
+            },
+            ids: vec![],
+        }];
+        let mut w = PerfDataWriter::new(attrs.clone()).unwrap();
+        w.push(0, &Record::FinishedRound, &SampleId::default())
+            .unwrap();
+        let mut raw = w.data.clone();
+        let mut w = PerfDataWriter::new(attrs).unwrap();
+        w.push_raw(&raw).unwrap();
+        let bytes = w.finish();
+        let p = PerfData::parse(&bytes).unwrap();
+        let items: Vec<_> = p.records().collect::<Result<_, _>>().unwrap();
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0].record, Record::FinishedRound);
+        let mut w = PerfDataWriter::new(p.attrs().to_vec()).unwrap();
+        raw.extend_from_slice(&[0; 4]);
+        assert_eq!(w.push_raw(&raw), Err(WriteError::RawRecord(8)));
+        let mut auxtrace = raw[..8].to_vec();
+        auxtrace[..4].copy_from_slice(&kind::AUXTRACE.to_le_bytes());
+        assert_eq!(w.push_raw(&auxtrace), Err(WriteError::RawRecord(0)));
     }
 
     #[test]

@@ -250,13 +250,7 @@ fn ptxed_cases() -> Vec<(&'static str, PtTiming)> {
     let base = PtTiming::default();
     vec![
         ("mtc3-cyc", base),
-        (
-            "mtc3",
-            PtTiming {
-                cyc: false,
-                ..base
-            },
-        ),
+        ("mtc3", PtTiming { cyc: false, ..base }),
         (
             "cyc",
             PtTiming {
@@ -339,7 +333,12 @@ fn every_row_agrees_with_ptxed_time_within_bounds() {
             // The row's branch is the instruction its instruction count ends at.
             at += r.insns as usize;
             let (time, ip) = ptxed[at - 1];
-            assert_eq!(ip, r.ip, "{name}: row {i} is ptxed's instruction {}", at - 1);
+            assert_eq!(
+                ip,
+                r.ip,
+                "{name}: row {i} is ptxed's instruction {}",
+                at - 1
+            );
             // ptxed's time is libipt's estimate at the last packet its decoder read for
             // the instruction: not after the branch retired, not before tracing last
             // resumed (after the row before the enable).
@@ -373,7 +372,11 @@ fn every_row_agrees_with_ptxed_time_within_bounds() {
             "{name}: {} rows, {} distinct ptxed times; tsc from ptxed's: worst {worst}, \
              mean {:.1} ticks; ptxed behind the truth by up to {lag}",
             d.rows.len(),
-            ptxed.iter().map(|p| p.0).collect::<std::collections::BTreeSet<_>>().len(),
+            ptxed
+                .iter()
+                .map(|p| p.0)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
             sum as f64 / d.rows.len().max(1) as f64
         );
     }

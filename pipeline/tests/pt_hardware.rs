@@ -13,7 +13,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::UInt64Type;
+use arrow_array::types::{UInt32Type, UInt64Type};
 use arrow_array::Array;
 use object::{Object, ObjectSegment};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -245,4 +245,177 @@ fn dynamorio_hello_decodes_as_a_bundle_to_its_eight_instructions() {
             .iter()
             .all(|x| x.0 <= tsc));
     }
+}
+
+/// DynamoRIO's `hello` recording as the perf.data it was cut from, as far as its files
+/// allow: the sideband records as recorded (`secondary.sideband.pevent`, perf's own
+/// TIME_CONV, ID_INDEX, THREAD_MAP, CPU_MAP and COMM; `primary.sideband.pevent`, CPU 9's
+/// kernel records), the trace as CPU 9's AUXTRACE buffer. What the files do not hold is
+/// made from what DynamoRIO's test says of the recording (README.md): the attributes
+/// (`intel_pt//u` with the ids ID_INDEX gives it, perf's `dummy:u`, the trailer layout
+/// of the records: TID, TIME, CPU, IDENTIFIER), AUXTRACE_INFO (TIME_CONV's conversion,
+/// MTC frequency, CPUID.15H, nominal ratio, per-CPU buffers) and HEADER_CPUID.
+fn hello_perf_data(dir: &Path) -> Vec<u8> {
+    use tracemill_datasets::perf_data::{pt_format, PerfDataWriter};
+    use tracemill_perfdata::attr::{attr_type, flag, sample};
+    use tracemill_perfdata::header::feature;
+    use tracemill_perfdata::intel_pt::{IntelPtInfo, MtcInfo};
+    use tracemill_perfdata::record::{Auxtrace, AuxtraceInfo, AUXTRACE_INTEL_PT};
+    use tracemill_perfdata::{Attr, EventAttr, Record, SampleId};
+
+    // Not in the files: the intel_pt PMU's type on the recording machine (any type
+    // AUXTRACE_INFO names too will do).
+    const PMU: u32 = 8;
+    let sample_type = sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER;
+    let common = flag::DISABLED
+        | flag::EXCLUDE_KERNEL
+        | flag::EXCLUDE_HV
+        | flag::SAMPLE_ID_ALL
+        | flag::ENABLE_ON_EXEC;
+    // The trace has TSC, MTC (MTCFreq 3) and CYC packets.
+    let config = 1
+        | pt_format::CYC
+        | pt_format::MTC
+        | pt_format::TSC
+        | pt_format::BRANCH
+        | (3 << pt_format::MTC_PERIOD.trailing_zeros());
+    // ID_INDEX: ids 0x35c.. for CPUs 0 to 11, then 0x368.. (CPU 9's ITRACE_START and AUX
+    // carry 0x365: the first are intel_pt's).
+    let ids = |first: u64| (first..first + 12).collect::<Vec<u64>>();
+    let attrs = vec![
+        Attr {
+            attr: EventAttr {
+                kind: PMU,
+                size: 128,
+                config,
+                sample_period: 1,
+                sample_type,
+                flags: common,
+                ..EventAttr::default()
+            },
+            ids: ids(0x35c),
+        },
+        Attr {
+            attr: EventAttr {
+                kind: attr_type::SOFTWARE,
+                size: 128,
+                config: attr_type::SW_DUMMY,
+                sample_period: 1,
+                sample_type,
+                flags: common
+                    | flag::MMAP
+                    | flag::COMM
+                    | flag::TASK
+                    | flag::MMAP2
+                    | flag::COMM_EXEC
+                    | flag::CONTEXT_SWITCH,
+                ..EventAttr::default()
+            },
+            ids: ids(0x368),
+        },
+    ];
+    let info = IntelPtInfo {
+        pmu_type: PMU,
+        time_shift: 31,
+        time_mult: 581_029_125,
+        time_zero: 18_444_502_336_406_842_448,
+        cap_user_time_zero: true,
+        tsc_bit: pt_format::TSC,
+        noretcomp_bit: pt_format::NORETCOMP,
+        have_sched_switch: 1,
+        snapshot_mode: false,
+        per_cpu_mmaps: true,
+        mtc: Some(MtcInfo {
+            mtc_bit: pt_format::MTC,
+            mtc_freq_bits: pt_format::MTC_PERIOD,
+            tsc_ctc_ratio_n: 308,
+            tsc_ctc_ratio_d: 2,
+            cyc_bit: pt_format::CYC,
+        }),
+        max_nonturbo_ratio: Some(37),
+        filter: Some(Vec::new()),
+    };
+    let private = info.to_private();
+    let pt = std::fs::read(dir.join("pt.bin")).unwrap();
+    let mut w = PerfDataWriter::new(attrs).unwrap();
+    let none = SampleId::default();
+    let auxtrace_info = Record::AuxtraceInfo(AuxtraceInfo {
+        kind: AUXTRACE_INTEL_PT,
+        private: &private,
+    });
+    w.push(0, &auxtrace_info, &none).unwrap();
+    w.push_raw(&std::fs::read(dir.join("secondary.sideband.pevent")).unwrap())
+        .unwrap();
+    w.push_raw(&std::fs::read(dir.join("primary.sideband.pevent")).unwrap())
+        .unwrap();
+    let auxtrace = Record::Auxtrace(Auxtrace {
+        size: pt.len() as u64,
+        offset: 0,
+        reference: 0,
+        idx: 9,
+        tid: u32::MAX,
+        cpu: 9,
+        data: &pt,
+    });
+    w.push(0, &auxtrace, &none).unwrap();
+    w.set_event_names(&["intel_pt//u", "dummy:u"]);
+    w.add_pmu(PMU, "intel_pt");
+    w.add_string(feature::CPUID, "GenuineIntel,6,85,4");
+    w.finish()
+}
+
+#[test]
+fn dynamorio_hello_decodes_as_perf_data_to_the_bundles_rows_on_its_thread() {
+    let dir = fixtures().join("dynamorio-hello");
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("perf.data");
+    std::fs::write(&file, hello_perf_data(&dir)).unwrap();
+    let bundle = tmp.path().join("bundle");
+    common::ok(&["decode", s(&dir), "--out", s(&bundle), "-j", "1"]);
+    // The MMAP2 names `/hello`: found under --symfs.
+    let perf = tmp.path().join("perf");
+    let o = common::ok(&[
+        "decode",
+        s(&file),
+        "--out",
+        s(&perf),
+        "--symfs",
+        s(&dir),
+        "-j",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("/hello"), "the binary was found: {err}");
+    let want = common::read_branches(&bundle.join("branches.parquet"));
+    let got = common::read_branches(&perf.join("branches.parquet"));
+    assert_eq!(
+        got, want,
+        "the bundle's rows (its cpu, errata and clock facts)"
+    );
+    // Each row on the thread the sideband's switch records put on CPU 9: hello, 223991.
+    let r = ParquetRecordBatchReaderBuilder::try_new(
+        File::open(perf.join("branches.parquet")).unwrap(),
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    let mut n = 0;
+    for b in r {
+        let b = b.unwrap();
+        let col = |name: &str| {
+            b.column_by_name(name)
+                .unwrap()
+                .as_primitive::<UInt32Type>()
+                .clone()
+        };
+        let (cpu, pid, tid) = (col("cpu"), col("pid"), col("tid"));
+        for i in 0..b.num_rows() {
+            assert_eq!(
+                (cpu.value(i), pid.value(i), tid.value(i)),
+                (9, 223_991, 223_991)
+            );
+            n += 1;
+        }
+    }
+    assert_eq!(n, 2);
 }
