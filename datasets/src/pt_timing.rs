@@ -110,7 +110,7 @@ impl PtTiming {
     /// TSC ticks in one MTC period (2^N crystal ticks), rounded up; `None` without MTC.
     pub fn mtc_period(&self) -> Option<u64> {
         let (n, d) = (self.ctc_ratio.0 as u64, self.ctc_ratio.1.max(1) as u64);
-        self.mtc_freq.map(|f| ((n << f) + d - 1) / d)
+        self.mtc_freq.map(|f| (n << f).div_ceil(d))
     }
 }
 

@@ -157,7 +157,7 @@ fn check(what: &str, elf: &[u8], exec: &Execution, t: PtTiming) {
     assert_eq!(want.len(), d.rows.len(), "{what}: rows");
     let bounds = bounds(&t, &want, &d);
     let (mut worst, mut sum, mut outside_window) = (0u64, 0u128, 0usize);
-    for i in 0..want.len() {
+    for (i, bound) in bounds.iter().enumerate() {
         let (w, g) = (want.row(i), d.rows.row(i));
         let flow = |mut r: tracemill_decode::rows::BranchRow| {
             (r.tsc, r.cycles) = (None, None);
@@ -170,15 +170,15 @@ fn check(what: &str, elf: &[u8], exec: &Execution, t: PtTiming) {
             .unwrap_or_else(|| panic!("{what}: row {i} has no tsc"));
         let err = truth.abs_diff(got);
         assert!(
-            err <= bounds[i].held,
+            err <= bound.held,
             "{what}: row {i} at {:#x} (offset {:#x}): tsc {got}, truth {truth}: {err} ticks \
              off, bound {}",
             w.ip,
             w.offset,
-            bounds[i].held
+            bound.held
         );
         worst = worst.max(err);
-        outside_window += (err > bounds[i].window) as usize;
+        outside_window += (err > bound.window) as usize;
         sum += err as u128;
     }
     eprintln!(
@@ -328,7 +328,7 @@ fn every_row_agrees_with_ptxed_time_within_bounds() {
             .collect();
         let mut at = 0usize;
         let (mut worst, mut sum, mut lag) = (0u64, 0u128, 0u64);
-        for i in 0..d.rows.len() {
+        for (i, bound) in bounds.iter().enumerate() {
             let r = d.rows.row(i);
             // The row's branch is the instruction its instruction count ends at.
             at += r.insns as usize;
@@ -348,7 +348,7 @@ fn every_row_agrees_with_ptxed_time_within_bounds() {
                 Some(s) if s > 0 => want.row(s as usize - 1).tsc.unwrap(),
                 _ => t.tsc_start,
             };
-            let slack = bounds[i].held;
+            let slack = bound.held;
             assert!(
                 time + slack >= resumed && time <= truth + slack,
                 "{name}: row {i} at {ip:#x}: ptxed {time} outside [{resumed}, {truth}] \
