@@ -695,20 +695,33 @@ pub mod pt_format {
     pub const MTC_PERIOD: u64 = 0xf << 14;
 }
 
-/// The attrs of `perf record -e intel_pt//u`: the intel_pt event (ids 1000 + CPU) and
-/// perf's sideband event `dummy:u` (ids 2000 + CPU) with mmap2, comm, task and
-/// context_switch; both with `sample_id_all` and IDENTIFIER, TID, TIME, CPU.
+/// The attrs of `perf record -e intel_pt//u` for `r` ([`perf_intel_pt_attrs`]): ids
+/// 1000 + CPU and 2000 + CPU, trailers with IDENTIFIER, IP, TID, TIME, CPU.
 pub fn intel_pt_attrs(r: &PtRecording) -> Vec<Attr> {
+    let ids = |base: u64| r.cpu_list().iter().map(|&c| base + c as u64).collect();
     let sample_type = sample::IDENTIFIER | sample::IP | sample::TID | sample::TIME | sample::CPU;
+    perf_intel_pt_attrs(r.pmu_type, r.config, sample_type, [ids(1000), ids(2000)])
+}
+
+/// The two events `perf record -e intel_pt//u` opens: the intel_pt event (`pmu_type`,
+/// `config`: IA32_RTIT_CTL's bits) and perf's sideband event `dummy:u` with mmap2, comm,
+/// task and context_switch; both with `sample_id_all`, their trailers laid out by
+/// `sample_type`, and `ids` each one's ids.
+pub fn perf_intel_pt_attrs(
+    pmu_type: u32,
+    config: u64,
+    sample_type: u64,
+    ids: [Vec<u64>; 2],
+) -> Vec<Attr> {
     let common = flag::DISABLED
         | flag::EXCLUDE_KERNEL
         | flag::EXCLUDE_HV
         | flag::SAMPLE_ID_ALL
         | flag::EXCLUDE_GUEST;
     let pt = EventAttr {
-        kind: r.pmu_type,
+        kind: pmu_type,
         size: 128,
-        config: r.config,
+        config,
         sample_period: 1,
         sample_type,
         flags: common | flag::ENABLE_ON_EXEC,
@@ -731,27 +744,38 @@ pub fn intel_pt_attrs(r: &PtRecording) -> Vec<Attr> {
             | flag::CONTEXT_SWITCH,
         ..EventAttr::default()
     };
-    let ids = |base: u64| r.cpu_list().iter().map(|&c| base + c as u64).collect();
+    let [pt_ids, dummy_ids] = ids;
     vec![
         Attr {
             attr: pt,
-            ids: ids(1000),
+            ids: pt_ids,
         },
         Attr {
             attr: dummy,
-            ids: ids(2000),
+            ids: dummy_ids,
         },
     ]
 }
 
-/// The Intel PT AUXTRACE_INFO perf writes for `r` (per-CPU buffers, context-switch
-/// sideband, no snapshot, no filter).
+/// The Intel PT AUXTRACE_INFO perf writes for `r` ([`perf_intel_pt_info`]).
 pub fn intel_pt_info(r: &PtRecording) -> IntelPtInfo {
+    perf_intel_pt_info(r.pmu_type, &r.clock, r.tsc_ctc_ratio, r.max_nonturbo_ratio)
+}
+
+/// The Intel PT AUXTRACE_INFO perf writes with per-CPU buffers, context-switch sideband,
+/// no snapshot and no filter: the PMU's type, perf's time conversion, CPUID.15H's TSC:CTC
+/// ratio (EBX, EAX) and the maximum non-turbo ratio.
+pub fn perf_intel_pt_info(
+    pmu_type: u32,
+    clock: &PerfClock,
+    tsc_ctc_ratio: (u32, u32),
+    max_nonturbo_ratio: u32,
+) -> IntelPtInfo {
     IntelPtInfo {
-        pmu_type: r.pmu_type,
-        time_shift: r.clock.time_shift as u16,
-        time_mult: r.clock.time_mult as u32,
-        time_zero: r.clock.time_zero,
+        pmu_type,
+        time_shift: clock.time_shift as u16,
+        time_mult: clock.time_mult as u32,
+        time_zero: clock.time_zero,
         cap_user_time_zero: true,
         tsc_bit: pt_format::TSC,
         noretcomp_bit: pt_format::NORETCOMP,
@@ -761,11 +785,11 @@ pub fn intel_pt_info(r: &PtRecording) -> IntelPtInfo {
         mtc: Some(MtcInfo {
             mtc_bit: pt_format::MTC,
             mtc_freq_bits: pt_format::MTC_PERIOD,
-            tsc_ctc_ratio_n: r.tsc_ctc_ratio.0,
-            tsc_ctc_ratio_d: r.tsc_ctc_ratio.1,
+            tsc_ctc_ratio_n: tsc_ctc_ratio.0,
+            tsc_ctc_ratio_d: tsc_ctc_ratio.1,
             cyc_bit: pt_format::CYC,
         }),
-        max_nonturbo_ratio: Some(r.max_nonturbo_ratio),
+        max_nonturbo_ratio: Some(max_nonturbo_ratio),
         filter: Some(Vec::new()),
     }
 }

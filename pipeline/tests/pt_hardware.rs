@@ -256,22 +256,20 @@ fn dynamorio_hello_decodes_as_a_bundle_to_its_eight_instructions() {
 /// of the records: TID, TIME, CPU, IDENTIFIER), AUXTRACE_INFO (TIME_CONV's conversion,
 /// MTC frequency, CPUID.15H, nominal ratio, per-CPU buffers) and HEADER_CPUID.
 fn hello_perf_data(dir: &Path) -> Vec<u8> {
-    use tracemill_datasets::perf_data::{pt_format, PerfDataWriter};
-    use tracemill_perfdata::attr::{attr_type, flag, sample};
+    use tracemill_datasets::perf_data::{
+        perf_intel_pt_attrs, perf_intel_pt_info, pt_format, PerfDataWriter,
+    };
+    use tracemill_perfdata::attr::sample;
     use tracemill_perfdata::header::feature;
-    use tracemill_perfdata::intel_pt::{IntelPtInfo, MtcInfo};
+    use tracemill_perfdata::intel_pt::PerfClock;
     use tracemill_perfdata::record::{Auxtrace, AuxtraceInfo, AUXTRACE_INTEL_PT};
-    use tracemill_perfdata::{Attr, EventAttr, Record, SampleId};
+    use tracemill_perfdata::{Record, SampleId};
 
     // Not in the files: the intel_pt PMU's type on the recording machine (any type
     // AUXTRACE_INFO names too will do).
     const PMU: u32 = 8;
+    // The records' trailers: 32 bytes of TID, TIME, CPU, IDENTIFIER (sample_type 0x10086).
     let sample_type = sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER;
-    let common = flag::DISABLED
-        | flag::EXCLUDE_KERNEL
-        | flag::EXCLUDE_HV
-        | flag::SAMPLE_ID_ALL
-        | flag::ENABLE_ON_EXEC;
     // The trace has TSC, MTC (MTCFreq 3) and CYC packets.
     let config = 1
         | pt_format::CYC
@@ -282,59 +280,15 @@ fn hello_perf_data(dir: &Path) -> Vec<u8> {
     // ID_INDEX: ids 0x35c.. for CPUs 0 to 11, then 0x368.. (CPU 9's ITRACE_START and AUX
     // carry 0x365: the first are intel_pt's).
     let ids = |first: u64| (first..first + 12).collect::<Vec<u64>>();
-    let attrs = vec![
-        Attr {
-            attr: EventAttr {
-                kind: PMU,
-                size: 128,
-                config,
-                sample_period: 1,
-                sample_type,
-                flags: common,
-                ..EventAttr::default()
-            },
-            ids: ids(0x35c),
-        },
-        Attr {
-            attr: EventAttr {
-                kind: attr_type::SOFTWARE,
-                size: 128,
-                config: attr_type::SW_DUMMY,
-                sample_period: 1,
-                sample_type,
-                flags: common
-                    | flag::MMAP
-                    | flag::COMM
-                    | flag::TASK
-                    | flag::MMAP2
-                    | flag::COMM_EXEC
-                    | flag::CONTEXT_SWITCH,
-                ..EventAttr::default()
-            },
-            ids: ids(0x368),
-        },
-    ];
-    let info = IntelPtInfo {
-        pmu_type: PMU,
+    let attrs = perf_intel_pt_attrs(PMU, config, sample_type, [ids(0x35c), ids(0x368)]);
+    // TIME_CONV's conversion (as in secondary.sideband.pevent), CPUID.15H, nominal ratio.
+    let clock = PerfClock {
         time_shift: 31,
         time_mult: 581_029_125,
         time_zero: 18_444_502_336_406_842_448,
-        cap_user_time_zero: true,
-        tsc_bit: pt_format::TSC,
-        noretcomp_bit: pt_format::NORETCOMP,
-        have_sched_switch: 1,
-        snapshot_mode: false,
-        per_cpu_mmaps: true,
-        mtc: Some(MtcInfo {
-            mtc_bit: pt_format::MTC,
-            mtc_freq_bits: pt_format::MTC_PERIOD,
-            tsc_ctc_ratio_n: 308,
-            tsc_ctc_ratio_d: 2,
-            cyc_bit: pt_format::CYC,
-        }),
-        max_nonturbo_ratio: Some(37),
-        filter: Some(Vec::new()),
+        short: None,
     };
+    let info = perf_intel_pt_info(PMU, &clock, (308, 2), 37);
     let private = info.to_private();
     let pt = std::fs::read(dir.join("pt.bin")).unwrap();
     let mut w = PerfDataWriter::new(attrs).unwrap();
