@@ -268,8 +268,9 @@ fn hello_perf_data(dir: &Path) -> Vec<u8> {
     // Not in the files: the intel_pt PMU's type on the recording machine (any type
     // AUXTRACE_INFO names too will do).
     const PMU: u32 = 8;
-    // The records' trailers: 32 bytes of TID, TIME, CPU, IDENTIFIER (sample_type 0x10086).
-    let sample_type = sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER;
+    // The records' trailers: 32 bytes of TID, TIME, CPU, IDENTIFIER (the sideband's
+    // sample_type, 0x10086); perf's samples have the IP too, which no trailer holds.
+    let sample_type = sample::IP | sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER;
     // The trace has TSC, MTC (MTCFreq 3) and CYC packets.
     let config = 1
         | pt_format::CYC
