@@ -7,6 +7,7 @@
 //! - [`collected`]: inputs as collected (ToPA dumps, trace-hub captures), both ways;
 //! - [`perf_data`]: Intel PT streams wrapped in perf.data, as `perf record` stores them;
 //! - [`pt_encode`]: executions encoded as Intel PT, with their ground truth;
+//! - [`pt_timing`]: the clocks of such an execution and the timing packets they make;
 //! - [`rng`]: the seeded generator behind every random choice.
 
 pub mod bundle;
@@ -17,6 +18,7 @@ pub mod kernel;
 pub mod model;
 pub mod perf_data;
 pub mod pt_encode;
+pub mod pt_timing;
 pub mod rng;
 pub mod samples;
 pub mod scenarios;

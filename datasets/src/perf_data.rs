@@ -27,6 +27,8 @@ pub enum WriteError {
     AttrSize(u32),
     #[error("no attribute to write a kernel record for")]
     NoAttr,
+    #[error("raw records: no whole record at byte {0}, or an AUXTRACE record (whose data `push` writes)")]
+    RawRecord(usize),
     #[error("no CPU stream to write")]
     NoStream,
     #[error("zstd: {0}")]
@@ -337,6 +339,35 @@ impl PerfDataWriter {
         if let Record::Auxtrace(a) = record {
             self.data.extend_from_slice(a.data);
             self.auxtrace_index.push((at, AUXTRACE_HEADER_SIZE));
+        }
+        Ok(())
+    }
+
+    /// Append records as the kernel and perf wrote them: each `perf_event_header` with
+    /// its body and trailer, back to back (a recording's sideband as libipt's
+    /// `perf-read-sideband.bash` cuts it out of a perf.data). Their trailers must be laid
+    /// out as the attributes say; that is not checked. AUXTRACE records, whose data
+    /// follows them, go through [`PerfDataWriter::push`]. At a record that is cut short
+    /// (or an AUXTRACE) the error names its byte; the records before it are written.
+    pub fn push_raw(&mut self, records: &[u8]) -> Result<(), WriteError> {
+        let mut at = 0;
+        while at < records.len() {
+            let head = records.get(at..at + 8).ok_or(WriteError::RawRecord(at))?;
+            let k = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
+            let size = u16::from_le_bytes([head[6], head[7]]) as usize;
+            if size < 8 || at + size > records.len() || k == kind::AUXTRACE {
+                return Err(WriteError::RawRecord(at));
+            }
+            let record = &records[at..at + size];
+            at += size;
+            if let Some(c) = &mut self.compress {
+                if k < kind::USER_TYPE_START {
+                    c.pending.extend_from_slice(record);
+                    continue;
+                }
+            }
+            self.flush_compressed()?;
+            self.data.extend_from_slice(record);
         }
         Ok(())
     }
@@ -664,20 +695,33 @@ pub mod pt_format {
     pub const MTC_PERIOD: u64 = 0xf << 14;
 }
 
-/// The attrs of `perf record -e intel_pt//u`: the intel_pt event (ids 1000 + CPU) and
-/// perf's sideband event `dummy:u` (ids 2000 + CPU) with mmap2, comm, task and
-/// context_switch; both with `sample_id_all` and IDENTIFIER, TID, TIME, CPU.
+/// The attrs of `perf record -e intel_pt//u` for `r` ([`perf_intel_pt_attrs`]): ids
+/// 1000 + CPU and 2000 + CPU, trailers with IDENTIFIER, IP, TID, TIME, CPU.
 pub fn intel_pt_attrs(r: &PtRecording) -> Vec<Attr> {
+    let ids = |base: u64| r.cpu_list().iter().map(|&c| base + c as u64).collect();
     let sample_type = sample::IDENTIFIER | sample::IP | sample::TID | sample::TIME | sample::CPU;
+    perf_intel_pt_attrs(r.pmu_type, r.config, sample_type, [ids(1000), ids(2000)])
+}
+
+/// The two events `perf record -e intel_pt//u` opens: the intel_pt event (`pmu_type`,
+/// `config`: IA32_RTIT_CTL's bits) and perf's sideband event `dummy:u` with mmap2, comm,
+/// task and context_switch; both with `sample_id_all`, their trailers laid out by
+/// `sample_type`, and `ids` each one's ids.
+pub fn perf_intel_pt_attrs(
+    pmu_type: u32,
+    config: u64,
+    sample_type: u64,
+    ids: [Vec<u64>; 2],
+) -> Vec<Attr> {
     let common = flag::DISABLED
         | flag::EXCLUDE_KERNEL
         | flag::EXCLUDE_HV
         | flag::SAMPLE_ID_ALL
         | flag::EXCLUDE_GUEST;
     let pt = EventAttr {
-        kind: r.pmu_type,
+        kind: pmu_type,
         size: 128,
-        config: r.config,
+        config,
         sample_period: 1,
         sample_type,
         flags: common | flag::ENABLE_ON_EXEC,
@@ -700,27 +744,38 @@ pub fn intel_pt_attrs(r: &PtRecording) -> Vec<Attr> {
             | flag::CONTEXT_SWITCH,
         ..EventAttr::default()
     };
-    let ids = |base: u64| r.cpu_list().iter().map(|&c| base + c as u64).collect();
+    let [pt_ids, dummy_ids] = ids;
     vec![
         Attr {
             attr: pt,
-            ids: ids(1000),
+            ids: pt_ids,
         },
         Attr {
             attr: dummy,
-            ids: ids(2000),
+            ids: dummy_ids,
         },
     ]
 }
 
-/// The Intel PT AUXTRACE_INFO perf writes for `r` (per-CPU buffers, context-switch
-/// sideband, no snapshot, no filter).
+/// The Intel PT AUXTRACE_INFO perf writes for `r` ([`perf_intel_pt_info`]).
 pub fn intel_pt_info(r: &PtRecording) -> IntelPtInfo {
+    perf_intel_pt_info(r.pmu_type, &r.clock, r.tsc_ctc_ratio, r.max_nonturbo_ratio)
+}
+
+/// The Intel PT AUXTRACE_INFO perf writes with per-CPU buffers, context-switch sideband,
+/// no snapshot and no filter: the PMU's type, perf's time conversion, CPUID.15H's TSC:CTC
+/// ratio (EBX, EAX) and the maximum non-turbo ratio.
+pub fn perf_intel_pt_info(
+    pmu_type: u32,
+    clock: &PerfClock,
+    tsc_ctc_ratio: (u32, u32),
+    max_nonturbo_ratio: u32,
+) -> IntelPtInfo {
     IntelPtInfo {
-        pmu_type: r.pmu_type,
-        time_shift: r.clock.time_shift as u16,
-        time_mult: r.clock.time_mult as u32,
-        time_zero: r.clock.time_zero,
+        pmu_type,
+        time_shift: clock.time_shift as u16,
+        time_mult: clock.time_mult as u32,
+        time_zero: clock.time_zero,
         cap_user_time_zero: true,
         tsc_bit: pt_format::TSC,
         noretcomp_bit: pt_format::NORETCOMP,
@@ -730,11 +785,11 @@ pub fn intel_pt_info(r: &PtRecording) -> IntelPtInfo {
         mtc: Some(MtcInfo {
             mtc_bit: pt_format::MTC,
             mtc_freq_bits: pt_format::MTC_PERIOD,
-            tsc_ctc_ratio_n: r.tsc_ctc_ratio.0,
-            tsc_ctc_ratio_d: r.tsc_ctc_ratio.1,
+            tsc_ctc_ratio_n: tsc_ctc_ratio.0,
+            tsc_ctc_ratio_d: tsc_ctc_ratio.1,
             cyc_bit: pt_format::CYC,
         }),
-        max_nonturbo_ratio: Some(r.max_nonturbo_ratio),
+        max_nonturbo_ratio: Some(max_nonturbo_ratio),
         filter: Some(Vec::new()),
     }
 }
@@ -1239,6 +1294,37 @@ mod tests {
         // 8 header + 16 fixed + "bpf_prog_1\0" padded to 16 + 16 trailer.
         assert_eq!(p.header().data.size, 8 + 16 + 16 + 16);
         assert_eq!(p.features().unwrap(), vec![]);
+    }
+
+    /// `push_raw` writes whole records as they are, and refuses a cut one (by its byte)
+    /// and an AUXTRACE record.
+    #[test]
+    fn raw_records_are_written_whole_or_refused_at_their_byte() {
+        let attrs = vec![Attr {
+            attr: EventAttr {
+                kind: 1,
+                size: 64,
+                ..EventAttr::default()
+            },
+            ids: vec![],
+        }];
+        let mut w = PerfDataWriter::new(attrs.clone()).unwrap();
+        w.push(0, &Record::FinishedRound, &SampleId::default())
+            .unwrap();
+        let mut raw = w.data.clone();
+        let mut w = PerfDataWriter::new(attrs).unwrap();
+        w.push_raw(&raw).unwrap();
+        let bytes = w.finish();
+        let p = PerfData::parse(&bytes).unwrap();
+        let items: Vec<_> = p.records().collect::<Result<_, _>>().unwrap();
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0].record, Record::FinishedRound);
+        let mut w = PerfDataWriter::new(p.attrs().to_vec()).unwrap();
+        raw.extend_from_slice(&[0; 4]);
+        assert_eq!(w.push_raw(&raw), Err(WriteError::RawRecord(8)));
+        let mut auxtrace = raw[..8].to_vec();
+        auxtrace[..4].copy_from_slice(&kind::AUXTRACE.to_le_bytes());
+        assert_eq!(w.push_raw(&auxtrace), Err(WriteError::RawRecord(0)));
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! An Intel PT encoder of executions: from a stream of [`Step`]s, the packets an Intel PT
 //! unit would write for them, and the ground truth (one row per retired branch, with the
 //! `branches` columns) a decoder must reproduce. It is to Intel PT what [`crate::model`]
-//! is to RTIT, for the flow packets (no timing packets yet).
+//! is to RTIT: the flow packets, and with [`PtOptions::timing`] the timing packets of the
+//! execution's clocks ([`crate::pt_timing`]: TSC and TMA in every PSB+ with CBR, MTC as
+//! the crystal clock ticks, CYC before every CYC-eligible packet), each row's true TSC in
+//! the truth.
 //!
 //! The rules it follows (SDM chapter 36, `intel-pt-sdm-ch36-processor-trace.txt`):
 //!
@@ -72,6 +75,7 @@ use tracemill_decode::pt::packet::{ExecMode, IpCompression, IpPayload, Packet, T
 use tracemill_decode::rows::{BranchColumns, BranchRow};
 
 use crate::exec::Step;
+use crate::pt_timing::{Clocks, PtTiming};
 use crate::rng::Rng;
 
 /// What the encoder is asked to do.
@@ -99,9 +103,16 @@ pub struct PtOptions {
     #[serde(default)]
     pub overflow: Option<PtOverflow>,
     /// TSC packets (IA32_RTIT_CTL.TSCEn): one in every PSB+, right after the PSB
-    /// (36.4.2.11), with the time the clock says; none when `None`.
+    /// (36.4.2.11), with the time the clock says; none when `None`. A counter of
+    /// instructions, without other timing packets; [`PtOptions::timing`] is the
+    /// execution's clocks (the two are not used together).
     #[serde(default)]
     pub tsc: Option<PtTsc>,
+    /// The execution's clocks and the timing packets they make (TSC, TMA, MTC, CYC, CBR;
+    /// [`crate::pt_timing`]); the truth's rows carry their true TSC. `None`: no timing
+    /// packets (the bytes are those of an encoder without this option).
+    #[serde(default)]
+    pub timing: Option<PtTiming>,
 }
 
 /// The time stamp counter of [`PtOptions::tsc`]: `start` when the execution begins, and
@@ -140,6 +151,7 @@ impl Default for PtOptions {
             psb_at_any_step: false,
             overflow: None,
             tsc: None,
+            timing: None,
         }
     }
 }
@@ -147,7 +159,8 @@ impl Default for PtOptions {
 /// The ground truth of a PT trace.
 #[derive(Clone, Debug, Default)]
 pub struct PtTruth {
-    /// Every retired branch while tracing was on, in order (`tsc`, `cycles`, `cr3` null).
+    /// Every retired branch while tracing was on, in order (`cycles` and `cr3` null;
+    /// `tsc` the TSC when it retired, with [`PtOptions::timing`], else null).
     pub rows: BranchColumns,
     /// Rows no decoder can prove (see the module docs).
     pub lost: Vec<bool>,
@@ -257,6 +270,8 @@ struct Encoder<'i, 'a> {
     rng: Rng,
     steps: u64,
     next_ovf: u64,
+    /// The execution's clocks, with [`PtOptions::timing`].
+    clocks: Option<Clocks>,
     /// Steps left in the overflow under way.
     ovf_left: Option<u64>,
     overflows: u64,
@@ -295,6 +310,10 @@ impl<'i, 'a> Encoder<'i, 'a> {
             rng: Rng::new(o.overflow.map_or(0, |p| p.seed)),
             steps: 0,
             next_ovf: u64::MAX,
+            clocks: o.timing.map(|t| {
+                assert!(o.tsc.is_none(), "PtOptions: `tsc` or `timing`, not both");
+                Clocks::new(t)
+            }),
             ovf_left: None,
             overflows: 0,
             psbs_off_decision: 0,
@@ -314,12 +333,49 @@ impl<'i, 'a> Encoder<'i, 'a> {
 
     // ----- packets ----------------------------------------------------------------------
 
-    /// Write one packet; its offset.
+    /// Write one packet (after its CYC, when it takes one); its offset.
     fn put(&mut self, p: Packet) -> u64 {
+        if let Some(cyc) = self.clocks.as_mut().and_then(|c| c.cyc_before(&p)) {
+            self.put_cyc(cyc);
+        }
         let off = self.out.len() as u64;
         encode(&p, &mut self.out).expect("the encoder makes only encodable packets");
         *self.counts.entry(p.name()).or_default() += 1;
         off
+    }
+
+    fn put_cyc(&mut self, cyc: Packet) {
+        encode(&cyc, &mut self.out).expect("a CYC is encodable");
+        *self.counts.entry(cyc.name()).or_default() += 1;
+    }
+
+    /// Let `cycles` core cycles pass: MTCs go out as the crystal clock ticks (none while
+    /// an overflow drops packets).
+    fn pass(&mut self, cycles: u64) {
+        let mut left = cycles;
+        while left > 0 {
+            let Some(c) = &mut self.clocks else {
+                return;
+            };
+            let (ran, mtc) = c.run(left);
+            left -= ran;
+            if let (Some(v), None) = (mtc, self.ovf_left) {
+                self.put(Packet::Mtc(v));
+            }
+        }
+    }
+
+    /// A syscall's or interrupt's time in the kernel, tracing off (user-only tracing).
+    fn kernel_time(&mut self) {
+        if let Some(c) = &mut self.clocks {
+            let k = c.kernel_cycles();
+            self.pass(k);
+        }
+    }
+
+    /// The TSC now, with the execution's clocks.
+    fn now(&self) -> Option<u64> {
+        self.clocks.as_ref().map(Clocks::tsc)
     }
 
     /// An IP packet (`make` wraps the payload) with `ip` compressed against Last IP.
@@ -378,6 +434,12 @@ impl<'i, 'a> Encoder<'i, 'a> {
     }
 
     fn push_bit(&mut self, taken: bool, row: usize) {
+        // A TNT's CYC dates its first branch (36.3.6.2), sent as that branch retires.
+        if self.tnt_len == 0 {
+            if let Some(cyc) = self.clocks.as_mut().and_then(Clocks::cyc_now) {
+                self.put_cyc(cyc);
+            }
+        }
         self.tnt_bits = (self.tnt_bits << 1) | taken as u64;
         self.tnt_len += 1;
         self.tnt_rows.push(row);
@@ -387,11 +449,16 @@ impl<'i, 'a> Encoder<'i, 'a> {
         }
     }
 
-    /// The TSC packet of a PSB+ (36.4.2.11: TSC comes right after the PSB), when TSC
-    /// packets are on.
+    /// The timing status of a PSB+ (36.4.2.11: TSC comes right after the PSB): the
+    /// instruction counter's TSC, or the clocks' TSC, TMA and CBR.
     fn tsc(&mut self) {
         if let Some(c) = self.o.tsc {
             self.put(Packet::Tsc(c.at(self.instructions)));
+        }
+        if let Some(c) = &self.clocks {
+            for p in c.psb_status() {
+                self.put(p);
+            }
         }
     }
 
@@ -525,6 +592,11 @@ impl<'i, 'a> Encoder<'i, 'a> {
         if self.packet_en {
             self.instructions += s.insns() as u64;
         }
+        // The step's cycles pass before its branch retires and sends its packets.
+        if let Some(c) = &mut self.clocks {
+            let cycles = c.step_cycles(s.insns(), matches!(s, Step::Branch { .. }));
+            self.pass(cycles);
+        }
         if let Some(left) = &mut self.ovf_left {
             *left -= 1;
             self.step_in_overflow(s, last);
@@ -577,6 +649,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                 if self.o.user_only {
                     // Cases 11c/13c, then back to user code (11b).
                     self.disable();
+                    self.kernel_time();
                     self.psb_while_disabled();
                     self.enable(resume);
                 } else {
@@ -619,7 +692,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
             taken: class != InsnClass::Cond || next == target,
             compressed: false,
             insns: self.vis_insns,
-            tsc: None,
+            tsc: self.now(),
             cycles: None,
             cr3: None,
             offset: INHERIT,
@@ -683,6 +756,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                         // The program's exit: nothing more is traced.
                         self.stopped = true;
                     } else {
+                        self.kernel_time();
                         self.psb_while_disabled();
                         self.enable(next);
                     }
@@ -747,7 +821,7 @@ impl<'i, 'a> Encoder<'i, 'a> {
                     taken: class != InsnClass::Cond || next == target,
                     compressed: false,
                     insns: self.vis_insns,
-                    tsc: None,
+                    tsc: self.now(),
                     cycles: None,
                     cr3: None,
                     offset: 0,

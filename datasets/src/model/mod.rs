@@ -700,13 +700,7 @@ impl<'i> Model<'i> {
 
     /// Cycles a step of `insns` instructions takes (a simple seeded CPI model).
     fn step_cycles(&mut self, insns: u32, branch: bool) -> u64 {
-        let i = insns as u64;
-        // One draw: 1..2 cycles per instruction, and a mispredicted branch one time in ten.
-        let r = self.rng.next_u64();
-        let mut c = i + (((r & 0xFFFF_FFFF) * (i + 1)) >> 32);
-        if branch && (r >> 54) < 102 {
-            c += 12;
-        }
+        let mut c = step_cycles(self.rng.next_u64(), insns, branch);
         if let Some((p, stall)) = self.o.stall {
             if self.rng.chance(p) {
                 c += stall;
@@ -1412,4 +1406,16 @@ fn packet_index(p: &Packet) -> usize {
         Packet::Sts { .. } => 12,
         Packet::Cyc { .. } => 13,
     }
+}
+
+/// Cycles a step of `insns` instructions takes, from one random draw `r` (a simple CPI
+/// model, shared by the RTIT model and the Intel PT encoder's clocks): 1..2 cycles per
+/// instruction, and a mispredicted branch (12 cycles more) one time in ten.
+pub(crate) fn step_cycles(r: u64, insns: u32, branch: bool) -> u64 {
+    let i = insns as u64;
+    let mut c = i + (((r & 0xFFFF_FFFF) * (i + 1)) >> 32);
+    if branch && (r >> 54) < 102 {
+        c += 12;
+    }
+    c
 }

@@ -299,10 +299,13 @@ fn candidates(m: &Mapping, lookup: &Lookup) -> Vec<Candidate> {
 }
 
 /// `path` looked for under `root` (named `what` in messages): the file itself, symbolic
-/// links resolved, when it lies inside `root`; refused when a link (or `..`) leads out.
-/// A path that does not exist is a candidate as it is (it is not found when opened).
+/// links resolved, when it lies inside `root`; refused when a link (or `..` after the
+/// root) leads out. The root is the user's: `..` in it is theirs to write (`--symfs
+/// ../sysroot`). A path that does not exist is a candidate as it is (it is not found
+/// when opened).
 fn under(root: &Path, path: &Path, what: &str) -> Candidate {
-    if path.components().any(|c| c == Component::ParentDir) {
+    let below = path.strip_prefix(root).unwrap_or(path);
+    if below.components().any(|c| c == Component::ParentDir) {
         return Candidate::Refused(format!(
             "{}: has `..` in it: not looked for under {what} {}",
             path.display(),
@@ -586,6 +589,13 @@ mod tests {
         let (images, problems) = resolve(&[mapping("/usr/bin/in", None)], &l);
         assert_eq!(images.len(), 1, "{problems:?}");
         assert!(images[0].path.ends_with("usr/bin/in"));
+        // A root named with `..` of its own (the user's) is still looked under.
+        let l = Lookup {
+            symfs: Some(tmp.path().join("root/usr/../../root")),
+            ..l
+        };
+        let (images, problems) = resolve(&[mapping("/usr/bin/in", None)], &l);
+        assert_eq!(images.len(), 1, "a root with `..` in it: {problems:?}");
     }
 
     #[test]
