@@ -10,7 +10,7 @@ use tracemill_decode::rows::{BranchColumns, TimingColumns};
 use tracemill_sinks::{EncodedRowGroup, RowGroupEncoder};
 
 use super::Report;
-use crate::perf::threads::{LastTimed, Threads};
+use tracemill_input::perf::threads::{LastTimed, Threads};
 
 /// What the writer thread receives, in order (a few at a time: the size of a piece's
 /// header does not matter).

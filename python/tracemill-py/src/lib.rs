@@ -79,11 +79,11 @@ pub(crate) fn path_arg(obj: &Bound<'_, PyAny>) -> PyResult<PathBuf> {
 pub(crate) fn image_args(
     py: Python<'_>,
     specs: &[String],
-) -> PyResult<Vec<tracemill_datasets::bundle::ImageEntry>> {
+) -> PyResult<Vec<tracemill_input::manifest::ImageEntry>> {
     specs
         .iter()
         .map(|s| {
-            let mut e = tracemill::bundle::parse_image_arg(s)
+            let mut e = tracemill_input::bundle::parse_image_arg(s)
                 .map_err(|e| error_from(py, "OptionError", &e))?;
             if Path::new(&e.path).is_relative() {
                 let abs = std::path::absolute(&e.path)

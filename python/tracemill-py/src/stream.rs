@@ -34,7 +34,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict};
-use tracemill::bundle::{Bundle, Bytes};
+use tracemill_input::bundle::{Bundle, Bytes};
 use tracemill::run::{self, Tables};
 use tracemill::stream::Output;
 use tracemill_schemas::TABLES;
@@ -854,9 +854,9 @@ pub(crate) fn decode(
         Trace::Memory(bytes) => {
             let name = "<memory>";
             let mut manifest = match &config {
-                Some(text) => tracemill::bundle::parse_manifest(Path::new("<config>"), text)
+                Some(text) => tracemill_input::bundle::parse_manifest(Path::new("<config>"), text)
                     .map_err(|e| error_from(py, "BundleError", &e))?,
-                None => tracemill_datasets::bundle::Manifest::new(ctl.ok_or_else(|| {
+                None => tracemill_input::manifest::Manifest::new(ctl.ok_or_else(|| {
                     error(
                         py,
                         "BundleError",

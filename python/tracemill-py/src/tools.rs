@@ -11,10 +11,10 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field, Schema};
 use pyo3::prelude::*;
-use tracemill::bundle::{map_file, Bundle};
+use tracemill_input::bundle::{map_file, Bundle};
 use tracemill::dump::Entry;
 use tracemill::ingest::{IngestArgs, Outcome, Status};
-use tracemill_datasets::bundle::{Manifest, TraceFormat};
+use tracemill_input::manifest::{Manifest, TraceFormat};
 use tracemill_decode::pt::PtConfig;
 use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_decode::sniff::{self, TraceFormat as Sniffed};
