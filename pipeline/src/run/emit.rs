@@ -78,7 +78,13 @@ impl Emitter {
         });
         self.dated.advance(t.len(), tsc);
         if let Some(b) = &self.batches {
-            b.send_piece(&mut p, &mut t, base)?;
+            let d = dates.as_ref();
+            b.send_piece(
+                &mut p,
+                &mut t,
+                base,
+                d.map(|d| (&d.threads, d.rows(), d.events(), d.timing())),
+            )?;
         }
         if let Some(g) = &mut self.branches {
             let rows = std::mem::take(&mut p.rows);

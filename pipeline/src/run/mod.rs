@@ -258,9 +258,6 @@ pub struct Part<'b> {
 /// thread columns; coverage and edges over all of them. An area with nothing to decode
 /// (no PSB) is a warning.
 pub fn decode_perf(rec: &tracemill_input::perf::Recording, opts: &Options) -> Result<Report> {
-    if opts.batches.is_some() {
-        bail!("a perf.data is decoded to files (--out) or without output, not to a consumer");
-    }
     let parts: Vec<Part<'_>> = rec
         .traces
         .iter()
@@ -270,27 +267,7 @@ pub fn decode_perf(rec: &tracemill_input::perf::Recording, opts: &Options) -> Re
             spaces: t.spaces.as_ref(),
         })
         .collect();
-    let Some(first) = parts.first() else {
-        bail!("{}: no Intel PT trace to decode", rec.path.display());
-    };
-    let mut meta = file_meta(first.bundle);
-    meta.source = rec.path.display().to_string();
-    meta.source_size = rec.file_size;
-    meta.extra
-        .push(("tracemill.perf_data".into(), "true".into()));
-    // The threads' names, for the reports (one flame graph root and timeline track each).
-    let threads: Vec<String> = rec
-        .pids
-        .iter()
-        .map(|(tid, pid)| {
-            let comm = rec.comms.get(tid).map_or("", String::as_str);
-            format!("{pid}/{tid}={}", comm.replace([',', '='], "_"))
-        })
-        .collect();
-    meta.extra.push((
-        tracemill_reports::input::META_THREADS.into(),
-        threads.join(","),
-    ));
+    let meta = perf_meta(rec)?;
     let mut opts = opts.clone();
     opts.writer.thread_columns = true;
     let mut report = decode_parts(&parts, &meta, &opts)?;
@@ -530,6 +507,41 @@ fn decode_as<F: TraceFormat>(
     report.edges = edges;
     report.elapsed = t0.elapsed();
     Ok(report)
+}
+
+/// The metadata every table of a decode of `src` carries.
+pub fn source_meta(src: &Source) -> Result<FileMeta> {
+    match &src.opened {
+        Opened::Bundle(b) => Ok(file_meta(b)),
+        Opened::Recording(r) => perf_meta(r),
+    }
+}
+
+/// The metadata every table of a decode of the perf.data `rec` carries: the first AUX
+/// area's, named after the file, with the threads' names.
+pub fn perf_meta(rec: &tracemill_input::perf::Recording) -> Result<FileMeta> {
+    let Some(first) = rec.traces.first() else {
+        bail!("{}: no Intel PT trace to decode", rec.path.display());
+    };
+    let mut meta = file_meta(&first.bundle);
+    meta.source = rec.path.display().to_string();
+    meta.source_size = rec.file_size;
+    meta.extra
+        .push(("tracemill.perf_data".into(), "true".into()));
+    // The threads' names, for the reports (one flame graph root and timeline track each).
+    let threads: Vec<String> = rec
+        .pids
+        .iter()
+        .map(|(tid, pid)| {
+            let comm = rec.comms.get(tid).map_or("", String::as_str);
+            format!("{pid}/{tid}={}", comm.replace([',', '='], "_"))
+        })
+        .collect();
+    meta.extra.push((
+        tracemill_reports::input::META_THREADS.into(),
+        threads.join(","),
+    ));
+    Ok(meta)
 }
 
 /// The metadata every table of a decode of `bundle` carries (files, and the schemas of
