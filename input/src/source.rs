@@ -218,6 +218,8 @@ pub enum Kind {
 }
 
 /// The input's traces, opened.
+// One per input, moved rather than copied: a bundle's inline size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Opened {
     /// A bundle, a bare trace, or a trace in memory: one trace.
     Bundle(Bundle),

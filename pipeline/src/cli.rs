@@ -86,6 +86,14 @@ pub enum Compression {
     None,
 }
 
+impl Compression {
+    /// The codec named `name` as `--compression` names it (`zstd`, `lz4`, `snappy`,
+    /// `none`): for faces other than clap (Python's `compression=`).
+    pub fn by_name(name: &str) -> Option<Compression> {
+        <Compression as clap::ValueEnum>::from_str(name, false).ok()
+    }
+}
+
 impl From<Compression> for tracemill_sinks::Codec {
     fn from(c: Compression) -> Self {
         match c {

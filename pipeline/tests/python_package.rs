@@ -37,7 +37,9 @@ fn perf_data(dir: &Path) -> Option<PathBuf> {
         common::missing_tool(&format!("the perf.data source of test_sources.py: {why}"));
         return None;
     }
-    let input: String = (0..200).map(|i| format!("{}\n", (i * 7919) % 1000)).collect();
+    let input: String = (0..200)
+        .map(|i| format!("{}\n", (i * 7919) % 1000))
+        .collect();
     let cap = qemu::trace(Path::new(BUSYBOX), &["sort", "-n"], input.as_bytes()).unwrap();
     let exec = cap.execution;
     let mut images = ImageSet::new();

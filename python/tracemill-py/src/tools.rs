@@ -241,9 +241,8 @@ pub(crate) fn ingest(
     let jobs = crate::stream::jobs_arg(py, jobs)?;
     tracemill::cli::parse_zstd_level(&zstd_level.to_string())
         .map_err(|e| error(py, "OptionError", format!("zstd_level={zstd_level}: {e}")))?;
-    use clap::ValueEnum;
     let codecs = "one of \"zstd\", \"lz4\", \"snappy\", \"none\"";
-    let compression = tracemill::cli::Compression::from_str(compression, false).map_err(|_| {
+    let compression = tracemill::cli::Compression::by_name(compression).ok_or_else(|| {
         let why = format!("compression={compression:?}: {codecs}");
         error(py, "OptionError", why)
     })?;
