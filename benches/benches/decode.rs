@@ -26,7 +26,6 @@
 use std::path::{Path, PathBuf};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use tracemill::bundle::Bundle;
 use tracemill_datasets::samples::synth_big;
 use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_all, decode_body, plan_chunks, Body, Input, Piece, Stitcher};
@@ -36,6 +35,7 @@ use tracemill_decode::rows::{BranchColumns, BranchRow};
 use tracemill_decode::rtit::packet::PacketReader;
 use tracemill_decode::rtit::sync::next_psb;
 use tracemill_decode::timing::Timeline;
+use tracemill_input::bundle::Bundle;
 
 /// Branch columns without the coverage aggregation.
 #[derive(Default)]

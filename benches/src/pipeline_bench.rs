@@ -54,13 +54,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
-use tracemill::bundle::Bundle;
 use tracemill::run::{self, Tables};
-use tracemill_datasets::bundle::TraceFormat;
 use tracemill_decode::block::BlockCache;
 use tracemill_decode::chunk::{decode_body, plan_chunks, Body, Input};
 use tracemill_decode::flow::CountSink;
 use tracemill_decode::{Format, Rtit};
+use tracemill_input::bundle::Bundle;
+use tracemill_input::manifest::TraceFormat;
 
 // The allocator of the `tracemill` binary, so that `write` measures what it runs.
 #[global_allocator]

@@ -36,7 +36,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use object::{Object, ObjectSegment};
-use tracemill_datasets::bundle::{ImageKind, Manifest, PtFacts, TraceFormat};
 use tracemill_datasets::perf_data::{
     intel_pt_two_threads, CpuStream, PtImage, PtProcess, PtRecording,
 };
@@ -44,6 +43,7 @@ use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtTsc};
 use tracemill_datasets::samples;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rtit::config::ctl;
+use tracemill_input::manifest::{ImageKind, Manifest, PtFacts, TraceFormat};
 
 /// IA32_RTIT_CTL of the PT trace: TraceEn, User, BranchEn (SDM 36.2.7.2); DisRETC clear.
 const PT_CTL: u64 = 1 | 1 << 3 | 1 << 13;

@@ -14,7 +14,6 @@ use tracemill_decode::image::ImageSet;
 use tracemill_decode::rtit::config::ctl;
 use tracemill_sinks::{FileMeta, TableWriter};
 
-use crate::bundle::{ImageEntry, ImageKind, Manifest};
 use crate::collected::{write_topa, write_trace_hub, HubPlan, TopaPlan};
 use crate::exec::synthetic::{Code, WalkConfig};
 use crate::exec::{qemu, Execution};
@@ -22,6 +21,7 @@ use crate::kernel::{Kernel, KERNEL_BASE};
 use crate::model::{Model, ModelOptions, Output, OverflowPlan, Process, Summary};
 use crate::rng::Rng;
 use crate::scenarios;
+use tracemill_input::manifest::{ImageEntry, ImageKind, Manifest};
 
 /// Where a sample's execution comes from.
 #[derive(Clone, Debug)]

@@ -11,11 +11,11 @@ mod encode {
 }
 #[allow(dead_code)]
 mod bundle {
-    pub use tracemill_datasets::bundle::*;
+    pub use tracemill_input::manifest::*;
 }
 #[allow(dead_code)]
 mod collected {
-    pub use tracemill_datasets::collected::*;
+    pub use tracemill_input::collected::*;
 }
 #[allow(dead_code)]
 mod perf_data {

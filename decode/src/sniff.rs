@@ -78,23 +78,6 @@ pub fn sniff(stream: &TraceStream<'_>) -> Option<Sniffed> {
 /// The window [`sniff`] searches at a time.
 pub const SNIFF_STEP: u64 = 1 << 20;
 
-/// An error message when `stream` looks like another format than `expected`, naming
-/// the format and the flag that reads it.
-pub fn mismatch(stream: &TraceStream<'_>, expected: TraceFormat) -> Option<String> {
-    let s = sniff(stream)?;
-    (s.format != expected).then(|| {
-        format!(
-            "this looks like an {} trace, not {} (its first PSB, at offset {:#x}, is {}'s); \
-             use --format {}",
-            s.format.title(),
-            expected.title(),
-            s.psb,
-            s.format.title(),
-            s.format.name()
-        )
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,25 +145,13 @@ mod tests {
                 psb: 2
             })
         );
-        let msg = mismatch(&s, TraceFormat::Rtit).unwrap();
-        assert!(
-            msg.contains("an Intel PT trace") && msg.contains("--format pt"),
-            "{msg}"
-        );
-        assert_eq!(mismatch(&s, TraceFormat::Pt), None);
 
         let mut d = vec![0x02; 3];
         d.extend_from_slice(&rtit);
         d.extend_from_slice(&pt);
         let s = TraceStream::linear(&d);
         assert_eq!(sniff(&s).unwrap().format, TraceFormat::Rtit);
-        let msg = mismatch(&s, TraceFormat::Pt).unwrap();
-        assert!(
-            msg.contains("an RTIT trace") && msg.contains("--format rtit"),
-            "{msg}"
-        );
 
         assert_eq!(sniff(&TraceStream::linear(&[0u8; 64])), None);
-        assert_eq!(mismatch(&TraceStream::linear(&[]), TraceFormat::Pt), None);
     }
 }

@@ -7,16 +7,18 @@
 #[path = "../../datasets/src/encode.rs"]
 pub mod encode;
 
-/// `tracemill_datasets::bundle`: `Manifest`, the `bundle.toml` reader, likewise.
-#[path = "../../datasets/src/bundle.rs"]
+/// `tracemill_input::manifest`: `Manifest`, the `bundle.toml` reader, likewise (the
+/// input crate maps files and reads perf.data, which the targets do not need). Named
+/// `bundle` here, as the targets name it.
+#[path = "../../input/src/manifest.rs"]
 pub mod bundle;
+/// For `collected`, which names the manifest by its own crate's path.
+pub use bundle as manifest;
 
-/// `tracemill_datasets::collected` (ToPA dumps and trace-hub captures) and the `rng`
-/// its writers use, likewise.
-#[path = "../../datasets/src/collected.rs"]
+/// `tracemill_input::collected`, the readers of ToPA dumps and trace-hub captures,
+/// likewise.
+#[path = "../../input/src/collected.rs"]
 pub mod collected;
-#[path = "../../datasets/src/rng.rs"]
-pub mod rng;
 
 /// `tracemill_datasets::perf_data`, the perf.data writer (the round-trip oracle of the
 /// `perf_data` target), likewise.

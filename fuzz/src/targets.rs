@@ -3,8 +3,9 @@
 //! Shared by the fuzz targets (`fuzz_targets/*.rs`, through `tracemill_fuzz::targets`) and
 //! by the workspace's regression tests (`datasets/tests/fuzz_regressions.rs` includes this
 //! file with `#[path]`), so that a saved finding replays through exactly the checks that
-//! found it. `crate::encode` and `crate::bundle` are `tracemill_datasets`'s modules of
-//! those names in both places.
+//! found it. `crate::encode` is `tracemill_datasets::encode`, `crate::bundle` is
+//! `tracemill_input::manifest` and `crate::collected` `tracemill_input::collected`, in both
+//! places.
 
 use std::sync::OnceLock;
 

@@ -5,24 +5,20 @@
 //! and stream the rows to Parquet (or Arrow IPC) files.
 //!
 //! - [`allocator`]: the global allocator's settings (mimalloc), for every program of tracemill;
-//! - [`bundle`]: bundle loading;
 //! - [`cli`]: checks of option values, shared by the subcommands;
 //! - [`run`]: the parallel decode and the closing summary;
 //! - [`stream`]: the decoded tables handed to a consumer as Arrow batches (Python);
 //! - [`dump`]: the packet listing;
 //! - [`errors`]: error messages on one line;
-//! - [`perf`]: perf.data recordings of Intel PT, as traces with their threads and images;
 //! - [`ingest`]: many bundles into one partitioned dataset (local or S3), exactly once;
 //! - [`synth`]: making bundles (real programs, synthetic walks, spec scenarios);
 //! - [`report`]: the `report` commands (the work is in `tracemill-reports`).
 
 pub mod allocator;
-pub mod bundle;
 pub mod cli;
 pub mod dump;
 pub mod errors;
 pub mod ingest;
-pub mod perf;
 pub mod report;
 pub mod run;
 pub mod stream;

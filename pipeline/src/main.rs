@@ -6,14 +6,16 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use tracemill::bundle::{map_file, parse_image_arg, Bundle};
+use tracemill::cli::{PtFactsFlags, TraceFormatArg};
 use tracemill::errors::error_text;
 use tracemill::run::{self, Tables};
-use tracemill_datasets::bundle::{parse_u64, Manifest, TraceFormat as BundleFormat};
-use tracemill_decode::pt::{listing::ListingOptions, PtConfig};
+use tracemill_decode::pt::listing::ListingOptions;
 use tracemill_decode::rtit::config::TraceConfig;
-use tracemill_decode::sniff::{self, TraceFormat as SniffedFormat};
-use tracemill_decode::stream::TraceStream;
+use tracemill_input::bundle::parse_image_arg;
+use tracemill_input::manifest::{parse_u64, TraceFormat};
+use tracemill_input::perf::Lookup;
+use tracemill_input::source::{Given, Opened, Overrides};
+use tracemill_input::Source;
 use tracemill_sinks::Format;
 
 /// mimalloc rather than glibc's malloc, which kept the memory of rows freed on the writer
@@ -47,11 +49,12 @@ enum Cmd {
     Report(tracemill::report::ReportArgs),
 }
 
-/// The trace and the facts about it.
+/// The trace and the facts about it (the command line's side of
+/// `tracemill_input::source::Overrides`).
 #[derive(Args)]
-struct Source {
-    /// A bundle directory (with bundle.toml), a bare trace file (then give --ctl), or
-    /// (decode) a perf.data recorded with `perf record -e intel_pt//`.
+struct SourceArgs {
+    /// A bundle directory (with bundle.toml), a bare trace file (an RTIT one needs
+    /// --ctl), or a perf.data recorded with `perf record -e intel_pt//`.
     bundle: PathBuf,
     /// RTIT_CTL value the trace was recorded with (hex like 0x2e0d, or decimal);
     /// overrides the bundle's.
@@ -62,33 +65,29 @@ struct Source {
     /// relative to the current directory. Repeatable.
     #[arg(long = "image", value_name = "PATH@ADDR")]
     images: Vec<String>,
+    /// The trace format [default: the bundle's `format`; a perf.data is Intel PT; for a
+    /// bare file, pt for a .pt name, rtit for .rtit, else the format of its first PSB].
+    /// A trace whose first PSB is the other format's is refused. For Intel PT, --ctl
+    /// (IA32_RTIT_CTL, perf's intel_pt config) is optional, as for ptxed.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    trace_format: Option<TraceFormatArg>,
 }
 
 #[derive(Args)]
 struct DumpArgs {
     #[command(flatten)]
-    src: Source,
+    src: SourceArgs,
     /// Print counts per packet type instead of the listing.
     #[arg(long)]
     stats: bool,
-    /// The trace format (default: the bundle's `format`; for a bare file, pt when it
-    /// ends in .pt, else rtit). A trace whose first PSB is the other format's is refused.
-    /// For Intel PT, --ctl is IA32_RTIT_CTL (perf's intel_pt config).
-    #[arg(long, value_enum)]
-    format: Option<DumpFormat>,
+    /// The old spelling of --trace-format (dump has no output format).
+    #[arg(long, value_enum, hide = true, conflicts_with = "trace_format")]
+    format: Option<TraceFormatArg>,
     /// Intel PT: print libipt ptdump's listing, with ptdump's options below.
     #[arg(long, conflicts_with = "stats")]
     ptdump: bool,
     #[command(flatten)]
     pt: PtdumpFlags,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum DumpFormat {
-    /// Intel RTIT (Silvermont/Airmont Atom trace), the packets of chapter 4.
-    Rtit,
-    /// Intel PT (the SDM's Processor Trace), as recorded by perf on every Intel server.
-    Pt,
 }
 
 /// libipt ptdump's options, for `tracemill dump --ptdump`. The processor and timing
@@ -145,77 +144,6 @@ struct PtdumpFlags {
     facts: PtFactsFlags,
 }
 
-/// The Intel PT processor and timing facts a trace does not carry, named as libipt's
-/// ptdump and ptxed name them (for `dump` and `decode`; over a bundle's `[pt]`).
-#[derive(Args)]
-#[command(next_help_heading = "Intel PT: the processor's facts (as ptxed's options)")]
-struct PtFactsFlags {
-    /// The processor, F/M[/S] (selects errata), or none.
-    #[arg(long, value_name = "F/M[/S]")]
-    cpu: Option<String>,
-    /// IA32_RTIT_CTL.MTCFreq.
-    #[arg(long, value_name = "N")]
-    mtc_freq: Option<String>,
-    /// The maximum non-turbo ratio (MSR_PLATFORM_INFO[15:8]).
-    #[arg(long, value_name = "N")]
-    nom_freq: Option<String>,
-    /// CPUID.15H:EAX (TSC:CTC ratio denominator).
-    #[arg(long = "cpuid-0x15.eax", value_name = "N")]
-    cpuid_0x15_eax: Option<String>,
-    /// CPUID.15H:EBX (TSC:CTC ratio numerator).
-    #[arg(long = "cpuid-0x15.ebx", value_name = "N")]
-    cpuid_0x15_ebx: Option<String>,
-}
-
-impl PtFactsFlags {
-    /// The facts given, as ptdump's option words.
-    fn words(&self) -> Vec<String> {
-        let mut w = Vec::new();
-        for (v, word) in [
-            (&self.cpu, "--cpu"),
-            (&self.mtc_freq, "--mtc-freq"),
-            (&self.nom_freq, "--nom-freq"),
-            (&self.cpuid_0x15_eax, "--cpuid-0x15.eax"),
-            (&self.cpuid_0x15_ebx, "--cpuid-0x15.ebx"),
-        ] {
-            if let Some(v) = v {
-                w.extend([word.to_string(), v.clone()]);
-            }
-        }
-        w
-    }
-
-    fn any(&self) -> bool {
-        self.cpu.is_some()
-            || self.mtc_freq.is_some()
-            || self.nom_freq.is_some()
-            || self.cpuid_0x15_eax.is_some()
-            || self.cpuid_0x15_ebx.is_some()
-    }
-
-    /// `facts` with the ones given here set (each value read as ptdump reads it).
-    fn apply_to(&self, facts: &mut tracemill_datasets::bundle::PtFacts) -> Result<()> {
-        let (_, given) =
-            ListingOptions::from_ptdump_args(&self.words()).map_err(|e| anyhow::anyhow!("{e}"))?;
-        if let Some(c) = &self.cpu {
-            facts.cpu = (c != "none").then(|| c.clone());
-        }
-        if self.mtc_freq.is_some() {
-            facts.mtc_freq = Some(given.mtc_freq);
-        }
-        if self.nom_freq.is_some() {
-            facts.nom_freq = Some(given.nom_freq);
-        }
-        if self.cpuid_0x15_eax.is_some() {
-            facts.tsc_ctc_ratio_d = Some(given.tsc_ctc_ratio_d);
-        }
-        if self.cpuid_0x15_ebx.is_some() {
-            facts.tsc_ctc_ratio_n = Some(given.tsc_ctc_ratio_n);
-        }
-        Ok(())
-    }
-}
-
 impl PtdumpFlags {
     /// The flags as ptdump's option words.
     fn words(&self) -> Vec<String> {
@@ -245,30 +173,11 @@ impl PtdumpFlags {
         w
     }
 
-    fn any_pt_fact(&self) -> bool {
-        self.facts.any()
-    }
-
-    /// The listing options, and `cfg` with the facts given on the command line.
-    fn apply(&self, cfg: &mut PtConfig) -> Result<ListingOptions> {
-        let (opts, given) =
+    /// ptdump's listing options (the processor's facts are the source's: its
+    /// configuration has them, `tracemill_input::source::PtOverrides`).
+    fn listing(&self) -> Result<ListingOptions> {
+        let (opts, _) =
             ListingOptions::from_ptdump_args(&self.words()).map_err(|e| anyhow::anyhow!("{e}"))?;
-        if self.facts.cpu.is_some() {
-            cfg.cpu = given.cpu;
-            cfg.errata = given.errata;
-        }
-        if self.facts.mtc_freq.is_some() {
-            cfg.mtc_freq = given.mtc_freq;
-        }
-        if self.facts.nom_freq.is_some() {
-            cfg.nom_freq = given.nom_freq;
-        }
-        if self.facts.cpuid_0x15_eax.is_some() {
-            cfg.tsc_ctc_ratio_d = given.tsc_ctc_ratio_d;
-        }
-        if self.facts.cpuid_0x15_ebx.is_some() {
-            cfg.tsc_ctc_ratio_n = given.tsc_ctc_ratio_n;
-        }
         Ok(opts)
     }
 }
@@ -276,7 +185,7 @@ impl PtdumpFlags {
 #[derive(Args)]
 struct DecodeArgs {
     #[command(flatten)]
-    src: Source,
+    src: SourceArgs,
     /// Directory for the tables, DIR/<table>.parquet (created if missing). Without it,
     /// decode and print the summary only.
     #[arg(long, short, value_name = "DIR")]
@@ -309,26 +218,8 @@ struct DecodeArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
-    /// perf.data: look for the recorded binaries under DIR first (DIR + the recorded
-    /// path), as perf's --symfs.
-    #[arg(long, value_name = "DIR", value_parser = tracemill::cli::parse_existing_dir)]
-    symfs: Option<PathBuf>,
-    /// perf.data: the build-id cache to look for binaries in by build-id [default:
-    /// ~/.debug], as perf's --buildid-dir.
-    #[arg(long, value_name = "DIR", value_parser = tracemill::cli::parse_existing_dir)]
-    buildid_dir: Option<PathBuf>,
-    /// perf.data: the kernel's ELF image (its code at its own addresses), for traces of
-    /// kernel code, as perf's --vmlinux.
-    #[arg(long, value_name = "FILE")]
-    vmlinux: Option<PathBuf>,
-    /// perf.data: a copy of /proc/kcore taken with the recording (the kernel's text as it
-    /// ran, modules included), as perf's --kcore.
-    #[arg(long, value_name = "FILE")]
-    kcore: Option<PathBuf>,
-    /// A bare trace's format [default: the format of its first PSB]. For Intel PT,
-    /// --ctl (IA32_RTIT_CTL, perf's intel_pt config) is optional, as for ptxed.
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    trace_format: Option<DumpFormat>,
+    #[command(flatten)]
+    perf: tracemill::cli::PerfFlags,
     #[command(flatten)]
     pt: PtFactsFlags,
 }
@@ -405,80 +296,28 @@ fn parse_num(s: &str) -> Result<u64, String> {
     parse_u64(s).ok_or_else(|| format!("not a number: {s:?} (use 0x... or decimal)"))
 }
 
-fn open(src: &Source) -> Result<Bundle> {
-    Bundle::open(&src.bundle, src.ctl, &extra_images(src)?)
-}
-
-/// The bundle `decode` reads: a bundle directory (the Intel PT flags over its `[pt]`), or
-/// a bare trace in the format of its first PSB (or `--trace-format`): a bare Intel PT
-/// trace needs no --ctl, as ptxed's `--pt FILE --raw BIN:ADDR` needs none.
-fn open_for_decode(a: &DecodeArgs) -> Result<Bundle> {
-    let path = &a.src.bundle;
-    let pt_only = |what: &str| {
-        anyhow::anyhow!(
-            "{}: --cpu, --mtc-freq, --nom-freq and --cpuid-0x15.* are for Intel PT traces; \
-             {what}",
-            path.display()
-        )
+/// Open the input `src` names (`format`: dump's old spelling of `--trace-format`), with
+/// the Intel PT facts `pt` and the perf.data look-up `lookup`:
+/// `tracemill_input::Source::open` decides its format and checks it.
+fn open_source(
+    src: &SourceArgs,
+    format: Option<TraceFormatArg>,
+    pt: &PtFactsFlags,
+    lookup: Lookup,
+) -> Result<Source> {
+    let overrides = Overrides {
+        format: src.trace_format.or(format).map(TraceFormat::from),
+        ctl: src.ctl,
+        images: extra_images(src)?,
+        pt: pt.overrides()?,
+        lookup,
+        ..Overrides::default()
     };
-    if path.is_dir() {
-        if a.trace_format.is_some() {
-            bail!(
-                "{}: --trace-format is for bare trace files (a bundle's bundle.toml says its \
-                 format)",
-                path.display()
-            );
-        }
-        let mut b = open(&a.src)?;
-        if a.pt.any() {
-            if b.manifest.format != BundleFormat::Pt {
-                return Err(pt_only("this bundle is RTIT"));
-            }
-            a.pt.apply_to(b.manifest.pt.get_or_insert_with(Default::default))?;
-        }
-        return Ok(b);
-    }
-    let format = match a.trace_format {
-        Some(f) => f,
-        None => bare_format(path),
-    };
-    match format {
-        DumpFormat::Rtit if a.pt.any() => Err(pt_only(
-            "this trace is read as RTIT (its first PSB is RTIT's; --trace-format pt says otherwise)",
-        )),
-        DumpFormat::Rtit => open(&a.src),
-        DumpFormat::Pt => {
-            let mut m = Manifest::new(a.src.ctl.unwrap_or(0));
-            m.format = BundleFormat::Pt;
-            let mut facts = tracemill_datasets::bundle::PtFacts::default();
-            a.pt.apply_to(&mut facts)?;
-            m.pt = Some(facts);
-            Bundle::open_bare(path, m, &extra_images(&a.src)?)
-        }
-    }
-}
-
-/// A bare trace file's format: its first PSB's, else Intel PT for a `.pt` name, else RTIT
-/// (a file that cannot be read is reported when it is opened).
-fn bare_format(path: &Path) -> DumpFormat {
-    let sniffed = map_file(path)
-        .ok()
-        .and_then(|b| sniff::sniff(&TraceStream::linear(&b)).map(|s| s.format));
-    match sniffed {
-        Some(SniffedFormat::Pt) => DumpFormat::Pt,
-        Some(SniffedFormat::Rtit) => DumpFormat::Rtit,
-        None if path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("pt")) =>
-        {
-            DumpFormat::Pt
-        }
-        None => DumpFormat::Rtit,
-    }
+    Source::open(Given::Path(&src.bundle), &overrides)
 }
 
 /// `--image` arguments as image entries, relative paths made absolute.
-fn extra_images(src: &Source) -> Result<Vec<tracemill_datasets::bundle::ImageEntry>> {
+fn extra_images(src: &SourceArgs) -> Result<Vec<tracemill_input::manifest::ImageEntry>> {
     src.images
         .iter()
         .map(|s| {
@@ -599,31 +438,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             if let Some(out) = &a.out {
                 check_out_dir(out)?;
             }
-            let perf = tracemill::perf::is_perf_data(&a.src.bundle);
-            if perf
-                && (a.src.ctl.is_some()
-                    || !a.src.images.is_empty()
-                    || a.trace_format.is_some()
-                    || a.pt.any())
-            {
-                bail!(
-                    "{}: a perf.data carries its configuration and the mappings of its \
-                     binaries: --ctl, --image, --trace-format and the Intel PT facts do not \
-                     apply (--symfs and --buildid-dir say where the binaries are)",
-                    a.src.bundle.display()
-                );
-            }
-            let perf_only = a.symfs.is_some()
-                || a.buildid_dir.is_some()
-                || a.vmlinux.is_some()
-                || a.kcore.is_some();
-            if !perf && perf_only {
-                bail!(
-                    "{}: --symfs, --buildid-dir, --vmlinux and --kcore are for perf.data \
-                     files, and this is not one (no PERFILE2 magic)",
-                    a.src.bundle.display()
-                );
-            }
+            let src = open_source(&a.src, None, &a.pt, a.perf.lookup())?;
             let mut opts = run::Options {
                 out: a.out.clone(),
                 tables,
@@ -655,57 +470,35 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                     );
                 }
             }
-            if perf {
-                let lookup = tracemill::perf::Lookup {
-                    symfs: a.symfs.clone(),
-                    buildid_dir: a.buildid_dir.clone(),
-                    kernel: a.vmlinux.iter().chain(&a.kcore).cloned().collect(),
-                    confine: None,
-                };
-                let rec = tracemill::perf::open(&a.src.bundle, &lookup)?;
-                let t = opts.tables;
-                // No branch, no code: a failure, and nothing published over `--out`.
-                opts.require_rows = t.branches || t.coverage || t.edges;
-                let report = run::decode_perf(&rec, &opts)
-                    .with_context(|| format!("decoding {}", a.src.bundle.display()))?;
-                eprint!(
-                    "{}",
-                    run::summary(&a.src.bundle.display().to_string(), &report)
-                );
-                if opts.require_rows && report.rows == 0 {
-                    eprintln!(
-                        "tracemill: error: no branch decoded{}{}",
-                        if rec.traces[0].bundle.images.is_empty() {
-                            ": none of the recorded binaries could be loaded"
-                        } else {
-                            ""
-                        },
-                        nothing_written(&opts, &report)
-                    );
-                    return Ok(ExitCode::from(1));
-                }
-                return Ok(ExitCode::SUCCESS);
-            }
-            let b = open_for_decode(&a)?;
             // Without a code image not one branch can be decoded: when branches (or the
             // coverage made of them) were asked for, that is a failure, whatever events and
-            // timing rows were decoded, and nothing is published over `--out`.
+            // timing rows were decoded, and nothing is published over `--out`. A perf.data's
+            // binaries are loaded as its traces need them: it fails when no row decoded.
             let t = opts.tables;
             let wants_code = t.branches || t.coverage || t.edges;
-            let no_code = b.image_set().0.segments().is_empty();
-            opts.require_rows = wants_code && no_code;
-            let report = run::decode(&b, &opts)
+            let perf = matches!(src.opened, Opened::Recording(_));
+            opts.require_rows = wants_code && (perf || !src.has_code);
+            let report = run::decode_source(&src, &opts)
                 .with_context(|| format!("decoding {}", a.src.bundle.display()))?;
             eprint!(
                 "{}",
                 run::summary(&a.src.bundle.display().to_string(), &report)
             );
-            if let Some(h) = ctl_hint(&report, b.manifest.rtit_ctl, a.src.ctl.is_some()) {
-                eprintln!("tracemill: hint: {h}");
+            if let Opened::Bundle(b) = &src.opened {
+                if let Some(h) = ctl_hint(&report, b.manifest.rtit_ctl, a.src.ctl.is_some()) {
+                    eprintln!("tracemill: hint: {h}");
+                }
             }
             if opts.require_rows && report.rows == 0 {
+                let why = match &src.opened {
+                    Opened::Recording(r) if r.traces[0].bundle.images.is_empty() => {
+                        ": none of the recorded binaries could be loaded"
+                    }
+                    Opened::Recording(_) => "",
+                    Opened::Bundle(_) => ": no code image could be loaded",
+                };
                 eprintln!(
-                    "tracemill: error: no branch decoded: no code image could be loaded{}",
+                    "tracemill: error: no branch decoded{why}{}",
                     nothing_written(&opts, &report)
                 );
                 return Ok(ExitCode::from(1));
@@ -761,69 +554,45 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// `tracemill dump`: choose the format, refuse a trace of the other one, list.
+/// `tracemill dump`: open the input (its format is decided there), list each trace (a
+/// perf.data's AUX areas in turn, each under a `# NAME` line).
 fn dump(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
-    let path = &a.src.bundle;
-    let format = match a.format {
-        Some(f) => f,
-        // A bundle that cannot be read is reported by Bundle::open below.
-        None if path.is_dir() => match Manifest::load(path).map(|m| m.format) {
-            Ok(BundleFormat::Pt) => DumpFormat::Pt,
-            _ => DumpFormat::Rtit,
-        },
-        None if path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("pt")) =>
-        {
-            DumpFormat::Pt
-        }
-        None => DumpFormat::Rtit,
-    };
-    let refuse = |stream: &TraceStream<'_>, f: SniffedFormat| -> Result<()> {
-        match sniff::mismatch(stream, f) {
-            Some(msg) => anyhow::bail!("{}: {msg}", path.display()),
-            None => Ok(()),
-        }
-    };
-    if format == DumpFormat::Rtit {
-        if a.ptdump || a.pt.any_pt_fact() {
-            anyhow::bail!(
-                "{}: --ptdump, --cpu, --mtc-freq, --nom-freq and --cpuid-0x15.* are for Intel PT \
-                 traces; this one is read as RTIT (use --format pt)",
-                path.display()
-            );
-        }
-        if !path.is_dir() {
-            // Before Bundle::open asks for --ctl: an Intel PT trace needs none.
-            let bytes = map_file(path)?;
-            refuse(&TraceStream::linear(&bytes), SniffedFormat::Rtit)?;
-        }
-        let b = open(&a.src)?;
-        refuse(&b.stream(), SniffedFormat::Rtit)?;
-        let cfg = TraceConfig::from_ctl(b.manifest.rtit_ctl);
-        return tracemill::dump::dump(&b.stream(), &cfg, a.stats, out);
+    let src = open_source(&a.src, a.format, &a.pt.facts, Lookup::default())?;
+    if src.format == TraceFormat::Rtit && a.ptdump {
+        bail!(
+            "{}: --ptdump is for Intel PT traces; this one is read as RTIT (use \
+             --trace-format pt)",
+            a.src.bundle.display()
+        );
     }
-    let mut pt_dump = |stream: &TraceStream<'_>, mut cfg: PtConfig| -> Result<()> {
-        refuse(stream, SniffedFormat::Pt)?;
-        let opts = a.pt.apply(&mut cfg)?;
-        if a.ptdump {
-            tracemill::dump::ptdump(stream, &opts, &cfg, out)
-        } else {
-            tracemill::dump::dump_pt(stream, &cfg, a.stats, out)
-        }
+    let traces: Vec<(Option<&str>, &tracemill_input::bundle::Bundle)> = match &src.opened {
+        Opened::Bundle(b) => vec![(None, b)],
+        Opened::Recording(r) => r
+            .traces
+            .iter()
+            .map(|t| (Some(t.name.as_str()), &t.bundle))
+            .collect(),
     };
-    if path.is_dir() {
-        let b = open(&a.src)?;
-        let cfg = b
-            .manifest
-            .pt_config()
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.join("bundle.toml").display()))?;
-        pt_dump(&b.stream(), cfg)
-    } else {
-        let bytes = map_file(path)?;
-        let cfg = a.src.ctl.map(PtConfig::from_rtit_ctl).unwrap_or_default();
-        pt_dump(&TraceStream::linear(&bytes), cfg)
+    for (name, b) in traces {
+        if let Some(n) = name {
+            writeln!(out, "# {n}")?;
+        }
+        match src.format {
+            TraceFormat::Rtit => {
+                let cfg = TraceConfig::from_ctl(b.manifest.rtit_ctl);
+                tracemill::dump::dump(&b.stream(), &cfg, a.stats, out)?;
+            }
+            TraceFormat::Pt => {
+                let cfg = b.pt_config()?;
+                if a.ptdump {
+                    tracemill::dump::ptdump(&b.stream(), &a.pt.listing()?, &cfg, out)?;
+                } else {
+                    tracemill::dump::dump_pt(&b.stream(), &cfg, a.stats, out)?;
+                }
+            }
+        }
     }
+    Ok(())
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

@@ -8,14 +8,14 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
-use tracemill_datasets::bundle::{parse_u64, ImageKind};
+use tracemill_input::manifest::{parse_u64, ImageKind};
 use tracemill_reports::dataset::{parse_where, Filter, FilterError};
 use tracemill_reports::hotspots::{By, Weight};
 use tracemill_reports::input::{ImageMeta, META_BUNDLE, META_IMAGES};
 use tracemill_reports::util::group;
 use tracemill_reports::Source;
 
-use crate::bundle::Bundle;
+use tracemill_input::bundle::Bundle;
 
 /// Metadata pairs every table of a decode carries besides the standard ones: the bundle's
 /// labels (`label.<key>`), the bundle directory (`tracemill.bundle`, absolute) and the

@@ -24,7 +24,20 @@ use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::{BranchColumns, CoverageRow, EdgeRow, EventRow, TimingColumns};
 use tracemill_sinks::ConvertError;
 
+use std::sync::Arc;
+
+use tracemill_input::perf::threads::Threads;
+
 use crate::run::Tables;
+
+/// A perf.data piece's threads, and the time each of its rows, events and timing rows is
+/// looked up at (what its rows' thread columns are made of).
+pub(crate) type Dates<'a> = (
+    &'a Arc<Threads>,
+    &'a [Option<u64>],
+    &'a [Option<u64>],
+    &'a [Option<u64>],
+);
 
 /// The sending end, for [`run::Options::batches`](crate::run::Options): which tables to
 /// send, and where.
@@ -62,6 +75,8 @@ pub struct Output {
     /// piece's rows (for `coverage` and `edges`, the trace's end). For progress.
     pub position: u64,
     rows: Rows,
+    /// A perf.data's rows: their threads, and the time each row's is looked up at.
+    threads: Option<(Arc<Threads>, Vec<Option<u64>>)>,
 }
 
 // One value per piece and table, moved through a channel: boxing the large variants would
@@ -93,12 +108,19 @@ impl Output {
     /// are moved into Arrow buffers, not copied ([`tracemill_sinks::convert`]).
     pub fn batch(self) -> Result<RecordBatch, ConvertError> {
         use tracemill_sinks::convert;
-        match self.rows {
+        let table = self.table;
+        let b = match self.rows {
             Rows::Branches(c, first) => convert::branches(c, first),
             Rows::Events(e) => convert::events(&e),
             Rows::Timing(t) => convert::timing(t),
             Rows::Coverage(c) => convert::coverage(&c),
             Rows::Edges(e) => convert::edges(&e),
+        }?;
+        match self.threads {
+            None => Ok(b),
+            Some((threads, dates)) => threads
+                .extend(&b, &dates)
+                .map_err(|source| ConvertError::Arrow { table, source }),
         }
     }
 }
@@ -112,6 +134,7 @@ impl BatchSink {
         p: &mut Piece<BranchColumns>,
         timing: &mut TimingColumns,
         first_seq: u64,
+        dates: Option<Dates<'_>>,
     ) -> Result<(), ConsumerGone> {
         let position = [
             p.rows.offset.last(),
@@ -123,24 +146,27 @@ impl BatchSink {
         .copied()
         .max()
         .unwrap_or(0);
-        let send = |table, rows| {
+        let send = |table, rows, which: fn(Dates<'_>) -> &[Option<u64>]| {
+            let threads = dates.map(|d| (d.0.clone(), which(d).to_vec()));
             self.tx
                 .send(Output {
                     table,
                     position,
                     rows,
+                    threads,
                 })
                 .map_err(|_| ConsumerGone)
         };
         if self.tables.branches && !p.rows.is_empty() {
             let rows = std::mem::take(&mut p.rows);
-            send("branches", Rows::Branches(rows, first_seq))?;
+            send("branches", Rows::Branches(rows, first_seq), |d| d.1)?;
         }
         if self.tables.events && !p.events.is_empty() {
-            send("events", Rows::Events(std::mem::take(&mut p.events)))?;
+            let events = std::mem::take(&mut p.events);
+            send("events", Rows::Events(events), |d| d.2)?;
         }
         if self.tables.timing && !timing.is_empty() {
-            send("timing", Rows::Timing(std::mem::take(timing)))?;
+            send("timing", Rows::Timing(std::mem::take(timing)), |d| d.3)?;
         }
         Ok(())
     }
@@ -158,6 +184,7 @@ impl BatchSink {
                     table,
                     position: end,
                     rows,
+                    threads: None,
                 })
                 .map_err(|_| ConsumerGone)
         };
@@ -169,4 +196,24 @@ impl BatchSink {
         }
         Ok(())
     }
+}
+
+/// The schema of `table` as a decode with metadata `meta` hands it over: with the thread
+/// columns for a perf.data (`threads`), as its files have them.
+pub fn table_schema(
+    meta: &tracemill_sinks::FileMeta,
+    table: &str,
+    threads: bool,
+) -> Option<arrow_schema::SchemaRef> {
+    let with_meta = meta.schema(table)?;
+    if !threads {
+        return Some(with_meta);
+    }
+    let fields = tracemill_schemas::arrow::with_thread_fields(table)?
+        .fields()
+        .clone();
+    Some(Arc::new(arrow_schema::Schema::new_with_metadata(
+        fields,
+        with_meta.metadata().clone(),
+    )))
 }

@@ -9,11 +9,11 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use tracemill::bundle::Bundle;
 use tracemill::run::{self, Tables};
-use tracemill_datasets::bundle::Manifest;
 use tracemill_datasets::collected::{write_topa, write_trace_hub, HubPlan, TopaPlan};
 use tracemill_decode::chunk::Decoded;
+use tracemill_input::bundle::Bundle;
+use tracemill_input::manifest::Manifest;
 
 /// A bundle in `dir` with `sample`'s manifest (images by absolute path) and `file` as its
 /// trace, set up by `form`.

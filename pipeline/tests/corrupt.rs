@@ -8,9 +8,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use tracemill::bundle::Bundle;
 use tracemill::run;
-use tracemill_datasets::bundle::{ImageEntry, ImageKind};
 use tracemill_datasets::rng::Rng;
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::image::ImageSet;
@@ -18,6 +16,8 @@ use tracemill_decode::rows::BranchColumns;
 use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_decode::rtit::sync::find_psbs;
 use tracemill_decode::stream::TraceStream;
+use tracemill_input::bundle::Bundle;
+use tracemill_input::manifest::{ImageEntry, ImageKind};
 use tracemill_schemas::EventKind;
 
 fn sample(name: &str) -> (Bundle, Truth) {

@@ -4,9 +4,9 @@
 mod common;
 
 use common::*;
-use tracemill::bundle::Bundle;
 use tracemill_decode::coverage::Coverage;
 use tracemill_decode::stream::TraceStream;
+use tracemill_input::bundle::Bundle;
 
 /// Blocks and edges of the truth's provable rows.
 fn truth_coverage(t: &Truth) -> Coverage {

@@ -242,25 +242,34 @@ fn the_pt_listing_and_stats() {
     assert_eq!(count("errors"), 0);
 }
 
-/// A trace of one format given as the other is refused, naming the right `--format`.
+/// A trace of one format given as the other is refused, naming the right
+/// `--trace-format` (`--format`, dump's old spelling, still works); without one the
+/// format is decided once, as for every command (`tracemill_input::source`).
 #[test]
 fn the_wrong_format_is_named() {
     let pt = case_file("dump-all-packets", ".pt");
     let dir = tempfile::tempdir().unwrap();
-    // Without the .pt extension, a bare trace is read as RTIT; before asking for --ctl,
-    // its PSB says it is Intel PT.
+    // Without the .pt extension, a bare trace's first PSB says it is Intel PT: no --ctl
+    // is asked for.
     let bin = dir.path().join("trace.bin");
     std::fs::copy(&pt, &bin).unwrap();
     for args in [
-        &["dump", s(&pt), "--format", "rtit"][..],
-        &["dump", s(&bin)],
+        &["dump", s(&bin)][..],
         &["dump", s(&bin), "--ctl", "0x2e0d"],
+    ] {
+        let o = tracemill(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    for args in [
+        &["dump", s(&pt), "--format", "rtit"][..],
+        &["dump", s(&bin), "--trace-format", "rtit", "--ctl", "0x2e0d"],
     ] {
         let o = tracemill(args);
         assert_eq!(o.status.code(), Some(1), "{args:?}");
         let err = stderr(&o);
         assert!(
-            err.contains("this looks like an Intel PT trace") && err.contains("use --format pt"),
+            err.contains("this looks like an Intel PT trace")
+                && err.contains("use --trace-format pt"),
             "{args:?}: {err}"
         );
     }
@@ -269,28 +278,35 @@ fn the_wrong_format_is_named() {
 
     let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/samples");
     let rtit = samples.join("recursion");
-    for args in [
-        &["dump", s(&rtit), "--format", "pt"][..],
-        &[
-            "dump",
-            s(&rtit.join("trace.rtit")),
-            "--format",
-            "pt",
-            "--ptdump",
-        ],
-    ] {
-        let o = tracemill(args);
-        assert_eq!(o.status.code(), Some(1), "{args:?}");
-        let err = stderr(&o);
-        assert!(
-            err.contains("this looks like an RTIT trace") && err.contains("use --format rtit"),
-            "{args:?}: {err}"
-        );
-    }
+    // A bundle's format is its bundle.toml's.
+    let o = tracemill(&["dump", s(&rtit), "--trace-format", "pt"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("--trace-format pt given, but its bundle.toml says format = \"rtit\""),
+        "{}",
+        stderr(&o)
+    );
+    let o = tracemill(&[
+        "dump",
+        s(&rtit.join("trace.rtit")),
+        "--format",
+        "pt",
+        "--ptdump",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("this looks like an RTIT trace") && err.contains("use --trace-format rtit"),
+        "{err}"
+    );
     // ptdump's options are for Intel PT.
     let o = tracemill(&["dump", s(&rtit), "--ptdump"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("use --format pt"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("use --trace-format pt"),
+        "{}",
+        stderr(&o)
+    );
     // Display options need --ptdump.
     let o = tracemill(&["dump", s(&pt), "--lastip"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

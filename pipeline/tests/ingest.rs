@@ -264,7 +264,7 @@ fn a_night_becomes_one_partitioned_dataset_with_a_catalog() {
             Some(
                 // The file as collected (`trace.topa`, `trace.hub` for those forms).
                 std::fs::metadata(
-                    tracemill_datasets::bundle::Manifest::load(dir)
+                    tracemill_input::manifest::Manifest::load(dir)
                         .unwrap()
                         .trace_path(dir)
                 )

@@ -13,7 +13,6 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tracemill::bundle::Bundle;
 use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
 use tracemill_datasets::model::{Model, ModelOptions};
 use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtOverflow};
@@ -26,6 +25,7 @@ use tracemill_decode::rtit::clock::TimingConfig;
 use tracemill_decode::rtit::config::{ctl, TraceConfig};
 use tracemill_decode::stream::TraceStream;
 use tracemill_decode::tally::{Counted, Covered};
+use tracemill_input::bundle::Bundle;
 
 /// Everything two decodes produce is the same (the first difference is named).
 fn same(what: &str, memo: &Decoded, step: &Decoded) {

@@ -1229,7 +1229,7 @@ fn processes_with_programs_at_the_same_addresses_decode_each_in_its_own_address_
     assert_stretches(&got, &cpus, |_, _| {});
     // Every chunk's body is used: bodies select the space the sequential decode selects
     // at the same packet, so each stitch meets its body.
-    let rec = tracemill::perf::open(&file, &Default::default()).unwrap();
+    let rec = tracemill_input::perf::open(&file, &Default::default()).unwrap();
     let opts = tracemill::run::Options {
         jobs: 2,
         chunk_bytes: Some(1),
@@ -1262,7 +1262,8 @@ fn the_binaries_are_mapped_once_for_all_the_aux_areas() {
         "p.data",
         &intel_pt_two_threads(&r).unwrap().bytes,
     );
-    let rec = tracemill::perf::open(&file, &tracemill::perf::Lookup::default()).unwrap();
+    let rec =
+        tracemill_input::perf::open(&file, &tracemill_input::perf::Lookup::default()).unwrap();
     assert_eq!(rec.traces.len(), 2, "two AUX areas");
     assert!(rec.traces.iter().all(|t| t.bundle.images.len() == 1));
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();

@@ -22,14 +22,14 @@ use arrow_array::Array;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracemill_datasets::exec::qemu;
 
-use tracemill::bundle::Bundle;
-use tracemill_datasets::bundle::{ImageEntry, ImageKind, Manifest, PtFacts, TraceFormat};
 use tracemill_datasets::collected::{write_topa, write_trace_hub, HubPlan, TopaPlan};
 use tracemill_datasets::exec::synthetic::{Code, WalkConfig};
 use tracemill_datasets::pt_encode::{encode_execution, PtOptions};
 use tracemill_decode::chunk::{decode_all, Input};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::rows::BranchColumns;
+use tracemill_input::bundle::Bundle;
+use tracemill_input::manifest::{ImageEntry, ImageKind, Manifest, PtFacts, TraceFormat};
 
 fn busybox() -> Vec<u8> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use tracemill::bundle::Bundle;
 use tracemill::run::{self, Tables};
+use tracemill_input::bundle::Bundle;
 
 mod common;
 

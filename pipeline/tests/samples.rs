@@ -5,10 +5,10 @@
 mod common;
 
 use common::*;
-use tracemill::bundle::Bundle;
 use tracemill::run::{self, Tables};
 use tracemill_decode::rows::BranchColumns;
 use tracemill_decode::rtit::config::TraceConfig;
+use tracemill_input::bundle::Bundle;
 
 fn open(dir: &std::path::Path) -> Bundle {
     Bundle::open(dir, None, &[]).unwrap()

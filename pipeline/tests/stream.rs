@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use tracemill::bundle::Bundle;
 use tracemill::run::{self, Tables};
+use tracemill_input::bundle::Bundle;
 
 mod common;
 

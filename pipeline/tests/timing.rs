@@ -7,10 +7,10 @@
 mod common;
 
 use common::*;
-use tracemill::bundle::Bundle;
 use tracemill_decode::chunk::Decoded;
 use tracemill_decode::rows::{BranchColumns, EventRow};
 use tracemill_decode::rtit::config::{ctl, TraceConfig};
+use tracemill_input::bundle::Bundle;
 use tracemill_schemas::EventKind;
 
 /// Truth row index of each decoded row (decoded rows are the truth's non-lost rows).

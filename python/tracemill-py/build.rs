@@ -10,6 +10,7 @@ const SOURCES: &[&str] = &[
     "python/tracemill-py/src",
     "python/tracemill-py/python",
     "pipeline/src",
+    "input/src",
     "decode/src",
     "sinks/src",
     "schemas/src",

@@ -17,7 +17,7 @@ use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
 use parquet::arrow::ProjectionMask;
-use tracemill_datasets::bundle::{ImageKind, Manifest};
+use tracemill_input::manifest::{ImageKind, Manifest};
 use tracemill_schemas::{meta, SCHEMA_VERSION};
 
 use crate::symbols::{resolve, ImageSpec, ImageSymbols, Symbolizer};

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::bundle::{outside, toml_error_unquoted, Reach};
-use tracemill_datasets::bundle::{open_regular, read_limited, read_manifest_text, Manifest};
+use tracemill_input::bundle::{outside, toml_error_unquoted, Reach};
+use tracemill_input::manifest::{open_regular, read_limited, read_manifest_text, Manifest};
 
 /// The largest bundle list read (a million bundle paths of 60 bytes).
 const MAX_LIST_BYTES: u64 = 64 << 20;
@@ -37,7 +37,7 @@ pub fn discover(sources: &[PathBuf], skip: Option<&Path>) -> Result<Vec<PathBuf>
     };
     for src in sources {
         let meta = std::fs::metadata(src).with_context(|| format!("source {}", src.display()))?;
-        if meta.is_file() && crate::perf::is_perf_data(src) {
+        if meta.is_file() && tracemill_input::source::is_perf_data(src) {
             add(src.clone(), &mut out);
         } else if meta.is_dir() {
             if src.join("bundle.toml").exists() {
@@ -110,7 +110,7 @@ fn walk(
             let n = name.to_string_lossy();
             if (n.starts_with("perf.data") || n.ends_with(".data"))
                 && !n.ends_with(".toml")
-                && crate::perf::is_perf_data(&path)
+                && tracemill_input::source::is_perf_data(&path)
             {
                 out.push(path);
             }
@@ -264,7 +264,7 @@ fn identify_perf_data(path: &Path, reach: Reach) -> Identity {
     }
     let manifest = perf_data_labels(path, reach).ok().map(|labels| {
         let mut m = Manifest::new(0);
-        m.format = tracemill_datasets::bundle::TraceFormat::Pt;
+        m.format = tracemill_input::manifest::TraceFormat::Pt;
         m.trace = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());

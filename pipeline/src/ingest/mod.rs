@@ -59,7 +59,11 @@ pub use discover::{discover, identify, Identity};
 pub use layout::{parse_partition_keys, partition_dir, table_file, NULL_PARTITION};
 pub use shard::Shard;
 
-use crate::bundle::{Bundle, Reach};
+use tracemill_input::bundle::Reach;
+use tracemill_input::perf::Lookup;
+use tracemill_input::source::{Given, Opened, Overrides};
+use tracemill_input::Source;
+
 use crate::run::{self, Tables};
 
 /// `tracemill ingest` arguments.
@@ -128,6 +132,14 @@ pub struct IngestArgs {
     /// each recording; ~/.debug with --allow-outside-paths], as perf's --buildid-dir.
     #[arg(long, value_name = "DIR", value_parser = crate::cli::parse_existing_dir)]
     pub buildid_dir: Option<PathBuf>,
+    /// perf.data: the kernel's ELF image (its code at its own addresses), for traces of
+    /// kernel code, as perf's --vmlinux (the user's: read wherever it is).
+    #[arg(long, value_name = "FILE")]
+    pub vmlinux: Option<PathBuf>,
+    /// perf.data: a copy of /proc/kcore taken with the recordings (the kernel's text as
+    /// it ran, modules included), as perf's --kcore.
+    #[arg(long, value_name = "FILE")]
+    pub kcore: Option<PathBuf>,
 }
 
 /// Traces of at least this many bytes decode alone, on all threads.
@@ -281,9 +293,9 @@ pub struct Options {
     pub progress: bool,
     /// Bundles may name files outside their directory (`--allow-outside-paths`).
     pub allow_outside_paths: bool,
-    /// perf.data binaries: `--symfs`, `--buildid-dir` (the user's: read wherever they are).
-    pub symfs: Option<PathBuf>,
-    pub buildid_dir: Option<PathBuf>,
+    /// perf.data binaries: `--symfs`, `--buildid-dir`, `--vmlinux`, `--kcore` (the user's:
+    /// read wherever they are; the recordings' own are confined as `reach` says).
+    pub lookup: Lookup,
 }
 
 impl Options {
@@ -339,8 +351,12 @@ pub fn options(a: &IngestArgs) -> Result<Options> {
         zstd_level: a.zstd_level,
         progress: !a.quiet,
         allow_outside_paths: a.allow_outside_paths,
-        symfs: a.symfs.clone(),
-        buildid_dir: a.buildid_dir.clone(),
+        lookup: Lookup {
+            symfs: a.symfs.clone(),
+            buildid_dir: a.buildid_dir.clone(),
+            kernel: a.vmlinux.iter().chain(&a.kcore).cloned().collect(),
+            confine: None,
+        },
     };
     Ok(opts)
 }
@@ -750,58 +766,47 @@ fn decode_and_publish(
     if perf {
         // The labels file must read (its labels are the bundle's partition).
         discover::perf_data_labels(path, reach)?;
-        // Unattended: the recording's binaries only from inside its directory (or where
-        // the user said), never from wherever its MMAP records point.
-        let confine = match reach {
-            Reach::Anywhere => None,
-            Reach::InsideOnly => Some(
-                path.parent()
-                    .unwrap_or(Path::new("."))
-                    .canonicalize()
-                    .with_context(|| format!("{}: its directory", path.display()))?,
-            ),
-        };
-        let lookup = crate::perf::Lookup {
-            symfs: opts.symfs.clone(),
-            buildid_dir: opts.buildid_dir.clone(),
-            kernel: Vec::new(),
-            confine,
-        };
-        let rec = crate::perf::open(path, &lookup)?;
-        let report = run::decode_perf(&rec, &ropts)?;
-        if report.rows == 0
-            && rec
-                .traces
-                .first()
-                .is_none_or(|t| t.bundle.images.is_empty())
-        {
-            let why = rec
-                .warnings
-                .iter()
-                .filter(|w| w.contains("not found") || w.contains("no executable mapping"))
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ");
-            bail!("no branch decoded: none of the recorded binaries could be loaded ({why})");
+    }
+    // Unattended (`reach`): a bundle's files, and a recording's binaries, only from inside
+    // its directory (or where the user said), never from wherever it points.
+    let overrides = Overrides {
+        lookup: opts.lookup.clone(),
+        reach,
+        ..Overrides::default()
+    };
+    let src = Source::open(Given::Path(path), &overrides)?;
+    let report = run::decode_source(&src, &ropts)?;
+    match &src.opened {
+        Opened::Recording(rec) => {
+            if report.rows == 0 && rec.traces[0].bundle.images.is_empty() {
+                let why = rec
+                    .warnings
+                    .iter()
+                    .filter(|w| w.contains("not found") || w.contains("no executable mapping"))
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                bail!("no branch decoded: none of the recorded binaries could be loaded ({why})");
+            }
+            publish(opts, claim, &report, pdir, id, rec.file_size)
         }
-        return publish(opts, claim, &report, pdir, id, rec.file_size);
+        Opened::Bundle(b) => {
+            let (set, set_problems) = b.image_set();
+            if report.rows == 0 && set.segments().is_empty() {
+                // Files that could not be read, and files read but not usable as code (not
+                // an ELF, no executable segment): `image_set` says why for both.
+                let why = if !set_problems.is_empty() {
+                    set_problems.join("; ")
+                } else if b.manifest.images.is_empty() {
+                    "the bundle names none".to_string()
+                } else {
+                    "the images it names hold no code".to_string()
+                };
+                bail!("no branch decoded: no code image could be loaded ({why})");
+            }
+            publish(opts, claim, &report, pdir, id, b.trace_file_size)
+        }
     }
-    let b = Bundle::open_with(path, None, &[], reach)?;
-    let report = run::decode(&b, &ropts)?;
-    let (set, set_problems) = b.image_set();
-    if report.rows == 0 && set.segments().is_empty() {
-        // Files that could not be read, and files read but not usable as code (not an
-        // ELF, no executable segment): `image_set` says why for both.
-        let why = if !set_problems.is_empty() {
-            set_problems.join("; ")
-        } else if b.manifest.images.is_empty() {
-            "the bundle names none".to_string()
-        } else {
-            "the images it names hold no code".to_string()
-        };
-        bail!("no branch decoded: no code image could be loaded ({why})");
-    }
-    publish(opts, claim, &report, pdir, id, b.trace_file_size)
 }
 
 /// Publish a decode's tables into the dataset; its counts for the catalog.

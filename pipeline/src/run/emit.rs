@@ -10,7 +10,7 @@ use tracemill_decode::rows::{BranchColumns, TimingColumns};
 use tracemill_sinks::{EncodedRowGroup, RowGroupEncoder};
 
 use super::Report;
-use crate::perf::threads::{LastTimed, Threads};
+use tracemill_input::perf::threads::{LastTimed, Threads};
 
 /// What the writer thread receives, in order (a few at a time: the size of a piece's
 /// header does not matter).
@@ -78,7 +78,13 @@ impl Emitter {
         });
         self.dated.advance(t.len(), tsc);
         if let Some(b) = &self.batches {
-            b.send_piece(&mut p, &mut t, base)?;
+            let d = dates.as_ref();
+            b.send_piece(
+                &mut p,
+                &mut t,
+                base,
+                d.map(|d| (&d.threads, d.rows(), d.events(), d.timing())),
+            )?;
         }
         if let Some(g) = &mut self.branches {
             let rows = std::mem::take(&mut p.rows);

@@ -23,9 +23,7 @@ use tracemill_decode::chunk::{plan_chunks_with, Chunk, Input, Piece, Sequencer};
 use tracemill_decode::front::Format as TraceFormat;
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::pt::clock::PtTiming;
-use tracemill_decode::pt::cpu::Errata;
 use tracemill_decode::rows::{BranchColumns, EventRow};
-use tracemill_decode::sniff::{self, TraceFormat as SniffedFormat};
 use tracemill_decode::stream::TraceStream;
 use tracemill_decode::tally::{Counted, Covered};
 use tracemill_decode::timing::Clock;
@@ -33,8 +31,11 @@ use tracemill_decode::{Pt, Rtit};
 use tracemill_schemas::{BranchKind, EventKind};
 use tracemill_sinks::{FileMeta, Format, WriterOptions, Written};
 
-use crate::bundle::Bundle;
-use crate::perf::threads::{LastTimed, Threads};
+use tracemill_input::bundle::Bundle;
+use tracemill_input::manifest::TraceFormat as InputFormat;
+use tracemill_input::perf::threads::{LastTimed, Threads};
+use tracemill_input::source::{check_format, part_warnings, Opened};
+use tracemill_input::Source;
 
 mod emit;
 mod order;
@@ -233,6 +234,15 @@ pub fn decode(bundle: &Bundle, opts: &Options) -> Result<Report> {
     )
 }
 
+/// Decode an input opened by [`tracemill_input::Source::open`]: a bundle's trace (or a
+/// bare one, or one in memory) with [`decode`], a perf.data's with [`decode_perf`].
+pub fn decode_source(src: &Source, opts: &Options) -> Result<Report> {
+    match &src.opened {
+        Opened::Bundle(b) => decode(b, opts),
+        Opened::Recording(r) => decode_perf(r, opts),
+    }
+}
+
 /// One trace of a decode: a bundle's, or one AUX area's of a perf.data with the threads
 /// that ran there (its rows gain `cpu`, `pid`, `tid` and `time`).
 pub struct Part<'b> {
@@ -240,17 +250,14 @@ pub struct Part<'b> {
     pub threads: Option<Arc<Threads>>,
     /// The sideband's address spaces (perf.data whose processes have other code at the
     /// same addresses): code is looked up in the space of the process at each place.
-    pub spaces: Option<&'b crate::perf::spaces::TraceSpaces>,
+    pub spaces: Option<&'b tracemill_input::perf::spaces::TraceSpaces>,
 }
 
-/// Decode the traces of a perf.data ([`crate::perf::open`]) into one set of tables: every
+/// Decode the traces of a perf.data ([`tracemill_input::perf::open`]) into one set of tables: every
 /// AUX area's rows in turn (the rows of each CPU in order), numbered on by `seq`, with the
 /// thread columns; coverage and edges over all of them. An area with nothing to decode
 /// (no PSB) is a warning.
-pub fn decode_perf(rec: &crate::perf::Recording, opts: &Options) -> Result<Report> {
-    if opts.batches.is_some() {
-        bail!("a perf.data is decoded to files (--out) or without output, not to a consumer");
-    }
+pub fn decode_perf(rec: &tracemill_input::perf::Recording, opts: &Options) -> Result<Report> {
     let parts: Vec<Part<'_>> = rec
         .traces
         .iter()
@@ -260,27 +267,7 @@ pub fn decode_perf(rec: &crate::perf::Recording, opts: &Options) -> Result<Repor
             spaces: t.spaces.as_ref(),
         })
         .collect();
-    let Some(first) = parts.first() else {
-        bail!("{}: no Intel PT trace to decode", rec.path.display());
-    };
-    let mut meta = file_meta(first.bundle);
-    meta.source = rec.path.display().to_string();
-    meta.source_size = rec.file_size;
-    meta.extra
-        .push(("tracemill.perf_data".into(), "true".into()));
-    // The threads' names, for the reports (one flame graph root and timeline track each).
-    let threads: Vec<String> = rec
-        .pids
-        .iter()
-        .map(|(tid, pid)| {
-            let comm = rec.comms.get(tid).map_or("", String::as_str);
-            format!("{pid}/{tid}={}", comm.replace([',', '='], "_"))
-        })
-        .collect();
-    meta.extra.push((
-        tracemill_reports::input::META_THREADS.into(),
-        threads.join(","),
-    ));
+    let meta = perf_meta(rec)?;
     let mut opts = opts.clone();
     opts.writer.thread_columns = true;
     let mut report = decode_parts(&parts, &meta, &opts)?;
@@ -291,45 +278,20 @@ pub fn decode_perf(rec: &crate::perf::Recording, opts: &Options) -> Result<Repor
 }
 
 /// Decode `parts` in turn into one set of tables with the metadata `meta`. All parts have
-/// one format (the first's decides) and the same images.
+/// one format (the first's decides: `tracemill_input::source::check_format`, the checks
+/// every face makes before a decode) and the same images.
 pub fn decode_parts(parts: &[Part<'_>], meta: &FileMeta, opts: &Options) -> Result<Report> {
-    let Some(first) = parts.first() else {
-        bail!("nothing to decode");
-    };
-    let format = first.bundle.manifest.format.decode_format();
-    let mut warnings = Vec::new();
-    for p in parts {
-        // A trace of the other format would decode into garbage: refuse it by name.
-        if let Some(msg) = sniff::mismatch(&p.bundle.stream(), format) {
-            bail!("{}: {msg}", p.bundle.trace_path.display());
-        }
-    }
-    let bundle = first.bundle;
+    let bundles: Vec<&Bundle> = parts.iter().map(|p| p.bundle).collect();
+    let (format, warnings) = check_format(&bundles)?;
     match format {
-        SniffedFormat::Rtit => {
-            let cfg = bundle.trace_config();
-            if cfg.reserved_bits() != 0 {
-                warnings.push(format!(
-                    "rtit_ctl {:#x} sets reserved bits {:#x}; decoding as given",
-                    cfg.ctl,
-                    cfg.reserved_bits()
-                ));
-            }
+        InputFormat::Rtit => {
             let configs = parts
                 .iter()
                 .map(|p| (p.bundle.trace_config(), p.bundle.timing_config()))
                 .collect();
             decode_as::<Rtit>(parts, configs, meta, opts, warnings)
         }
-        SniffedFormat::Pt => {
-            let cfg = bundle.pt_config()?;
-            if let Some(cpu) = cfg.cpu {
-                if Errata::for_cpu(&cpu).is_err() {
-                    warnings.push(format!(
-                        "no Intel PT errata known for cpu {cpu}; decoding without workarounds"
-                    ));
-                }
-            }
+        InputFormat::Pt => {
             let mut configs = Vec::new();
             for p in parts {
                 let cfg = p.bundle.pt_config()?;
@@ -378,7 +340,7 @@ fn decode_as<F: TraceFormat>(
             Vec::new()
         };
         let stream = part.bundle.stream();
-        match plan::<F>(part.bundle, &stream, &images, problems, Vec::new(), opts) {
+        match plan::<F>(part.bundle, &stream, &images, problems, opts) {
             Ok(plan) => {
                 report.trace_bytes += plan.report.trace_bytes;
                 report.chunks += plan.report.chunks;
@@ -547,6 +509,41 @@ fn decode_as<F: TraceFormat>(
     Ok(report)
 }
 
+/// The metadata every table of a decode of `src` carries.
+pub fn source_meta(src: &Source) -> Result<FileMeta> {
+    match &src.opened {
+        Opened::Bundle(b) => Ok(file_meta(b)),
+        Opened::Recording(r) => perf_meta(r),
+    }
+}
+
+/// The metadata every table of a decode of the perf.data `rec` carries: the first AUX
+/// area's, named after the file, with the threads' names.
+pub fn perf_meta(rec: &tracemill_input::perf::Recording) -> Result<FileMeta> {
+    let Some(first) = rec.traces.first() else {
+        bail!("{}: no Intel PT trace to decode", rec.path.display());
+    };
+    let mut meta = file_meta(&first.bundle);
+    meta.source = rec.path.display().to_string();
+    meta.source_size = rec.file_size;
+    meta.extra
+        .push(("tracemill.perf_data".into(), "true".into()));
+    // The threads' names, for the reports (one flame graph root and timeline track each).
+    let threads: Vec<String> = rec
+        .pids
+        .iter()
+        .map(|(tid, pid)| {
+            let comm = rec.comms.get(tid).map_or("", String::as_str);
+            format!("{pid}/{tid}={}", comm.replace([',', '='], "_"))
+        })
+        .collect();
+    meta.extra.push((
+        tracemill_reports::input::META_THREADS.into(),
+        threads.join(","),
+    ));
+    Ok(meta)
+}
+
 /// The metadata every table of a decode of `bundle` carries (files, and the schemas of
 /// the batches handed to a consumer).
 pub fn file_meta(bundle: &Bundle) -> FileMeta {
@@ -576,27 +573,14 @@ fn plan<F: TraceFormat>(
     stream: &TraceStream<'_>,
     images: &ImageSet<'_>,
     image_problems: Vec<String>,
-    format_warnings: Vec<String>,
     opts: &Options,
 ) -> Result<Plan> {
     let mut report = Report {
         trace_bytes: stream.len(),
         jobs: opts.jobs.max(1),
-        warnings: bundle
-            .path_warnings
-            .iter()
-            .chain(&bundle.trace_problems)
-            .cloned()
-            .chain(format_warnings)
-            .chain(image_problems)
-            .collect(),
+        warnings: part_warnings(bundle, image_problems, !images.segments().is_empty()),
         ..Report::default()
     };
-    if images.segments().is_empty() {
-        report
-            .warnings
-            .push("no code image loaded: no branch can be followed".to_string());
-    }
     let chunk_bytes = opts
         .chunk_bytes
         .unwrap_or_else(|| default_chunk_bytes(stream.len(), report.jobs));

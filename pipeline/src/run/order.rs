@@ -17,7 +17,7 @@ use tracemill_schemas::EventKind;
 
 use super::emit::{Emitter, ToWriter};
 use super::{Plan, Report, PIECE_LIMIT, RELEASE_STEP};
-use crate::bundle::Bundle;
+use tracemill_input::bundle::Bundle;
 
 /// Stage 2: decode chunk bodies as pool tasks, each once a window slot is free. The
 /// producer waits for slots outside the pool, so no pool thread ever blocks on a channel:

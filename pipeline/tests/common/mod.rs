@@ -10,11 +10,11 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
 use arrow_array::Array;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use tracemill::bundle::Bundle;
 use tracemill_datasets::samples::TruthSummary;
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::rows::{BranchColumns, BranchRow, PartialBlock};
 use tracemill_decode::stream::TraceStream;
+use tracemill_input::bundle::Bundle;
 use tracemill_schemas::BranchKind;
 
 /// The Python the tests run: the repository's virtual environment (`.venv`, made by the

@@ -54,7 +54,7 @@ pub fn s(p: &Path) -> &str {
 /// The bundle's first image, symbolized as the reports do.
 pub fn image(sample: &str) -> ImageSymbols {
     let dir = samples_dir().join(sample);
-    let b = tracemill::bundle::Bundle::open(&dir, None, &[]).unwrap();
+    let b = tracemill_input::bundle::Bundle::open(&dir, None, &[]).unwrap();
     let e = &b.manifest.images[0];
     ImageSymbols::load(ImageSpec {
         name: Path::new(&e.path)

@@ -56,9 +56,39 @@ pub(crate) fn error(py: Python<'_>, name: &str, msg: impl Into<String>) -> PyErr
     }
 }
 
-/// `error` with the CLI's one-line text of `e`.
+/// `error` with the CLI's one-line text of `e`; an input refused for an option given
+/// with it (`tracemill_input::source::InputError`) names the option as Python does
+/// (`ctl=`, not `--ctl`), and is an `OptionError` unless the input itself is at fault.
 pub(crate) fn error_from(py: Python<'_>, name: &str, e: &anyhow::Error) -> PyErr {
+    use tracemill_input::source::{ErrorKind, Face, InputError};
+    if let Some(ie) = e.chain().find_map(|c| c.downcast_ref::<InputError>()) {
+        let class = match ie.kind {
+            ErrorKind::NeedsCtl | ErrorKind::NeedsCtlForBytes | ErrorKind::Mismatch { .. } => {
+                "BundleError"
+            }
+            _ => "OptionError",
+        };
+        return error(py, class, ie.message(Face::Python));
+    }
     error(py, name, tracemill::errors::error_text(e))
+}
+
+/// `format=`: `"rtit"`, `"pt"`, or None (the input layer decides).
+pub(crate) fn format_arg(
+    py: Python<'_>,
+    format: Option<&str>,
+) -> PyResult<Option<tracemill_input::manifest::TraceFormat>> {
+    use tracemill_input::manifest::TraceFormat;
+    match format {
+        None => Ok(None),
+        Some("rtit") => Ok(Some(TraceFormat::Rtit)),
+        Some("pt") => Ok(Some(TraceFormat::Pt)),
+        Some(f) => Err(error(
+            py,
+            "OptionError",
+            format!("format={f:?}: choose rtit or pt"),
+        )),
+    }
 }
 
 /// Issue `msg` as a `tracemill.errors.TracemillWarning`.
@@ -79,11 +109,11 @@ pub(crate) fn path_arg(obj: &Bound<'_, PyAny>) -> PyResult<PathBuf> {
 pub(crate) fn image_args(
     py: Python<'_>,
     specs: &[String],
-) -> PyResult<Vec<tracemill_datasets::bundle::ImageEntry>> {
+) -> PyResult<Vec<tracemill_input::manifest::ImageEntry>> {
     specs
         .iter()
         .map(|s| {
-            let mut e = tracemill::bundle::parse_image_arg(s)
+            let mut e = tracemill_input::bundle::parse_image_arg(s)
                 .map_err(|e| error_from(py, "OptionError", &e))?;
             if Path::new(&e.path).is_relative() {
                 let abs = std::path::absolute(&e.path)

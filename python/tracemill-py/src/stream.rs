@@ -21,7 +21,7 @@
 //! reported on that thread too, so that a callback never runs on a foreign one.
 
 use std::collections::VecDeque;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::Duration;
@@ -34,9 +34,12 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict};
-use tracemill::bundle::{Bundle, Bytes};
 use tracemill::run::{self, Tables};
 use tracemill::stream::Output;
+use tracemill_input::bundle::Bytes;
+use tracemill_input::perf::Lookup;
+use tracemill_input::source::{Given, Kind, Overrides, PtOverrides};
+use tracemill_input::Source;
 use tracemill_schemas::TABLES;
 
 use crate::arrow_export::{
@@ -814,9 +817,10 @@ fn list(t: Tables) -> Vec<&'static str> {
         .collect()
 }
 
-/// Decode a bundle; its tables as streams of record batches, decoded while they are read.
+/// Decode a bundle, a bare trace, a trace in memory or a perf.data; its tables as streams
+/// of record batches, decoded while they are read.
 #[pyfunction]
-#[pyo3(signature = (bundle, *, tables=None, jobs=None, chunk_size=None, ctl=None, images=None, config=None, progress=None))]
+#[pyo3(signature = (bundle, *, tables=None, jobs=None, chunk_size=None, ctl=None, images=None, config=None, progress=None, format=None, cpu=None, mtc_freq=None, nom_freq=None, cpuid_0x15_eax=None, cpuid_0x15_ebx=None, symfs=None, buildid_dir=None, vmlinux=None, kcore=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn decode(
     py: Python<'_>,
@@ -828,117 +832,98 @@ pub(crate) fn decode(
     images: Option<Vec<String>>,
     config: Option<String>,
     progress: Option<Py<PyAny>>,
+    format: Option<&str>,
+    cpu: Option<String>,
+    mtc_freq: Option<u8>,
+    nom_freq: Option<u8>,
+    cpuid_0x15_eax: Option<u32>,
+    cpuid_0x15_ebx: Option<u32>,
+    symfs: Option<PathBuf>,
+    buildid_dir: Option<PathBuf>,
+    vmlinux: Option<PathBuf>,
+    kcore: Option<PathBuf>,
 ) -> PyResult<Decoding> {
     // Options first, as the command line checks them: a bad one fails before the bundle
     // is read.
     let tables = tables_arg(py, tables)?;
     let jobs = jobs_arg(py, jobs)?;
     let chunk_bytes = chunk_arg(py, chunk_size)?;
-    let extra = crate::image_args(py, images.as_deref().unwrap_or(&[]))?;
-    let trace = trace_arg(bundle)?;
-    let (b, source) = match trace {
-        Trace::Path(p) => {
-            if config.is_some() {
-                return Err(error(
-                    py,
-                    "OptionError",
-                    "config: only for a trace given as bytes (a bundle directory has its own \
-                     bundle.toml)",
-                ));
-            }
-            let b = py
-                .detach(|| Bundle::open(&p, ctl, &extra))
-                .map_err(|e| error_from(py, "BundleError", &e))?;
-            (b, p.display().to_string())
-        }
-        Trace::Memory(bytes) => {
-            let name = "<memory>";
-            let mut manifest = match &config {
-                Some(text) => tracemill::bundle::parse_manifest(Path::new("<config>"), text)
-                    .map_err(|e| error_from(py, "BundleError", &e))?,
-                None => tracemill_datasets::bundle::Manifest::new(ctl.ok_or_else(|| {
-                    error(
-                        py,
-                        "BundleError",
-                        "a trace given as bytes needs ctl= (the RTIT_CTL value it was \
-                         recorded with) or config= (a bundle.toml's text)",
-                    )
-                })?),
-            };
-            if let Some(c) = ctl {
-                manifest.rtit_ctl = c;
-            }
-            manifest.images.extend(extra);
-            let dir = std::env::current_dir().unwrap_or_default();
-            let b = py
-                .detach(|| Bundle::from_memory(bytes, name, manifest, &dir))
-                .map_err(|e| error_from(py, "BundleError", &e))?;
-            (b, name.to_string())
-        }
+    let config = match &config {
+        Some(text) => Some(
+            tracemill_input::bundle::parse_manifest(Path::new("<config>"), text)
+                .map_err(|e| error_from(py, "BundleError", &e))?,
+        ),
+        None => None,
     };
-    start(py, b, source, tables, jobs, chunk_bytes, progress)
+    let overrides = Overrides {
+        format: crate::format_arg(py, format)?,
+        ctl,
+        images: crate::image_args(py, images.as_deref().unwrap_or(&[]))?,
+        pt: PtOverrides {
+            cpu: cpu.map(|c| (c != "none").then_some(c)),
+            mtc_freq,
+            nom_freq,
+            tsc_ctc_ratio_d: cpuid_0x15_eax,
+            tsc_ctc_ratio_n: cpuid_0x15_ebx,
+        },
+        config,
+        lookup: Lookup {
+            symfs,
+            buildid_dir,
+            kernel: vmlinux.into_iter().chain(kcore).collect(),
+            confine: None,
+        },
+        ..Overrides::default()
+    };
+    let given = trace_arg(bundle)?;
+    let src = py
+        .detach(|| match given {
+            Trace::Path(p) => Source::open(Given::Path(&p), &overrides),
+            Trace::Memory(bytes) => Source::open(
+                Given::Bytes {
+                    bytes,
+                    name: "<memory>".into(),
+                    dir: std::env::current_dir().unwrap_or_default(),
+                },
+                &overrides,
+            ),
+        })
+        .map_err(|e| error_from(py, "BundleError", &e))?;
+    start(py, src, tables, jobs, chunk_bytes, progress)
 }
 
-/// Check what can be checked before decoding, say the warnings the decode will report,
-/// and start the decode's thread.
+/// Say the warnings the decode will report (the input layer's checks, made when it was
+/// opened), refuse what cannot decode, and start the decode's thread.
 fn start(
     py: Python<'_>,
-    b: Bundle,
-    source: String,
+    src: Source,
     tables: Tables,
     jobs: usize,
     chunk_bytes: Option<u64>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Decoding> {
-    // The warnings the decode's plan reports (run::plan), said now rather than at the end.
-    let (has_code, image_problems) = {
-        let (set, problems) = b.image_set();
-        (!set.segments().is_empty(), problems)
-    };
-    let cfg = b.trace_config();
-    let mut early: Vec<String> = b
-        .path_warnings
-        .iter()
-        .chain(&b.trace_problems)
-        .cloned()
-        .chain(image_problems)
-        .collect();
-    if cfg.reserved_bits() != 0 {
-        early.push(format!(
-            "rtit_ctl {:#x} sets reserved bits {:#x}; decoding as given",
-            cfg.ctl,
-            cfg.reserved_bits()
-        ));
-    }
-    if !has_code {
-        early.push("no code image loaded: no branch can be followed".to_string());
-    }
+    // The warnings the decode reports before it decodes, said now rather than at the end.
+    let early = src.warnings.clone();
     for w in &early {
         warn(py, w)?;
     }
     // As `tracemill decode` exits 1: without a code image no branch can be decoded. A
     // trace with no PSB at all is reported as that first (NoPsbError, from the decode), as
     // the CLI does: its plan fails before the images matter.
-    let has_psb = || match b.manifest.format.decode_format() {
-        tracemill_decode::sniff::TraceFormat::Rtit => {
-            tracemill_decode::rtit::sync::next_psb(&b.stream(), 0).is_some()
-        }
-        tracemill_decode::sniff::TraceFormat::Pt => {
-            tracemill_decode::pt::sync::next_psb(&b.stream(), 0).is_some()
-        }
-    };
-    if !has_code && (tables.branches || tables.coverage || tables.edges) && has_psb() {
+    if !src.has_code && (tables.branches || tables.coverage || tables.edges) && src.has_psb() {
         return Err(error(
             py,
             "MissingImageError",
             "no branch decoded: no code image could be loaded",
         ));
     }
-    let meta = run::file_meta(&b);
+    let meta = run::source_meta(&src).map_err(|e| error_from(py, "BundleError", &e))?;
+    let perf = src.kind == Kind::PerfData;
+    let source = src.name.clone();
     let names = list(tables);
     let schemas: Vec<SchemaRef> = names
         .iter()
-        .map(|t| meta.schema(t).expect("a table"))
+        .map(|t| tracemill::stream::table_schema(&meta, t, perf).expect("a table"))
         .collect();
     let (sink, rx) = tracemill::stream::channel(tables, CAPACITY);
     let opts = run::Options {
@@ -948,12 +933,12 @@ fn start(
         batches: Some(sink),
         ..run::Options::default()
     };
-    let total = b.stream().len();
+    let total = src.stream_len();
     let context = source.clone();
     let thread = std::thread::Builder::new()
         .name("tracemill-decode".into())
         .spawn(move || {
-            let r = run::decode(&b, &opts).with_context(|| format!("decoding {context}"));
+            let r = run::decode_source(&src, &opts).with_context(|| format!("decoding {context}"));
             // The last sender goes with the options: the streams see the end.
             drop(opts);
             r

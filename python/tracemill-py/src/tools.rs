@@ -11,14 +11,13 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field, Schema};
 use pyo3::prelude::*;
-use tracemill::bundle::{map_file, Bundle};
 use tracemill::dump::Entry;
 use tracemill::ingest::{IngestArgs, Outcome, Status};
-use tracemill_datasets::bundle::{Manifest, TraceFormat};
-use tracemill_decode::pt::PtConfig;
 use tracemill_decode::rtit::config::TraceConfig;
-use tracemill_decode::sniff::{self, TraceFormat as Sniffed};
-use tracemill_decode::stream::TraceStream;
+use tracemill_input::bundle::Bundle;
+use tracemill_input::manifest::TraceFormat;
+use tracemill_input::source::{Given, Opened, Overrides};
+use tracemill_input::Source;
 
 use crate::arrow_export::ArrowStream;
 use crate::{error, error_from, warn};
@@ -34,6 +33,14 @@ struct Listing {
 }
 
 impl Listing {
+    /// A perf.data's next AUX area (`cpu 3`) starts: a row naming it.
+    fn area(&mut self, name: &str) {
+        self.offset.push(0);
+        self.bytes.append_value([]);
+        self.packet.push("trace".to_string());
+        self.fields.push(name.to_string());
+    }
+
     fn push(&mut self, e: Entry<'_>) -> std::io::Result<()> {
         let (offset, bytes, packet, fields): (u64, &[u8], &str, String) = match e {
             Entry::NoPsb => {
@@ -87,28 +94,10 @@ impl Listing {
     }
 }
 
-/// Which listing a trace gets, as `tracemill dump` decides it.
-fn format_of(path: &std::path::Path, given: Option<&str>) -> Option<Sniffed> {
-    match given {
-        Some("pt") => Some(Sniffed::Pt),
-        Some("rtit") => Some(Sniffed::Rtit),
-        Some(_) => None,
-        None if path.is_dir() => match Manifest::load(path).map(|m| m.format) {
-            Ok(TraceFormat::Pt) => Some(Sniffed::Pt),
-            _ => Some(Sniffed::Rtit),
-        },
-        None if path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("pt")) =>
-        {
-            Some(Sniffed::Pt)
-        }
-        None => Some(Sniffed::Rtit),
-    }
-}
-
-/// The packet listing of a bundle or bare trace (RTIT or Intel PT): one row per packet
-/// (its offset, bytes, name and fields), or with `stats` one row per packet type.
+/// The packet listing of a bundle, bare trace or perf.data (RTIT or Intel PT, as the
+/// input layer decides it for every command): one row per packet (its offset, bytes, name
+/// and fields), or with `stats` one row per packet type. A perf.data's AUX areas are listed
+/// in turn, each after a row `trace` naming it (`cpu 3`); their stats are summed.
 #[pyfunction]
 #[pyo3(signature = (bundle, *, ctl=None, images=None, format=None, stats=false))]
 pub(crate) fn dump(
@@ -120,81 +109,73 @@ pub(crate) fn dump(
     stats: bool,
 ) -> PyResult<Py<PyAny>> {
     let path: PathBuf = crate::path_arg(bundle)?;
-    let extra = crate::image_args(py, images.as_deref().unwrap_or(&[]))?;
-    let fmt = format_of(&path, format).ok_or_else(|| {
-        error(
-            py,
-            "OptionError",
-            format!("format={:?}: choose rtit or pt", format.unwrap_or("")),
-        )
-    })?;
-    let bundle_err = |e: anyhow::Error| error_from(py, "BundleError", &e);
-    let refuse = |stream: &TraceStream<'_>, f: Sniffed| -> PyResult<()> {
-        match sniff::mismatch(stream, f) {
-            Some(msg) => Err(error(
-                py,
-                "BundleError",
-                format!("{}: {msg}", path.display()),
-            )),
-            None => Ok(()),
-        }
+    let overrides = Overrides {
+        format: crate::format_arg(py, format)?,
+        ctl,
+        images: crate::image_args(py, images.as_deref().unwrap_or(&[]))?,
+        ..Overrides::default()
+    };
+    let src = py
+        .detach(|| Source::open(Given::Path(&path), &overrides))
+        .map_err(|e| error_from(py, "BundleError", &e))?;
+    let traces: Vec<(Option<&str>, &Bundle)> = match &src.opened {
+        Opened::Bundle(b) => vec![(None, b)],
+        Opened::Recording(r) => r
+            .traces
+            .iter()
+            .map(|t| (Some(t.name.as_str()), &t.bundle))
+            .collect(),
     };
     let mut listing = Listing::default();
-    let name = match fmt {
-        Sniffed::Rtit => "rtit",
-        Sniffed::Pt => "pt",
+    let name = match src.format {
+        TraceFormat::Rtit => "rtit",
+        TraceFormat::Pt => "pt",
     };
     let mut counts: Option<tracemill::dump::Stats> = None;
-    match fmt {
-        Sniffed::Rtit => {
-            if !path.is_dir() {
-                // Before a bare RTIT trace is asked for its ctl: an Intel PT trace needs none.
-                let bytes = map_file(&path).map_err(bundle_err)?;
-                refuse(&TraceStream::linear(&bytes), Sniffed::Rtit)?;
-            }
-            let b = Bundle::open(&path, ctl, &extra).map_err(bundle_err)?;
-            let stream = b.stream();
-            refuse(&stream, Sniffed::Rtit)?;
-            let cfg = TraceConfig::from_ctl(b.manifest.rtit_ctl);
-            if stats {
-                counts = Some(tracemill::dump::stats(&stream, &cfg));
-            } else {
-                let _ = tracemill::dump::entries(&stream, &cfg, &mut |e| listing.push(e));
-            }
-        }
-        Sniffed::Pt => {
-            let run = |stream: &TraceStream<'_>, cfg: PtConfig, listing: &mut Listing| {
+    for (area, b) in traces {
+        let stream = b.stream();
+        let one = match src.format {
+            TraceFormat::Rtit => {
+                let cfg = TraceConfig::from_ctl(b.manifest.rtit_ctl);
                 if stats {
-                    Some(tracemill::dump::pt_stats(stream, &cfg))
+                    Some(tracemill::dump::stats(&stream, &cfg))
                 } else {
-                    let _ = tracemill::dump::pt_entries(stream, &cfg, &mut |e| listing.push(e));
+                    if let Some(n) = area {
+                        listing.area(n);
+                    }
+                    let _ = tracemill::dump::entries(&stream, &cfg, &mut |e| listing.push(e));
                     None
                 }
-            };
-            if path.is_dir() {
-                let b = Bundle::open(&path, ctl, &extra).map_err(bundle_err)?;
-                refuse(&b.stream(), Sniffed::Pt)?;
-                let cfg = b.manifest.pt_config().map_err(|e| {
-                    error(
-                        py,
-                        "BundleError",
-                        format!("{}: {e}", path.join("bundle.toml").display()),
-                    )
-                })?;
-                counts = run(&b.stream(), cfg, &mut listing);
-            } else {
-                let bytes = map_file(&path).map_err(bundle_err)?;
-                let stream = TraceStream::linear(&bytes);
-                refuse(&stream, Sniffed::Pt)?;
-                let cfg = ctl.map(PtConfig::from_rtit_ctl).unwrap_or_default();
-                counts = run(&stream, cfg, &mut listing);
+            }
+            TraceFormat::Pt => {
+                let cfg = b
+                    .pt_config()
+                    .map_err(|e| error_from(py, "BundleError", &e))?;
+                if stats {
+                    Some(tracemill::dump::pt_stats(&stream, &cfg))
+                } else {
+                    if let Some(n) = area {
+                        listing.area(n);
+                    }
+                    let _ = tracemill::dump::pt_entries(&stream, &cfg, &mut |e| listing.push(e));
+                    None
+                }
+            }
+        };
+        if let Some(one) = one {
+            let all = counts.get_or_insert_with(Default::default);
+            all.bytes += one.bytes;
+            all.skipped += one.skipped;
+            all.errors += one.errors;
+            for (k, n) in one.by_type {
+                *all.by_type.entry(k).or_default() += n;
             }
         }
     }
     if let Some(s) = counts {
-        let names: Vec<&str> = match fmt {
-            Sniffed::Rtit => tracemill_decode::rtit::packet::Packet::NAMES.to_vec(),
-            Sniffed::Pt => tracemill_decode::pt::Packet::NAMES.to_vec(),
+        let names: Vec<&str> = match src.format {
+            TraceFormat::Rtit => tracemill_decode::rtit::packet::Packet::NAMES.to_vec(),
+            TraceFormat::Pt => tracemill_decode::pt::Packet::NAMES.to_vec(),
         };
         let count: Vec<u64> = names
             .iter()
@@ -227,8 +208,7 @@ pub(crate) fn dump(
         return ArrowStream::new(schema, vec![b]).into_table(py);
     }
     if listing.no_psb {
-        let b = Bundle::open(&path, ctl.or(Some(0)), &[]).ok();
-        let len = b.map_or(0, |b| b.stream().len());
+        let len = src.stream_len();
         warn(py, &format!("no PSB in {len} bytes: nothing to parse"))?;
     }
     let (schema, b) = listing.into_batch(name);
@@ -238,7 +218,7 @@ pub(crate) fn dump(
 /// Ingest bundles into a dataset, as `tracemill ingest` does; one row per bundle of this
 /// run (its share): what happened to it, and its catalog facts.
 #[pyfunction]
-#[pyo3(signature = (sources, dataset, *, partition_by=None, allow_missing_keys=false, jobs=None, shard=None, retry_failed=false, staging=None, zstd_level=3, compression="zstd", allow_outside_paths=false, symfs=None, buildid_dir=None))]
+#[pyo3(signature = (sources, dataset, *, partition_by=None, allow_missing_keys=false, jobs=None, shard=None, retry_failed=false, staging=None, zstd_level=3, compression="zstd", allow_outside_paths=false, symfs=None, buildid_dir=None, vmlinux=None, kcore=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn ingest(
     py: Python<'_>,
@@ -255,6 +235,8 @@ pub(crate) fn ingest(
     allow_outside_paths: bool,
     symfs: Option<PathBuf>,
     buildid_dir: Option<PathBuf>,
+    vmlinux: Option<PathBuf>,
+    kcore: Option<PathBuf>,
 ) -> PyResult<Py<PyAny>> {
     let jobs = crate::stream::jobs_arg(py, jobs)?;
     for (name, dir) in [("symfs", &symfs), ("buildid_dir", &buildid_dir)] {
@@ -265,9 +247,8 @@ pub(crate) fn ingest(
     }
     tracemill::cli::parse_zstd_level(&zstd_level.to_string())
         .map_err(|e| error(py, "OptionError", format!("zstd_level={zstd_level}: {e}")))?;
-    use clap::ValueEnum;
     let codecs = "one of \"zstd\", \"lz4\", \"snappy\", \"none\"";
-    let compression = tracemill::cli::Compression::from_str(compression, false).map_err(|_| {
+    let compression = tracemill::cli::Compression::by_name(compression).ok_or_else(|| {
         let why = format!("compression={compression:?}: {codecs}");
         error(py, "OptionError", why)
     })?;
@@ -287,6 +268,8 @@ pub(crate) fn ingest(
         allow_outside_paths,
         symfs,
         buildid_dir,
+        vmlinux,
+        kcore,
     };
     let opts = tracemill::ingest::options(&args).map_err(|e| error_from(py, "IngestError", &e))?;
     let sources = args.sources.clone();

@@ -84,15 +84,32 @@ def decode(
     images: Optional[Sequence[str]] = None,
     config: Optional[str] = None,
     progress: Progress = None,
+    format: Optional[str] = None,
+    cpu: Optional[str] = None,
+    mtc_freq: Optional[int] = None,
+    nom_freq: Optional[int] = None,
+    cpuid_0x15_eax: Optional[int] = None,
+    cpuid_0x15_ebx: Optional[int] = None,
+    symfs: Union[str, os.PathLike, None] = None,
+    buildid_dir: Union[str, os.PathLike, None] = None,
+    vmlinux: Union[str, os.PathLike, None] = None,
+    kcore: Union[str, os.PathLike, None] = None,
 ) -> Decoding:
     """Decode a trace; its tables as streams of Arrow record batches, decoded while read.
 
-    ``bundle`` is a bundle directory of either format (RTIT, or Intel PT: ``format =
-    "pt"``), a bare trace file (then give ``ctl``), or the trace's bytes already in
-    memory (``bytes`` are read in place; other buffers are copied once) with ``ctl`` or
-    ``config`` (a ``bundle.toml``'s text: ``rtit_ctl``, images, ``ring_offset``,
-    ``[topa]``, ``[trace_hub]``...; relative image paths from the current directory). A
-    perf.data is decoded by the CLI; the reports read its tables.
+    ``bundle`` is a bundle directory, a bare trace file (an RTIT one needs ``ctl``), a
+    perf.data recorded with ``perf record -e intel_pt//`` (its rows gain ``cpu``, ``pid``,
+    ``tid`` and ``time``), or the trace's bytes already in memory (``bytes`` are read in
+    place; other buffers are copied once) with ``ctl`` or ``config`` (a ``bundle.toml``'s
+    text: ``rtit_ctl``, images, ``ring_offset``, ``[topa]``, ``[trace_hub]``...; relative
+    image paths from the current directory). The format is decided as the CLI decides it:
+    ``format`` (``"rtit"`` or ``"pt"``), the bundle's, a perf.data's (Intel PT), a ``.pt``
+    or ``.rtit`` name, the first PSB's.
+
+    Intel PT facts the trace does not carry, as ptxed's options: ``cpu`` (``"F/M[/S]"``
+    or ``"none"``), ``mtc_freq``, ``nom_freq``, ``cpuid_0x15_eax``, ``cpuid_0x15_ebx``.
+    perf.data: ``symfs``, ``buildid_dir``, ``vmlinux``, ``kcore`` say where its binaries
+    are, as perf's options.
 
     ``tables``: ``"all"`` (default), a name, ``"branches,events"`` or a list of names.
     ``jobs``: decode threads (1 to 256; default and 0: all cores). ``chunk_size``: least
@@ -126,6 +143,16 @@ def decode(
         images=list(images) if images is not None else None,
         config=config,
         progress=_progress(progress, "decoding"),
+        format=format,
+        cpu=cpu,
+        mtc_freq=mtc_freq,
+        nom_freq=nom_freq,
+        cpuid_0x15_eax=cpuid_0x15_eax,
+        cpuid_0x15_ebx=cpuid_0x15_ebx,
+        symfs=os.fspath(symfs) if symfs is not None else None,
+        buildid_dir=os.fspath(buildid_dir) if buildid_dir is not None else None,
+        vmlinux=os.fspath(vmlinux) if vmlinux is not None else None,
+        kcore=os.fspath(kcore) if kcore is not None else None,
     )
 
 
@@ -193,7 +220,8 @@ def dump(
     """The packet listing of ``tracemill dump`` as a ``pyarrow.Table``: one row per
     packet (``offset``, ``bytes``, ``packet``, ``fields`` with IPs decompressed), plus
     ``skipped`` (bytes before the first PSB) and ``error`` rows. ``format``: ``"rtit"``
-    or ``"pt"`` (default: the bundle's, else ``pt`` for a ``.pt`` file). With ``stats``,
+    or ``"pt"`` (default: decided as :func:`decode` decides it). A perf.data's AUX areas
+    are listed in turn, each after a ``trace`` row naming it (``cpu 3``). With ``stats``,
     one row per packet type (``packet``, ``count``; bytes, skipped bytes and errors in the
     schema metadata). The listing is built in memory: for a large trace, ``stats`` or a
     slice of it."""
@@ -221,6 +249,8 @@ def ingest(
     allow_outside_paths: bool = False,
     symfs: Union[str, os.PathLike, None] = None,
     buildid_dir: Union[str, os.PathLike, None] = None,
+    vmlinux: Union[str, os.PathLike, None] = None,
+    kcore: Union[str, os.PathLike, None] = None,
 ):
     """``tracemill ingest``: bundles into one partitioned dataset (a directory, or
     ``s3://bucket/prefix``), exactly once, resumably. Returns a ``pyarrow.Table`` with one
@@ -232,7 +262,8 @@ def ingest(
     ``"none"``. ``symfs``, ``buildid_dir``: where a perf.data's binaries are looked for,
     as perf's ``--symfs`` and ``--buildid-dir`` (without them, and without
     ``allow_outside_paths``, only inside each recording's directory); one that is not an
-    existing directory raises :class:`OptionError`."""
+    existing directory raises :class:`OptionError`. ``vmlinux``, ``kcore``: the kernel's
+    code, as perf's ``--vmlinux`` and ``--kcore``."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     if isinstance(partition_by, str):
@@ -251,6 +282,8 @@ def ingest(
         allow_outside_paths=allow_outside_paths,
         symfs=os.fspath(symfs) if symfs is not None else None,
         buildid_dir=os.fspath(buildid_dir) if buildid_dir is not None else None,
+        vmlinux=os.fspath(vmlinux) if vmlinux is not None else None,
+        kcore=os.fspath(kcore) if kcore is not None else None,
     )
 
 

@@ -1,6 +1,6 @@
 """Type hints of the native module (src/*.rs); the documented API is :mod:`tracemill`."""
 
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Literal, Optional, Sequence, Union
 import os
 
 import pyarrow as pa
@@ -65,13 +65,23 @@ def decode(
     images: Optional[list[str]] = None,
     config: Optional[str] = None,
     progress: Optional[Callable[[int, int], object]] = None,
+    format: Optional[Literal["rtit", "pt"]] = None,
+    cpu: Optional[str] = None,
+    mtc_freq: Optional[int] = None,
+    nom_freq: Optional[int] = None,
+    cpuid_0x15_eax: Optional[int] = None,
+    cpuid_0x15_ebx: Optional[int] = None,
+    symfs: Optional[str] = None,
+    buildid_dir: Optional[str] = None,
+    vmlinux: Optional[str] = None,
+    kcore: Optional[str] = None,
 ) -> Decoding: ...
 def dump(
     bundle: Union[str, os.PathLike[str]],
     *,
     ctl: Optional[int] = None,
     images: Optional[list[str]] = None,
-    format: Optional[str] = None,
+    format: Optional[Literal["rtit", "pt"]] = None,
     stats: bool = False,
 ) -> pa.Table: ...
 def ingest(
@@ -89,6 +99,8 @@ def ingest(
     allow_outside_paths: bool = False,
     symfs: Optional[str] = None,
     buildid_dir: Optional[str] = None,
+    vmlinux: Optional[str] = None,
+    kcore: Optional[str] = None,
 ) -> pa.Table: ...
 def hotspots(
     source: str, *, by: str = ..., weight: str = ..., where: Optional[str] = None, bundle: Optional[str] = None

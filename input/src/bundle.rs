@@ -1,13 +1,12 @@
-//! Loading a trace bundle: its manifest, the trace and the images, memory-mapped.
+//! Opening a trace bundle or a bare trace: its manifest, the trace and the images,
+//! memory-mapped (a collected form assembled in memory).
 
 use std::path::{Path, PathBuf};
 
+use crate::collected;
+use crate::manifest::{open_regular, read_manifest_text, ImageEntry, ImageKind, Manifest};
 use anyhow::{bail, Context, Result};
 use memmap2::Mmap;
-use tracemill_datasets::bundle::{
-    open_regular, read_manifest_text, ImageEntry, ImageKind, Manifest,
-};
-use tracemill_datasets::collected;
 use tracemill_decode::image::{ImageError, ImageSet};
 use tracemill_decode::rtit::clock::TimingConfig;
 use tracemill_decode::rtit::config::TraceConfig;
@@ -155,10 +154,11 @@ fn image_path(dir: &Path, e: &ImageEntry) -> PathBuf {
 }
 
 /// What a file given without `--ctl` is, when that is not "a bare trace missing its
-/// RTIT_CTL": a FIFO or a device, an empty file, a perf.data perf cannot have written for
-/// this machine (its older or byte-swapped magic). Each gets its own message; the rest
-/// `Ok` (then it needs --ctl).
-fn not_a_bare_trace(path: &Path) -> Result<()> {
+/// RTIT_CTL": a FIFO or a device, an empty file, a perf.data (which
+/// [`Source::open`](crate::Source::open) reads; one perf cannot have written for this
+/// machine, its older or byte-swapped magic, is refused). Each gets its own message; the
+/// rest `Ok` (then it needs --ctl).
+pub(crate) fn not_a_bare_trace(path: &Path) -> Result<()> {
     let mut f = match open_regular(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
@@ -179,8 +179,8 @@ fn not_a_bare_trace(path: &Path) -> Result<()> {
     match &magic[..n] {
         [] => bail!("{}: an empty file: nothing to decode", path.display()),
         b"PERFILE2" => bail!(
-            "{}: a perf.data: `tracemill decode` and `tracemill ingest` read it (this \
-             command takes bundles and bare traces)",
+            "{}: a perf.data, not a bare trace (open it as a source: \
+             tracemill_input::Source::open)",
             path.display()
         ),
         b"PERFFILE" => bail!(
@@ -247,7 +247,7 @@ pub enum Reach {
 }
 
 /// Whether `file` (which exists) lies outside directory `dir`, symbolic links resolved.
-pub(crate) fn outside(dir: &Path, file: &Path) -> bool {
+pub fn outside(dir: &Path, file: &Path) -> bool {
     match (dir.canonicalize(), file.canonicalize()) {
         (Ok(d), Ok(f)) => !f.starts_with(d),
         // A file that does not exist is reported as missing where it is opened.
@@ -311,12 +311,9 @@ impl Bundle {
                 if ctl.is_none() {
                     not_a_bare_trace(path)?;
                 }
-                let ctl = ctl.with_context(|| {
-                    format!(
-                        "{}: a bare trace file needs --ctl (the RTIT_CTL value it was recorded \
-                         with)",
-                        path.display()
-                    )
+                let ctl = ctl.ok_or_else(|| crate::source::InputError {
+                    path: path.display().to_string(),
+                    kind: crate::source::ErrorKind::NeedsCtl,
                 })?;
                 (dir, Manifest::new(ctl), path.to_path_buf())
             }
@@ -683,7 +680,7 @@ fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
 
 /// [`toml_error`] without the line: for errors that are stored or published (ingest's
 /// catalog), which must not carry what a file holds.
-pub(crate) fn toml_error_unquoted(path: &Path, text: &str, e: &toml::de::Error) -> String {
+pub fn toml_error_unquoted(path: &Path, text: &str, e: &toml::de::Error) -> String {
     toml_error_with(path, text, e, false)
 }
 
@@ -761,7 +758,7 @@ pub fn parse_image_arg(s: &str) -> Result<ImageEntry> {
     let num = |t: Option<&str>, what: &str| -> Result<Option<u64>> {
         match t {
             None | Some("") => Ok(None),
-            Some(v) => tracemill_datasets::bundle::parse_u64(v)
+            Some(v) => crate::manifest::parse_u64(v)
                 .map(Some)
                 .with_context(|| format!("--image {s}: bad {what} {v:?} (use 0x... or decimal)")),
         }

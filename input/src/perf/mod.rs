@@ -1,5 +1,5 @@
 //! perf.data input: what `perf record -e intel_pt//` writes, decoded through the same
-//! parallel Intel PT pipeline as a bundle ([`crate::run::decode_parts`]).
+//! parallel Intel PT pipeline as a bundle (`tracemill::run::decode_parts`).
 //!
 //! A recording holds one Intel PT trace per AUX area (per CPU, or per thread with
 //! `--per-thread`), in AUXTRACE records between the sideband. [`open`] reads the file
@@ -20,11 +20,10 @@ pub mod spaces;
 pub mod threads;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use crate::manifest::{Manifest, PtFacts, TraceFormat};
 use anyhow::{bail, Result};
-use tracemill_datasets::bundle::{Manifest, PtFacts, TraceFormat};
 use tracemill_perfdata::aux::{aux_queues_despite_errors, AuxIssue, AuxQueue};
 use tracemill_perfdata::record::Mmap2File;
 use tracemill_perfdata::{PerfClock, PerfData, Record};
@@ -38,19 +37,6 @@ use threads::{Switch, Threads};
 const PROT_EXEC: u32 = 4;
 /// MMAP record `misc` bit: a data (not executable) mapping.
 const MISC_MMAP_DATA: u16 = 1 << 13;
-
-/// Whether `path` is a perf.data file (its first bytes are perf's magic, file or pipe
-/// mode). Not a perf.data: any read error, a directory, a short file.
-pub fn is_perf_data(path: &Path) -> bool {
-    if !path.is_file() {
-        return false;
-    }
-    let mut magic = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok()
-        && &magic == b"PERFILE2"
-}
 
 /// One AUX area's trace, ready to decode.
 pub struct Trace {

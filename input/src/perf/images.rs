@@ -22,8 +22,8 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
+use crate::manifest::{ImageEntry, ImageKind};
 use object::{Object, ObjectSegment};
-use tracemill_datasets::bundle::{ImageEntry, ImageKind};
 
 use crate::bundle::map_file;
 
