@@ -174,10 +174,10 @@ pub fn classify(ins: &Instruction) -> InsnClass {
 /// `bytes`, if it is one. Intel PT reports its destination with a TIP, as an indirect
 /// jump's (libipt's suite: `tip-jmpabs`, `tip_pgd-jmpabs`; libipt takes the TIP's IP and
 /// ignores the immediate), so it is a [`InsnClass::JmpInd`].
-pub fn jmpabs(bytes: &[u8], ip: u64, bits: crate::front::Bits) -> Option<InsnInfo> {
+pub fn jmpabs(bytes: &[u8], ip: u64, bits: Bits) -> Option<InsnInfo> {
     const LEN: usize = 11;
     let rex2_m0_w = 0x80 | 0x08;
-    let is = bits == crate::front::Bits::B64
+    let is = bits == Bits::B64
         && bytes.len() >= LEN
         && bytes[0] == 0xD5
         && bytes[1] & rex2_m0_w == 0
@@ -286,6 +286,6 @@ mod tests {
         assert!(decode_insn(&[0xD5, 0x08, 0xA1, 0, 0, 0, 0, 0, 0, 0, 0], 0).is_err());
         assert!(decode_insn(&[0xD5, 0x80, 0xA1, 0, 0, 0, 0, 0, 0, 0, 0], 0).is_err());
         assert!(decode_insn(&b[..10], 0).is_err());
-        assert!(decode_insn_in(&b, 0, crate::front::Bits::B32).map_or(true, |i| i.len != 11));
+        assert!(decode_insn_in(&b, 0, Bits::B32).map_or(true, |i| i.len != 11));
     }
 }
