@@ -101,15 +101,7 @@ impl RowSink for BranchColumns {
         self.compressed.extend(std::iter::repeat_n(false, n));
         self.insns.extend(rows.iter().map(|m| m.insns));
         self.insns[at] = r.open + first.insns;
-        if r.cr3.is_some() || !self.cr3.is_empty() {
-            self.cr3.materialize(at);
-            self.cr3
-                .values
-                .extend(std::iter::repeat_n(r.cr3.unwrap_or(0), n));
-            self.cr3
-                .valid
-                .extend(std::iter::repeat_n(r.cr3.is_some(), n));
-        }
+        self.cr3.extend_row(r.cr3, n, at);
         let before = r.first_cond.min(n);
         self.offset
             .extend(std::iter::repeat_n(r.off_before, before));

@@ -59,6 +59,18 @@ impl OptU64 {
         self.set(i, v);
     }
 
+    /// Append `n` rows of `v` to a column that is either empty (all null) or `rows` long:
+    /// an empty one stays empty while the rows are null.
+    #[inline]
+    pub fn extend_row(&mut self, v: Option<u64>, n: usize, rows: usize) {
+        if v.is_none() && self.is_empty() {
+            return;
+        }
+        self.materialize(rows);
+        self.values.extend(std::iter::repeat_n(v.unwrap_or(0), n));
+        self.valid.extend(std::iter::repeat_n(v.is_some(), n));
+    }
+
     /// Append `o` (`o_rows` rows) to this column of `rows` rows, where either may be empty
     /// (all null): the result is empty when both are.
     pub fn append(&mut self, rows: usize, o: &OptU64, o_rows: usize) {
@@ -202,10 +214,7 @@ impl BranchColumns {
     #[inline]
     pub fn push_flow(&mut self, r: &BranchRow) {
         // Empty while every row's CR3 is unknown (no PIP yet): all null at no cost per row.
-        if r.cr3.is_some() || !self.cr3.is_empty() {
-            self.cr3.materialize(self.ip.len());
-            self.cr3.push(r.cr3);
-        }
+        self.cr3.extend_row(r.cr3, 1, self.ip.len());
         self.ip.push(r.ip);
         self.target.push(r.target);
         self.kind.push(r.kind as u8);
@@ -254,8 +263,8 @@ impl BranchColumns {
     pub fn push(&mut self, r: &BranchRow) {
         let n = self.len();
         self.push_flow(r);
-        self.tsc.set_row(n, r.tsc, n + 1);
-        self.cycles.set_row(n, r.cycles, n + 1);
+        self.tsc.extend_row(r.tsc, 1, n);
+        self.cycles.extend_row(r.cycles, 1, n);
     }
 
     pub fn row(&self, i: usize) -> BranchRow {
