@@ -305,6 +305,21 @@ fn next_with_gil(
     }
 }
 
+/// A batch made for the consumer in `__next__`, checked for Ctrl-C once more before it is
+/// handed over: an interrupt that arrives while the batch is made would otherwise be
+/// raised in the consumer's loop, outside any call of ours, and leave the decode waiting.
+/// A batch that cannot be made stops the decode as well (its rows are lost to the stream).
+fn handed<T>(py: Python<'_>, shared: &Arc<Mutex<Shared>>, made: PyResult<T>) -> PyResult<T> {
+    match made.and_then(|b| py.check_signals().map(|()| b)) {
+        Ok(b) => Ok(b),
+        Err(e) => {
+            let s = shared.clone();
+            py.detach(move || lock(&s).stop());
+            Err(e)
+        }
+    }
+}
+
 /// A piece's rows as a batch with the table's schema and the files' metadata; its
 /// buffers' addresses noted.
 fn batch(o: Output, schema: &SchemaRef, hooks: &Hooks) -> Result<RecordBatch, ArrowError> {
@@ -550,9 +565,10 @@ impl Decoding {
             .position(|t| *t == o.table)
             .expect("only the tables asked for are sent");
         let t = table_index(o.table);
-        let b = batch(o, &self.schemas[i], &self.hooks).map_err(to_py)?;
-        let b = self.hooks.pyarrow_batch(py, t, &self.schemas[i], b)?;
-        Ok(Some((self.tables[i], b)))
+        let b = batch(o, &self.schemas[i], &self.hooks)
+            .map_err(to_py)
+            .and_then(|b| self.hooks.pyarrow_batch(py, t, &self.schemas[i], b));
+        Ok(Some((self.tables[i], handed(py, &self.shared, b)?)))
     }
 
     /// The decode's report once it has finished (None before): counts, blocks, edges,
@@ -719,8 +735,10 @@ impl TableStream {
         let t = table_index(self.table);
         match next_with_gil(py, &self.shared, &self.hooks, Some(t))? {
             Some(o) => {
-                let b = batch(o, &self.schema, &self.hooks).map_err(to_py)?;
-                Ok(Some(self.hooks.pyarrow_batch(py, t, &self.schema, b)?))
+                let b = batch(o, &self.schema, &self.hooks)
+                    .map_err(to_py)
+                    .and_then(|b| self.hooks.pyarrow_batch(py, t, &self.schema, b));
+                Ok(Some(handed(py, &self.shared, b)?))
             }
             None => Ok(None),
         }

@@ -201,10 +201,19 @@ CTRL_C = textwrap.dedent(
         pass
     if failed is not None:
         assert "interrupted (Ctrl-C)" in str(failed), failed
-    # The decode's threads are gone once the exception is raised.
-    time.sleep(0.5)
-    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
-    left = [n for n in names if n.startswith("tracemill")]
+    # The decode's thread is joined before the exception is raised; the pool's threads
+    # end on their own once told to (rayon does not join them), so wait a little for them.
+    def ours():
+        names = []
+        for t in os.listdir("/proc/self/task"):
+            try:
+                names.append(open(f"/proc/self/task/{t}/comm").read().strip())
+            except FileNotFoundError:
+                pass  # ended since the listing
+        return [n for n in names if n.startswith("tracemill")]
+    until = time.monotonic() + 5
+    while (left := ours()) and time.monotonic() < until:
+        time.sleep(0.05)
     print("stopped", left, flush=True)
     sys.exit(0 if not left else 4)
     """
