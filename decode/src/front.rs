@@ -458,6 +458,12 @@ pub trait Front {
     }
     /// The hot path: the next packet if it is a plain TNT that needs nothing else done.
     fn try_tnt(&mut self, st: &mut Self::State) -> Option<(TntBits, u64)>;
+    /// The other hot path: the next packet if it is a plain TIP that needs nothing else
+    /// done (nothing queued to bind to it): its IP (None: suppressed) and offset, as
+    /// `next` would return it in a [`Raw::Tip`] with `anchor` set.
+    fn try_tip(&mut self, _st: &mut Self::State) -> Option<(Option<u64>, u64)> {
+        None
+    }
     /// The next flow item; the packets before it are reported to `facts`.
     fn next(&mut self, st: &mut Self::State, facts: &mut Facts) -> Raw<Self::Error>;
 }

@@ -148,6 +148,15 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             if let Some((tnt, off)) = self.front.try_tnt(&mut self.st.fe) {
                 return Item::Tnt { tnt, off };
             }
+            // A plain TIP likewise: `next_item_read` would select no space (no PSB, no
+            // enable read) and set no CR3 (no PIP read) for it.
+            if let Some((ip, off)) = self.front.try_tip(&mut self.st.fe) {
+                return Item::Tip {
+                    ip,
+                    off,
+                    anchor: true,
+                };
+            }
         }
         self.next_item_read()
     }

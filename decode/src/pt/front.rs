@@ -1136,6 +1136,16 @@ impl Front for PtFront<'_> {
         ))
     }
 
+    #[inline]
+    fn try_tip(&mut self, st: &mut State) -> Option<(Option<u64>, u64)> {
+        if st.queue[0].is_some() {
+            // Something waits to bind to a TIP: the general path (`on_packet`) binds it.
+            return None;
+        }
+        let (pl, off) = self.reader.try_tip()?;
+        Some((st.last_ip.update(&pl), off))
+    }
+
     fn next(&mut self, st: &mut State, facts: &mut Facts) -> Raw<PtError> {
         loop {
             if let Some(r) = self.ready(st) {

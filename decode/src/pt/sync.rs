@@ -11,7 +11,10 @@
 use std::sync::OnceLock;
 
 use super::cpu::Errata;
-use super::packet::{parse, Packet, PacketError, Parsed, Tnt, MAX_PACKET_LEN, PSB_BYTES, PSB_LEN};
+use super::packet::{
+    parse, IpCompression, IpPayload, Packet, PacketError, Parsed, Tnt, MAX_PACKET_LEN, PSB_BYTES,
+    PSB_LEN,
+};
 use crate::stream::TraceStream;
 
 fn finder() -> &'static memchr::memmem::Finder<'static> {
@@ -154,6 +157,40 @@ impl<'s> PacketReader<'s> {
             Tnt {
                 bits: payload & !(1 << len),
                 len,
+            },
+            off,
+        ))
+    }
+
+    /// The next packet if it is a whole TIP (the flow decoder's other hot path: every
+    /// indirect branch and uncompressed RET): its payload and offset. Anything else —
+    /// reserved IPBytes, a packet running into the next PSB or off the stream, a start at
+    /// or past the range's end — is left to [`Self::next_packet`], which reports it.
+    #[inline]
+    pub fn try_tip(&mut self) -> Option<(IpPayload, u64)> {
+        if self.pos >= self.end {
+            return None;
+        }
+        let b = self.stream.byte(self.pos)?;
+        if b & 0x1F != 0x0D {
+            return None;
+        }
+        let compression = IpCompression::from_ip_bytes(b >> 5)?;
+        let off = self.pos;
+        let size = 1 + compression.payload_len() as u64;
+        let end = off + size;
+        if end > self.stream.len() || self.psb_from(off).is_some_and(|p| p < end) {
+            return None;
+        }
+        let mut scratch = [0u8; MAX_PACKET_LEN];
+        let bytes = self.stream.window(off + 1, size as usize - 1, &mut scratch);
+        let mut raw = [0u8; 8];
+        raw[..bytes.len()].copy_from_slice(bytes);
+        self.pos = end;
+        Some((
+            IpPayload {
+                compression,
+                bits: u64::from_le_bytes(raw),
             },
             off,
         ))
@@ -401,8 +438,54 @@ mod tests {
             .collect()
     }
 
+    /// [`summary`] read the way the flow decoder reads: `try_tip`, then `try_tnt`, then
+    /// `next_packet`, up to `end`.
+    fn summary_hot(s: &TraceStream<'_>, end: u64) -> Vec<(u64, Option<Packet>, u8)> {
+        let mut r = PacketReader::new(s, 0, end, Errata::default());
+        let mut out = Vec::new();
+        loop {
+            let at = r.pos();
+            if let Some((pl, off)) = r.try_tip() {
+                out.push((off, Some(Packet::Tip(pl)), (r.pos() - at) as u8));
+            } else if let Some((t, off)) = r.try_tnt() {
+                out.push((off, Some(Packet::Tnt8(t)), 1));
+            } else {
+                match r.next_packet() {
+                    None => return out,
+                    Some(Ok(p)) => out.push((p.offset, Some(p.packet), p.size)),
+                    Some(Err(e)) => out.push((e.offset, None, 0)),
+                }
+            }
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        /// SDM 36.4.2.2 (TIP) and 36.4.2.1 (TNT): the hot paths read exactly what the
+        /// general reader reads — a TIP into a PSB, off the stream's end or with reserved
+        /// IPBytes is left to `next_packet` — in a linear stream, a ring and a range that
+        /// ends early.
+        #[test]
+        fn try_tip_and_try_tnt_read_what_next_packet_reads(d in tracey(), r in 0usize..1000, e in 0u64..1000) {
+            let s = TraceStream::linear(&d);
+            let end = if d.is_empty() { 0 } else { e % (d.len() as u64 + 1) };
+            let general = |s: &TraceStream<'_>, end: u64| -> Vec<_> {
+                PacketReader::new(s, 0, end, Errata::default())
+                    .map(|r| match r {
+                        Ok(p) => (p.offset, Some(p.packet), p.size),
+                        Err(e) => (e.offset, None, 0),
+                    })
+                    .collect()
+            };
+            proptest::prop_assert_eq!(summary_hot(&s, s.len()), general(&s, s.len()));
+            proptest::prop_assert_eq!(summary_hot(&s, end), general(&s, end));
+            let r = if d.is_empty() { 0 } else { r % d.len() };
+            let mut file = d[r..].to_vec();
+            file.extend_from_slice(&d[..r]);
+            let ring = TraceStream::ring(&file, d.len() - r);
+            proptest::prop_assert_eq!(summary_hot(&ring, ring.len()), general(&ring, ring.len()));
+        }
 
         /// Whatever the bytes: the reader ends, moves forward, never reads a packet
         /// across a PSB; reading from any PSB gives the same packets as reading from
