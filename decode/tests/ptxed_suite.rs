@@ -94,6 +94,10 @@ struct Opts {
     stat_insn: bool,
     stat_blocks: bool,
     block_decoder: bool,
+    /// `--cpu` named a processor without an errata table entry: ptxed says so in a
+    /// configuration error line, then decodes without workarounds (as `tracemill decode`
+    /// warns and goes on).
+    unknown_cpu: bool,
 }
 
 /// The decoder's configuration and the output options from a case's words.
@@ -102,7 +106,9 @@ fn configure(c: &Check) -> Result<(PtConfig, Opts), String> {
     let mut o = Opts::default();
     let mut addr0 = (0u8, 0u64, 0u64);
     if let Some(cpu) = &c.cpu {
-        let _ = cfg.set_cpu(cpu.parse::<Cpu>().map_err(|e| e.to_string())?);
+        o.unknown_cpu = cfg
+            .set_cpu(cpu.parse::<Cpu>().map_err(|e| e.to_string())?)
+            .is_err();
     }
     let num = |s: &str| -> Result<u64, String> {
         let r = if let Some(h) = s.strip_prefix("0x") {
@@ -128,7 +134,9 @@ fn configure(c: &Check) -> Result<(PtConfig, Opts), String> {
             "--cpu" => {
                 let v = arg()?;
                 if v != "none" {
-                    let _ = cfg.set_cpu(v.parse::<Cpu>().map_err(|e| e.to_string())?);
+                    o.unknown_cpu = cfg
+                        .set_cpu(v.parse::<Cpu>().map_err(|e| e.to_string())?)
+                        .is_err();
                 }
             }
             "--mtc-freq" => cfg.mtc_freq = num(arg()?)? as u8,
@@ -240,11 +248,15 @@ impl Listing<'_> {
     }
 
     /// List the instructions from `cur` up to `x` (`inclusive`: and the one at `x`).
+    /// Only straight-line code is listed, each instruction at least a byte further, so
+    /// the images' size bounds the walk (a sweep may be longer than any block: libipt's
+    /// `linear-*` cases run 100,000 instructions between two packets).
     fn list_to(&mut self, x: u64, inclusive: bool) -> Result<(), String> {
         let Some(mut ip) = self.cur else {
             return Ok(());
         };
-        for _ in 0..100_000 {
+        let code: usize = self.images.segments().iter().map(|s| s.data.len()).sum();
+        for _ in 0..=code {
             if ip == x && !inclusive {
                 self.cur = Some(ip);
                 return Ok(());
@@ -699,6 +711,9 @@ fn ptxed_lines(
         l.lines.push("[end of trace]".to_string());
     }
     let mut lines = if o.quiet { Vec::new() } else { l.lines };
+    if o.unknown_cpu {
+        lines.insert(0, "[0, 0: config error: unknown cpu]".to_string());
+    }
     if o.stat {
         let (insn, blocks) = if o.stat_insn || o.stat_blocks {
             (o.stat_insn, o.stat_blocks)
