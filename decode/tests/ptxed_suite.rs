@@ -321,13 +321,41 @@ fn ptxed_offset(packets: &[(u64, Packet)], end: u64, off: u64) -> u64 {
             .map(|(o, _)| *o)
             .unwrap_or(off),
         Packet::Tnt8(_) | Packet::Tnt64(_) | Packet::TipPgd(_) => next(i + 1),
-        Packet::ModeExec(_) | Packet::ModeTsx(_) => next(i + 1),
+        // (A PIP or VMCS: looking for the instruction it binds to.)
+        Packet::ModeExec(_) | Packet::ModeTsx(_) | Packet::Pip { .. } | Packet::Vmcs(_) => {
+            next(i + 1)
+        }
         Packet::Fup(_) => match packets.get(i + 1) {
             Some((o, Packet::Tip(_))) => *o,
             _ => packets[i].0,
         },
         _ => packets[i].0,
     }
+}
+
+/// Whether the packet at `off` comes right after a FUP (PIPs, VMCSs and timing packets
+/// between): a PIP or VMCS there belongs to the FUP's asynchronous transfer.
+fn after_fup(packets: &[(u64, Packet)], off: u64) -> bool {
+    let Ok(k) = packets.binary_search_by_key(&off, |(o, _)| *o) else {
+        return false;
+    };
+    packets[..k]
+        .iter()
+        .rev()
+        .find(|(_, p)| {
+            !matches!(
+                p,
+                Packet::Pip { .. }
+                    | Packet::Vmcs(_)
+                    | Packet::Pad
+                    | Packet::Tsc(_)
+                    | Packet::Tma { .. }
+                    | Packet::Mtc(_)
+                    | Packet::Cyc(_)
+                    | Packet::Cbr(_)
+            )
+        })
+        .is_some_and(|(_, p)| matches!(p, Packet::Fup(_)))
 }
 
 /// The adapter: ptxed's lines for a decode.
@@ -355,6 +383,10 @@ fn ptxed_lines(
     let mut ev = d.events.iter().peekable();
     let mut tracing = false;
     let mut after_error = false;
+    // The offset of the last error event.
+    let mut last_error: Option<u64> = None;
+    // The line of the last PIP of an asynchronous transfer, and its event's `seq`.
+    let mut async_pip: Option<(u64, usize)> = None;
     for i in 0..=rows.len() {
         while let Some(e) = ev.next_if(|e| e.seq as usize <= i) {
             match e.kind {
@@ -449,7 +481,17 @@ fn ptxed_lines(
                     l.cur = to;
                 }
                 EventKind::Paging => {
-                    if !status.contains(&e.offset) {
+                    // A PIP or VMCS whose instruction the walk did not reach (an error on
+                    // the way, at that packet): libipt gives the event up.
+                    let lost = e.ip.is_none() && last_error == Some(e.offset);
+                    if !status.contains(&e.offset) && !lost {
+                        if let (true, Some(x)) = (tracing, e.ip) {
+                            // After the instruction it bound to: a MOV CR3 (listed here),
+                            // or the far branch of the row just listed.
+                            if !(i > 0 && rows.ip[i - 1] == x) {
+                                l.list_to(x, true)?;
+                            }
+                        }
                         let line = if let Some(v) = e.detail.strip_prefix("vmcs=0x") {
                             let v = u64::from_str_radix(v, 16).unwrap_or(0);
                             format!("[vmcs, base: {v:016x}]")
@@ -467,7 +509,17 @@ fn ptxed_lines(
                             };
                             format!("[paging, cr3: {cr3:016x}{nr}]")
                         };
-                        l.lines.push(line);
+                        // A PIP and a VMCS of one asynchronous transfer (after its FUP,
+                        // both at its TIP's IP): libipt reports the VMCS first.
+                        let vmcs = line.starts_with("[vmcs");
+                        match async_pip {
+                            Some((seq, k)) if vmcs && seq == e.seq && k + 1 == l.lines.len() => {
+                                l.lines.insert(k, line)
+                            }
+                            _ => l.lines.push(line),
+                        }
+                        async_pip = (!vmcs && e.ip.is_none() && after_fup(packets, e.offset))
+                            .then(|| (e.seq, l.lines.len() - 1));
                     }
                 }
                 EventKind::ExecMode => {
@@ -509,7 +561,13 @@ fn ptxed_lines(
                     }
                     let v = e.detail.split(' ').next().unwrap_or("");
                     let v = v.trim_start_matches("0x");
-                    let s = l.ip_suffix("ip", e.ip);
+                    // Its IP is ptxed's only when the PTW sent one (a FUP after it); one
+                    // bound to the next PTWRITE has it in the table, not in ptxed's line.
+                    // (The event of one with IP is at its FUP.)
+                    let sent = !packets
+                        .binary_search_by_key(&e.offset, |(o, _)| *o)
+                        .is_ok_and(|k| matches!(packets[k].1, Packet::Ptw { ip: false, .. }));
+                    let s = l.ip_suffix("ip", e.ip.filter(|_| sent));
                     l.lines.push(format!("[ptwrite: {v}{s}]"));
                 }
                 EventKind::Power => {
@@ -575,11 +633,15 @@ fn ptxed_lines(
                     } else {
                         ptxed_offset(packets, end, e.offset)
                     };
-                    if let (true, "trace stream does not match query") = (tracing, what) {
+                    match (tracing, what) {
                         // ptxed lists the branch whose query failed.
-                        l.list_to(ip, true)?;
+                        (true, "trace stream does not match query") => l.list_to(ip, true)?,
+                        // And the instructions up to the address without code.
+                        (true, "no memory mapped at this address") => l.list_to(ip, false)?,
+                        _ => {}
                     }
                     l.lines.push(format!("[{off:x}, {ip:x}: error: {what}]"));
+                    last_error = Some(e.offset);
                     if what == "bad status update" {
                         l.lines
                             .push(format!("[{off:x}, {ip:x}: resync error: {what}]"));

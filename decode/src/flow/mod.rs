@@ -64,7 +64,7 @@ mod tests;
 mod walk;
 
 use query::Item;
-pub use state::{FlowState, Mode, Open, Partial, Partials, Target};
+pub use state::{FlowState, Held, Mode, Open, Partial, Partials, Target, TrigAnchor};
 
 thread_local! {
     /// Bytes of trace read by the walkers of this thread, re-reads included (see
@@ -299,6 +299,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     ///   resume point, or all of it at a restart).
     fn output_final(&self) -> bool {
         self.rows.len() == self.tail_start
+            && self.st.held.is_empty()
             && !self.rows.ends_in_direct()
             && self.facts.deferred.is_empty()
             && !self.facts.looking_ahead
@@ -409,6 +410,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             && self.st.ip == t.ip
             && self.st.bits == t.bits
             && self.st.space == t.space
+            && self.st.held.is_empty()
         {
             let mut fe = self.st.fe.clone();
             self.front.save(&mut fe);

@@ -13,6 +13,9 @@ use crate::sink::RowSink;
 impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     /// A gap: report, drop what is unproven, and look for a resume point.
     pub(super) fn gap(&mut self, offset: u64, detail: String) {
+        // Events bound to a far branch whose TIP did not come: reported at it, before the
+        // error (libipt reports them with the branch, then finds the error).
+        self.emit_held();
         self.event(offset, EventKind::Error, Some(self.st.ip), detail);
         self.drop_tail();
         self.st.mode = Mode::Unsynced;
