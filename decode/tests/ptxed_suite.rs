@@ -325,6 +325,13 @@ fn ptxed_offset(packets: &[(u64, Packet)], end: u64, off: u64) -> u64 {
         Packet::ModeExec(_) | Packet::ModeTsx(_) | Packet::Pip { .. } | Packet::Vmcs(_) => {
             next(i + 1)
         }
+        // A FUP a MODE binds: the event is the MODE's, read up to that FUP (even when the
+        // FUP is also an interrupt's, as a TSX abort's is).
+        Packet::Fup(_)
+            if i > 0 && matches!(packets[i - 1].1, Packet::ModeTsx(_) | Packet::ModeExec(_)) =>
+        {
+            packets[i].0
+        }
         Packet::Fup(_) => match packets.get(i + 1) {
             Some((o, Packet::Tip(_))) => *o,
             _ => packets[i].0,
