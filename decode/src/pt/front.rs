@@ -14,6 +14,13 @@
 //! | EXSTOP with IP, MWAIT (36.4.2.22-23) | the next FUP | [`Bound::Exstop`], [`Bound::Mwait`] |
 //! | PWRE (36.4.2.24) | the PWRX | [`Bound::Pwre`] (every one since the last PWRX, in order), then [`Bound::Pwrx`] |
 //!
+//! A PIP or VMCS outside a PSB+ (36.4.2.7, 36.4.2.15), and a PTW without IP, bind to an
+//! instruction rather than a packet: they go to the walker at once as [`Raw::At`] without
+//! IP ([`Bound::Paging`], [`Bound::Vmcs`], [`Bound::Ptwrite`]), which walks on to the next
+//! MOV CR3 or far branch, VMPTRLD or far branch, PTWRITE ([`Bound::binds_to`]). Right
+//! after an unbound FUP (`State::async_fup`) a PIP or VMCS is part of that asynchronous
+//! transfer instead, a fact reported with it.
+//!
 //! A FUP that no queued packet binds ("bound") is an asynchronous event: the walker pairs
 //! it with the TIP after it (an interrupt) or the TIP.PGD (a disable) ([`FupRole::Async`]).
 //! A PSB+ (PSB .. PSBEND) gives the state at the PSB: Last IP is reset (36.4.2.2), its FUP
