@@ -579,9 +579,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     /// The item read ahead applies at the instruction at `x` (the `k`th of the block the
     /// walk stands at, `len` bytes), which it binds to: walk through it, then apply.
     fn bound_at_insn(&mut self, k: u32, x: u64, len: u8) -> Option<Stop> {
-        let Some(it) = self.la else {
-            return None;
-        };
+        let it = self.la?;
         self.st.open_insns += k + 1;
         self.st.last_insn = x;
         self.st.ip = x.wrapping_add(len as u64);
