@@ -23,7 +23,7 @@ use std::fmt::{Debug, Display};
 
 use tracemill_schemas::{EventKind, TimingKind};
 
-pub use crate::insn::Bits;
+pub use crate::insn::{BindsTo, Bits};
 use crate::piece::TimingFact;
 pub use crate::retstack::RetModel;
 use crate::rows::EventRow;
@@ -109,6 +109,13 @@ pub enum Bound {
     /// Any other control flow event (PT CFE): its type and vector (see
     /// [`cfe_kind`]).
     Cfe { kind: u8, vector: u8 },
+    /// CR3 became `cr3` (`nr`: in VMX non-root operation), PT PIP. Sent without an IP: it
+    /// binds to the next MOV CR3 or far branch ([`BindsTo::Paging`]) and takes effect
+    /// after it.
+    Paging { cr3: u64, nr: bool },
+    /// The current VMCS is at `base`, PT VMCS. It binds to the next VMPTRLD or far branch
+    /// ([`BindsTo::Vmcs`]).
+    Vmcs { base: u64 },
 }
 
 /// Which fields of a [`Bound::Vmexit`] were sent.
@@ -121,6 +128,19 @@ impl Vmexit {
 }
 
 impl Bound {
+    /// Sent without an IP, while tracing the event binds to the next instruction of this
+    /// kind and is reported after it, with its IP (PT PIP, VMCS and PTW without IP);
+    /// `None`: at its IP, or where the walk is.
+    #[inline]
+    pub fn binds_to(&self) -> Option<BindsTo> {
+        match self {
+            Bound::Paging { .. } => Some(BindsTo::Paging),
+            Bound::Vmcs { .. } => Some(BindsTo::Vmcs),
+            Bound::Ptwrite { .. } => Some(BindsTo::Ptwrite),
+            _ => None,
+        }
+    }
+
     /// The `events` row kind and detail of this event.
     pub fn event(&self) -> (EventKind, String) {
         match *self {
@@ -228,6 +248,10 @@ impl Bound {
                 }
                 (EventKind::Vmexit, parts.join(", "))
             }
+            Bound::Paging { cr3, nr } => {
+                (EventKind::Paging, format!("cr3={cr3:#x} nr={}", nr as u8))
+            }
+            Bound::Vmcs { base } => (EventKind::Paging, format!("vmcs={base:#x}")),
             Bound::Cfe { kind, vector } => {
                 let Some(k) = cfe_kind(kind) else {
                     return (EventKind::Error, format!("CFE of unknown type {kind}"));

@@ -11,7 +11,7 @@
 //! | `Far`     | far JMP/CALL/RET, IRET, INT n, SYSRET, SYSEXIT | FUP.FAR + TIP           |
 //! | `Syscall` | SYSCALL, SYSENTER                             | FUP.FAR + TIP (or FUP.PGD when leaving user-only tracing) |
 
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, Register};
 use tracemill_schemas::BranchKind;
 
 /// How instructions decode: the code segment's address size (PT's MODE.Exec, Table
@@ -218,6 +218,46 @@ pub fn is_vm_entry(bytes: &[u8], ip: u64, bits: Bits) -> bool {
     )
 }
 
+/// The instructions an Intel PT packet without an IP binds to: the walk goes on to the
+/// next one and the packet takes effect after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindsTo {
+    /// A PIP (SDM 36.4.2.7, "Application" 2): the next MOV CR3 or far branch (VMLAUNCH
+    /// and VMRESUME are far branches here).
+    Paging,
+    /// A VMCS packet (36.4.2.15): the next VMPTRLD or far branch.
+    Vmcs,
+    /// A PTW without IP (36.4.2.21): the next PTWRITE.
+    Ptwrite,
+    /// A TIP.PGD without IP (36.4.2.5): a MOV CR3 (the new CR3 leaves the traced context);
+    /// it also binds to the next branch that needs trace, which the walk finds itself.
+    Cr3Write,
+}
+
+impl BindsTo {
+    /// Far branches take this binding (they end a block, so the walk meets them there).
+    pub fn far_branch(self) -> bool {
+        matches!(self, BindsTo::Paging | BindsTo::Vmcs)
+    }
+}
+
+/// Whether the instruction at `ip` (bytes from `bytes`, decoded as `bits` code) is one
+/// that `to` binds to. Far branches count only when [`BindsTo::far_branch`].
+pub fn binds_to(bytes: &[u8], ip: u64, bits: Bits, to: BindsTo) -> bool {
+    let mut dec = Decoder::with_ip(bits.bitness(), bytes, ip, DecoderOptions::NONE);
+    let ins = dec.decode();
+    if ins.is_invalid() {
+        return false;
+    }
+    let mov_cr3 = ins.mnemonic() == Mnemonic::Mov && ins.op0_register() == Register::CR3;
+    match to {
+        BindsTo::Paging => mov_cr3 || classify(&ins).is_far(),
+        BindsTo::Vmcs => ins.mnemonic() == Mnemonic::Vmptrld || classify(&ins).is_far(),
+        BindsTo::Ptwrite => ins.mnemonic() == Mnemonic::Ptwrite,
+        BindsTo::Cr3Write => mov_cr3,
+    }
+}
+
 /// Reduce a decoded instruction; `None` when it is invalid.
 #[inline]
 pub fn info_of(ins: &Instruction) -> Option<InsnInfo> {
@@ -274,6 +314,37 @@ mod tests {
         let i = decode_insn(&[0xF3, 0xA4], 0x1000).unwrap(); // rep movsb
         assert!(i.rep);
         assert_eq!(decode_insn(&[0x0F], 0), Err(InsnError::Invalid));
+    }
+
+    /// SDM 36.4.2.7 (PIP: "the next MOV CR3, far branch, or VMRESUME/VMLAUNCH"),
+    /// 36.4.2.15 (VMCS: VMPTRLD), 36.4.2.21 (PTW: the PTWRITE), 36.4.2.5 (TIP.PGD without
+    /// IP: a MOV CR3).
+    #[test]
+    fn what_packets_without_ip_bind_to() {
+        let b = |bytes: &[u8], to| binds_to(bytes, 0x1000, Bits::B64, to);
+        let mov_cr3 = [0x0F, 0x22, 0xD8];
+        let mov_from_cr3 = [0x0F, 0x20, 0xD8];
+        let far_call = [0xFF, 0x18];
+        let vmlaunch = [0x0F, 0x01, 0xC2];
+        let vmresume = [0x0F, 0x01, 0xC3];
+        let vmptrld = [0x0F, 0xC7, 0x30];
+        let ptwrite = [0xF3, 0x0F, 0xAE, 0xE0];
+        let nop = [0x90];
+        for x in [&mov_cr3[..], &far_call, &vmlaunch, &vmresume] {
+            assert!(b(x, BindsTo::Paging), "{x:x?}");
+        }
+        for x in [&mov_from_cr3[..], &vmptrld, &ptwrite, &nop] {
+            assert!(!b(x, BindsTo::Paging), "{x:x?}");
+        }
+        for x in [&vmptrld[..], &far_call, &vmlaunch, &vmresume] {
+            assert!(b(x, BindsTo::Vmcs), "{x:x?}");
+        }
+        assert!(!b(&mov_cr3, BindsTo::Vmcs));
+        assert!(b(&ptwrite, BindsTo::Ptwrite));
+        assert!(!b(&nop, BindsTo::Ptwrite));
+        assert!(b(&mov_cr3, BindsTo::Cr3Write));
+        assert!(!b(&far_call, BindsTo::Cr3Write));
+        assert!(!b(&[0x0F], BindsTo::Paging));
     }
 
     /// JMPABS (APX), which iced-x86 does not decode, is an indirect jump of 11 bytes in

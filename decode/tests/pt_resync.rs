@@ -82,6 +82,41 @@ fn direct_branches_walked_before_an_address_without_code_are_kept() {
     assert_eq!(d.rows.ip.first(), Some(&0x100000));
 }
 
+/// libipt 2.2's resync: after an error, a FUP + TIP (an asynchronous transfer) is a
+/// resume point: the walk resumes at the FUP's IP and reports the interrupt there.
+#[test]
+fn a_fup_tip_after_an_error_resumes_at_the_fup_and_reports_the_interrupt() {
+    let d = decode("ptxed-resync-nomap-fup-tip");
+    let interrupts: Vec<_> = d
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::Interrupt)
+        .map(|e| (e.ip, e.detail.clone()))
+        .collect();
+    assert_eq!(
+        interrupts,
+        [
+            (Some(0x100200), "to 0x100300".to_string()),
+            (Some(0x100400), "to 0x100006".to_string()),
+        ]
+    );
+}
+
+/// libipt 2.2's resync: an event bound to an IP (MODE.TSX + FUP, PTW + FUP) after an
+/// error resumes the walk at that IP, where the event applies.
+#[test]
+fn an_event_bound_to_an_ip_after_an_error_resumes_there() {
+    // MODE.TSX + FUP: the transaction's begin and commit, each after an error.
+    let d = decode("ptxed-resync-nomap-mode_tsx-eos");
+    let kinds: Vec<_> = events(&d).into_iter().map(|(k, _)| k).collect();
+    use EventKind::*;
+    assert_eq!(kinds, [Resync, Error, Resync, Tsx, Error, Resync, Tsx]);
+    // PTWRITE with its FUP: the walk resumes at the PTWRITE and reports it.
+    let d = decode("ptxed-resync-nomap-ptw-fup");
+    let ptw = d.events.iter().find(|e| e.kind == EventKind::Ptwrite);
+    assert_eq!(ptw.and_then(|e| e.ip), Some(0x100003));
+}
+
 #[test]
 fn a_packet_that_does_not_fit_the_code_is_the_resync_point() {
     // jnz wants a TNT bit, a TIP comes: an error at the jnz, and the walk goes on at
@@ -97,6 +132,9 @@ fn a_packet_that_does_not_fit_the_code_is_the_resync_point() {
             (Disable, Some(0x100006)),
         ]
     );
+    // A FUP + TIP instead: the interrupt at the FUP.
+    let d = decode("ptxed-resync-bad_query-fup-tip");
+    assert!(events(&d).contains(&(Interrupt, Some(0x100003))));
 }
 
 #[test]

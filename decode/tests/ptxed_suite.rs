@@ -94,6 +94,10 @@ struct Opts {
     stat_insn: bool,
     stat_blocks: bool,
     block_decoder: bool,
+    /// `--cpu` named a processor without an errata table entry: ptxed says so in a
+    /// configuration error line, then decodes without workarounds (as `tracemill decode`
+    /// warns and goes on).
+    unknown_cpu: bool,
 }
 
 /// The decoder's configuration and the output options from a case's words.
@@ -102,7 +106,9 @@ fn configure(c: &Check) -> Result<(PtConfig, Opts), String> {
     let mut o = Opts::default();
     let mut addr0 = (0u8, 0u64, 0u64);
     if let Some(cpu) = &c.cpu {
-        let _ = cfg.set_cpu(cpu.parse::<Cpu>().map_err(|e| e.to_string())?);
+        o.unknown_cpu = cfg
+            .set_cpu(cpu.parse::<Cpu>().map_err(|e| e.to_string())?)
+            .is_err();
     }
     let num = |s: &str| -> Result<u64, String> {
         let r = if let Some(h) = s.strip_prefix("0x") {
@@ -128,7 +134,9 @@ fn configure(c: &Check) -> Result<(PtConfig, Opts), String> {
             "--cpu" => {
                 let v = arg()?;
                 if v != "none" {
-                    let _ = cfg.set_cpu(v.parse::<Cpu>().map_err(|e| e.to_string())?);
+                    o.unknown_cpu = cfg
+                        .set_cpu(v.parse::<Cpu>().map_err(|e| e.to_string())?)
+                        .is_err();
                 }
             }
             "--mtc-freq" => cfg.mtc_freq = num(arg()?)? as u8,
@@ -240,11 +248,15 @@ impl Listing<'_> {
     }
 
     /// List the instructions from `cur` up to `x` (`inclusive`: and the one at `x`).
+    /// Only straight-line code is listed, each instruction at least a byte further, so
+    /// the images' size bounds the walk (a sweep may be longer than any block: libipt's
+    /// `linear-*` cases run 100,000 instructions between two packets).
     fn list_to(&mut self, x: u64, inclusive: bool) -> Result<(), String> {
         let Some(mut ip) = self.cur else {
             return Ok(());
         };
-        for _ in 0..100_000 {
+        let code: usize = self.images.segments().iter().map(|s| s.data.len()).sum();
+        for _ in 0..=code {
             if ip == x && !inclusive {
                 self.cur = Some(ip);
                 return Ok(());
@@ -309,13 +321,48 @@ fn ptxed_offset(packets: &[(u64, Packet)], end: u64, off: u64) -> u64 {
             .map(|(o, _)| *o)
             .unwrap_or(off),
         Packet::Tnt8(_) | Packet::Tnt64(_) | Packet::TipPgd(_) => next(i + 1),
-        Packet::ModeExec(_) | Packet::ModeTsx(_) => next(i + 1),
+        // (A PIP or VMCS: looking for the instruction it binds to.)
+        Packet::ModeExec(_) | Packet::ModeTsx(_) | Packet::Pip { .. } | Packet::Vmcs(_) => {
+            next(i + 1)
+        }
+        // A FUP a MODE binds: the event is the MODE's, read up to that FUP (even when the
+        // FUP is also an interrupt's, as a TSX abort's is).
+        Packet::Fup(_)
+            if i > 0 && matches!(packets[i - 1].1, Packet::ModeTsx(_) | Packet::ModeExec(_)) =>
+        {
+            packets[i].0
+        }
         Packet::Fup(_) => match packets.get(i + 1) {
             Some((o, Packet::Tip(_))) => *o,
             _ => packets[i].0,
         },
         _ => packets[i].0,
     }
+}
+
+/// Whether the packet at `off` comes right after a FUP (PIPs, VMCSs and timing packets
+/// between): a PIP or VMCS there belongs to the FUP's asynchronous transfer.
+fn after_fup(packets: &[(u64, Packet)], off: u64) -> bool {
+    let Ok(k) = packets.binary_search_by_key(&off, |(o, _)| *o) else {
+        return false;
+    };
+    packets[..k]
+        .iter()
+        .rev()
+        .find(|(_, p)| {
+            !matches!(
+                p,
+                Packet::Pip { .. }
+                    | Packet::Vmcs(_)
+                    | Packet::Pad
+                    | Packet::Tsc(_)
+                    | Packet::Tma { .. }
+                    | Packet::Mtc(_)
+                    | Packet::Cyc(_)
+                    | Packet::Cbr(_)
+            )
+        })
+        .is_some_and(|(_, p)| matches!(p, Packet::Fup(_)))
 }
 
 /// The adapter: ptxed's lines for a decode.
@@ -343,6 +390,10 @@ fn ptxed_lines(
     let mut ev = d.events.iter().peekable();
     let mut tracing = false;
     let mut after_error = false;
+    // The offset of the last error event.
+    let mut last_error: Option<u64> = None;
+    // The line of the last PIP of an asynchronous transfer, and its event's `seq`.
+    let mut async_pip: Option<(u64, usize)> = None;
     for i in 0..=rows.len() {
         while let Some(e) = ev.next_if(|e| e.seq as usize <= i) {
             match e.kind {
@@ -437,7 +488,17 @@ fn ptxed_lines(
                     l.cur = to;
                 }
                 EventKind::Paging => {
-                    if !status.contains(&e.offset) {
+                    // A PIP or VMCS whose instruction the walk did not reach (an error on
+                    // the way, at that packet): libipt gives the event up.
+                    let lost = e.ip.is_none() && last_error == Some(e.offset);
+                    if !status.contains(&e.offset) && !lost {
+                        if let (true, Some(x)) = (tracing, e.ip) {
+                            // After the instruction it bound to: a MOV CR3 (listed here),
+                            // or the far branch of the row just listed.
+                            if !(i > 0 && rows.ip[i - 1] == x) {
+                                l.list_to(x, true)?;
+                            }
+                        }
                         let line = if let Some(v) = e.detail.strip_prefix("vmcs=0x") {
                             let v = u64::from_str_radix(v, 16).unwrap_or(0);
                             format!("[vmcs, base: {v:016x}]")
@@ -455,7 +516,17 @@ fn ptxed_lines(
                             };
                             format!("[paging, cr3: {cr3:016x}{nr}]")
                         };
-                        l.lines.push(line);
+                        // A PIP and a VMCS of one asynchronous transfer (after its FUP,
+                        // both at its TIP's IP): libipt reports the VMCS first.
+                        let vmcs = line.starts_with("[vmcs");
+                        match async_pip {
+                            Some((seq, k)) if vmcs && seq == e.seq && k + 1 == l.lines.len() => {
+                                l.lines.insert(k, line)
+                            }
+                            _ => l.lines.push(line),
+                        }
+                        async_pip = (!vmcs && e.ip.is_none() && after_fup(packets, e.offset))
+                            .then(|| (e.seq, l.lines.len() - 1));
                     }
                 }
                 EventKind::ExecMode => {
@@ -497,7 +568,13 @@ fn ptxed_lines(
                     }
                     let v = e.detail.split(' ').next().unwrap_or("");
                     let v = v.trim_start_matches("0x");
-                    let s = l.ip_suffix("ip", e.ip);
+                    // Its IP is ptxed's only when the PTW sent one (a FUP after it); one
+                    // bound to the next PTWRITE has it in the table, not in ptxed's line.
+                    // (The event of one with IP is at its FUP.)
+                    let sent = !packets
+                        .binary_search_by_key(&e.offset, |(o, _)| *o)
+                        .is_ok_and(|k| matches!(packets[k].1, Packet::Ptw { ip: false, .. }));
+                    let s = l.ip_suffix("ip", e.ip.filter(|_| sent));
                     l.lines.push(format!("[ptwrite: {v}{s}]"));
                 }
                 EventKind::Power => {
@@ -563,11 +640,15 @@ fn ptxed_lines(
                     } else {
                         ptxed_offset(packets, end, e.offset)
                     };
-                    if let (true, "trace stream does not match query") = (tracing, what) {
+                    match (tracing, what) {
                         // ptxed lists the branch whose query failed.
-                        l.list_to(ip, true)?;
+                        (true, "trace stream does not match query") => l.list_to(ip, true)?,
+                        // And the instructions up to the address without code.
+                        (true, "no memory mapped at this address") => l.list_to(ip, false)?,
+                        _ => {}
                     }
                     l.lines.push(format!("[{off:x}, {ip:x}: error: {what}]"));
+                    last_error = Some(e.offset);
                     if what == "bad status update" {
                         l.lines
                             .push(format!("[{off:x}, {ip:x}: resync error: {what}]"));
@@ -699,6 +780,9 @@ fn ptxed_lines(
         l.lines.push("[end of trace]".to_string());
     }
     let mut lines = if o.quiet { Vec::new() } else { l.lines };
+    if o.unknown_cpu {
+        lines.insert(0, "[0, 0: config error: unknown cpu]".to_string());
+    }
     if o.stat {
         let (insn, blocks) = if o.stat_insn || o.stat_blocks {
             (o.stat_insn, o.stat_blocks)

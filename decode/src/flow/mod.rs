@@ -32,8 +32,14 @@
 //! an overflow with its IP, a PSB+ that says where tracing is, or a TIP the front end
 //! marks as an anchor (for RTIT: one whose previous flow packet is known and not a PGD,
 //! since a TIP after a PGD is the target of a far transfer out of the traced region).
-//! Intel PT after an error also resumes as libipt 2.2 does at the next TIP (the packet
-//! that did not fit is itself one; docs/pt.md, "Resync after an error").
+//! Intel PT after an error also resumes as libipt 2.2 does: at the next TIP (the packet
+//! that did not fit is itself one), a FUP + TIP at the FUP's IP, or an event bound to an
+//! IP (docs/pt.md, "Resync after an error").
+//!
+//! An item without IP that binds to an instruction (Intel PT's PIP, VMCS, PTW without IP,
+//! TIP.PGD without IP and a MOV CR3) waits while the walk goes on to that instruction
+//! without trace; its event is reported after it, at its IP (a far branch's after its row:
+//! [`FlowState::held`]). docs/pt.md, "Where PIP, VMCS and PTW without IP take effect".
 //!
 //! The walker's parts: `state` (what a chunk hands on), `query` (what the next packets
 //! say: look-ahead, a FUP paired with its TIP, undo), `space` (CR3 and sideband spaces),
@@ -64,7 +70,7 @@ mod tests;
 mod walk;
 
 use query::Item;
-pub use state::{FlowState, Mode, Open, Partial, Partials, Target};
+pub use state::{FlowState, Held, Mode, Open, Partial, Partials, Target, TrigAnchor};
 
 thread_local! {
     /// Bytes of trace read by the walkers of this thread, re-reads included (see
@@ -299,6 +305,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     ///   resume point, or all of it at a restart).
     fn output_final(&self) -> bool {
         self.rows.len() == self.tail_start
+            && self.st.held.is_empty()
             && !self.rows.ends_in_direct()
             && self.facts.deferred.is_empty()
             && !self.facts.looking_ahead
@@ -409,6 +416,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             && self.st.ip == t.ip
             && self.st.bits == t.bits
             && self.st.space == t.space
+            && self.st.held.is_empty()
         {
             let mut fe = self.st.fe.clone();
             self.front.save(&mut fe);

@@ -149,6 +149,12 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     pub(super) fn bound_event(&mut self, ip: Option<u64>, off: u64, what: Bound) {
         match what {
             Bound::ExecMode(b) => self.set_bits(b),
+            Bound::Paging { cr3, .. } => {
+                // Code after the instruction it bound to is the new address space's, and
+                // so are the rows from here on (a direct branch's too).
+                self.set_cr3(Some(cr3));
+                self.st.cr3_row = self.st.cr3;
+            }
             Bound::Tsx { intx, abort } => self.st.in_tx = intx && !abort,
             Bound::InTx(intx) => {
                 self.st.in_tx = intx;
@@ -161,6 +167,24 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
         }
         let (kind, detail) = what.event();
         self.event(off, kind, ip, detail);
+    }
+}
+
+impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
+    /// Report the events held for the far branch just walked ([`FlowState::held`]),
+    /// after its row, at its address (they take effect after it: a PIP's CR3 is the
+    /// branch target's).
+    ///
+    /// [`FlowState::held`]: super::FlowState::held
+    pub(super) fn emit_held(&mut self) {
+        if self.st.held.is_empty() {
+            return;
+        }
+        let mut held = std::mem::take(&mut self.st.held);
+        let at = held.at;
+        for (off, what) in held.take() {
+            self.bound_event(Some(at), off, what);
+        }
     }
 }
 

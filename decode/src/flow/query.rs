@@ -4,8 +4,8 @@
 
 use tracemill_schemas::EventKind;
 
-use super::{FlowState, Stop, Walker, MAX_LOOKAHEAD_BYTES};
-use crate::front::{Bits, Bound, Format, Front, FupRole, Raw, TntBits};
+use super::{FlowState, Stop, TrigAnchor, Walker, MAX_LOOKAHEAD_BYTES};
+use crate::front::{BindsTo, Bits, Bound, Format, Front, FupRole, Raw, TntBits};
 use crate::rows::EventRow;
 use crate::sink::RowSink;
 
@@ -110,6 +110,18 @@ impl<E> Item<E> {
             Item::At { .. } => "an event bound to an IP",
             Item::Error { .. } => "a packet error",
             Item::FupNext | Item::NoneNear | Item::End => "nothing usable",
+        }
+    }
+
+    /// An item without IP that binds to the next instruction of a kind: a PIP, VMCS or
+    /// PTW (its event is reported after that instruction), a TIP.PGD (tracing stops
+    /// after a MOV CR3, or at the next branch that needs trace).
+    #[inline]
+    pub(super) fn binds_to(&self) -> Option<BindsTo> {
+        match *self {
+            Item::At { ip: None, what, .. } => what.binds_to(),
+            Item::SyncPgd { ip: None, .. } => Some(BindsTo::Cr3Write),
+            _ => None,
         }
     }
 
@@ -325,6 +337,11 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     }
 
     pub(super) fn consume(&mut self) {
+        if !matches!(self.la, Some(Item::At { ip: None, .. })) {
+            // A flow packet (or an event at an IP the walk stands at) is the anchor of the
+            // next TRIG's count.
+            self.st.trig = TrigAnchor::default();
+        }
         self.la = None;
         if let Some(cr3) = self.cr3_after_fup.take() {
             self.set_cr3(cr3);
@@ -353,6 +370,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             // The common case, a TNT byte next: skip the general packet path.
             if let Some((tnt, off)) = self.front.try_tnt(&mut self.st.fe) {
                 self.st.cr3_row = self.st.cr3;
+                self.st.trig = TrigAnchor::default();
                 self.st.tnt.push(tnt);
                 self.st.tnt_off = off;
                 return Ok(());

@@ -13,6 +13,9 @@ use crate::sink::RowSink;
 impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     /// A gap: report, drop what is unproven, and look for a resume point.
     pub(super) fn gap(&mut self, offset: u64, detail: String) {
+        // Events bound to a far branch whose TIP did not come: reported at it, before the
+        // error (libipt reports them with the branch, then finds the error).
+        self.emit_held();
         self.event(offset, EventKind::Error, Some(self.st.ip), detail);
         self.drop_tail();
         self.st.mode = Mode::Unsynced;
@@ -59,6 +62,13 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
     /// Waiting for a resume point.
     pub(super) fn idle(&mut self) -> Option<Stop> {
         let it = self.peek();
+        if let Some(x) = self.resume_at_bound(it) {
+            // Left unread: the walk applies it at `x`, where it now is.
+            let off = it.offset().unwrap_or(0);
+            self.event(off, EventKind::Resync, Some(x), String::new());
+            self.resume(x, off);
+            return None;
+        }
         self.consume();
         match it {
             Item::End => return Some(Stop::End),
@@ -101,10 +111,17 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                     self.resume(ip, off);
                 }
             }
-            Item::Far { tip, .. } => {
+            Item::Far { tip, off, .. } => {
                 if let (Mode::Unsynced, Some((Some(t), toff))) = (self.st.mode, tip) {
                     self.event(toff, EventKind::Resync, Some(t), String::new());
                     self.resume(t, toff);
+                    if self.rules.far == FarRule::TipOnly {
+                        // Intel PT: as where the walk takes the FUP + TIP as an interrupt
+                        // (while tracing, or resuming at the FUP after an error), the FUP
+                        // decided where the walk is: a chunk's body resuming here and the
+                        // sequential decode give the rows after it one `offset`.
+                        self.st.decision = off;
+                    }
                 }
             }
             Item::Pgd { ip, off, .. } | Item::SyncPgd { ip, off } => {
@@ -153,6 +170,23 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             Item::FupNext | Item::NoneNear => {}
         }
         None
+    }
+
+    /// Intel PT, after a gap (libipt 2.2's resync): a FUP-led item that names an IP
+    /// resumes the walk there, the item still to apply.
+    fn resume_at_bound(&self, it: super::query::ItemOf<'a, F>) -> Option<u64> {
+        if self.rules.far != FarRule::TipOnly || self.st.mode != Mode::Unsynced || !self.started {
+            return None;
+        }
+        match it {
+            Item::Far {
+                ip: Some(x),
+                tip: Some((Some(_), _)),
+                ..
+            } => Some(x),
+            Item::At { ip: Some(x), .. } => Some(x),
+            _ => None,
+        }
     }
 
     /// Something the trace and the code disagree on: report it with the offset of the

@@ -2,7 +2,7 @@
 //! ([`FlowState`]), the partial blocks waiting for a row, and a body's start a stitch
 //! must meet ([`Target`]).
 
-use crate::front::Bits;
+use crate::front::{BindsTo, Bits, Bound};
 use crate::retstack::{Below, RetModel, RetStack};
 use crate::tnt::TntQueue;
 
@@ -68,6 +68,12 @@ pub struct FlowState<P> {
     /// Executing inside a TSX transaction (Intel PT MODE.TSX): rows walked now are marked
     /// so.
     pub in_tx: bool,
+    /// Events read before the TIP of the far branch the walk stands at, and bound to it
+    /// (Intel PT PIP, VMCS): reported after its row. Part of the state because the range
+    /// may end between them and the TIP.
+    pub held: Held,
+    /// Where a TRIG's instruction count starts, against the walk ([`TrigAnchor`]).
+    pub trig: TrigAnchor,
     /// Reader position (a packet boundary).
     pub cursor: u64,
     /// The front end's state.
@@ -106,9 +112,96 @@ impl<P> FlowState<P> {
             after_branch: false,
             stopped_at: None,
             in_tx: false,
+            held: Held::default(),
+            trig: TrigAnchor::default(),
             cursor,
             fe,
         }
+    }
+}
+
+/// A TRIG without IP counts its instructions from its *anchor* (libipt): the IP of the
+/// last flow packet, or where the TRIG before it struck. The walk stands at the anchor
+/// when it reads the TRIG, unless an item that binds to an instruction (a PTW without
+/// IP, a PIP) made it walk on to that instruction first; and a TRIG strikes ahead of the
+/// walk (its instructions are not walked). The `trigger` event's count is from the row or
+/// event before it (docs/contracts.md), so the difference is taken off: both distances
+/// are kept here, in instructions past the anchor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrigAnchor {
+    /// The walk's position.
+    pub walk: i32,
+    /// The position the last row or event stands for (a bound event: after its
+    /// instruction; a TRIG: where it struck).
+    pub reference: i32,
+}
+
+impl TrigAnchor {
+    /// The walk went `n` instructions on to an instruction a packet binds to, whose event
+    /// it reports there.
+    pub fn walked_to_event(&mut self, n: u32) {
+        self.walk = self.walk.saturating_add(n.min(i32::MAX as u32) as i32);
+        self.reference = self.walk;
+    }
+
+    /// The walk went `n` instructions on without an event (a block on the way there).
+    pub fn walked(&mut self, n: u32) {
+        self.walk = self.walk.saturating_add(n.min(i32::MAX as u32) as i32);
+    }
+
+    /// A TRIG that struck `icnt` instructions past the anchor: the count from the row or
+    /// event before it. It becomes the anchor.
+    pub fn trig(&mut self, icnt: u16) -> u16 {
+        let from_reference = (icnt as i32 - self.reference).clamp(0, u16::MAX as i32);
+        self.walk = self.walk.saturating_sub(icnt as i32);
+        self.reference = 0;
+        from_reference as u16
+    }
+}
+
+/// Events bound to one far branch, in stream order ([`FlowState::held`]): at most one of
+/// each kind, as libipt binds at most one paging and one VMCS event to an instruction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// The branch's address.
+    pub at: u64,
+    items: [Option<(u64, Bound)>; 2],
+}
+
+impl Held {
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.items[0].is_none()
+    }
+
+    /// Hold the event `what` read at `off` for the branch at `at`; false when one of its
+    /// kind is held already (it binds to a later instruction).
+    pub fn push(&mut self, at: u64, off: u64, what: Bound) -> bool {
+        let kind = what.binds_to();
+        if self.items.iter().flatten().any(|h| h.1.binds_to() == kind) {
+            return false;
+        }
+        match self.items.iter_mut().find(|h| h.is_none()) {
+            Some(h) => {
+                *h = Some((off, what));
+                self.at = at;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `to`'s event is held.
+    pub fn has(&self, to: BindsTo) -> bool {
+        self.items
+            .iter()
+            .flatten()
+            .any(|h| h.1.binds_to() == Some(to))
+    }
+
+    /// The events held, in order, leaving none.
+    pub fn take(&mut self) -> impl Iterator<Item = (u64, Bound)> {
+        std::mem::take(&mut self.items).into_iter().flatten()
     }
 }
 

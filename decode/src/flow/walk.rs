@@ -6,8 +6,8 @@ use tracemill_schemas::{BranchKind, EventKind};
 use super::output::went_to;
 use super::{Below, Item, NoTarget, Role, Stop, Walker};
 use crate::block::BlockEnd;
-use crate::front::{FarRule, Format, Front};
-use crate::insn::InsnClass;
+use crate::front::{Bound, FarRule, Format, Front};
+use crate::insn::{binds_to, BindsTo, InsnClass};
 use crate::sink::RowSink;
 
 impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
@@ -179,9 +179,25 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                         off,
                         what,
                     } => {
-                        self.consume();
-                        self.bound_event(None, off, what);
-                        continue;
+                        // One that binds to the next instruction of a kind waits for the
+                        // walk to find it (below); the others apply where the walk is.
+                        if what.binds_to().is_none() {
+                            let what = match what {
+                                Bound::Trig {
+                                    trbv,
+                                    mult,
+                                    icnt: Some(n),
+                                } => Bound::Trig {
+                                    trbv,
+                                    mult,
+                                    icnt: Some(self.st.trig.trig(n)),
+                                },
+                                w => w,
+                            };
+                            self.consume();
+                            self.bound_event(None, off, what);
+                            continue;
+                        }
                     }
                     Item::Far { ip: None, .. } | Item::Pgd { ip: None, .. } => {
                         self.inconsistent("a FUP whose IP is unknown");
@@ -229,6 +245,18 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                     }
                 }
             }
+            // An item that binds to the next instruction of a kind (a PIP to a MOV CR3,
+            // a PTW to a PTWRITE, a TIP.PGD without IP to a MOV CR3): the first such
+            // instruction in this block, short of its branch, is where it applies.
+            if self.st.tnt.is_empty() {
+                if let Some(to) = self.la.and_then(|it| it.binds_to()) {
+                    if let Some((k, x, len)) = self.binding_insn(bi, to) {
+                        return self.bound_at_insn(k, x, len);
+                    }
+                    // Walked on through this block to find it.
+                    self.st.trig.walked(n);
+                }
+            }
             match end {
                 BlockEnd::Branch => {}
                 BlockEnd::Split => {
@@ -265,6 +293,11 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             }
             self.st.open_insns += n;
             self.st.prev_nlip = next;
+            // PIP and VMCS packets waiting bind to a far branch (36.4.2.7, 36.4.2.15): held
+            // for its row, they come before its TIP.
+            if self.st.tnt.is_empty() && class.is_far() {
+                self.hold_for_branch(last_ip);
+            }
             // A TIP.PGD waiting binds to this branch if it needs trace (SKL014: or, without
             // IP, if it is a direct JMP or CALL out of the IP ranges).
             if self.st.tnt.is_empty() && (class.needs_trace() || self.rules.errata.skl014.is_some())
@@ -282,6 +315,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                         if class.is_near_call() {
                             self.st.ret.call(next, direct && target == next);
                         }
+                        self.emit_held();
                         self.event(off, EventKind::Disable, ip, String::new());
                         // libipt's IP after the branch: a direct one's target, else the
                         // next instruction.
@@ -466,9 +500,16 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                                 self.st.ret.call(next, false);
                             }
                             self.st.ip = to;
+                            self.emit_held();
                         }
                         Item::End => {
                             self.st.open_insns -= n;
+                            if self.front.ends_at_stream_end() {
+                                // No TIP will come: the events bound to the branch are
+                                // reported without its row. (At a chunk's end they wait
+                                // in the state for the next walker, which reads the TIP.)
+                                self.emit_held();
+                            }
                             return Some(Stop::End);
                         }
                         _ => {
@@ -513,6 +554,75 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             }
         }
         false
+    }
+
+    /// The first instruction of block `bi`, short of its branch, that `to` binds to: its
+    /// index in the block, address and length. Decoded again here (rarely: only while
+    /// such an item waits), so blocks carry nothing for it.
+    fn binding_insn(&self, bi: u32, to: BindsTo) -> Option<(u32, u64, u8)> {
+        let b = self.cache.block(bi);
+        let before_branch = match b.end {
+            BlockEnd::Branch => b.lens.len().saturating_sub(1),
+            _ => b.lens.len(),
+        };
+        let mut x = b.start;
+        for (k, &len) in b.lens[..before_branch].iter().enumerate() {
+            let bytes = self.images.code_at(x, self.key()).ok()?;
+            if binds_to(bytes, x, self.st.bits, to) {
+                return Some((k as u32, x, len));
+            }
+            x = x.wrapping_add(len as u64);
+        }
+        None
+    }
+
+    /// The item read ahead applies at the instruction at `x` (the `k`th of the block the
+    /// walk stands at, `len` bytes), which it binds to: walk through it, then apply.
+    fn bound_at_insn(&mut self, k: u32, x: u64, len: u8) -> Option<Stop> {
+        let it = self.la?;
+        self.st.open_insns += k + 1;
+        self.st.last_insn = x;
+        self.st.ip = x.wrapping_add(len as u64);
+        self.consume();
+        match it {
+            Item::At { off, what, .. } => {
+                self.st.trig.walked_to_event(k + 1);
+                self.bound_event(Some(x), off, what)
+            }
+            Item::SyncPgd { off, .. } => {
+                // Tracing stopped with the MOV CR3 (its new CR3 is not traced): the
+                // instruction after it did not run traced.
+                let after = self.st.ip;
+                self.close_block();
+                self.event(off, EventKind::Disable, Some(after), String::new());
+                self.decided(off);
+                self.disabled_at(Some(after));
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// At the far branch at `at` (the block's last instruction): the PIP and VMCS items
+    /// read ahead bind to it, at most one of each. They are held ([`FlowState::held`])
+    /// and reported after its row; the TIP after them says where it went.
+    ///
+    /// [`FlowState::held`]: super::FlowState::held
+    fn hold_for_branch(&mut self, at: u64) {
+        while let Some(Item::At {
+            ip: None,
+            off,
+            what,
+        }) = self.la
+        {
+            match what.binds_to() {
+                Some(to) if to.far_branch() && self.st.held.push(at, off, what) => {
+                    self.consume();
+                    self.peek();
+                }
+                _ => break,
+            }
+        }
     }
 
     /// The walk went to `to` by a direct jump, call or block split, consuming nothing;

@@ -14,6 +14,13 @@
 //! | EXSTOP with IP, MWAIT (36.4.2.22-23) | the next FUP | [`Bound::Exstop`], [`Bound::Mwait`] |
 //! | PWRE (36.4.2.24) | the PWRX | [`Bound::Pwre`] (every one since the last PWRX, in order), then [`Bound::Pwrx`] |
 //!
+//! A PIP or VMCS outside a PSB+ (36.4.2.7, 36.4.2.15), and a PTW without IP, bind to an
+//! instruction rather than a packet: they go to the walker at once as [`Raw::At`] without
+//! IP ([`Bound::Paging`], [`Bound::Vmcs`], [`Bound::Ptwrite`]), which walks on to the next
+//! MOV CR3 or far branch, VMPTRLD or far branch, PTWRITE ([`Bound::binds_to`]). Right
+//! after an unbound FUP (`State::async_fup`) a PIP or VMCS is part of that asynchronous
+//! transfer instead, a fact reported with it.
+//!
 //! A FUP that no queued packet binds ("bound") is an asynchronous event: the walker pairs
 //! it with the TIP after it (an interrupt) or the TIP.PGD (a disable) ([`FupRole::Async`]).
 //! A PSB+ (PSB .. PSBEND) gives the state at the PSB: Last IP is reset (36.4.2.2), its FUP
@@ -99,6 +106,10 @@ pub struct State {
     iflag: Option<bool>,
     /// Tracing is on as far as the packets say (TIP.PGE .. TIP.PGD, PSB+ with FUP).
     pub enabled: bool,
+    /// An unbound FUP was handed out and the flow packet after it is not read yet: a PIP
+    /// or VMCS now is part of that asynchronous transfer (36.4.2.7, "Application" 1) and
+    /// applies at the TIP's IP.
+    async_fup: bool,
 }
 
 impl Default for State {
@@ -109,6 +120,7 @@ impl Default for State {
             exec: None,
             iflag: None,
             enabled: false,
+            async_fup: false,
         }
     }
 }
@@ -159,6 +171,7 @@ impl State {
 
     fn clear(&mut self) {
         self.queue = [None; QUEUE];
+        self.async_fup = false;
     }
 
     /// The event the EVDs read so far wait to give their CFE (libipt's `evb_cfe`).
@@ -699,6 +712,23 @@ impl<'a> PtFront<'a> {
         p: Parsed,
     ) -> Result<Option<Raw<PtError>>, PtError> {
         let off = p.offset;
+        if st.async_fup
+            && matches!(
+                p.packet,
+                Packet::Tnt8(_)
+                    | Packet::Tnt64(_)
+                    | Packet::Tip(_)
+                    | Packet::TipPge(_)
+                    | Packet::TipPgd(_)
+                    | Packet::Fup(_)
+                    | Packet::Ovf
+                    | Packet::Psb
+                    | Packet::Stop
+            )
+        {
+            // The transfer's flow packet (or one that ends its chance of having one).
+            st.async_fup = false;
+        }
         match p.packet {
             Packet::Pad | Packet::Invalid | Packet::PsbEnd => Ok(None),
             Packet::Mnt(v) => {
@@ -709,10 +739,24 @@ impl<'a> PtFront<'a> {
                 facts.event(off, EventKind::Psb, None, String::new());
                 Ok(Some(self.psb_plus(st, facts, off)))
             }
-            Packet::Pip { .. } | Packet::Vmcs(_) => {
+            Packet::Pip { .. } | Packet::Vmcs(_) if st.async_fup => {
+                // Part of the asynchronous transfer whose FUP came before: reported with
+                // it (the walker holds the CR3 back until the FUP's IP).
                 Self::paging(&p, facts);
                 Ok(None)
             }
+            // Otherwise bound to the next MOV CR3, VMPTRLD or far branch (36.4.2.7,
+            // 36.4.2.15), which the walker finds in the code; at once if tracing is off.
+            Packet::Pip { cr3, nr } => Ok(Some(Raw::At {
+                ip: None,
+                off,
+                what: Bound::Paging { cr3, nr },
+            })),
+            Packet::Vmcs(base) => Ok(Some(Raw::At {
+                ip: None,
+                off,
+                what: Bound::Vmcs { base },
+            })),
             Packet::Tnt8(t) | Packet::Tnt64(t) => Ok(Some(Raw::Tnt {
                 tnt: TntBits {
                     bits: t.bits,
@@ -761,6 +805,7 @@ impl<'a> PtFront<'a> {
                     // An asynchronous event at the FUP's IP, after any abort that
                     // names it.
                     st.ready_all(bind::FUP, ip, off);
+                    st.async_fup = true;
                     st.push(bind::READY, Ev::Fup, ip, off).map(|_| None)
                 }
             }
