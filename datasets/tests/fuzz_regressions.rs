@@ -761,3 +761,14 @@ fn pt_in_tx_the_same_in_chunks() {
 fn pt_events_stay_in_offset_order_around_an_error() {
     replay("pt_walk", "events-out-of-order");
 }
+
+/// `pt_stitch_diff`, finding `memo-step-coverage`: MODE.EXEC packets send the walk through
+/// the same bytes in 32-bit and in 64-bit mode, as blocks with the same start and end and
+/// other instruction counts (REX bytes are INC/DEC in 32-bit code). Coverage kept one
+/// block for both with whichever count came first, and the memo walk (counts per segment)
+/// and the step walk (per row) came to them in another order. A block's key holds its
+/// instruction count (`decode/src/coverage.rs`).
+#[test]
+fn pt_stitch_memo_step_coverage_same_bytes_in_two_modes() {
+    replay("pt_stitch_diff", "memo-step-coverage");
+}

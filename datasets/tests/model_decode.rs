@@ -265,19 +265,19 @@ fn every_row_is_timed_within_bounds_across_gaps() {
 
 /// Blocks and their counts per the truth: rows a decoder can prove, and the partial blocks
 /// (left at an interrupt or a disable inside them) those rows carry.
-fn truth_blocks(out: &Output) -> std::collections::BTreeMap<(u64, u64), (u32, u64)> {
+fn truth_blocks(out: &Output) -> std::collections::BTreeMap<(u64, u64, u32), (u32, u64)> {
     let t = &out.truth;
     let mut m = std::collections::BTreeMap::new();
     for i in 0..t.rows.len() {
         if !t.lost[i] {
-            m.entry((t.block_start[i], t.rows.ip[i]))
+            m.entry((t.block_start[i], t.rows.ip[i], t.block_insns[i]))
                 .or_insert((t.block_insns[i], 0))
                 .1 += 1;
         }
     }
     for p in &t.partials {
         if t.lost.get(p.row as usize) == Some(&false) {
-            m.entry((p.start, p.end)).or_insert((p.insns, 0)).1 += 1;
+            m.entry((p.start, p.end, p.insns)).or_insert((p.insns, 0)).1 += 1;
         }
     }
     m

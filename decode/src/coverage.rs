@@ -57,8 +57,12 @@ type Map<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
 /// Blocks and edges with their counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Coverage {
-    /// (start, end) -> (instructions, executions). `end` is the branch's address.
-    pub blocks: Map<(u64, u64), (u32, u64)>,
+    /// (start, end, instructions) -> (instructions, executions). `end` is the branch's
+    /// address. The instruction count is part of the key: the same bytes decoded in
+    /// another execution mode (16/32/64-bit) are another block, and one key for both
+    /// kept whichever count came first, which depended on the order pieces were counted
+    /// and merged in (fuzz finding `memo-step-coverage`).
+    pub blocks: Map<(u64, u64, u32), (u32, u64)>,
     /// (src, dst, kind) -> executions.
     pub edges: Map<(u64, u64, u8), u64>,
 }
@@ -66,7 +70,10 @@ pub struct Coverage {
 impl Coverage {
     /// Count `n` executions of block (start, end) of `insns` instructions.
     pub fn add_block(&mut self, start: u64, end: u64, insns: u32, n: u64) {
-        self.blocks.entry((start, end)).or_insert((insns, 0)).1 += n;
+        self.blocks
+            .entry((start, end, insns))
+            .or_insert((insns, 0))
+            .1 += n;
     }
 
     /// Count `n` executions of edge (src, dst, kind).
@@ -97,7 +104,7 @@ impl Coverage {
         let mut v: Vec<CoverageRow> = self
             .blocks
             .iter()
-            .map(|(&(start, end), &(insns, count))| {
+            .map(|(&(start, end, _), &(insns, count))| {
                 let img = images.image_of(start, None).or_else(|| {
                     // Tagged images: any address space holding it.
                     images
@@ -116,7 +123,7 @@ impl Coverage {
                 }
             })
             .collect();
-        v.sort_by_key(|r| (r.start, r.end));
+        v.sort_by_key(|r| (r.start, r.end, r.insns));
         v
     }
 
@@ -145,12 +152,10 @@ impl Coverage {
 /// Counts blocks and edges into a [`Coverage`], first in small direct-mapped tables (a
 /// real program's pieces run a few thousand blocks over and over), whose slots go to the
 /// maps when another key takes them and at the end: two hash-map lookups per row were 13%
-/// of a rows-mode decode of a real program's Intel PT trace. A block's `insns` stays the
-/// first count's, since every earlier count of the same block that left its slot is in
-/// the map already.
+/// of a rows-mode decode of a real program's Intel PT trace.
 pub struct Counter<'c> {
     cov: &'c mut Coverage,
-    blocks: Front<(u64, u64), (u32, u64)>,
+    blocks: Front<(u64, u64, u32), (u32, u64)>,
     edges: Front<(u64, u64, u8), u64>,
 }
 
@@ -170,8 +175,11 @@ impl<'c> Counter<'c> {
     #[inline]
     pub fn block(&mut self, start: u64, end: u64, insns: u32, n: u64) {
         let h = self.blocks.slot(start ^ end.rotate_left(29));
-        if let Some((k, v)) = self.blocks.bump(h, (start, end), (insns, 0), |v| v.1 += n) {
-            self.cov.add_block(k.0, k.1, v.0, v.1);
+        if let Some((k, v)) = self
+            .blocks
+            .bump(h, (start, end, insns), (insns, 0), |v| v.1 += n)
+        {
+            self.cov.add_block(k.0, k.1, k.2, v.1);
         }
     }
 
@@ -196,7 +204,7 @@ impl<'c> Counter<'c> {
 impl Drop for Counter<'_> {
     fn drop(&mut self) {
         for (k, v) in std::mem::take(&mut self.blocks.slots).into_iter().flatten() {
-            self.cov.add_block(k.0, k.1, v.0, v.1);
+            self.cov.add_block(k.0, k.1, k.2, v.1);
         }
         for (k, v) in std::mem::take(&mut self.edges.slots).into_iter().flatten() {
             self.cov.add_edge(k.0, k.1, k.2, v);
@@ -276,13 +284,29 @@ mod tests {
         push(0x28, Some(0x00), 0x20, 3);
         push(0x10, Some(0x20), 0x0, 4);
         let (_, a) = rows.finish();
-        assert_eq!(a.blocks[&(0x0, 0x10)], (4, 2));
+        assert_eq!(a.blocks[&(0x0, 0x10, 4)], (4, 2));
         assert_eq!(a.edges[&(0x10, 0x20, BranchKind::Cond as u8)], 2);
         let mut b = a.clone();
         b.merge(a);
-        assert_eq!(b.blocks[&(0x0, 0x10)], (4, 4));
+        assert_eq!(b.blocks[&(0x0, 0x10, 4)], (4, 4));
         assert_eq!(b.executions(), 6);
         assert_eq!(b.edge_rows().len(), 2);
+    }
+
+    #[test]
+    fn one_range_decoded_in_two_modes_is_two_blocks_whatever_the_order() {
+        // The same bytes as 6 instructions (32-bit: REX bytes are INC/DEC) and as 4
+        // (64-bit): counted and merged in either order, the same two blocks.
+        let mut a = Coverage::default();
+        a.add_block(0x10, 0x1f, 6, 1);
+        let mut b = Coverage::default();
+        b.add_block(0x10, 0x1f, 4, 2);
+        let (mut ab, mut ba) = (a.clone(), b.clone());
+        ab.merge(b);
+        ba.merge(a);
+        assert_eq!(ab, ba);
+        assert_eq!(ab.blocks.len(), 2);
+        assert_eq!(ab.blocks[&(0x10, 0x1f, 4)], (4, 2));
     }
 
     #[test]
@@ -297,7 +321,7 @@ mod tests {
         RowSink::push(&mut rows, &jmp(0x48, 4), (0x40, 3));
         RowSink::truncate(&mut rows, 1);
         let (_, c) = rows.finish();
-        assert_eq!(c.blocks[&(0x0, 0x4)], (2, 1));
+        assert_eq!(c.blocks[&(0x0, 0x4, 2)], (2, 1));
         assert_eq!(c.blocks.len(), 2);
         let insns: u64 = c.blocks.values().map(|&(n, k)| n as u64 * k).sum();
         assert_eq!(insns, rows.insns.iter().map(|&n| n as u64).sum::<u64>());
@@ -305,9 +329,9 @@ mod tests {
 
     #[test]
     fn the_direct_mapped_front_counts_as_the_maps_alone_would() {
-        // More distinct blocks and edges than slots, one block seen with two instruction
-        // counts: slots are taken and handed back over and over, and the first row's
-        // count of a block stays.
+        // More distinct blocks and edges than slots, one block's bytes seen with two
+        // instruction counts (two execution modes): slots are taken and handed back over
+        // and over, and the two are two blocks.
         let mut rows = BranchColumns::default();
         let mut blocks = Map::default();
         let mut edges = Map::default();
@@ -321,7 +345,7 @@ mod tests {
             let target = (!x.is_multiple_of(5)).then_some(ip + 0x100 + (x >> 40) % 7);
             let kind = BranchKind::from_code((x >> 20) as u8 % 6).expect("a kind");
             RowSink::push(&mut rows, &row(ip, target, kind, insns), (ip - 8, insns));
-            let b: &mut (u32, u64) = blocks.entry((ip - 8, ip)).or_insert((insns, 0));
+            let b: &mut (u32, u64) = blocks.entry((ip - 8, ip, insns)).or_insert((insns, 0));
             b.1 += 1;
             if let Some(dst) = target {
                 *edges.entry((ip, dst, kind as u8)).or_default() += 1u64;

@@ -584,14 +584,45 @@ fn memo_agrees(case: &impl Decodes, chunk: u64, memo: &Decoded) {
         memo.timing_rows, step.timing_rows,
         "memo/step timing table, chunk {chunk}"
     );
-    assert_eq!(
-        memo.coverage, step.coverage,
-        "memo/step coverage, chunk {chunk}"
-    );
+    if memo.coverage != step.coverage {
+        panic!(
+            "memo/step coverage, chunk {chunk}: {}",
+            coverage_diff(&memo.coverage, &step.coverage)
+        );
+    }
     assert_eq!(
         memo.fallbacks, step.fallbacks,
         "memo/step fallbacks, chunk {chunk}"
     );
+}
+
+/// Where two coverages differ (the first few blocks and edges), for a failure message:
+/// the maps whole run to pages.
+fn coverage_diff(
+    a: &tracemill_decode::coverage::Coverage,
+    b: &tracemill_decode::coverage::Coverage,
+) -> String {
+    let mut out = Vec::new();
+    for k in a.blocks.keys().chain(b.blocks.keys()) {
+        let (x, y) = (a.blocks.get(k), b.blocks.get(k));
+        if x != y && out.len() < 12 {
+            out.push(format!(
+                "block {:#x}..={:#x}: {x:?} against {y:?}",
+                k.0, k.1
+            ));
+        }
+    }
+    for k in a.edges.keys().chain(b.edges.keys()) {
+        let (x, y) = (a.edges.get(k), b.edges.get(k));
+        if x != y && out.len() < 24 {
+            out.push(format!(
+                "edge {:#x} -> {:#x} ({}): {x:?} against {y:?}",
+                k.0, k.1, k.2
+            ));
+        }
+    }
+    out.dedup();
+    out.join("; ")
 }
 
 /// The size an input is stretched to by [`stretch`].

@@ -16,7 +16,7 @@ fn truth_coverage(t: &Truth) -> Coverage {
             continue;
         }
         c.blocks
-            .entry((t.block_start[i], t.rows.ip[i]))
+            .entry((t.block_start[i], t.rows.ip[i], t.block_insns[i]))
             .or_insert((t.block_insns[i], 0))
             .1 += 1;
         if let Some(dst) = t.rows.target.get(i) {
@@ -29,7 +29,10 @@ fn truth_coverage(t: &Truth) -> Coverage {
     // carries their instructions.
     for p in &t.partials {
         if t.lost.get(p.row as usize) == Some(&false) {
-            c.blocks.entry((p.start, p.end)).or_insert((p.insns, 0)).1 += 1;
+            c.blocks
+                .entry((p.start, p.end, p.insns))
+                .or_insert((p.insns, 0))
+                .1 += 1;
         }
     }
     c

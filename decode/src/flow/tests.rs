@@ -243,9 +243,9 @@ fn psb_plus_inside_a_block_splits_it_for_every_chunk_size_36_4_2_17() {
     assert_eq!(
         blocks,
         [
-            ((0x1000, 0x1001), (2, 1)),
-            ((0x1000, 0x1003), (4, 1)),
-            ((0x1002, 0x1003), (2, 1))
+            ((0x1000, 0x1001, 2), (2, 1)),
+            ((0x1000, 0x1003, 4), (4, 1)),
+            ((0x1002, 0x1003, 2), (2, 1))
         ]
     );
     let chunked = decode_all(&input, 1);
