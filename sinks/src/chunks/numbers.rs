@@ -105,7 +105,6 @@ pub(super) fn encode(
     let mut pages = (statistics == EnabledStatistics::Page).then(|| PageIndex::new(&descr));
     let mut buf = Vec::new();
     let mut next_code = 0;
-    let mut seen = 0u32;
     let mut start = 0;
     let page = page_rows(props, &path, width);
     while start < rows {
@@ -125,8 +124,8 @@ pub(super) fn encode(
         // Each page is written at the width of the dictionary as it stood at the page's
         // end, as arrow-rs writes it: early pages of a chunk whose dictionary keeps
         // growing take fewer bits (5% smaller `target` chunks than the final width).
-        seen = codes.iter().fold(seen, |m, &c| m.max(c + 1));
-        let page_width = bit_width(seen as usize);
+        let seen = d.first.partition_point(|&at| (at as usize) < next_code);
+        let page_width = bit_width(seen);
         buf.push(page_width);
         rle_hybrid(codes, page_width, &mut buf);
         chunk.data(&buf, end - start)?;
@@ -193,6 +192,9 @@ const EMPTY: u32 = u32::MAX;
 /// row that has a value, and (nullable columns) every row's definition level.
 struct Dictionary {
     values: Vec<u64>,
+    /// Where each value's code was first used (an index into `codes`), increasing: how
+    /// many codes the rows up to a point use, by binary search, not by a pass over them.
+    first: Vec<u32>,
     codes: Vec<u32>,
     levels: Vec<u8>,
     nulls: u64,
@@ -201,16 +203,41 @@ struct Dictionary {
     front: Box<[(u64, u32)]>,
 }
 
+/// A dictionary's large buffers (codes, levels, the front table), kept on the thread that
+/// encoded a chunk for its next chunk: made fresh for every column of every row group,
+/// they were new pages the kernel had to clear (a row group of `branches` asks for about
+/// 6 MiB of them). At most [`KEPT`] sets a thread.
+type Scratch = (Vec<u32>, Vec<u8>, Box<[(u64, u32)]>);
+const KEPT: usize = 2;
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<Scratch>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl Dictionary {
     fn new(rows: usize, nullable: bool) -> Dictionary {
+        let (mut codes, mut levels, mut front) =
+            SCRATCH.with(|s| s.borrow_mut().pop()).unwrap_or_else(|| {
+                (
+                    Vec::new(),
+                    Vec::new(),
+                    vec![(0, EMPTY); 1 << FRONT_BITS].into_boxed_slice(),
+                )
+            });
+        codes.clear();
+        codes.reserve(rows);
+        levels.clear();
+        levels.reserve(if nullable { rows } else { 0 });
+        front.fill((0, EMPTY));
         Dictionary {
             values: Vec::new(),
-            codes: Vec::with_capacity(rows),
-            levels: Vec::with_capacity(if nullable { rows } else { 0 }),
+            first: Vec::new(),
+            codes,
+            levels,
             nulls: 0,
             nullable,
             index: HashMap::default(),
-            front: vec![(0, EMPTY); 1 << FRONT_BITS].into_boxed_slice(),
+            front,
         }
     }
 
@@ -257,13 +284,31 @@ impl Dictionary {
     #[inline(never)]
     fn miss(&mut self, v: u64, slot: usize) -> u32 {
         let next = self.values.len() as u32;
-        let values = &mut self.values;
+        let (values, first) = (&mut self.values, &mut self.first);
+        let at = self.codes.len() as u32;
         let code = *self.index.entry(v).or_insert_with(|| {
             values.push(v);
+            first.push(at);
             next
         });
         self.front[slot] = (v, code);
         code
+    }
+}
+
+impl Drop for Dictionary {
+    fn drop(&mut self) {
+        let kept = (
+            std::mem::take(&mut self.codes),
+            std::mem::take(&mut self.levels),
+            std::mem::take(&mut self.front),
+        );
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < KEPT {
+                s.push(kept);
+            }
+        });
     }
 }
 
