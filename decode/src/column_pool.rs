@@ -111,9 +111,40 @@ pub fn room<T>(v: &mut Vec<T>, n: usize, pool: &Pool<T>) {
     }
 }
 
+/// Make room for `need` values in `v` (which holds fewer): at least twice its length,
+/// in a vector from `pool`, its values copied; its old room goes back to `pool`.
+pub fn regrow<T: Copy>(v: &mut Vec<T>, need: usize, pool: &Pool<T>) {
+    if v.capacity() >= need {
+        return;
+    }
+    let mut w = pool.take(need.max(2 * v.len()));
+    w.extend_from_slice(v);
+    pool.give(std::mem::replace(v, w));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn regrow_copies_into_a_larger_room_and_gives_the_old_one_back() {
+        let pool = Pool::<u64>::new();
+        let mut v = pool.take(1 << 14);
+        let full = v.capacity() as u64;
+        v.extend(0..full);
+        let old = v.as_ptr();
+        regrow(&mut v, full as usize + 1, &pool);
+        assert!(v.capacity() >= 2 * full as usize);
+        assert!(v.iter().copied().eq(0..full));
+        // The old room (128 KiB) is kept for the next piece.
+        assert_eq!(pool.kept(), 1);
+        let again = pool.take(1 << 14);
+        assert_eq!(again.as_ptr(), old);
+        // Room enough already: nothing moves.
+        let at = v.as_ptr();
+        regrow(&mut v, 1 << 14, &pool);
+        assert_eq!(v.as_ptr(), at);
+    }
 
     #[test]
     fn a_vector_given_back_is_taken_again_empty_and_the_pool_is_bounded() {

@@ -79,6 +79,7 @@ pub trait RowSink {
 impl RowSink for BranchColumns {
     #[inline]
     fn push(&mut self, r: &BranchRow, block: (u64, u32)) {
+        self.ensure(1);
         BranchColumns::push_flow(self, r);
         self.log.push(r, block);
     }
@@ -92,6 +93,7 @@ impl RowSink for BranchColumns {
             return;
         };
         let n = rows.len();
+        self.ensure(n);
         let at = self.ip.len();
         self.ip.extend(rows.iter().map(|m| m.ip));
         self.target.values.extend(rows.iter().map(|m| m.target));
