@@ -305,6 +305,61 @@ fn rle_hybrid<T: Copy + Eq + Into<u64>>(codes: &[T], width: u8, out: &mut Vec<u8
     bit_packed(&codes[literal_start..], width, out);
 }
 
+/// [`rle_hybrid`] of definition levels (each 0 or 1, at width 1), the same bytes made
+/// faster: runs are found eight levels at a time, and eight levels become a byte by one
+/// multiplication rather than eight bits put one by one (the levels of `target`, whose
+/// nulls alternate with values, were 3% of a decode of every table).
+pub(super) fn rle_levels(levels: &[u8], out: &mut Vec<u8>) {
+    debug_assert!(levels.iter().all(|&l| l <= 1));
+    let n = levels.len();
+    let run_from = |i: usize| {
+        let v = levels[i];
+        let splat = u64::from(v) * 0x0101_0101_0101_0101;
+        let mut j = i + 1;
+        while let Some(w) = levels.get(j..j + 8) {
+            if u64::from_le_bytes(w.try_into().expect("eight bytes")) != splat {
+                break;
+            }
+            j += 8;
+        }
+        while j < n && levels[j] == v {
+            j += 1;
+        }
+        j - i
+    };
+    let mut literal_start = 0;
+    let mut i = 0;
+    while i < n {
+        let run = run_from(i);
+        // As in `rle_hybrid`: a literal stretch ends on a group of eight.
+        let fill = (8 - (i - literal_start) % 8) % 8;
+        if run >= fill + 8 {
+            packed_levels(&levels[literal_start..i + fill], out);
+            varint(((run - fill) as u64) << 1, out);
+            out.push(levels[i]);
+            literal_start = i + run;
+        }
+        i += run;
+    }
+    packed_levels(&levels[literal_start..], out);
+}
+
+/// [`bit_packed`] at width 1, for levels: the eight bytes of a group, each 0 or 1, times
+/// 0x0102040810204080 put level k at bit 56 + k, with no carries between them.
+fn packed_levels(levels: &[u8], out: &mut Vec<u8>) {
+    const MAX_GROUPS: usize = 63;
+    for run in levels.chunks(MAX_GROUPS * 8) {
+        let groups = run.len().div_ceil(8);
+        varint(((groups as u64) << 1) | 1, out);
+        for g in run.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..g.len()].copy_from_slice(g);
+            let byte = u64::from_le_bytes(w).wrapping_mul(0x0102_0408_1020_4080) >> 56;
+            out.push(byte as u8);
+        }
+    }
+}
+
 /// Bit-packed runs of `codes`, padded with zeros to whole groups of eight. Codes are
 /// gathered in a 64-bit word written eight bytes at a time ([`Packer`]): byte by byte,
 /// this was the writer's costliest loop after zstd.
@@ -409,6 +464,33 @@ impl Compressor {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// `rle_levels` writes the bytes `rle_hybrid` writes at width 1, for levels with runs
+    /// of every length (none, short, around eight, long) and any length of input.
+    #[test]
+    fn rle_levels_is_rle_hybrid_at_width_one() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for case in 0..3000 {
+            let mut levels = Vec::new();
+            let n = (next() % 700) as usize;
+            let longest = [1, 3, 9, 17, 70, 600][case % 6];
+            while levels.len() < n {
+                let v = (next() & 1) as u8;
+                let run = 1 + (next() % longest) as usize;
+                levels.extend(std::iter::repeat_n(v, run.min(n - levels.len())));
+            }
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            rle_hybrid(&levels, 1, &mut a);
+            rle_levels(&levels, &mut b);
+            assert_eq!(a, b, "case {case}: {levels:?}");
+        }
+    }
 
     /// Decodes the hybrid encoding back (the reference reading of the format), for
     /// `n` values.

@@ -11,14 +11,14 @@ use ::parquet::file::page_index::column_index::ColumnIndexMetaData;
 use ::parquet::file::statistics::{Statistics, ValueStatistics};
 use ::parquet::schema::types::ColumnDescPtr;
 
-use super::rle_hybrid;
+use super::rle_levels;
 
 /// Appends a version 1 page's definition levels (0 or 1 per row): their length as a u32,
 /// then the RLE/bit-packed hybrid at one bit.
 pub(super) fn definition_levels(levels: &[u8], out: &mut Vec<u8>) {
     let at = out.len();
     out.extend_from_slice(&[0; 4]);
-    rle_hybrid(levels, 1, out);
+    rle_levels(levels, out);
     let len = (out.len() - at - 4) as u32;
     out[at..at + 4].copy_from_slice(&len.to_le_bytes());
 }
