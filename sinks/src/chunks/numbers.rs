@@ -7,8 +7,9 @@
 //! `branches` holds a few thousand distinct branch addresses. The statistics follow the
 //! codes rather than the rows where they can: the chunk's minimum and maximum are the
 //! dictionary's, the bloom filter holds the dictionary's values (as arrow-rs's does for a
-//! dictionary chunk), and only the page minimum and maximum read one dictionary value per
-//! row. Values are compared unsigned, as the columns' logical type says.
+//! dictionary chunk), and only the page minimum and maximum read the rows' values (in
+//! order, from the arrays). Values are compared unsigned, as the columns' logical type
+//! says.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -130,7 +131,9 @@ pub(super) fn encode(
         rle_hybrid(codes, page_width, &mut buf);
         chunk.data(&buf, end - start)?;
         if let Some(p) = pages.as_mut() {
-            p.page(min_max(codes, &d.values), end - start, valid);
+            let levels = nullable.then(|| &d.levels[..]);
+            let lo_hi = (valid > 0).then(|| page_min_max(arrays, wide, levels, start, end));
+            p.page(lo_hi, end - start, valid);
         }
         start = end;
     }
@@ -163,15 +166,61 @@ pub(super) fn encode(
     Ok(Some((bytes, close)))
 }
 
-/// The smallest and largest value of `codes`, unsigned.
-fn min_max(codes: &[u32], values: &[u64]) -> Option<(u64, u64)> {
-    let (mut lo, mut hi) = (u64::MAX, 0);
-    for &c in codes {
-        let v = values[c as usize];
-        lo = lo.min(v);
-        hi = hi.max(v);
+/// The smallest and largest value, unsigned, of rows `start..end` of the chunk (`arrays`
+/// one after the other) that have one (`levels`: the chunk's definition levels, for a
+/// nullable column). Read from the rows' values in order, not through their codes: a
+/// dictionary lookup per row was the costliest part of a page's statistics.
+fn page_min_max(
+    arrays: &[ArrayRef],
+    wide: bool,
+    levels: Option<&[u8]>,
+    start: usize,
+    end: usize,
+) -> (u64, u64) {
+    fn fold<T: Copy + Into<u64>>(v: &[T], levels: Option<&[u8]>, lo_hi: &mut (u64, u64)) {
+        let (mut lo, mut hi) = *lo_hi;
+        match levels {
+            None => {
+                for &x in v {
+                    lo = lo.min(x.into());
+                    hi = hi.max(x.into());
+                }
+            }
+            Some(l) => {
+                // A row without a value counts as the largest value for the minimum and
+                // the smallest for the maximum (no branch: the loop vectorizes).
+                for (&x, &l) in v.iter().zip(l) {
+                    let m = u64::from(l).wrapping_neg();
+                    lo = lo.min(x.into() | !m);
+                    hi = hi.max(x.into() & m);
+                }
+            }
+        }
+        *lo_hi = (lo, hi);
     }
-    (!codes.is_empty()).then_some((lo, hi))
+    let mut lo_hi = (u64::MAX, 0);
+    let mut at = 0;
+    for a in arrays {
+        let (s, e) = (start.max(at), end.min(at + a.len()));
+        if s < e {
+            let l = levels.map(|l| &l[s..e]);
+            if wide {
+                fold(
+                    &a.as_primitive::<UInt64Type>().values()[s - at..e - at],
+                    l,
+                    &mut lo_hi,
+                );
+            } else {
+                fold(
+                    &a.as_primitive::<UInt32Type>().values()[s - at..e - at],
+                    l,
+                    &mut lo_hi,
+                );
+            }
+        }
+        at += a.len();
+    }
+    lo_hi
 }
 
 fn min_max_all(values: &[u64]) -> Option<(u64, u64)> {
