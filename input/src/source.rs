@@ -176,13 +176,14 @@ pub struct Overrides {
 
 impl Overrides {
     /// The perf.data-only options given (`--symfs`, `--buildid-dir`, `--vmlinux`,
-    /// `--kcore`); `kernel` files count as `Vmlinux`.
+    /// `--kcore`).
     fn perf_only(&self) -> Vec<Opt> {
         let l = &self.lookup;
         [
             (l.symfs.is_some(), Opt::Symfs),
             (l.buildid_dir.is_some(), Opt::BuildidDir),
-            (!l.kernel.is_empty(), Opt::Vmlinux),
+            (!l.vmlinux.is_empty(), Opt::Vmlinux),
+            (!l.kcore.is_empty(), Opt::Kcore),
         ]
         .into_iter()
         .filter_map(|(on, o)| on.then_some(o))

@@ -245,7 +245,8 @@ impl PerfFlags {
         Lookup {
             symfs: self.symfs.clone(),
             buildid_dir: self.buildid_dir.clone(),
-            kernel: self.vmlinux.iter().chain(&self.kcore).cloned().collect(),
+            vmlinux: self.vmlinux.iter().cloned().collect(),
+            kcore: self.kcore.iter().cloned().collect(),
             confine: None,
         }
     }

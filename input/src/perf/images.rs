@@ -33,8 +33,10 @@ pub struct Lookup {
     pub symfs: Option<PathBuf>,
     /// The build-id cache (`~/.debug` when `None`, or `DIR/.debug` when confined to `DIR`).
     pub buildid_dir: Option<PathBuf>,
-    /// Kernel code: ELF files at their own addresses (`--vmlinux`, `--kcore`).
-    pub kernel: Vec<PathBuf>,
+    /// Kernel code: ELF files at their own addresses (`--vmlinux`, `--kcore`), kept
+    /// apart so that a message names the option given.
+    pub vmlinux: Vec<PathBuf>,
+    pub kcore: Vec<PathBuf>,
     /// Unattended reading (`ingest` without `--allow-outside-paths`): a recorded path is
     /// opened only when it lies inside this directory (the recording's), symbolic links
     /// resolved, and the build-id cache defaults to `DIR/.debug`. A perf.data from another
@@ -44,6 +46,11 @@ pub struct Lookup {
 }
 
 impl Lookup {
+    /// The kernel files, `--vmlinux`'s then `--kcore`'s.
+    pub fn kernel(&self) -> impl Iterator<Item = &PathBuf> {
+        self.vmlinux.iter().chain(&self.kcore)
+    }
+
     /// The build-id cache searched.
     fn cache(&self) -> Option<PathBuf> {
         if let Some(d) = &self.buildid_dir {
@@ -103,7 +110,7 @@ impl Mapping {
 pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<String>) {
     let mut images = Vec::new();
     let mut problems = Vec::new();
-    for k in &lookup.kernel {
+    for k in lookup.kernel() {
         let elf = map_file(k).map(|b| object::File::parse(&*b).is_ok());
         match elf {
             Ok(true) => images.push(ImageEntry {
@@ -460,7 +467,7 @@ mod tests {
     #[test]
     fn kernel_files_are_images_at_their_own_addresses_and_others_are_named() {
         let l = Lookup {
-            kernel: vec![
+            vmlinux: vec![
                 "/proc/self/exe".into(),
                 "/nonexistent/vmlinux".into(),
                 "/etc/hostname".into(),
@@ -549,7 +556,7 @@ mod tests {
         );
         // A --vmlinux that is a FIFO, likewise.
         let l = Lookup {
-            kernel: vec![fifo.clone()],
+            vmlinux: vec![fifo.clone()],
             ..Lookup::default()
         };
         let (images, problems) = resolve_within_seconds(mapping("", None), l);

@@ -186,6 +186,21 @@ fn options_that_do_not_apply_are_refused_by_name() {
     assert!(e
         .message(Face::Python)
         .starts_with(&format!("{}: symfs= is for perf.data", rtit_file.display())));
+    // The kernel's files are named by the option given (both were once `--vmlinux`).
+    let o = Overrides {
+        ctl: Some(1),
+        lookup: Lookup {
+            kcore: vec![d.path().join("kcore")],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let e = refused(open(&rtit_file, &o));
+    assert_eq!(e.kind, ErrorKind::PerfOnly(vec![Opt::Kcore]));
+    assert!(
+        e.message(Face::Cli).contains(": --kcore is for perf.data"),
+        "{e}"
+    );
     // What a perf.data says itself, given: refused before the file is read.
     let perf = file(d.path(), "perf.data", b"PERFILE2 and not much else");
     let o = Overrides {

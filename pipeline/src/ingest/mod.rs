@@ -354,7 +354,8 @@ pub fn options(a: &IngestArgs) -> Result<Options> {
         lookup: Lookup {
             symfs: a.symfs.clone(),
             buildid_dir: a.buildid_dir.clone(),
-            kernel: a.vmlinux.iter().chain(&a.kcore).cloned().collect(),
+            vmlinux: a.vmlinux.iter().cloned().collect(),
+            kcore: a.kcore.iter().cloned().collect(),
             confine: None,
         },
     };

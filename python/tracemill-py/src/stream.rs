@@ -888,7 +888,8 @@ pub(crate) fn decode(
         lookup: Lookup {
             symfs,
             buildid_dir,
-            kernel: vmlinux.into_iter().chain(kcore).collect(),
+            vmlinux: vmlinux.into_iter().collect(),
+            kcore: kcore.into_iter().collect(),
             confine: None,
         },
         ..Overrides::default()
