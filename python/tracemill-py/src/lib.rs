@@ -42,12 +42,55 @@ mod tools;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The exception class `name` of `tracemill.errors`, raised with `msg`.
-pub(crate) fn error(py: Python<'_>, name: &str, msg: impl Into<String>) -> PyErr {
+/// The exception classes of `tracemill.errors` (python/tracemill/errors.py, where they
+/// are defined with their docs and bases) that the module raises: named once here, and
+/// listed as `_tracemill._ERROR_CLASSES`, whose every name a test finds in
+/// `tracemill.errors` (a misspelt class would fall back to `RuntimeError` unnoticed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    Option,
+    Bundle,
+    NoPsb,
+    MissingImage,
+    Decode,
+    Report,
+    Filter,
+    Ingest,
+}
+
+impl Class {
+    const ALL: [Class; 8] = [
+        Class::Option,
+        Class::Bundle,
+        Class::NoPsb,
+        Class::MissingImage,
+        Class::Decode,
+        Class::Report,
+        Class::Filter,
+        Class::Ingest,
+    ];
+
+    /// Its name in `tracemill.errors`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Class::Option => "OptionError",
+            Class::Bundle => "BundleError",
+            Class::NoPsb => "NoPsbError",
+            Class::MissingImage => "MissingImageError",
+            Class::Decode => "DecodeError",
+            Class::Report => "ReportError",
+            Class::Filter => "FilterError",
+            Class::Ingest => "IngestError",
+        }
+    }
+}
+
+/// An exception of class `class` of `tracemill.errors`, raised with `msg`.
+pub(crate) fn error(py: Python<'_>, class: Class, msg: impl Into<String>) -> PyErr {
     let msg = msg.into();
     match py
         .import("tracemill.errors")
-        .and_then(|m| m.getattr(name))
+        .and_then(|m| m.getattr(class.name()))
         .and_then(|c| c.cast_into::<PyType>().map_err(PyErr::from))
     {
         Ok(class) => PyErr::from_type(class, msg),
@@ -59,18 +102,18 @@ pub(crate) fn error(py: Python<'_>, name: &str, msg: impl Into<String>) -> PyErr
 /// `error` with the CLI's one-line text of `e`; an input refused for an option given
 /// with it (`tracemill_input::source::InputError`) names the option as Python does
 /// (`ctl=`, not `--ctl`), and is an `OptionError` unless the input itself is at fault.
-pub(crate) fn error_from(py: Python<'_>, name: &str, e: &anyhow::Error) -> PyErr {
+pub(crate) fn error_from(py: Python<'_>, class: Class, e: &anyhow::Error) -> PyErr {
     use tracemill_input::source::{ErrorKind, Face, InputError};
     if let Some(ie) = e.chain().find_map(|c| c.downcast_ref::<InputError>()) {
         let class = match ie.kind {
             ErrorKind::NeedsCtl | ErrorKind::NeedsCtlForBytes | ErrorKind::Mismatch { .. } => {
-                "BundleError"
+                Class::Bundle
             }
-            _ => "OptionError",
+            _ => Class::Option,
         };
         return error(py, class, ie.message(Face::Python));
     }
-    error(py, name, tracemill::errors::error_text(e))
+    error(py, class, tracemill::errors::error_text(e))
 }
 
 /// `format=`: `"rtit"`, `"pt"`, or None (the input layer decides).
@@ -85,7 +128,7 @@ pub(crate) fn format_arg(
         Some("pt") => Ok(Some(TraceFormat::Pt)),
         Some(f) => Err(error(
             py,
-            "OptionError",
+            Class::Option,
             format!("format={f:?}: choose rtit or pt"),
         )),
     }
@@ -114,11 +157,11 @@ pub(crate) fn image_args(
         .iter()
         .map(|s| {
             let mut e = tracemill_input::bundle::parse_image_arg(s)
-                .map_err(|e| error_from(py, "OptionError", &e))?;
+                .map_err(|e| error_from(py, Class::Option, &e))?;
             if Path::new(&e.path).is_relative() {
                 let abs = std::path::absolute(&e.path)
                     .with_context(|| format!("--image {s}: no current directory"))
-                    .map_err(|e| error_from(py, "OptionError", &e))?;
+                    .map_err(|e| error_from(py, Class::Option, &e))?;
                 e.path = abs.to_string_lossy().into_owned();
             }
             Ok(e)
@@ -147,7 +190,7 @@ fn table_schema(py: Python<'_>, table: &str) -> PyResult<Py<arrow_export::ArrowS
     let schema = tracemill_schemas::arrow::by_name(table).ok_or_else(|| {
         error(
             py,
-            "OptionError",
+            Class::Option,
             format!(
                 "unknown table {table:?}: choose from branches, events, timing, coverage, edges"
             ),
@@ -158,6 +201,7 @@ fn table_schema(py: Python<'_>, table: &str) -> PyResult<Py<arrow_export::ArrowS
 
 #[pymodule]
 fn _tracemill(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("_ERROR_CLASSES", Class::ALL.map(Class::name))?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(_source_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(stream::decode, m)?)?;

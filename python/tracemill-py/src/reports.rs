@@ -17,7 +17,7 @@ use tracemill_reports::hotspots::{By, Weight};
 use tracemill_reports::Source;
 
 use crate::arrow_export::ArrowStream;
-use crate::{error, error_from, warn};
+use crate::{error, error_from, warn, Class};
 
 /// Open what a report runs over; `where_` selects bundles of a dataset.
 fn open(
@@ -27,7 +27,7 @@ fn open(
     where_: Option<String>,
 ) -> PyResult<Source> {
     let filter = match &where_ {
-        Some(s) => Some(parse_where(s).map_err(|e| error(py, "FilterError", e))?),
+        Some(s) => Some(parse_where(s).map_err(|e| error(py, Class::Filter, e))?),
         None => None,
     };
     let (src, ws) = Source::open(
@@ -42,9 +42,9 @@ fn open(
 
 fn report_error(py: Python<'_>, e: &anyhow::Error) -> PyErr {
     if e.is::<FilterError>() {
-        error_from(py, "FilterError", e)
+        error_from(py, Class::Filter, e)
     } else {
-        error_from(py, "ReportError", e)
+        error_from(py, Class::Report, e)
     }
 }
 
@@ -89,7 +89,7 @@ fn weight_arg(py: Python<'_>, w: &str) -> PyResult<Weight> {
         "branches" => Ok(Weight::Branches),
         _ => Err(error(
             py,
-            "OptionError",
+            Class::Option,
             format!("weight={w:?}: choose instructions, cycles or branches"),
         )),
     }
@@ -180,7 +180,7 @@ fn cycles_arg(py: Python<'_>, weight: &str) -> PyResult<bool> {
         "cycles" => Ok(true),
         _ => Err(error(
             py,
-            "OptionError",
+            Class::Option,
             format!("weight={weight:?}: flame graphs weigh instructions or cycles"),
         )),
     }
@@ -211,7 +211,7 @@ pub(crate) fn flamegraph(
     warn_all(py, &warnings)?;
     let mut text = Vec::new();
     st.write_folded(&names, use_cycles, &mut text)
-        .map_err(|e| error(py, "ReportError", format!("folding the stacks: {e}")))?;
+        .map_err(|e| error(py, Class::Report, format!("folding the stacks: {e}")))?;
     let text = String::from_utf8_lossy(&text);
     let lines: Vec<(&str, u64)> = text
         .lines()
@@ -272,7 +272,7 @@ pub(crate) fn flamegraph_svg(
         &mut svg,
     )
     .map_err(|e| report_error(py, &e))?;
-    String::from_utf8(svg).map_err(|e| error(py, "ReportError", e.to_string()))
+    String::from_utf8(svg).map_err(|e| error(py, Class::Report, e.to_string()))
 }
 
 /// Coverage per function or per image.
@@ -288,7 +288,7 @@ pub(crate) fn coverage(
     if by != "function" && by != "image" {
         return Err(error(
             py,
-            "OptionError",
+            Class::Option,
             format!("by={by:?}: choose function or image"),
         ));
     }
@@ -393,7 +393,7 @@ pub(crate) fn timeline(
         .map_err(|e| report_error(py, &e))?;
     warn_all(py, &s.warnings)?;
     let doc: serde_json::Value = serde_json::from_slice(&json)
-        .map_err(|e| error(py, "ReportError", format!("reading the timeline back: {e}")))?;
+        .map_err(|e| error(py, Class::Report, format!("reading the timeline back: {e}")))?;
     let mut processes: HashMap<u64, String> = HashMap::new();
     let (mut pid, mut name, mut depth, mut ts, mut dur) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -510,7 +510,7 @@ fn by_arg(py: Python<'_>, by: &str) -> PyResult<By> {
         "block" => Ok(By::Block),
         _ => Err(error(
             py,
-            "OptionError",
+            Class::Option,
             format!("by={by:?}: choose function, line or block"),
         )),
     }
@@ -672,7 +672,7 @@ pub(crate) fn pprof(
     let f = std::fs::File::create(&out).map_err(|e| {
         error(
             py,
-            "ReportError",
+            Class::Report,
             format!("{}: cannot create: {e}", out.display()),
         )
     })?;
@@ -706,7 +706,7 @@ pub(crate) fn perf_script(
     let f = std::fs::File::create(&out).map_err(|e| {
         error(
             py,
-            "ReportError",
+            Class::Report,
             format!("{}: cannot create: {e}", out.display()),
         )
     })?;

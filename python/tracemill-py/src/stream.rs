@@ -45,7 +45,7 @@ use tracemill_schemas::TABLES;
 use crate::arrow_export::{
     pyarrow_batch, pyarrow_schema, schema_capsule, stream_capsule, ArrowStream,
 };
-use crate::{error, error_from, warn};
+use crate::{error, error_from, warn, Class};
 
 /// Pieces that may wait on the channel for the consumer. Each is one table's rows of one
 /// chunk (at most `--chunk-size`, 128 KiB by default, of trace: some 100,000 rows). With
@@ -68,7 +68,7 @@ enum Outcome {
     Running,
     Done(Box<run::Report>),
     /// The exception class and the CLI's message.
-    Failed(&'static str, String),
+    Failed(Class, String),
     /// Stopped by the consumer (Ctrl-C, or `close()`).
     Stopped,
 }
@@ -149,13 +149,13 @@ impl Shared {
                 Ok(Ok(r)) => Outcome::Done(Box::new(r)),
                 Ok(Err(e)) => {
                     let class = if e.chain().any(|c| c.is::<tracemill::errors::NoPsb>()) {
-                        "NoPsbError"
+                        Class::NoPsb
                     } else {
-                        "DecodeError"
+                        Class::Decode
                     };
                     Outcome::Failed(class, tracemill::errors::error_text(&e))
                 }
-                Err(_) => Outcome::Failed("DecodeError", "the decode thread panicked".into()),
+                Err(_) => Outcome::Failed(Class::Decode, "the decode thread panicked".into()),
             };
         }
     }
@@ -176,7 +176,7 @@ impl Shared {
     /// Raise the decode's failure, if it failed.
     fn failure(&self, py: Python<'_>) -> PyResult<()> {
         match &self.outcome {
-            Outcome::Failed(class, msg) => Err(error(py, class, msg.clone())),
+            Outcome::Failed(class, msg) => Err(error(py, *class, msg.clone())),
             _ => Ok(()),
         }
     }
@@ -444,7 +444,7 @@ impl Decoding {
             ))),
             None => Err(error(
                 py,
-                "OptionError",
+                Class::Option,
                 format!(
                     "unknown table {name:?}: choose from branches, events, timing, coverage, edges"
                 ),
@@ -797,14 +797,14 @@ pub(crate) fn tables_arg(py: Python<'_>, tables: Option<&Bound<'_, PyAny>>) -> P
                 .join(","),
         },
     };
-    Tables::parse(&text).map_err(|e| error_from(py, "OptionError", &e))
+    Tables::parse(&text).map_err(|e| error_from(py, Class::Option, &e))
 }
 
 pub(crate) fn jobs_arg(py: Python<'_>, jobs: Option<i64>) -> PyResult<usize> {
     match jobs {
         None => Ok(tracemill::cli::all_cores()),
         Some(j) => tracemill::cli::parse_jobs(&j.to_string())
-            .map_err(|e| error(py, "OptionError", format!("jobs={j}: {e}"))),
+            .map_err(|e| error(py, Class::Option, format!("jobs={j}: {e}"))),
     }
 }
 
@@ -818,7 +818,7 @@ fn chunk_arg(py: Python<'_>, v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u6
     };
     tracemill::cli::parse_chunk_size(&text)
         .map(Some)
-        .map_err(|e| error(py, "OptionError", format!("chunk_size={text}: {e}")))
+        .map_err(|e| error(py, Class::Option, format!("chunk_size={text}: {e}")))
 }
 
 fn list(t: Tables) -> Vec<&'static str> {
@@ -869,7 +869,7 @@ pub(crate) fn decode(
     let config = match &config {
         Some(text) => Some(
             tracemill_input::bundle::parse_manifest(Path::new("<config>"), text)
-                .map_err(|e| error_from(py, "BundleError", &e))?,
+                .map_err(|e| error_from(py, Class::Bundle, &e))?,
         ),
         None => None,
     };
@@ -907,7 +907,7 @@ pub(crate) fn decode(
                 &overrides,
             ),
         })
-        .map_err(|e| error_from(py, "BundleError", &e))?;
+        .map_err(|e| error_from(py, Class::Bundle, &e))?;
     start(py, src, tables, jobs, chunk_bytes, progress)
 }
 
@@ -932,11 +932,11 @@ fn start(
     if !src.has_code && (tables.branches || tables.coverage || tables.edges) && src.has_psb() {
         return Err(error(
             py,
-            "MissingImageError",
+            Class::MissingImage,
             "no branch decoded: no code image could be loaded",
         ));
     }
-    let meta = run::source_meta(&src).map_err(|e| error_from(py, "BundleError", &e))?;
+    let meta = run::source_meta(&src).map_err(|e| error_from(py, Class::Bundle, &e))?;
     let perf = src.kind == Kind::PerfData;
     let source = src.name.clone();
     let names = list(tables);

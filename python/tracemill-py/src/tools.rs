@@ -20,7 +20,7 @@ use tracemill_input::source::{Given, Opened, Overrides};
 use tracemill_input::Source;
 
 use crate::arrow_export::ArrowStream;
-use crate::{error, error_from, warn};
+use crate::{error, error_from, warn, Class};
 
 /// The listing's columns as they are gathered.
 #[derive(Default)]
@@ -117,7 +117,7 @@ pub(crate) fn dump(
     };
     let src = py
         .detach(|| Source::open(Given::Path(&path), &overrides))
-        .map_err(|e| error_from(py, "BundleError", &e))?;
+        .map_err(|e| error_from(py, Class::Bundle, &e))?;
     let traces: Vec<(Option<&str>, &Bundle)> = match &src.opened {
         Opened::Bundle(b) => vec![(None, b)],
         Opened::Recording(r) => r
@@ -150,7 +150,7 @@ pub(crate) fn dump(
             TraceFormat::Pt => {
                 let cfg = b
                     .pt_config()
-                    .map_err(|e| error_from(py, "BundleError", &e))?;
+                    .map_err(|e| error_from(py, Class::Bundle, &e))?;
                 if stats {
                     Some(tracemill::dump::pt_stats(&stream, &cfg))
                 } else {
@@ -242,15 +242,15 @@ pub(crate) fn ingest(
     for (name, dir) in [("symfs", &symfs), ("buildid_dir", &buildid_dir)] {
         if let Some(d) = dir {
             tracemill::cli::parse_existing_dir(&d.to_string_lossy())
-                .map_err(|e| error(py, "OptionError", format!("{name}={e}")))?;
+                .map_err(|e| error(py, Class::Option, format!("{name}={e}")))?;
         }
     }
     tracemill::cli::parse_zstd_level(&zstd_level.to_string())
-        .map_err(|e| error(py, "OptionError", format!("zstd_level={zstd_level}: {e}")))?;
+        .map_err(|e| error(py, Class::Option, format!("zstd_level={zstd_level}: {e}")))?;
     let codecs = "one of \"zstd\", \"lz4\", \"snappy\", \"none\"";
     let compression = tracemill::cli::Compression::by_name(compression).ok_or_else(|| {
         let why = format!("compression={compression:?}: {codecs}");
-        error(py, "OptionError", why)
+        error(py, Class::Option, why)
     })?;
     let args = IngestArgs {
         sources,
@@ -271,11 +271,11 @@ pub(crate) fn ingest(
         vmlinux,
         kcore,
     };
-    let opts = tracemill::ingest::options(&args).map_err(|e| error_from(py, "IngestError", &e))?;
+    let opts = tracemill::ingest::options(&args).map_err(|e| error_from(py, Class::Ingest, &e))?;
     let sources = args.sources.clone();
     let summary = py
         .detach(|| tracemill::ingest::ingest(&sources, &opts))
-        .map_err(|e| error_from(py, "IngestError", &e))?;
+        .map_err(|e| error_from(py, Class::Ingest, &e))?;
     for (dup, first) in &summary.duplicates {
         warn(
             py,

@@ -214,3 +214,11 @@ def test_close_stops_a_decode_early():
     d.close()
     assert list(d.branches) == []
     assert d.report() is None
+
+
+def test_every_error_class_the_module_raises_is_a_tracemill_error():
+    from tracemill import _tracemill, errors
+
+    assert len(_tracemill._ERROR_CLASSES) == 8
+    for name in _tracemill._ERROR_CLASSES:
+        assert issubclass(getattr(errors, name), errors.TracemillError), name
