@@ -5,7 +5,7 @@ import os
 
 import pyarrow as pa
 
-_ERROR_CLASSES: tuple[str, ...]
+_ERROR_CLASSES: list[str]
 
 def version() -> str: ...
 def _source_fingerprint() -> str: ...
