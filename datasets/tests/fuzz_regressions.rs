@@ -772,3 +772,11 @@ fn pt_events_stay_in_offset_order_around_an_error() {
 fn pt_stitch_memo_step_coverage_same_bytes_in_two_modes() {
     replay("pt_stitch_diff", "memo-step-coverage");
 }
+
+/// `pt_stretch`, finding `cycles-decrease`: a CYC packet with enough extension bytes to
+/// carry a value near 2^64 wrapped the cycle count, and `timing.cycles` decreased
+/// (contract: it never does). The count saturates (`decode/src/pt/clock.rs`).
+#[test]
+fn pt_stretch_a_huge_cyc_does_not_wrap_the_cycle_count() {
+    replay("pt_stretch", "cycles-decrease");
+}

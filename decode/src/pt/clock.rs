@@ -100,7 +100,10 @@ impl Clock for PtClock {
                 let _ = self.est.update_mtc(f.raw as u8, cfg);
             }
             TimingKind::Cyc => {
-                self.cycles = self.cycles.wrapping_add(f.raw);
+                // Saturating: a CYC of any width is read (extension bytes without end),
+                // and the count a column shows never decreases (fuzz finding
+                // `cycles-decrease`: a 64-bit CYC wrapped it).
+                self.cycles = self.cycles.saturating_add(f.raw);
                 self.cal.update_cyc(f.raw);
                 let fcr = self.cal.fcr().unwrap_or(0);
                 let _ = self.est.update_cyc(f.raw, fcr, cfg);

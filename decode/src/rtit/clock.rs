@@ -129,7 +129,8 @@ impl RtitClock {
         match f.kind {
             TimingKind::Cyc => {
                 value = cyc_value(f.raw);
-                self.cycles += value;
+                // Saturating, as Intel PT's (`pt/clock.rs`): never decreases.
+                self.cycles = self.cycles.saturating_add(value);
                 if self.anchor_pending {
                     // The CYC after an MTC/STS dates it in cycles.
                     self.tsc_cycles = self.cycles;
