@@ -9,46 +9,23 @@ use tracemill_decode::image::ImageSet;
 use tracemill_decode::pt::config::{AddrRange, FilterKind};
 use tracemill_decode::pt::cpu::Cpu;
 use tracemill_decode::pt::encode::to_bytes;
-use tracemill_decode::pt::packet::{ExecMode, IpCompression, IpPayload, Packet};
+use tracemill_decode::pt::packet::Packet;
 use tracemill_decode::pt::PtConfig;
 use tracemill_decode::stream::TraceStream;
 use tracemill_decode::tally::Covered;
 use tracemill_decode::Pt;
 use tracemill_schemas::{BranchKind, EventKind};
 
+mod packets;
+use packets::*;
+
 const ORG: u64 = 0x1000;
-
-fn ip(compression: IpCompression, ip: u64) -> IpPayload {
-    IpPayload {
-        compression,
-        bits: ip,
-    }
-}
-
-fn full(x: u64) -> IpPayload {
-    ip(IpCompression::Sext48, x)
-}
-
-fn none() -> IpPayload {
-    ip(IpCompression::Suppressed, 0)
-}
-
-const MODE64: Packet = Packet::ModeExec(ExecMode {
-    csl: true,
-    csd: false,
-    iflag: false,
-});
 
 fn trace(packets: &[Packet]) -> Vec<u8> {
     packets
         .iter()
         .flat_map(|p| to_bytes(p).expect("encodable"))
         .collect()
-}
-
-/// A PSB+ saying tracing is on at `at`.
-fn psb_at(at: u64) -> Vec<Packet> {
-    vec![Packet::Psb, MODE64, Packet::Fup(full(at)), Packet::PsbEnd]
 }
 
 fn decode(packets: &[Packet], code: &[u8], cfg: PtConfig) -> Decoded {

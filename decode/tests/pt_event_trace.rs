@@ -7,10 +7,13 @@
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::pt::encode::to_bytes;
-use tracemill_decode::pt::packet::{ExecMode, IpCompression, IpPayload, Packet, Pwre, Pwrx};
+use tracemill_decode::pt::packet::{ExecMode, Packet, Pwre, Pwrx};
 use tracemill_decode::pt::PtConfig;
 use tracemill_decode::stream::TraceStream;
 use tracemill_schemas::EventKind;
+
+mod packets;
+use packets::*;
 
 const ORG: u64 = 0x1000;
 
@@ -20,34 +23,6 @@ const NOPS: [u8; 17] = {
     c[16] = 0xF4;
     c
 };
-
-fn full(x: u64) -> IpPayload {
-    IpPayload {
-        compression: IpCompression::Sext48,
-        bits: x,
-    }
-}
-
-fn none() -> IpPayload {
-    IpPayload {
-        compression: IpCompression::Suppressed,
-        bits: 0,
-    }
-}
-
-const MODE64: Packet = Packet::ModeExec(ExecMode {
-    csl: true,
-    csd: false,
-    iflag: false,
-});
-
-fn psb_at(at: u64) -> Vec<Packet> {
-    vec![Packet::Psb, MODE64, Packet::Fup(full(at)), Packet::PsbEnd]
-}
-
-fn psb_off() -> Vec<Packet> {
-    vec![Packet::Psb, Packet::PsbEnd]
-}
 
 fn cfe(kind: u8, vector: u8, ip: bool) -> Packet {
     Packet::Cfe { kind, vector, ip }

@@ -7,10 +7,13 @@
 use tracemill_decode::chunk::{decode_all, Decoded, Input};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::pt::encode::to_bytes;
-use tracemill_decode::pt::packet::{ExecMode, IpCompression, IpPayload, Packet};
+use tracemill_decode::pt::packet::Packet;
 use tracemill_decode::pt::PtConfig;
 use tracemill_decode::stream::TraceStream;
 use tracemill_schemas::{BranchKind, EventKind};
+
+mod packets;
+use packets::*;
 
 const ORG: u64 = 0x1000;
 
@@ -26,30 +29,6 @@ fn code() -> Vec<u8> {
     c[0x17..0x19].copy_from_slice(&[0xEB, 0x07]);
     c[0x21] = 0xF4;
     c
-}
-
-fn full(x: u64) -> IpPayload {
-    IpPayload {
-        compression: IpCompression::Sext48,
-        bits: x,
-    }
-}
-
-fn none() -> IpPayload {
-    IpPayload {
-        compression: IpCompression::Suppressed,
-        bits: 0,
-    }
-}
-
-const MODE64: Packet = Packet::ModeExec(ExecMode {
-    csl: true,
-    csd: false,
-    iflag: false,
-});
-
-fn psb_at(at: u64) -> Vec<Packet> {
-    vec![Packet::Psb, MODE64, Packet::Fup(full(at)), Packet::PsbEnd]
 }
 
 fn pip(cr3: u64) -> Packet {
