@@ -283,9 +283,13 @@ impl BranchColumns {
         regrow(&mut self.offset, need, &U64);
         regrow(&mut self.target.values, need, &U64);
         regrow(&mut self.target.valid, need, &BOOL);
-        if !self.cr3.is_empty() {
-            regrow(&mut self.cr3.values, need, &U64);
-            regrow(&mut self.cr3.valid, need, &BOOL);
+        // The columns kept empty while null, once they hold values (a trace with timing
+        // packets: `tsc` and `cycles` from the first timed row on).
+        for c in [&mut self.cr3, &mut self.tsc, &mut self.cycles] {
+            if !c.is_empty() {
+                regrow(&mut c.values, need, &U64);
+                regrow(&mut c.valid, need, &BOOL);
+            }
         }
     }
 
