@@ -26,18 +26,13 @@ use tracemill_sinks::ConvertError;
 
 use std::sync::Arc;
 
-use tracemill_input::perf::threads::Threads;
+use tracemill_input::perf::threads::{Dates, Threads};
 
 use crate::run::Tables;
 
 /// A perf.data piece's threads, and the time each of its rows, events and timing rows is
 /// looked up at (what its rows' thread columns are made of).
-pub(crate) type Dates<'a> = (
-    &'a Arc<Threads>,
-    &'a [Option<u64>],
-    &'a [Option<u64>],
-    &'a [Option<u64>],
-);
+pub(crate) type PieceDates<'a> = (&'a Arc<Threads>, &'a Dates, &'a Dates, &'a Dates);
 
 /// The sending end, for [`run::Options::batches`](crate::run::Options): which tables to
 /// send, and where.
@@ -76,7 +71,7 @@ pub struct Output {
     pub position: u64,
     rows: Rows,
     /// A perf.data's rows: their threads, and the time each row's is looked up at.
-    threads: Option<(Arc<Threads>, Vec<Option<u64>>)>,
+    threads: Option<(Arc<Threads>, Dates)>,
 }
 
 // One value per piece and table, moved through a channel: boxing the large variants would
@@ -134,7 +129,7 @@ impl BatchSink {
         p: &mut Piece<BranchColumns>,
         timing: &mut TimingColumns,
         first_seq: u64,
-        dates: Option<Dates<'_>>,
+        dates: Option<PieceDates<'_>>,
     ) -> Result<(), ConsumerGone> {
         let position = [
             p.rows.offset.last(),
@@ -146,8 +141,8 @@ impl BatchSink {
         .copied()
         .max()
         .unwrap_or(0);
-        let send = |table, rows, which: fn(Dates<'_>) -> &[Option<u64>]| {
-            let threads = dates.map(|d| (d.0.clone(), which(d).to_vec()));
+        let send = |table, rows, which: fn(PieceDates<'_>) -> &Dates| {
+            let threads = dates.map(|d| (d.0.clone(), which(d).clone()));
             self.tx
                 .send(Output {
                     table,

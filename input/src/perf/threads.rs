@@ -47,7 +47,80 @@ pub struct LastTimed {
     last: Option<u64>,
 }
 
+/// The dates of a table's rows as runs: `(end, date)`, the rows from the previous run's
+/// end up to `end` (exclusive) dated `date`. A row is dated by the last timing packet
+/// before it, so a piece's dates change only at its timing packets: a run each, not a
+/// value per row (16 bytes a row, allocated on the ordered thread, were most of that
+/// thread's time on a perf.data decode, half of it the kernel clearing their pages).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Dates(Vec<(usize, Option<u64>)>);
+
+impl Dates {
+    /// Runs of equal values of `dates`.
+    pub fn of(dates: &[Option<u64>]) -> Dates {
+        let mut d = Dates::default();
+        for (i, &x) in dates.iter().enumerate() {
+            d.push(i + 1, x);
+        }
+        d
+    }
+
+    /// Rows up to `end` (exclusive) dated `date`.
+    fn push(&mut self, end: usize, date: Option<u64>) {
+        match self.0.last_mut() {
+            Some((e, d)) if *d == date => *e = end,
+            _ => self.0.push((end, date)),
+        }
+    }
+
+    /// Rows dated.
+    pub fn rows(&self) -> usize {
+        self.0.last().map_or(0, |r| r.0)
+    }
+
+    /// `(rows, date)` for each run, in order.
+    pub fn runs(&self) -> impl Iterator<Item = (std::ops::Range<usize>, Option<u64>)> + '_ {
+        let mut start = 0;
+        self.0.iter().map(move |&(end, d)| {
+            let r = start..end;
+            start = end;
+            (r, d)
+        })
+    }
+
+    /// A date per row.
+    pub fn expand(&self) -> Vec<Option<u64>> {
+        self.runs()
+            .flat_map(|(r, d)| std::iter::repeat_n(d, r.len()))
+            .collect()
+    }
+}
+
 impl LastTimed {
+    /// [`LastTimed::dates`] as runs ([`Dates`]).
+    pub fn date_runs(
+        &self,
+        places: &[u64],
+        timing_offsets: &[u64],
+        tsc: impl Fn(usize) -> Option<u64>,
+    ) -> Dates {
+        if !places.is_sorted() {
+            return Dates::of(&self.dates(places, timing_offsets, tsc));
+        }
+        // One pass over both: the date changes only where a timing packet comes between
+        // two places.
+        let mut d = Dates::default();
+        let (mut k, mut last) = (0, self.last);
+        for (i, &o) in places.iter().enumerate() {
+            while k < timing_offsets.len() && timing_offsets[k] < o {
+                last = tsc(k).or(last);
+                k += 1;
+            }
+            d.push(i + 1, last);
+        }
+        d
+    }
+
     /// For each stream offset of `places`, the TSC of the last timing packet before it
     /// (a piece's timing packets: their offsets, in stream order, and `tsc(i)` the TSC of
     /// packet `i`). `places` may be in any order.
@@ -169,13 +242,13 @@ impl Threads {
     pub fn extend(
         &self,
         batch: &RecordBatch,
-        dates: &[Option<u64>],
+        dates: &Dates,
     ) -> Result<RecordBatch, arrow_schema::ArrowError> {
         let n = batch.num_rows();
-        if dates.len() != n {
+        if dates.rows() != n {
             return Err(arrow_schema::ArrowError::InvalidArgumentError(format!(
                 "{} dates for {n} rows",
-                dates.len()
+                dates.rows()
             )));
         }
         let tsc = batch
@@ -184,42 +257,15 @@ impl Threads {
             .ok_or_else(|| {
                 arrow_schema::ArrowError::SchemaError("a row table without tsc".into())
             })?;
-        // Rows are in time order: the thread is looked up once per run of rows in the same
-        // span, and each column is built a run at a time (a value and a validity bit per
-        // row through `Option`s was most of this function's time, on the emitter's thread
-        // that every decode thread waits for).
+        // One lookup per run of rows with the same date; each column is built a run at a
+        // time (a value and a validity bit per row through `Option`s was most of this
+        // function's time, on the emitter's thread that every decode thread waits for).
         let mut pid = Run::new(n);
         let mut tid = Run::new(n);
-        // (from, to, the thread) of the span the last lookup found.
-        let mut cache: Option<(u64, u64, Who)> = None;
-        let mut i = 0;
-        while i < n {
-            let who = match (dates[i], cache) {
-                (Some(t), Some((lo, hi, who))) if lo <= t && t < hi => who,
-                (Some(t), _) => {
-                    let who = self.at(Some(t));
-                    let k = self.spans.partition_point(|s| s.from <= t);
-                    let lo = k.checked_sub(1).map_or(0, |k| self.spans[k].from);
-                    let hi = self.spans.get(k).map_or(u64::MAX, |s| s.from);
-                    cache = Some((lo, hi, who));
-                    who
-                }
-                (None, _) => self.at(None),
-            };
-            // The rows after it with the same thread.
-            let mut j = i + 1;
-            while j < n
-                && match (dates[j], cache) {
-                    (Some(t), Some((lo, hi, w))) => lo <= t && t < hi && w == who,
-                    (None, _) => self.at(None) == who,
-                    _ => false,
-                }
-            {
-                j += 1;
-            }
-            pid.push(who.0, j - i);
-            tid.push(who.1, j - i);
-            i = j;
+        for (rows, date) in dates.runs() {
+            let who = self.at(date);
+            pid.push(who.0, rows.len());
+            tid.push(who.1, rows.len());
         }
         let clock = self.clock;
         let time = tsc.unary::<_, arrow_array::types::UInt64Type>(|t| clock.tsc_to_perf_time(t));
@@ -343,6 +389,10 @@ pub(crate) mod tests {
         let tscs = [Some(100), None, Some(200), Some(300), None];
         let places: Vec<u64> = (0..60).collect();
         let sorted = lt.dates(&places, &offs, |i| tscs[i]);
+        // As runs, the same dates.
+        assert_eq!(lt.date_runs(&places, &offs, |i| tscs[i]).expand(), sorted);
+        assert_eq!(Dates::of(&sorted).expand(), sorted);
+        assert_eq!(lt.date_runs(&places, &offs, |i| tscs[i]).runs().count(), 4);
         let mut rev = places.clone();
         rev.reverse();
         let mut unsorted = lt.dates(&rev, &offs, |i| tscs[i]);
@@ -372,7 +422,7 @@ pub(crate) mod tests {
             .collect();
         let tsc = UInt64Array::from(dates.clone());
         let b = RecordBatch::try_new(schema, vec![Arc::new(tsc)]).unwrap();
-        let e = t.extend(&b, &dates).unwrap();
+        let e = t.extend(&b, &Dates::of(&dates)).unwrap();
         let col = |i: usize| {
             e.column(i)
                 .as_any()
@@ -407,7 +457,7 @@ pub(crate) mod tests {
         let tsc = UInt64Array::from(vec![Some(10), Some(1000), None, Some(4000)]);
         let b = RecordBatch::try_new(schema, vec![Arc::new(tsc)]).unwrap();
         let dates = [Some(10), Some(1000), Some(1000), None];
-        let e = t.extend(&b, &dates).unwrap();
+        let e = t.extend(&b, &Dates::of(&dates)).unwrap();
         let names: Vec<_> = e
             .schema()
             .fields()

@@ -10,7 +10,7 @@ use tracemill_decode::rows::{BranchColumns, TimingColumns};
 use tracemill_sinks::{EncodedRowGroup, RowGroupEncoder};
 
 use super::Report;
-use tracemill_input::perf::threads::{LastTimed, Threads};
+use tracemill_input::perf::threads::{Dates, LastTimed, Threads};
 
 /// What the writer thread receives, in order (a few at a time: the size of a piece's
 /// header does not matter).
@@ -72,9 +72,9 @@ impl Emitter {
         }
         let dates = self.threads.clone().map(|threads| Dated {
             threads,
-            rows: self.dated.dates(&p.rows.offset, &t.offset, tsc),
-            events,
-            timing: (0..t.len()).map(tsc).collect(),
+            rows: self.dated.date_runs(&p.rows.offset, &t.offset, tsc),
+            events: Dates::of(&events),
+            timing: Dates::of(&(0..t.len()).map(tsc).collect::<Vec<_>>()),
         });
         self.dated.advance(t.len(), tsc);
         if let Some(b) = &self.batches {
@@ -109,19 +109,19 @@ impl Emitter {
 /// looked up at.
 pub(super) struct Dated {
     pub(super) threads: Arc<Threads>,
-    pub(super) rows: Vec<Option<u64>>,
-    pub(super) events: Vec<Option<u64>>,
-    pub(super) timing: Vec<Option<u64>>,
+    pub(super) rows: Dates,
+    pub(super) events: Dates,
+    pub(super) timing: Dates,
 }
 
 impl Dated {
-    pub(super) fn rows(&self) -> &[Option<u64>] {
+    pub(super) fn rows(&self) -> &Dates {
         &self.rows
     }
-    pub(super) fn events(&self) -> &[Option<u64>] {
+    pub(super) fn events(&self) -> &Dates {
         &self.events
     }
-    pub(super) fn timing(&self) -> &[Option<u64>] {
+    pub(super) fn timing(&self) -> &Dates {
         &self.timing
     }
 }
@@ -130,7 +130,7 @@ impl Dated {
 pub(super) fn with_threads(
     batch: arrow_array::RecordBatch,
     dated: Option<&Dated>,
-    which: fn(&Dated) -> &[Option<u64>],
+    which: fn(&Dated) -> &Dates,
 ) -> Result<arrow_array::RecordBatch> {
     Ok(match dated {
         Some(d) => d.threads.extend(&batch, which(d))?,
