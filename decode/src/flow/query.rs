@@ -324,8 +324,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
 
     /// The next item without consuming it. Inlined: its caller then reads the item's
     /// fields where the front end left them; returned through memory, the item was
-    /// written in parts and read back whole (a store-forwarding stall, a third of this
-    /// function's time on a TIP-heavy trace).
+    /// written in parts and read back whole (a store-forwarding stall).
     #[inline(always)]
     pub(super) fn peek(&mut self) -> ItemOf<'a, F> {
         if let Some(it) = self.la {

@@ -185,8 +185,8 @@ impl<'s> PacketReader<'s> {
         let n = size as usize - 1;
         let mut scratch = [0u8; MAX_PACKET_LEN];
         // Eight bytes at once, masked to the payload's (a copy of `n` bytes is a call to
-        // memcpy: it was half of this function's time); byte by byte only at the
-        // stream's end or the ring's seam.
+        // memcpy; benches/README.md, Throughput III's third round); byte by byte only at
+        // the stream's end or the ring's seam.
         let bits = match <[u8; 8]>::try_from(self.stream.window(off + 1, 8, &mut scratch)) {
             Ok(w) => {
                 let mask = if n == 8 { u64::MAX } else { (1 << (8 * n)) - 1 };

@@ -261,8 +261,7 @@ impl BranchColumns {
     /// Room for `n` more rows before a push or a replay. A column that runs out grows
     /// through the pools (doubling), not by `Vec`'s own growth: that one reallocates, and
     /// the allocator hands out fresh pages the kernel must clear, while the pools hold
-    /// the rooms of pieces already written (growing past a reservation made from the last
-    /// body's density was 3% of a decode of every table, in page clearing alone).
+    /// the rooms of pieces already written.
     #[inline]
     pub fn ensure(&mut self, n: usize) {
         if self.ip.len() + n > self.ip.capacity() {

@@ -49,9 +49,9 @@ pub struct LastTimed {
 
 /// The dates of a table's rows as runs: `(end, date)`, the rows from the previous run's
 /// end up to `end` (exclusive) dated `date`. A row is dated by the last timing packet
-/// before it, so a piece's dates change only at its timing packets: a run each, not a
-/// value per row (16 bytes a row, allocated on the ordered thread, were most of that
-/// thread's time on a perf.data decode, half of it the kernel clearing their pages).
+/// before it, so a piece's dates change only at its timing packets: a run each, not an
+/// `Option<u64>` per row allocated on the ordered thread that every decode thread waits
+/// for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Dates(Vec<(usize, Option<u64>)>);
 
@@ -133,9 +133,6 @@ impl LastTimed {
         if places.is_empty() {
             return Vec::new();
         }
-        if timing_offsets.is_empty() {
-            return vec![self.last; places.len()];
-        }
         // The last known TSC up to and including each timing packet.
         let mut upto = Vec::with_capacity(timing_offsets.len());
         let mut last = self.last;
@@ -143,26 +140,14 @@ impl LastTimed {
             last = tsc(i).or(last);
             upto.push(last);
         }
-        let date = |k: usize| k.checked_sub(1).map_or(self.last, |k| upto[k]);
-        if places.is_sorted() {
-            // Rows are in stream order: one pass over both (a binary search per row was a
-            // tenth of the serial thread's time on a perf.data decode).
-            let mut k = 0;
-            places
-                .iter()
-                .map(|&o| {
-                    while k < timing_offsets.len() && timing_offsets[k] < o {
-                        k += 1;
-                    }
-                    date(k)
-                })
-                .collect()
-        } else {
-            places
-                .iter()
-                .map(|&o| date(timing_offsets.partition_point(|&t| t < o)))
-                .collect()
-        }
+        // (A piece's rows, in stream order, are dated in one pass: `date_runs`.)
+        places
+            .iter()
+            .map(|&o| {
+                let k = timing_offsets.partition_point(|&t| t < o);
+                k.checked_sub(1).map_or(self.last, |k| upto[k])
+            })
+            .collect()
     }
 
     /// Move past a piece of `n` timing packets, `tsc(i)` the TSC of packet `i`.
@@ -258,8 +243,8 @@ impl Threads {
                 arrow_schema::ArrowError::SchemaError("a row table without tsc".into())
             })?;
         // One lookup per run of rows with the same date; each column is built a run at a
-        // time (a value and a validity bit per row through `Option`s was most of this
-        // function's time, on the emitter's thread that every decode thread waits for).
+        // time, not a value and a validity bit per row through `Option`s (this runs on the
+        // emitter's thread, which every decode thread waits for).
         let mut pid = Run::new(n);
         let mut tid = Run::new(n);
         for (rows, date) in dates.runs() {
@@ -345,6 +330,22 @@ pub(crate) mod tests {
         }
     }
 
+    /// A batch of one `tsc` column.
+    fn tsc_batch(tsc: Vec<Option<u64>>) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "tsc",
+            arrow_schema::DataType::UInt64,
+            true,
+        )]));
+        RecordBatch::try_new(schema, vec![Arc::new(UInt64Array::from(tsc))]).unwrap()
+    }
+
+    /// Column `i` of `b`, a `UInt32` one.
+    fn u32s(b: &RecordBatch, i: usize) -> Vec<Option<u32>> {
+        let c = b.column(i).as_any().downcast_ref::<UInt32Array>().unwrap();
+        c.iter().collect()
+    }
+
     #[test]
     fn a_row_belongs_to_the_last_switch_at_or_before_its_tsc_on_its_cpu() {
         let s = [
@@ -412,25 +413,13 @@ pub(crate) mod tests {
             sw(3, 1_000_000_300, Some(72)),
         ];
         let t = Threads::for_cpu(3, &switches, clock());
-        let schema = Arc::new(Schema::new(vec![Field::new(
-            "tsc",
-            arrow_schema::DataType::UInt64,
-            true,
-        )]));
         let dates: Vec<Option<u64>> = (0..40)
             .map(|i| (i % 7 != 3).then_some(150 + 15 * i))
             .collect();
-        let tsc = UInt64Array::from(dates.clone());
-        let b = RecordBatch::try_new(schema, vec![Arc::new(tsc)]).unwrap();
-        let e = t.extend(&b, &Dates::of(&dates)).unwrap();
-        let col = |i: usize| {
-            e.column(i)
-                .as_any()
-                .downcast_ref::<UInt32Array>()
-                .unwrap()
-                .iter()
-                .collect::<Vec<_>>()
-        };
+        let e = t
+            .extend(&tsc_batch(dates.clone()), &Dates::of(&dates))
+            .unwrap();
+        let col = |i: usize| u32s(&e, i);
         let want: Vec<_> = dates.iter().map(|&d| t.at(d)).collect();
         assert_eq!(col(2), want.iter().map(|w| w.0).collect::<Vec<_>>());
         assert_eq!(col(3), want.iter().map(|w| w.1).collect::<Vec<_>>());
@@ -449,13 +438,7 @@ pub(crate) mod tests {
     #[test]
     fn extend_appends_the_four_columns_with_perf_time() {
         let t = Threads::for_cpu(3, &[sw(3, 1_000_000_500, Some(71))], clock());
-        let schema = Arc::new(Schema::new(vec![Field::new(
-            "tsc",
-            arrow_schema::DataType::UInt64,
-            true,
-        )]));
-        let tsc = UInt64Array::from(vec![Some(10), Some(1000), None, Some(4000)]);
-        let b = RecordBatch::try_new(schema, vec![Arc::new(tsc)]).unwrap();
+        let b = tsc_batch(vec![Some(10), Some(1000), None, Some(4000)]);
         let dates = [Some(10), Some(1000), Some(1000), None];
         let e = t.extend(&b, &Dates::of(&dates)).unwrap();
         let names: Vec<_> = e
@@ -465,14 +448,7 @@ pub(crate) mod tests {
             .map(|f| f.name().clone())
             .collect();
         assert_eq!(names, ["tsc", "cpu", "pid", "tid", "time"]);
-        let u32s = |i: usize| {
-            e.column(i)
-                .as_any()
-                .downcast_ref::<UInt32Array>()
-                .unwrap()
-                .iter()
-                .collect::<Vec<_>>()
-        };
+        let u32s = |i: usize| u32s(&e, i);
         assert_eq!(u32s(1), [Some(3); 4]);
         // Threads by the dates given, times by the rows' own tsc.
         assert_eq!(u32s(3), [None, Some(71), Some(71), None]);

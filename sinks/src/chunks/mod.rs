@@ -308,7 +308,7 @@ fn rle_hybrid<T: Copy + Eq + Into<u64>>(codes: &[T], width: u8, out: &mut Vec<u8
 /// [`rle_hybrid`] of definition levels (each 0 or 1, at width 1), the same bytes made
 /// faster: runs are found eight levels at a time, and eight levels become a byte by one
 /// multiplication rather than eight bits put one by one (the levels of `target`, whose
-/// nulls alternate with values, were 3% of a decode of every table).
+/// nulls alternate with values, are long literal stretches).
 pub(super) fn rle_levels(levels: &[u8], out: &mut Vec<u8>) {
     debug_assert!(levels.iter().all(|&l| l <= 1));
     let n = levels.len();

@@ -253,9 +253,9 @@ struct Dictionary {
 }
 
 /// A dictionary's large buffers (codes, levels, the front table), kept on the thread that
-/// encoded a chunk for its next chunk: made fresh for every column of every row group,
-/// they were new pages the kernel had to clear (a row group of `branches` asks for about
-/// 6 MiB of them). At most [`KEPT`] sets a thread.
+/// encoded a chunk for its next chunk: made fresh for every column of every row group
+/// (4 bytes of code and a level byte a row), they were new pages the kernel had to clear.
+/// At most [`KEPT`] sets a thread.
 type Scratch = (Vec<u32>, Vec<u8>, Box<[(u64, u32)]>);
 const KEPT: usize = 2;
 
