@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use arrow_array::builder::UInt32Builder;
 use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow_schema::Schema;
 use tracemill_perfdata::PerfClock;
@@ -245,12 +246,16 @@ impl Threads {
         // One lookup per run of rows with the same date; each column is built a run at a
         // time, not a value and a validity bit per row through `Option`s (this runs on the
         // emitter's thread, which every decode thread waits for).
-        let mut pid = Run::new(n);
-        let mut tid = Run::new(n);
+        let mut pid = UInt32Builder::with_capacity(n);
+        let mut tid = UInt32Builder::with_capacity(n);
         for (rows, date) in dates.runs() {
             let who = self.at(date);
-            pid.push(who.0, rows.len());
-            tid.push(who.1, rows.len());
+            for (b, v) in [(&mut pid, who.0), (&mut tid, who.1)] {
+                match v {
+                    Some(v) => b.append_value_n(v, rows.len()),
+                    None => b.append_nulls(rows.len()),
+                }
+            }
         }
         let clock = self.clock;
         let time = tsc.unary::<_, arrow_array::types::UInt64Type>(|t| clock.tsc_to_perf_time(t));
@@ -272,37 +277,6 @@ impl Threads {
             Arc::new(time),
         ]);
         RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-    }
-}
-
-/// A `UInt32` column built a run of equal values at a time.
-struct Run {
-    values: Vec<u32>,
-    valid: arrow_array::builder::BooleanBufferBuilder,
-    nulls: usize,
-}
-
-impl Run {
-    fn new(n: usize) -> Run {
-        Run {
-            values: Vec::with_capacity(n),
-            valid: arrow_array::builder::BooleanBufferBuilder::new(n),
-            nulls: 0,
-        }
-    }
-
-    fn push(&mut self, v: Option<u32>, times: usize) {
-        self.values
-            .resize(self.values.len() + times, v.unwrap_or_default());
-        self.valid.append_n(times, v.is_some());
-        if v.is_none() {
-            self.nulls += times;
-        }
-    }
-
-    fn finish(mut self) -> UInt32Array {
-        let nulls = (self.nulls > 0).then(|| self.valid.finish().into());
-        UInt32Array::new(self.values.into(), nulls)
     }
 }
 
