@@ -113,8 +113,7 @@ impl Output {
         }?;
         match self.threads {
             None => Ok(b),
-            Some((threads, dates)) => threads
-                .extend(&b, &dates)
+            Some((threads, dates)) => crate::run::threads::append(&threads, &b, &dates)
                 .map_err(|source| ConvertError::Arrow { table, source }),
         }
     }
@@ -123,24 +122,27 @@ impl Output {
 impl BatchSink {
     /// Send a sequenced piece's rows of the tables asked for (`first_seq`: its first row's
     /// `seq`), taking them out of the piece; its coverage stays for the aggregate. Waits
-    /// while the channel is full.
+    /// while the channel is full. `part_base`: the bytes of the source's parts before this
+    /// piece's, so that `position` grows over a whole recording.
     pub(crate) fn send_piece(
         &self,
         p: &mut Piece<BranchColumns>,
         timing: &mut TimingColumns,
         first_seq: u64,
+        part_base: u64,
         dates: Option<PieceDates<'_>>,
     ) -> Result<(), ConsumerGone> {
-        let position = [
-            p.rows.offset.last(),
-            p.events.last().map(|e| &e.offset),
-            timing.offset.last(),
-        ]
-        .into_iter()
-        .flatten()
-        .copied()
-        .max()
-        .unwrap_or(0);
+        let position = part_base
+            + [
+                p.rows.offset.last(),
+                p.events.last().map(|e| &e.offset),
+                timing.offset.last(),
+            ]
+            .into_iter()
+            .flatten()
+            .copied()
+            .max()
+            .unwrap_or(0);
         let send = |table, rows, which: fn(PieceDates<'_>) -> &Dates| {
             let threads = dates.map(|d| (d.0.clone(), which(d).clone()));
             self.tx

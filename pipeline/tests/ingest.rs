@@ -554,6 +554,60 @@ fn shards_by_flag_slurm_and_kubernetes_make_the_single_process_dataset() {
 }
 
 /// The same files with the same rows (the catalog's `seconds` aside).
+#[test]
+fn ingest_takes_decodes_format_and_intel_pt_facts() {
+    // `--trace-format` and the Intel PT facts are `decode`'s options on `ingest` too: a
+    // bundle of the other format fails with its row, the facts are taken (and a bad one
+    // is a usage error before anything is read).
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("recursion");
+    copy_dir(&common::samples_dir().join("recursion"), &bundle);
+    let dest = tmp.path().join("as-pt");
+    let o = ingest(&[
+        s(&bundle),
+        "--dataset",
+        s(&dest),
+        "--trace-format",
+        "pt",
+        "-q",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let row = &catalog(&dest)[s(&bundle)];
+    assert_eq!(row["status"].as_deref(), Some("failed"));
+    let why = row["error"].clone().unwrap_or_default();
+    assert!(
+        why.contains("--trace-format pt given") && why.contains("format = \"rtit\""),
+        "{why}"
+    );
+
+    let dest = tmp.path().join("as-rtit");
+    let o = ingest(&[
+        s(&bundle),
+        "--dataset",
+        s(&dest),
+        "--trace-format",
+        "rtit",
+        "-q",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(catalog(&dest)[s(&bundle)]["status"].as_deref(), Some("ok"));
+
+    let o = ingest(&[s(&bundle), "--dataset", s(&dest), "--mtc-freq", "x", "-q"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("mtc-freq"));
+}
+
 fn assert_same_dataset(a: &Path, b: &Path) {
     let (a, b) = (dataset(a), dataset(b));
     assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());

@@ -12,7 +12,7 @@
 //!
 //! `tests/test_sources.py` decodes every kind of source through both faces; the perf.data
 //! among them is made here (`TRACEMILL_PERF_DATA`): busybox `sort` under qemu, encoded as
-//! Intel PT and stored as `perf record -e intel_pt//u` stores it.
+//! Intel PT and stored as `perf record -e intel_pt//u` stores it, on two CPUs.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,8 +26,8 @@ mod common;
 
 const BUSYBOX: &str = "/usr/bin/busybox";
 
-/// A perf.data of one thread running busybox `sort -n` on one CPU, in `dir`; `None` (the
-/// reason said) without qemu or busybox.
+/// A perf.data of two threads running busybox `sort -n`, each on its own CPU, in `dir`;
+/// `None` (the reason said) without qemu or busybox.
 fn perf_data(dir: &Path) -> Option<PathBuf> {
     if let Some(why) = qemu::check_tools()
         .err()
@@ -59,13 +59,17 @@ fn perf_data(dir: &Path) -> Option<PathBuf> {
     };
     let out = encode_execution(&images, &o, exec.entry, exec.steps.iter().copied());
     let end = r.clock.perf_time_to_tsc(switch_in + 1_000).unwrap() + out.summary.instructions;
-    r.cpus.push(CpuStream {
-        cpu: 0,
-        tid: 4242,
-        pt: out.bytes,
-        switch_in,
-        switch_out: r.clock.tsc_to_perf_time(end) + 1_000,
-    });
+    // Two threads of the process on two CPUs, running the same code at the same time: two
+    // AUX areas, two parts of one decode (the progress test counts over both).
+    for (cpu, tid) in [(0, 4242), (1, 4243)] {
+        r.cpus.push(CpuStream {
+            cpu,
+            tid,
+            pt: out.bytes.clone(),
+            switch_in,
+            switch_out: r.clock.tsc_to_perf_time(end) + 1_000,
+        });
+    }
     let path = dir.join("perf.data");
     std::fs::write(&path, intel_pt_two_threads(&r).unwrap().bytes).unwrap();
     Some(path)

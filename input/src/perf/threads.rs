@@ -1,5 +1,5 @@
-//! Which thread ran where, when: the `cpu`, `pid`, `tid` and `time` columns of a perf.data
-//! decode.
+//! Which thread ran where, when: what the `cpu`, `pid`, `tid` and `time` columns of a
+//! perf.data decode are made from (the columns themselves: the pipeline's `run/threads.rs`).
 //!
 //! Intel PT traced with `perf record -e intel_pt//u` names no thread (no PIP packets
 //! without kernel tracing), so, as perf's own decoder does, a row's thread comes from the
@@ -8,11 +8,6 @@
 //! the recording's conversion (TIME_CONV, `PerfClock`), so the lookup compares TSCs, the
 //! row's own clock; the `time` column is the row's TSC turned the other way.
 
-use std::sync::Arc;
-
-use arrow_array::builder::UInt32Builder;
-use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
-use arrow_schema::Schema;
 use tracemill_perfdata::PerfClock;
 
 /// From TSC `from` on (until the next span), thread `tid` of process `pid` ran; `None`
@@ -221,69 +216,15 @@ impl Threads {
         }
     }
 
-    /// `batch` (a row table's columns, with its `tsc` column) with `cpu`, `pid`, `tid`,
-    /// `time` appended, as [`tracemill_schemas::arrow::thread_fields`] defines them: the
-    /// thread of row `i` is the one at `dates[i]` (see [`LastTimed`]), `time` is the row's
-    /// own `tsc` in perf time.
-    pub fn extend(
-        &self,
-        batch: &RecordBatch,
-        dates: &Dates,
-    ) -> Result<RecordBatch, arrow_schema::ArrowError> {
-        let n = batch.num_rows();
-        if dates.rows() != n {
-            return Err(arrow_schema::ArrowError::InvalidArgumentError(format!(
-                "{} dates for {n} rows",
-                dates.rows()
-            )));
-        }
-        let tsc = batch
-            .column_by_name("tsc")
-            .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
-            .ok_or_else(|| {
-                arrow_schema::ArrowError::SchemaError("a row table without tsc".into())
-            })?;
-        // One lookup per run of rows with the same date; each column is built a run at a
-        // time, not a value and a validity bit per row through `Option`s (this runs on the
-        // emitter's thread, which every decode thread waits for).
-        let mut pid = UInt32Builder::with_capacity(n);
-        let mut tid = UInt32Builder::with_capacity(n);
-        for (rows, date) in dates.runs() {
-            let who = self.at(date);
-            for (b, v) in [(&mut pid, who.0), (&mut tid, who.1)] {
-                match v {
-                    Some(v) => b.append_value_n(v, rows.len()),
-                    None => b.append_nulls(rows.len()),
-                }
-            }
-        }
-        let clock = self.clock;
-        let time = tsc.unary::<_, arrow_array::types::UInt64Type>(|t| clock.tsc_to_perf_time(t));
-        let cpu: ArrayRef = match self.cpu {
-            Some(c) => Arc::new(UInt32Array::from_value(c, n)),
-            None => Arc::new(UInt32Array::new_null(n)),
-        };
-        let mut fields: Vec<_> = batch.schema_ref().fields().iter().cloned().collect();
-        fields.extend(
-            tracemill_schemas::arrow::thread_fields()
-                .into_iter()
-                .map(Arc::new),
-        );
-        let mut columns = batch.columns().to_vec();
-        columns.extend([
-            cpu,
-            Arc::new(pid.finish()) as ArrayRef,
-            Arc::new(tid.finish()),
-            Arc::new(time),
-        ]);
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+    /// The recording's clock: a row's `time` is its TSC in perf time.
+    pub fn clock(&self) -> PerfClock {
+        self.clock
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use arrow_schema::Field;
 
     /// perf time = TSC / 2 + 1 s (also the address spaces' tests' clock).
     pub(crate) fn clock() -> PerfClock {
@@ -302,22 +243,6 @@ pub(crate) mod tests {
             pid: tid.map(|_| 7),
             tid,
         }
-    }
-
-    /// A batch of one `tsc` column.
-    fn tsc_batch(tsc: Vec<Option<u64>>) -> RecordBatch {
-        let schema = Arc::new(Schema::new(vec![Field::new(
-            "tsc",
-            arrow_schema::DataType::UInt64,
-            true,
-        )]));
-        RecordBatch::try_new(schema, vec![Arc::new(UInt64Array::from(tsc))]).unwrap()
-    }
-
-    /// Column `i` of `b`, a `UInt32` one.
-    fn u32s(b: &RecordBatch, i: usize) -> Vec<Option<u32>> {
-        let c = b.column(i).as_any().downcast_ref::<UInt32Array>().unwrap();
-        c.iter().collect()
     }
 
     #[test]
@@ -380,61 +305,10 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn extend_gives_each_row_the_thread_at_its_date_run_by_run() {
-        let switches = [
-            sw(3, 1_000_000_100, Some(71)),
-            sw(3, 1_000_000_200, None),
-            sw(3, 1_000_000_300, Some(72)),
-        ];
-        let t = Threads::for_cpu(3, &switches, clock());
-        let dates: Vec<Option<u64>> = (0..40)
-            .map(|i| (i % 7 != 3).then_some(150 + 15 * i))
-            .collect();
-        let e = t
-            .extend(&tsc_batch(dates.clone()), &Dates::of(&dates))
-            .unwrap();
-        let col = |i: usize| u32s(&e, i);
-        let want: Vec<_> = dates.iter().map(|&d| t.at(d)).collect();
-        assert_eq!(col(2), want.iter().map(|w| w.0).collect::<Vec<_>>());
-        assert_eq!(col(3), want.iter().map(|w| w.1).collect::<Vec<_>>());
-        assert!(want.contains(&(Some(7), Some(71))) && want.contains(&(Some(7), Some(72))));
-        assert!(want.contains(&(None, None)));
-    }
-
-    #[test]
     fn a_per_thread_trace_is_its_thread_throughout() {
         let t = Threads::for_thread(Some(7), 71, clock());
         assert_eq!(t.at(None), (Some(7), Some(71)));
         assert_eq!(t.at(Some(5)), (Some(7), Some(71)));
         assert_eq!(t.cpu, None);
-    }
-
-    #[test]
-    fn extend_appends_the_four_columns_with_perf_time() {
-        let t = Threads::for_cpu(3, &[sw(3, 1_000_000_500, Some(71))], clock());
-        let b = tsc_batch(vec![Some(10), Some(1000), None, Some(4000)]);
-        let dates = [Some(10), Some(1000), Some(1000), None];
-        let e = t.extend(&b, &Dates::of(&dates)).unwrap();
-        let names: Vec<_> = e
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
-        assert_eq!(names, ["tsc", "cpu", "pid", "tid", "time"]);
-        let u32s = |i: usize| u32s(&e, i);
-        assert_eq!(u32s(1), [Some(3); 4]);
-        // Threads by the dates given, times by the rows' own tsc.
-        assert_eq!(u32s(3), [None, Some(71), Some(71), None]);
-        let time = e.column(4).as_any().downcast_ref::<UInt64Array>().unwrap();
-        assert_eq!(
-            time.iter().collect::<Vec<_>>(),
-            [
-                Some(1_000_000_005),
-                Some(1_000_000_500),
-                None,
-                Some(1_000_002_000)
-            ]
-        );
     }
 }

@@ -31,6 +31,8 @@
 //! a run started twice) meet at the claim, so no two processes write the same bundle's
 //! files at once, and no run removes another's.
 
+#[cfg(feature = "cli")]
+mod args;
 mod catalog;
 mod claim;
 mod dest;
@@ -43,7 +45,6 @@ mod shard;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -53,6 +54,8 @@ use tracemill_schemas::TABLES;
 
 use crate::errors::error_text;
 
+#[cfg(feature = "cli")]
+pub use args::{main, IngestArgs};
 pub use catalog::{Row, Status};
 pub use dest::Dest;
 pub use discover::{discover, identify, Identity};
@@ -60,86 +63,47 @@ pub use layout::{parse_partition_keys, partition_dir, table_file, NULL_PARTITION
 pub use shard::Shard;
 
 use tracemill_input::bundle::Reach;
+use tracemill_input::manifest::TraceFormat;
 use tracemill_input::perf::Lookup;
-use tracemill_input::source::{Given, Opened, Overrides};
+use tracemill_input::source::{Given, Opened, Overrides, PtOverrides};
 use tracemill_input::Source;
 
 use crate::run::{self, Tables};
 
-/// `tracemill ingest` arguments.
-#[derive(clap::Args, Debug)]
-pub struct IngestArgs {
-    /// Bundle directories, perf.data files (Intel PT; labels in FILE.toml beside them),
-    /// directories searched recursively for both, or text files listing their paths (one
-    /// a line; relative to the list file; `#` comments).
-    #[arg(required = true, value_name = "SOURCE")]
-    pub sources: Vec<PathBuf>,
-    /// The dataset: a local directory, or s3://bucket/prefix (endpoint, region and
-    /// credentials from the AWS environment variables).
-    #[arg(long, value_name = "DEST")]
+/// What a user asks of `ingest`, typed: the command line (`IngestArgs`, read by clap) and
+/// Python's `tracemill.ingest` fill it; [`plan`] checks it and resolves what it names.
+#[derive(Clone, Debug)]
+pub struct IngestOptions {
+    /// A local directory, or s3://bucket/prefix.
     pub dataset: String,
-    /// Bundle labels to partition the tables by, comma-separated (e.g. date,host). Every
-    /// run into a dataset must give the same keys. A key that no bundle found has as a
-    /// label is refused (a misspelling), unless --allow-missing-keys.
-    #[arg(long, value_name = "KEYS", default_value = "")]
-    pub partition_by: String,
-    /// Accept --partition-by keys that no bundle of this run has: their bundles go under
-    /// <key>=__HIVE_DEFAULT_PARTITION__.
-    #[arg(long)]
+    /// Bundle labels to partition the tables by.
+    pub partition_by: Vec<String>,
+    /// Partition keys no bundle has are accepted.
     pub allow_missing_keys: bool,
-    /// Worker threads, 1 to 256; 0 means all cores [default: all cores]. Small bundles
-    /// decode side by side, one thread each; large ones (8 MiB of trace and more) one at
-    /// a time on all threads.
-    #[arg(long, short, value_name = "N", value_parser = crate::cli::parse_jobs)]
-    pub jobs: Option<usize>,
-    /// Take shard I of N (0-based) of the bundles, chosen by bundle id. Read from
-    /// SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, or JOB_COMPLETION_INDEX with --shards,
-    /// when not given.
-    #[arg(long, value_name = "I/N")]
+    /// Worker threads (1 ..= `cli::MAX_JOBS`).
+    pub jobs: usize,
+    /// Shard `I/N` of the bundles; from the scheduler's environment when not given.
     pub shard: Option<String>,
-    /// The number of shards, for a Kubernetes Indexed Job (JOB_COMPLETION_INDEX).
-    #[arg(long, value_name = "N")]
+    /// The number of shards, for a Kubernetes Indexed Job.
     pub shards: Option<u64>,
-    /// Decode bundles whose catalog row says `failed` again.
-    #[arg(long)]
+    /// Bundles whose catalog row says `failed` are decoded again.
     pub retry_failed: bool,
-    /// Local directory to decode into before uploading (S3 only; default: under $TMPDIR).
-    #[arg(long, value_name = "DIR")]
+    /// Where an S3 dataset's tables are decoded before they are uploaded.
     pub staging: Option<PathBuf>,
-    /// ZSTD level of the Parquet tables: 1 (fastest) to 22 (smallest), 0 for zstd's
-    /// default (3), negative for faster than 1.
-    #[arg(long, value_name = "N", allow_negative_numbers = true,
-          value_parser = crate::cli::parse_zstd_level,
-          default_value_t = tracemill_sinks::parquet::DEFAULT_ZSTD_LEVEL)]
     pub zstd_level: i32,
-    /// Page compression of the Parquet tables.
-    #[arg(long, value_enum, value_name = "CODEC", default_value_t = crate::cli::Compression::Zstd)]
-    pub compression: crate::cli::Compression,
-    /// No progress bar (the bar only shows on a terminal anyway).
-    #[arg(long, short)]
-    pub quiet: bool,
-    /// Read the files a bundle.toml names outside its bundle directory (an absolute path,
-    /// `..`, a symbolic link out). By default they are refused: a bundle from another
-    /// host must not make this run read any file of this machine.
-    #[arg(long)]
+    pub codec: tracemill_sinks::Codec,
+    /// A progress bar on a terminal.
+    pub progress: bool,
+    /// Bundles and recordings may name files outside their directory.
     pub allow_outside_paths: bool,
-    /// perf.data: look for the recorded binaries under DIR (DIR + the recorded path), as
-    /// perf's --symfs. Without it, and without --allow-outside-paths, they are looked for
-    /// only inside each recording's directory (its `.debug` build-id cache).
-    #[arg(long, value_name = "DIR", value_parser = crate::cli::parse_existing_dir)]
-    pub symfs: Option<PathBuf>,
-    /// perf.data: perf's build-id cache to look for binaries in [default: `.debug` beside
-    /// each recording; ~/.debug with --allow-outside-paths], as perf's --buildid-dir.
-    #[arg(long, value_name = "DIR", value_parser = crate::cli::parse_existing_dir)]
-    pub buildid_dir: Option<PathBuf>,
-    /// perf.data: the kernel's ELF image (its code at its own addresses), for traces of
-    /// kernel code, as perf's --vmlinux (the user's: read wherever it is).
-    #[arg(long, value_name = "FILE")]
-    pub vmlinux: Option<PathBuf>,
-    /// perf.data: a copy of /proc/kcore taken with the recordings (the kernel's text as
-    /// it ran, modules included), as perf's --kcore.
-    #[arg(long, value_name = "FILE")]
-    pub kcore: Option<PathBuf>,
+    /// The trace format every source must have (a bundle's or a perf.data's is checked
+    /// against it, and a source of the other format fails).
+    pub format: Option<TraceFormat>,
+    /// Intel PT facts over each bundle's `[pt]`.
+    pub pt: PtOverrides,
+    /// perf.data binaries: symfs, build-id cache, kernel images (the user's: read wherever
+    /// they are; the recordings' own are confined as `allow_outside_paths` says).
+    pub lookup: Lookup,
 }
 
 /// Traces of at least this many bytes decode alone, on all threads.
@@ -279,8 +243,8 @@ impl Summary {
     }
 }
 
-/// What a run needs besides the bundles.
-pub struct Options {
+/// What a run needs besides the bundles: its [`IngestOptions`] checked and resolved.
+pub struct Plan {
     pub dest: Dest,
     pub partition_by: Vec<String>,
     /// Partition keys no bundle has are accepted (else an error before anything is written).
@@ -296,9 +260,13 @@ pub struct Options {
     /// perf.data binaries: `--symfs`, `--buildid-dir`, `--vmlinux`, `--kcore` (the user's:
     /// read wherever they are; the recordings' own are confined as `reach` says).
     pub lookup: Lookup,
+    /// The trace format every source must have.
+    pub format: Option<TraceFormat>,
+    /// Intel PT facts over each bundle's `[pt]`.
+    pub pt: PtOverrides,
 }
 
-impl Options {
+impl Plan {
     /// How far the files a bundle or a recording names may be read from.
     fn reach(&self) -> Reach {
         if self.allow_outside_paths {
@@ -309,19 +277,10 @@ impl Options {
     }
 }
 
-/// `tracemill ingest`: the exit status, or an error when nothing could be done (bad
-/// arguments, a dataset that cannot be written).
-pub fn main(a: IngestArgs) -> Result<ExitCode> {
-    let opts = options(&a)?;
-    let summary = ingest(&a.sources, &opts)?;
-    eprint!("{}", summary.text(&opts.dest.display()));
-    Ok(ExitCode::from(summary.exit_code()))
-}
-
-/// The run's options from the arguments, checked before anything is read (a bad value
-/// fails here, with the reason).
-pub fn options(a: &IngestArgs) -> Result<Options> {
-    let partition_by = parse_partition_keys(&a.partition_by)?;
+/// The run's plan from its options, checked before anything is read (a bad value fails
+/// here, with the reason).
+pub fn plan(a: &IngestOptions) -> Result<Plan> {
+    let partition_by = parse_partition_keys(&a.partition_by.join(","))?;
     let shard = Shard::from_args_and_env(a.shard.as_deref(), a.shards, |k| std::env::var(k).ok())?;
     tracemill_sinks::parquet::writer_properties(
         "branches",
@@ -340,30 +299,26 @@ pub fn options(a: &IngestArgs) -> Result<Options> {
         );
     }
     let dest = Dest::new(&a.dataset, a.staging.clone())?;
-    let opts = Options {
+    let opts = Plan {
         dest,
         partition_by,
         allow_missing_keys: a.allow_missing_keys,
-        jobs: a.jobs.unwrap_or_else(crate::cli::all_cores),
+        jobs: a.jobs,
         shard,
         retry_failed: a.retry_failed,
-        codec: a.compression.into(),
+        codec: a.codec,
         zstd_level: a.zstd_level,
-        progress: !a.quiet,
+        progress: a.progress,
         allow_outside_paths: a.allow_outside_paths,
-        lookup: Lookup {
-            symfs: a.symfs.clone(),
-            buildid_dir: a.buildid_dir.clone(),
-            vmlinux: a.vmlinux.iter().cloned().collect(),
-            kcore: a.kcore.iter().cloned().collect(),
-            confine: None,
-        },
+        lookup: a.lookup.clone(),
+        format: a.format,
+        pt: a.pt.clone(),
     };
     Ok(opts)
 }
 
 /// Ingest the bundles of `sources` into `opts.dest`.
-pub fn ingest(sources: &[PathBuf], opts: &Options) -> Result<Summary> {
+pub fn ingest(sources: &[PathBuf], opts: &Plan) -> Result<Summary> {
     let t0 = Instant::now();
     if let Some(root) = opts.dest.local_root() {
         discover::check_not_inside(sources, root)?;
@@ -494,7 +449,7 @@ pub fn ingest(sources: &[PathBuf], opts: &Options) -> Result<Summary> {
 /// One bundle under its claim: skipped if another run committed it meanwhile, otherwise
 /// decoded and committed (alone on all threads when large, side by side when small).
 fn claimed(
-    opts: &Options,
+    opts: &Plan,
     path: &Path,
     ident: &Identity,
     claim: claim::Claim,
@@ -599,7 +554,7 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], jobs: usize, f: impl Fn(&T) -> R 
 
 /// Remove what an interrupted attempt left in a committed bundle's staging directory, if
 /// no other run holds the bundle (its claim is taken and released at once).
-fn tidy_staging(opts: &Options, id: &str) {
+fn tidy_staging(opts: &Plan, id: &str) {
     let root = opts.dest.staging_root();
     // A run killed right after its commit leaves the lock file, or the directory too.
     if root.join(id).exists() || root.join(format!("{id}.lock")).exists() {
@@ -621,7 +576,7 @@ struct Counts {
 /// Decode, publish and commit one bundle, under its claim; a failure of the bundle is a
 /// `failed` row.
 fn ingest_one(
-    opts: &Options,
+    opts: &Plan,
     path: &Path,
     ident: &Identity,
     claim: &claim::Claim,
@@ -735,7 +690,7 @@ const TAKEN_OVER: &str = "another run took over this bundle's claim (this run's 
                           were late): left to it";
 
 fn decode_and_publish(
-    opts: &Options,
+    opts: &Plan,
     path: &Path,
     id: &str,
     pdir: &str,
@@ -771,6 +726,8 @@ fn decode_and_publish(
     // Unattended (`reach`): a bundle's files, and a recording's binaries, only from inside
     // its directory (or where the user said), never from wherever it points.
     let overrides = Overrides {
+        format: opts.format,
+        pt: opts.pt.clone(),
         lookup: opts.lookup.clone(),
         reach,
         ..Overrides::default()
@@ -812,7 +769,7 @@ fn decode_and_publish(
 
 /// Publish a decode's tables into the dataset; its counts for the catalog.
 fn publish(
-    opts: &Options,
+    opts: &Plan,
     claim: &claim::Claim,
     report: &run::Report,
     pdir: &str,

@@ -45,6 +45,9 @@ pub(super) struct Emitter {
     pub(super) threads: Option<Arc<Threads>>,
     /// Where the part's trace is in time, for the thread lookup.
     pub(super) dated: LastTimed,
+    /// The bytes of the parts before this one: a consumer's progress counts over all the
+    /// parts of a recording (their offsets each start at 0).
+    pub(super) part_base: u64,
 }
 
 impl Emitter {
@@ -83,6 +86,7 @@ impl Emitter {
                 &mut p,
                 &mut t,
                 base,
+                self.part_base,
                 d.map(|d| (&d.threads, d.rows(), d.events(), d.timing())),
             )?;
         }
@@ -133,7 +137,7 @@ pub(super) fn with_threads(
     which: fn(&Dated) -> &Dates,
 ) -> Result<arrow_array::RecordBatch> {
     Ok(match dated {
-        Some(d) => d.threads.extend(&batch, which(d))?,
+        Some(d) => super::threads::append(&d.threads, &batch, which(d))?,
         None => batch,
     })
 }

@@ -38,7 +38,9 @@ use tracemill_input::source::{check_format, part_warnings, Opened};
 use tracemill_input::Source;
 
 mod emit;
+mod meta;
 mod order;
+pub(crate) mod threads;
 mod writers;
 
 use emit::{Emitter, Grouped, RowGroups, ToWriter};
@@ -387,6 +389,7 @@ fn decode_as<F: TraceFormat>(
             .map(|enc| RowGroups::new(Grouped::Timing, enc, target, tokens.clone())),
         threads: None,
         dated: LastTimed::default(),
+        part_base: 0,
     };
     // Coverage names images by the first part's set (every part has the same images).
     let cov_images = &prepared[0].1;
@@ -467,6 +470,7 @@ fn decode_as<F: TraceFormat>(
                     r,
                 ),
             };
+            emitter.part_base += stream.len();
         }
         if !stopped {
             for g in [&mut emitter.branches, &mut emitter.timing]
@@ -552,7 +556,7 @@ pub fn file_meta(bundle: &Bundle) -> FileMeta {
         source_size: bundle.trace_file_size,
         rtit_ctl: bundle.manifest.rtit_ctl,
         // Labels, and the bundle and images for `tracemill report`.
-        extra: crate::report::decode_meta(bundle),
+        extra: meta::decode_meta(bundle),
     }
 }
 

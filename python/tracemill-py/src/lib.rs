@@ -134,6 +134,24 @@ pub(crate) fn format_arg(
     }
 }
 
+/// The Intel PT facts given as `cpu=`, `mtc_freq=`, `nom_freq=`, `cpuid_0x15_eax=` and
+/// `cpuid_0x15_ebx=` (`decode` and `ingest`), over a bundle's `[pt]`.
+pub(crate) fn pt_args(
+    cpu: Option<String>,
+    mtc_freq: Option<u8>,
+    nom_freq: Option<u8>,
+    cpuid_0x15_eax: Option<u32>,
+    cpuid_0x15_ebx: Option<u32>,
+) -> tracemill_input::source::PtOverrides {
+    tracemill_input::source::PtOverrides {
+        cpu: cpu.map(|c| (c != "none").then_some(c)),
+        mtc_freq,
+        nom_freq,
+        tsc_ctc_ratio_d: cpuid_0x15_eax,
+        tsc_ctc_ratio_n: cpuid_0x15_ebx,
+    }
+}
+
 /// Issue `msg` as a `tracemill.errors.TracemillWarning`.
 pub(crate) fn warn(py: Python<'_>, msg: &str) -> PyResult<()> {
     let class = py.import("tracemill.errors")?.getattr("TracemillWarning")?;

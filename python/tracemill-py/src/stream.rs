@@ -38,7 +38,7 @@ use tracemill::run::{self, Tables};
 use tracemill::stream::Output;
 use tracemill_input::bundle::Bytes;
 use tracemill_input::perf::Lookup;
-use tracemill_input::source::{Given, Kind, Overrides, PtOverrides};
+use tracemill_input::source::{Given, Kind, Overrides};
 use tracemill_input::Source;
 use tracemill_schemas::TABLES;
 
@@ -877,13 +877,7 @@ pub(crate) fn decode(
         format: crate::format_arg(py, format)?,
         ctl,
         images: crate::image_args(py, images.as_deref().unwrap_or(&[]))?,
-        pt: PtOverrides {
-            cpu: cpu.map(|c| (c != "none").then_some(c)),
-            mtc_freq,
-            nom_freq,
-            tsc_ctc_ratio_d: cpuid_0x15_eax,
-            tsc_ctc_ratio_n: cpuid_0x15_ebx,
-        },
+        pt: crate::pt_args(cpu, mtc_freq, nom_freq, cpuid_0x15_eax, cpuid_0x15_ebx),
         config,
         lookup: Lookup {
             symfs,

@@ -12,10 +12,11 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Schema};
 use pyo3::prelude::*;
 use tracemill::dump::Entry;
-use tracemill::ingest::{IngestArgs, Outcome, Status};
+use tracemill::ingest::{IngestOptions, Outcome, Status};
 use tracemill_decode::rtit::config::TraceConfig;
 use tracemill_input::bundle::Bundle;
 use tracemill_input::manifest::TraceFormat;
+use tracemill_input::perf::Lookup;
 use tracemill_input::source::{Given, Opened, Overrides};
 use tracemill_input::Source;
 
@@ -218,7 +219,7 @@ pub(crate) fn dump(
 /// Ingest bundles into a dataset, as `tracemill ingest` does; one row per bundle of this
 /// run (its share): what happened to it, and its catalog facts.
 #[pyfunction]
-#[pyo3(signature = (sources, dataset, *, partition_by=None, allow_missing_keys=false, jobs=None, shard=None, retry_failed=false, staging=None, zstd_level=3, compression="zstd", allow_outside_paths=false, symfs=None, buildid_dir=None, vmlinux=None, kcore=None))]
+#[pyo3(signature = (sources, dataset, *, partition_by=None, allow_missing_keys=false, jobs=None, shard=None, retry_failed=false, staging=None, zstd_level=3, compression="zstd", allow_outside_paths=false, symfs=None, buildid_dir=None, vmlinux=None, kcore=None, format=None, cpu=None, mtc_freq=None, nom_freq=None, cpuid_0x15_eax=None, cpuid_0x15_ebx=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn ingest(
     py: Python<'_>,
@@ -237,6 +238,12 @@ pub(crate) fn ingest(
     buildid_dir: Option<PathBuf>,
     vmlinux: Option<PathBuf>,
     kcore: Option<PathBuf>,
+    format: Option<&str>,
+    cpu: Option<String>,
+    mtc_freq: Option<u8>,
+    nom_freq: Option<u8>,
+    cpuid_0x15_eax: Option<u32>,
+    cpuid_0x15_ebx: Option<u32>,
 ) -> PyResult<Py<PyAny>> {
     let jobs = crate::stream::jobs_arg(py, jobs)?;
     for (name, dir) in [("symfs", &symfs), ("buildid_dir", &buildid_dir)] {
@@ -252,27 +259,30 @@ pub(crate) fn ingest(
         let why = format!("compression={compression:?}: {codecs}");
         error(py, Class::Option, why)
     })?;
-    let args = IngestArgs {
-        sources,
+    let options = IngestOptions {
         dataset,
-        partition_by: partition_by.unwrap_or_default().join(","),
+        partition_by: partition_by.unwrap_or_default(),
         allow_missing_keys,
-        jobs: Some(jobs),
+        jobs,
         shard,
         shards: None,
         retry_failed,
         staging,
         zstd_level,
-        compression,
-        quiet: true,
+        codec: compression.into(),
+        progress: false,
         allow_outside_paths,
-        symfs,
-        buildid_dir,
-        vmlinux,
-        kcore,
+        format: crate::format_arg(py, format)?,
+        pt: crate::pt_args(cpu, mtc_freq, nom_freq, cpuid_0x15_eax, cpuid_0x15_ebx),
+        lookup: Lookup {
+            symfs,
+            buildid_dir,
+            vmlinux: vmlinux.into_iter().collect(),
+            kcore: kcore.into_iter().collect(),
+            confine: None,
+        },
     };
-    let opts = tracemill::ingest::options(&args).map_err(|e| error_from(py, Class::Ingest, &e))?;
-    let sources = args.sources.clone();
+    let opts = tracemill::ingest::plan(&options).map_err(|e| error_from(py, Class::Ingest, &e))?;
     let summary = py
         .detach(|| tracemill::ingest::ingest(&sources, &opts))
         .map_err(|e| error_from(py, Class::Ingest, &e))?;

@@ -145,6 +145,23 @@ def test_progress_callback_reaches_the_total():
     assert dones == sorted(dones) and all(t == total for _, t in calls)
 
 
+def test_progress_counts_over_every_area_of_a_perf_data():
+    # Each AUX area's offsets start at 0: progress adds the areas before it, so it does not
+    # stall at the first area's end until the decode is over.
+    perf = os.environ.get("TRACEMILL_PERF_DATA")
+    if not perf:
+        assert not os.environ.get("CI"), "CI makes the perf.data (pipeline/tests/python_package.rs)"
+        pytest.skip("no perf.data made (TRACEMILL_PERF_DATA)")
+    calls = []
+    d = tracemill.decode(perf, tables="branches", progress=lambda done, total: calls.append((done, total)))
+    d.branches.read_all()
+    total = d.total_bytes
+    dones = [c[0] for c in calls]
+    assert calls[-1] == (total, total) and dones == sorted(dones)
+    # Two areas of equal size: the second one's pieces report past the first's end.
+    assert any(total // 2 < x < total for x in dones), dones
+
+
 def test_progress_true_shows_a_tqdm_bar(capsys):
     tracemill.decode(RECURSION, tables="events", progress=True).events.read_all()
     err = capsys.readouterr().err

@@ -251,6 +251,12 @@ def ingest(
     buildid_dir: Union[str, os.PathLike, None] = None,
     vmlinux: Union[str, os.PathLike, None] = None,
     kcore: Union[str, os.PathLike, None] = None,
+    format: Optional[str] = None,
+    cpu: Optional[str] = None,
+    mtc_freq: Optional[int] = None,
+    nom_freq: Optional[int] = None,
+    cpuid_0x15_eax: Optional[int] = None,
+    cpuid_0x15_ebx: Optional[int] = None,
 ):
     """``tracemill ingest``: bundles into one partitioned dataset (a directory, or
     ``s3://bucket/prefix``), exactly once, resumably. Returns a ``pyarrow.Table`` with one
@@ -263,7 +269,10 @@ def ingest(
     as perf's ``--symfs`` and ``--buildid-dir`` (without them, and without
     ``allow_outside_paths``, only inside each recording's directory); one that is not an
     existing directory raises :class:`OptionError`. ``vmlinux``, ``kcore``: the kernel's
-    code, as perf's ``--vmlinux`` and ``--kcore``."""
+    code, as perf's ``--vmlinux`` and ``--kcore``. ``format`` (``"rtit"`` or ``"pt"``):
+    the trace format every source must have (one of the other format fails, with its
+    row); ``cpu``, ``mtc_freq``, ``nom_freq``, ``cpuid_0x15_eax``, ``cpuid_0x15_ebx``: the
+    Intel PT facts over each bundle's ``[pt]``, as for :func:`decode`."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     if isinstance(partition_by, str):
@@ -284,6 +293,12 @@ def ingest(
         buildid_dir=os.fspath(buildid_dir) if buildid_dir is not None else None,
         vmlinux=os.fspath(vmlinux) if vmlinux is not None else None,
         kcore=os.fspath(kcore) if kcore is not None else None,
+        format=format,
+        cpu=cpu,
+        mtc_freq=mtc_freq,
+        nom_freq=nom_freq,
+        cpuid_0x15_eax=cpuid_0x15_eax,
+        cpuid_0x15_ebx=cpuid_0x15_ebx,
     )
 
 

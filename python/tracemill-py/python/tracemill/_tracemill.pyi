@@ -103,6 +103,12 @@ def ingest(
     buildid_dir: Optional[str] = None,
     vmlinux: Optional[str] = None,
     kcore: Optional[str] = None,
+    format: Optional[Literal["rtit", "pt"]] = None,
+    cpu: Optional[str] = None,
+    mtc_freq: Optional[int] = None,
+    nom_freq: Optional[int] = None,
+    cpuid_0x15_eax: Optional[int] = None,
+    cpuid_0x15_ebx: Optional[int] = None,
 ) -> pa.Table: ...
 def hotspots(
     source: str, *, by: str = ..., weight: str = ..., where: Optional[str] = None, bundle: Optional[str] = None
