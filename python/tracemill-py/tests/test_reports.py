@@ -4,9 +4,11 @@ import csv
 import io
 import json
 import re
+import shutil
 import warnings
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import tracemill
@@ -179,6 +181,22 @@ def test_ingest_failures_are_rows_and_a_warning(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(tracemill.IngestError, match="no bundle found"):
         tracemill.ingest(tmp_path / "empty", tmp_path / "ds2")
+
+
+def test_ingest_takes_the_format_and_intel_pt_facts_as_the_cli_does(cli, tmp_path):
+    src = tmp_path / "src" / "recursion"
+    shutil.copytree(RECURSION, src)
+    with pytest.warns(tracemill.TracemillWarning, match="1 of 1 bundles failed"):
+        t = tracemill.ingest(src, tmp_path / "py", format="pt")
+    row = t.to_pylist()[0]
+    r = run_cli(cli, "ingest", src, "--dataset", tmp_path / "cli", "--trace-format", "pt", "-q", check=False)
+    assert r.returncode == 3, r.stderr
+    want = pq.read_table(next((tmp_path / "cli" / "bundles").glob("*.parquet"))).to_pylist()[0]
+    assert row["status"] == want["status"] == "failed"
+    assert row["error"] == want["error"] and 'format = "rtit"' in row["error"]
+    assert tracemill.ingest(src, tmp_path / "ok", format="rtit").to_pylist()[0]["status"] == "ok"
+    with pytest.raises(tracemill.OptionError, match="format="):
+        tracemill.ingest(src, tmp_path / "x", format="arm")
 
 
 def test_dump_equals_the_cli_listing(cli):
