@@ -824,6 +824,64 @@ pub fn intel_pt_two_threads(r: &PtRecording) -> Result<Written, WriteError> {
     written(r, |w| Ok(w.finish()))
 }
 
+/// A copy of `/proc/kcore` as `perf record --kcore` keeps it (`kcore_dir/kcore`), holding
+/// the executable segments of the ELF `elf` at their own addresses: an ELF core file
+/// (`ET_CORE`) of `PT_LOAD` headers, readable and executable, each with its bytes (the
+/// kernel's text as it ran; a real copy also has a `PT_NOTE` and the direct map, which
+/// a decode does not read).
+pub fn kcore_copy(elf: &[u8]) -> Result<Vec<u8>, String> {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    let file = ElfFile64::<object::Endianness>::parse(elf).map_err(|e| e.to_string())?;
+    let e = file.endian();
+    let text: Vec<(u64, &[u8])> = file
+        .elf_program_headers()
+        .iter()
+        .filter(|ph| {
+            ph.p_type(e) == object::elf::PT_LOAD && ph.p_flags(e).0 & object::elf::PF_X.0 != 0
+        })
+        .map(|ph| {
+            let data = ph
+                .data(e, elf)
+                .map_err(|_| "a segment outside the file".to_string())?;
+            Ok((ph.p_vaddr(e), data))
+        })
+        .collect::<Result<_, String>>()?;
+    if text.is_empty() {
+        return Err("no executable segment".into());
+    }
+    const EHDR: usize = 64;
+    const PHDR: usize = 56;
+    let mut out = Vec::new();
+    // e_ident: ELF, 64-bit, little-endian, version 1, System V.
+    out.extend_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0]);
+    out.extend_from_slice(&[0; 8]);
+    out.extend_from_slice(&object::elf::ET_CORE.0.to_le_bytes());
+    out.extend_from_slice(&object::elf::EM_X86_64.0.to_le_bytes());
+    out.extend_from_slice(&1u32.to_le_bytes()); // e_version
+    out.extend_from_slice(&0u64.to_le_bytes()); // e_entry
+    out.extend_from_slice(&(EHDR as u64).to_le_bytes()); // e_phoff
+    out.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
+    out.extend_from_slice(&0u32.to_le_bytes()); // e_flags
+    out.extend_from_slice(&(EHDR as u16).to_le_bytes());
+    out.extend_from_slice(&(PHDR as u16).to_le_bytes());
+    out.extend_from_slice(&(text.len() as u16).to_le_bytes());
+    out.extend_from_slice(&[0; 6]); // e_shentsize, e_shnum, e_shstrndx
+    let mut at = (EHDR + PHDR * text.len()).next_multiple_of(4096) as u64;
+    for (vaddr, data) in &text {
+        out.extend_from_slice(&object::elf::PT_LOAD.0.to_le_bytes());
+        out.extend_from_slice(&(object::elf::PF_R.0 | object::elf::PF_X.0).to_le_bytes());
+        for v in [at, *vaddr, 0, data.len() as u64, data.len() as u64, 4096] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        at = (at + data.len() as u64).next_multiple_of(4096);
+    }
+    for (_, data) in &text {
+        out.resize(out.len().next_multiple_of(4096), 0);
+        out.extend_from_slice(data);
+    }
+    Ok(out)
+}
+
 /// [`intel_pt_two_threads`] in pipe mode (what `perf record -o -` writes): the same
 /// records after HEADER_ATTR and HEADER_FEATURE records, no AUXTRACE index.
 pub fn intel_pt_two_threads_pipe(r: &PtRecording) -> Result<Written, WriteError> {

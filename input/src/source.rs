@@ -346,8 +346,7 @@ fn open_path(path: &Path, o: &Overrides) -> Result<(String, Kind, Opened)> {
         }
         Err(e) => return Err(e).with_context(|| format!("{name}: cannot open")),
     }
-    let perf = is_perf_data(path);
-    if perf {
+    if let Some(file) = perf_data_file(path) {
         let given = o.not_for_perf();
         if !given.is_empty() {
             return Err(err(ErrorKind::NotForPerf(given)).into());
@@ -365,7 +364,12 @@ fn open_path(path: &Path, o: &Overrides) -> Result<(String, Kind, Opened)> {
                     .with_context(|| format!("{name}: its directory"))?,
             );
         }
-        let rec = perf::open(path, &lookup)?;
+        // `perf record --kcore` keeps its copy of the kernel's text beside the data.
+        let kcore_dir = path.join("kcore_dir");
+        if file != path && lookup.kcore.is_empty() && kcore_dir.join("kcore").is_file() {
+            lookup.kcore.push(kcore_dir);
+        }
+        let rec = perf::open(&file, &lookup)?;
         if rec.traces.is_empty() {
             bail!("{name}: no Intel PT trace to decode");
         }
@@ -484,6 +488,17 @@ fn open_bytes(bytes: Bytes, name: &str, dir: &Path, o: &Overrides) -> Result<Bun
 
 /// Whether `path` is a perf.data file (its first bytes are perf's magic, file or pipe
 /// mode). Not a perf.data: any read error, a directory, a short file.
+/// The perf.data file of the recording at `path`: `path` itself, or the `data` file of
+/// the directory `perf record --kcore` writes (`data` beside `kcore_dir/`, the copy of
+/// `/proc/kcore`); `None` when `path` is neither.
+pub fn perf_data_file(path: &Path) -> Option<PathBuf> {
+    if is_perf_data(path) {
+        return Some(path.to_path_buf());
+    }
+    let data = path.join("data");
+    (path.is_dir() && !path.join("bundle.toml").exists() && is_perf_data(&data)).then_some(data)
+}
+
 pub fn is_perf_data(path: &Path) -> bool {
     if !path.is_file() {
         return false;

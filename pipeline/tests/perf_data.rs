@@ -28,7 +28,7 @@ use arrow_array::types::{UInt32Type, UInt64Type};
 use arrow_array::Array;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracemill_datasets::exec::qemu;
-use tracemill_datasets::perf_data::{intel_pt_two_threads, CpuStream, PtRecording};
+use tracemill_datasets::perf_data::{intel_pt_two_threads, kcore_copy, CpuStream, PtRecording};
 use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtTsc};
 use tracemill_decode::image::ImageSet;
 
@@ -553,6 +553,64 @@ fn a_missing_binary_is_named_and_found_again_with_symfs_or_the_build_id_cache() 
         want,
         "--buildid-dir"
     );
+}
+
+#[test]
+fn kernel_code_decodes_from_vmlinux_a_kcore_copy_and_the_directory_perf_record_kcore_writes() {
+    // The code of the trace is given as the kernel's (its mapping's binary is gone): an ELF
+    // at its own addresses (`--vmlinux`), a copy of /proc/kcore (an ELF core of the text's
+    // segments, `--kcore FILE` or its `kcore_dir`), and the directory `perf record --kcore`
+    // writes (`data` beside `kcore_dir/kcore`), which uses its own copy unasked. Each
+    // decodes the rows of the recording with its binary.
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut r = made().recording.clone();
+    r.path = tmp
+        .path()
+        .join("gone/busybox")
+        .as_os_str()
+        .as_encoded_bytes()
+        .to_vec();
+    let bytes = intel_pt_two_threads(&r).unwrap().bytes;
+    let want = read_branches(&{
+        let o = tmp.path().join("o-ref");
+        decode(&write(tmp.path(), "ref.data", &made().file), &o, &[]);
+        o.join("branches.parquet")
+    });
+    let file = write(tmp.path(), "k.data", &bytes);
+    let rec = tmp.path().join("perf.data");
+    let kcore_dir = rec.join("kcore_dir");
+    std::fs::create_dir_all(&kcore_dir).unwrap();
+    std::fs::write(rec.join("data"), &bytes).unwrap();
+    let core = kcore_copy(&std::fs::read(BUSYBOX).unwrap()).unwrap();
+    std::fs::write(kcore_dir.join("kcore"), core).unwrap();
+    for (name, input, extra) in [
+        ("vmlinux", &file, vec!["--vmlinux", BUSYBOX]),
+        (
+            "kcore",
+            &file,
+            vec!["--kcore", kcore_dir.join("kcore").to_str().unwrap()],
+        ),
+        (
+            "kcore-dir",
+            &file,
+            vec!["--kcore", kcore_dir.to_str().unwrap()],
+        ),
+        ("recording-dir", &rec, vec![]),
+    ] {
+        let o = tmp.path().join(name);
+        let said = decode(input, &o, &extra);
+        assert!(
+            said.contains("busybox"),
+            "{name}: the missing binary is named: {said}"
+        );
+        assert_eq!(read_branches(&o.join("branches.parquet")), want, "{name}");
+    }
+    // Without the kernel's code nothing decodes.
+    let (code, err) = try_decode(&file, &tmp.path().join("none"), &[]);
+    assert_eq!(code, Some(1), "{err}");
 }
 
 /// A copy of the recorded binary in perf's build-id cache layout under `cache`.

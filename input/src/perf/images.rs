@@ -46,9 +46,10 @@ pub struct Lookup {
 }
 
 impl Lookup {
-    /// The kernel files, `--vmlinux`'s then `--kcore`'s.
-    pub fn kernel(&self) -> impl Iterator<Item = &PathBuf> {
-        self.vmlinux.iter().chain(&self.kcore)
+    /// The kernel files, `--vmlinux`'s then `--kcore`'s (a kcore directory's file).
+    pub fn kernel(&self) -> impl Iterator<Item = PathBuf> + '_ {
+        let kcore = self.kcore.iter().map(|k| kcore_file(k));
+        self.vmlinux.iter().cloned().chain(kcore)
     }
 
     /// The build-id cache searched.
@@ -61,6 +62,19 @@ impl Lookup {
             None => std::env::var_os("HOME").map(|h| Path::new(&h).join(".debug")),
         }
     }
+}
+
+/// The kcore copy `--kcore` names: the file itself, or in a directory the `kcore` of
+/// `perf record --kcore`'s `kcore_dir` (given as that directory, or as the recording's
+/// directory that holds it).
+pub fn kcore_file(given: &Path) -> PathBuf {
+    if !given.is_dir() {
+        return given.to_path_buf();
+    }
+    [given.join("kcore"), given.join("kcore_dir").join("kcore")]
+        .into_iter()
+        .find(|k| k.is_file())
+        .unwrap_or_else(|| given.join("kcore"))
 }
 
 /// An executable mapping as recorded.
@@ -111,6 +125,7 @@ pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<S
     let mut images = Vec::new();
     let mut problems = Vec::new();
     for k in lookup.kernel() {
+        let k = &k;
         let elf = map_file(k).map(|b| object::File::parse(&*b).is_ok());
         match elf {
             Ok(true) => images.push(ImageEntry {

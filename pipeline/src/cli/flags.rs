@@ -108,8 +108,9 @@ pub struct PerfFlags {
     #[arg(long, value_name = "FILE")]
     pub vmlinux: Option<PathBuf>,
     /// perf.data: a copy of /proc/kcore taken with the recording (the kernel's text as it
-    /// ran, modules included), as perf's --kcore.
-    #[arg(long, value_name = "FILE")]
+    /// ran, modules included), or the kcore_dir `perf record --kcore` writes (a recording
+    /// made so, given as its directory, uses its own).
+    #[arg(long, value_name = "FILE|DIR")]
     pub kcore: Option<PathBuf>,
 }
 

@@ -84,8 +84,8 @@ pub struct IngestArgs {
     #[arg(long, value_name = "FILE")]
     pub vmlinux: Option<PathBuf>,
     /// perf.data: a copy of /proc/kcore taken with the recordings (the kernel's text as
-    /// it ran, modules included), as perf's --kcore.
-    #[arg(long, value_name = "FILE")]
+    /// it ran, modules included), or the kcore_dir `perf record --kcore` writes.
+    #[arg(long, value_name = "FILE|DIR")]
     pub kcore: Option<PathBuf>,
     /// The trace format every source must have [default: each bundle's `format`; a
     /// perf.data is Intel PT]: a source of the other format fails (its catalog row says
