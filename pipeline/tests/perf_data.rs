@@ -14,6 +14,8 @@
 //!   the same bytes.
 //! - Debian's `perf script --itrace=b` decodes the same file to the same taken branches
 //!   (from, to, thread, CPU) as tracemill.
+//! - Eight CPUs with a thread that migrates between them: each stretch on its CPU and
+//!   thread, and perf agrees.
 //! - Bad files: no AUX data, another PMU's AUX data, a file cut in the middle of a record,
 //!   a binary missing: messages that name the record's offset or the path, and every row
 //!   that can still be proved.
@@ -325,6 +327,76 @@ fn a_perf_data_of_two_threads_on_two_cpus_decodes_to_each_executions_truth_on_it
     );
 
     // perf decodes the same file to the same taken branches on the same threads and CPUs.
+    let Some(perf) = perf_branches(&file) else {
+        return;
+    };
+    assert_taken_as_perf(&got, &perf);
+}
+
+#[test]
+fn eight_cpus_and_a_thread_that_migrates_decode_each_stretch_on_its_cpu_and_thread() {
+    // `perf record -a` on a larger machine: eight CPUs, four threads of the process, and
+    // thread 4243 moving from CPU 1 to CPU 5 and then to CPU 7 between its stretches.
+    // Every stretch is its execution's truth on the CPU and thread the switch records put
+    // it on, and perf decodes the same taken branches.
+    if !tools() {
+        return;
+    }
+    let mut r = PtRecording::for_elf(Path::new(BUSYBOX), PID, Vec::new()).unwrap();
+    r.config = 1 | 1 << 10 | 1 << 13;
+    let tsc_of = |perf_ns: u64| r.clock.perf_time_to_tsc(perf_ns).unwrap();
+    let ns_of = |tsc: u64| r.clock.tsc_to_perf_time(tsc);
+    let kinds: [(&[&str], usize, u32); 3] =
+        [(&["-n"], 300, 11), (&["-r"], 200, 5), (&["-u"], 250, 3)];
+    // (cpu, thread, execution kind), in time order.
+    let plan = [
+        (0, PID, 0),
+        (1, PID + 1, 1),
+        (2, PID + 2, 2),
+        (3, PID + 3, 0),
+        (4, PID, 1),
+        (5, PID + 1, 2),
+        (6, PID + 2, 1),
+        (7, PID + 1, 0),
+    ];
+    let mut cpus: Vec<Vec<(u32, Vec<Row>, u64)>> = vec![Vec::new(); 8];
+    let mut aux_end = [0u64; 8];
+    let mut at = r.start_time + 100_000;
+    for (cpu, tid, kind) in plan {
+        let (args, lines, seed) = kinds[kind];
+        let switch_in = at;
+        let e = sort_execution(args, lines, seed, tsc_of(switch_in + 1_000));
+        let switch_out = ns_of(tsc_of(switch_in + 1_000) + e.instructions) + 1_000;
+        let k = cpu as usize;
+        cpus[k].push((tid, e.truth, aux_end[k]));
+        aux_end[k] += e.pt.len().next_multiple_of(8) as u64;
+        r.cpus.push(CpuStream {
+            cpu,
+            tid,
+            pt: e.pt,
+            switch_in,
+            switch_out,
+        });
+        at = switch_out + 10_000;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp = &keep_dir(&tmp);
+    let file = write(tmp, "eight.data", &intel_pt_two_threads(&r).unwrap().bytes);
+    let (said, one) = decode_alike(&file, tmp, "eight");
+    assert!(!said.contains("warning"), "{said}");
+    let got = read_branches(&one.join("branches.parquet"));
+    let stretches: Vec<Vec<Stretch<'_>>> = cpus
+        .iter()
+        .map(|c| {
+            c.iter()
+                .map(|(tid, t, sh)| (PID, *tid, &t[..], *sh))
+                .collect()
+        })
+        .collect();
+    assert_stretches(&got, &stretches, |i, g| {
+        let tsc = g.tsc.expect("TSC packets: every row is timed");
+        assert_eq!(g.time, Some(tsc / 2 + 1_000_000_000), "row {i}: perf time");
+    });
     let Some(perf) = perf_branches(&file) else {
         return;
     };
