@@ -169,6 +169,11 @@ impl Cursor {
                         levels.resize(levels.len() + n, 1);
                     }
                 }
+                // All null (`tsc` and `cycles` of a trace without timing packets): levels
+                // only, not a bit read per row.
+                Some(nulls) if nulls.null_count() == c.len() => {
+                    levels.resize(levels.len() + n, 0);
+                }
                 Some(nulls) => {
                     for (i, &v) in values.iter().enumerate() {
                         let valid = nulls.is_valid(self.row + i);
@@ -267,16 +272,18 @@ mod tests {
     #[test]
     fn the_cursor_reads_pages_across_arrays_empty_arrays_slices_and_nulls() {
         let rows: Vec<Option<u64>> = (0..100u64)
-            .map(|i| (i % 7 != 3 || i < 20).then_some(i * 10))
+            .map(|i| ((i % 7 != 3 || i < 20) && !(60..80).contains(&i)).then_some(i * 10))
             .collect();
         let whole = UInt64Array::from(rows.clone());
-        // Arrays of 13, 0, 40 and 47 rows, sliced out of one (offsets into its buffers);
-        // the first 20 rows have no nulls.
+        // Arrays of 13, 0, 40, 7, 20 and 20 rows, sliced out of one (offsets into its
+        // buffers); the first 20 rows have no nulls, rows 60 to 79 (an array) no values.
         let parts = [
             whole.slice(0, 13),
             whole.slice(13, 0),
             whole.slice(13, 40),
-            whole.slice(53, 47),
+            whole.slice(53, 7),
+            whole.slice(60, 20),
+            whole.slice(80, 20),
         ];
         let columns: Vec<&UInt64Array> = parts.iter().collect();
         for page in [1, 5, 13, 20, 33, 100] {

@@ -1,18 +1,14 @@
-//! `UInt64` and `UInt32` columns (`ip`, `target`, `insns`, `cr3`): dictionary codes from a
-//! direct-mapped table of recently seen values.
+//! `UInt64` and `UInt32` columns (`ip`, `target`, `insns`, `cr3`): dictionary codes from an
+//! open-addressed table of codes ([`Lookup`]).
 //!
-//! A row whose value sits in its slot of the table costs a multiply, a load and a compare;
-//! a value seen for the first time, or pushed out of its slot by another, is looked up in
-//! a hash map behind it. The table has 8 Ki slots (128 KiB, in L2): a row group of
-//! `branches` holds a few thousand distinct branch addresses. The statistics follow the
-//! codes rather than the rows where they can: the chunk's minimum and maximum are the
-//! dictionary's, the bloom filter holds the dictionary's values (as arrow-rs's does for a
-//! dictionary chunk), and only the page minimum and maximum read the rows' values (in
-//! order, from the arrays). Values are compared unsigned, as the columns' logical type
-//! says.
-
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+//! A row whose value sits in its first slot costs a multiply, two loads and a compare; the
+//! table is four bytes a slot and at most half full, so with the dictionary's values it
+//! stays in L1 for the few thousand distinct branch addresses of a `branches` row group.
+//! The statistics follow the codes rather than the rows where they can: the chunk's
+//! minimum and maximum are the dictionary's, the bloom filter holds the dictionary's
+//! values (as arrow-rs's does for a dictionary chunk), and only the page minimum and
+//! maximum read the rows' values (in order, from the arrays). Values are compared
+//! unsigned, as the columns' logical type says.
 
 use ::parquet::basic::Type;
 use ::parquet::bloom_filter::Sbbf;
@@ -84,23 +80,23 @@ pub(super) fn encode(
                 }
             }
             // As arrow-rs decides it: a dictionary at the limit is already too large.
-            if d.values.len() >= limit {
+            if d.values().len() >= limit {
                 return Ok(None);
             }
         }
     }
 
-    let width = bit_width(d.values.len());
+    let width = bit_width(d.values().len());
     let mut chunk = Chunk::new(&path, props)?;
-    let mut plain = Vec::with_capacity(d.values.len() * value_bytes);
-    for &v in &d.values {
+    let mut plain = Vec::with_capacity(d.values().len() * value_bytes);
+    for &v in d.values() {
         if wide {
             plain.extend_from_slice(&v.to_le_bytes());
         } else {
             plain.extend_from_slice(&(v as u32).to_le_bytes());
         }
     }
-    chunk.dictionary(&plain, d.values.len())?;
+    chunk.dictionary(&plain, d.values().len())?;
 
     let statistics = props.statistics_enabled(&path);
     let mut pages = (statistics == EnabledStatistics::Page).then(|| PageIndex::new(&descr));
@@ -125,7 +121,10 @@ pub(super) fn encode(
         // Each page is written at the width of the dictionary as it stood at the page's
         // end, as arrow-rs writes it: early pages of a chunk whose dictionary keeps
         // growing take fewer bits (5% smaller `target` chunks than the final width).
-        let seen = d.first.partition_point(|&at| (at as usize) < next_code);
+        let seen = d
+            .lookup
+            .first
+            .partition_point(|&at| (at as usize) < next_code);
         let page_width = bit_width(seen);
         buf.push(page_width);
         rle_hybrid(codes, page_width, &mut buf);
@@ -143,7 +142,7 @@ pub(super) fn encode(
         if statistics == EnabledStatistics::None {
             return b;
         }
-        chunk_statistics(b, &descr, min_max_all(&d.values), rows, nulls)
+        chunk_statistics(b, &descr, min_max_all(d.values()), rows, nulls)
     })?;
     if let Some(p) = pages {
         close.column_index = p.build()?;
@@ -151,7 +150,7 @@ pub(super) fn encode(
     if let Some(bp) = props.bloom_filter_properties(&path) {
         if props.bloom_filter_for_dictionary_encoded_chunks() {
             let mut filter = Sbbf::new_with_ndv_fpp(bp.ndv(), bp.fpp())?;
-            for &v in &d.values {
+            for &v in d.values() {
                 // As arrow-rs hashes them: the physical type's little-endian bytes.
                 if wide {
                     filter.insert(&(v as i64));
@@ -232,31 +231,98 @@ fn min_max_all(values: &[u64]) -> Option<(u64, u64)> {
 /// Rows added between two checks of the dictionary's size.
 const WINDOW: usize = 8192;
 
-/// log2 of the direct-mapped table's slots.
-const FRONT_BITS: u32 = 13;
-/// A slot that holds no value yet.
+/// log2 of the code table's slots when a chunk starts: 16 KiB of codes, room for 2 Ki
+/// distinct values before it grows (a `branches` row group of a program holds a few
+/// thousand branch addresses).
+const TABLE_BITS: u32 = 12;
+/// A slot that holds no code.
 const EMPTY: u32 = u32::MAX;
 
 /// The dictionary of a chunk: distinct values in order of first use, the code of every
 /// row that has a value, and (nullable columns) every row's definition level.
 struct Dictionary {
-    values: Vec<u64>,
-    /// Where each value's code was first used (an index into `codes`), increasing: how
-    /// many codes the rows up to a point use, by binary search, not by a pass over them.
-    first: Vec<u32>,
     codes: Vec<u32>,
     levels: Vec<u8>,
     nulls: u64,
     nullable: bool,
-    index: HashMap<u64, u32, BuildHasherDefault<Fold>>,
-    front: Box<[(u64, u32)]>,
+    lookup: Lookup,
 }
 
-/// A dictionary's large buffers (codes, levels, the front table), kept on the thread that
+/// The dictionary's values and the table that finds a value's code.
+///
+/// The table holds codes only, open-addressed by a multiplicative hash of the value with
+/// linear probing, at most half full: a row whose value is in its first slot costs a
+/// multiply, a load of the code, a load of the code's value and a compare, and both
+/// loads hit L1 (the table is four bytes a slot, the values eight bytes each). It
+/// replaced a direct-mapped table of (value, code) pairs in front of a hash map: that
+/// table's 128 KiB sat in L2, and the compare waiting on its load was the costliest part
+/// of encoding `ip`, `target` and `insns`.
+struct Lookup {
+    values: Vec<u64>,
+    /// Where each value's code was first used (an index into `codes`), increasing: how
+    /// many codes the rows up to a point use, by binary search, not by a pass over them.
+    first: Vec<u32>,
+    table: Vec<u32>,
+    bits: u32,
+}
+
+impl Lookup {
+    #[inline]
+    fn slot(&self, v: u64) -> usize {
+        (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
+    }
+
+    /// The code of `v`, a new one (the next) if it has none; `at`: where in the codes
+    /// this row's code goes.
+    #[inline]
+    fn code(&mut self, v: u64, at: usize) -> u32 {
+        let mask = self.table.len() - 1;
+        let mut slot = self.slot(v);
+        loop {
+            let c = self.table[slot];
+            // An empty slot (EMPTY is past any code) ends the search.
+            match self.values.get(c as usize) {
+                Some(&seen) if seen == v => return c,
+                Some(_) => slot = (slot + 1) & mask,
+                None => return self.insert(v, slot, at),
+            }
+        }
+    }
+
+    #[inline(never)]
+    fn insert(&mut self, v: u64, slot: usize, at: usize) -> u32 {
+        let code = self.values.len() as u32;
+        self.values.push(v);
+        self.first.push(at as u32);
+        self.table[slot] = code;
+        if self.values.len() * 2 > self.table.len() {
+            self.grow();
+        }
+        code
+    }
+
+    /// Twice the slots, every code placed again.
+    #[cold]
+    fn grow(&mut self) {
+        self.bits += 1;
+        self.table.clear();
+        self.table.resize(1 << self.bits, EMPTY);
+        let mask = self.table.len() - 1;
+        for (code, &v) in self.values.iter().enumerate() {
+            let mut slot = self.slot(v);
+            while self.table[slot] != EMPTY {
+                slot = (slot + 1) & mask;
+            }
+            self.table[slot] = code as u32;
+        }
+    }
+}
+
+/// A dictionary's large buffers (codes, levels, the code table), kept on the thread that
 /// encoded a chunk for its next chunk: made fresh for every column of every row group
 /// (4 bytes of code and a level byte a row), they were new pages the kernel had to clear.
 /// At most [`KEPT`] sets a thread.
-type Scratch = (Vec<u32>, Vec<u8>, Box<[(u64, u32)]>);
+type Scratch = (Vec<u32>, Vec<u8>, Vec<u32>);
 const KEPT: usize = 2;
 
 thread_local! {
@@ -265,38 +331,43 @@ thread_local! {
 
 impl Dictionary {
     fn new(rows: usize, nullable: bool) -> Dictionary {
-        let (mut codes, mut levels, mut front) =
-            SCRATCH.with(|s| s.borrow_mut().pop()).unwrap_or_else(|| {
-                (
-                    Vec::new(),
-                    Vec::new(),
-                    vec![(0, EMPTY); 1 << FRONT_BITS].into_boxed_slice(),
-                )
-            });
+        let (mut codes, mut levels, mut table) =
+            SCRATCH.with(|s| s.borrow_mut().pop()).unwrap_or_default();
         codes.clear();
         codes.reserve(rows);
         levels.clear();
         levels.reserve(if nullable { rows } else { 0 });
-        front.fill((0, EMPTY));
+        table.clear();
+        table.resize(1 << TABLE_BITS, EMPTY);
         Dictionary {
-            values: Vec::new(),
-            first: Vec::new(),
             codes,
             levels,
             nulls: 0,
             nullable,
-            index: HashMap::default(),
-            front,
+            lookup: Lookup {
+                values: Vec::new(),
+                first: Vec::new(),
+                table,
+                bits: TABLE_BITS,
+            },
         }
+    }
+
+    fn values(&self) -> &[u64] {
+        &self.lookup.values
     }
 
     fn add<T: Copy + Into<u64>>(&mut self, values: &[T], nulls: Option<&NullBuffer>) {
         match nulls.filter(|n| n.null_count() > 0) {
             None => {
-                for &v in values {
-                    let c = self.code(v.into());
-                    self.codes.push(c);
-                }
+                let (base, lookup) = (self.codes.len(), &mut self.lookup);
+                // An exact-size extend: one capacity check, not one a row.
+                self.codes.extend(
+                    values
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &v)| lookup.code(v.into(), base + i)),
+                );
                 if self.nullable {
                     self.levels.resize(self.levels.len() + values.len(), 1);
                 }
@@ -309,7 +380,7 @@ impl Dictionary {
             Some(n) => {
                 for (&v, valid) in values.iter().zip(n.iter()) {
                     if valid {
-                        let c = self.code(v.into());
+                        let c = self.lookup.code(v.into(), self.codes.len());
                         self.codes.push(c);
                     } else {
                         self.nulls += 1;
@@ -319,30 +390,6 @@ impl Dictionary {
             }
         }
     }
-
-    #[inline]
-    fn code(&mut self, v: u64) -> u32 {
-        let slot = (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FRONT_BITS)) as usize;
-        let (seen, code) = self.front[slot];
-        if seen == v && code != EMPTY {
-            return code;
-        }
-        self.miss(v, slot)
-    }
-
-    #[inline(never)]
-    fn miss(&mut self, v: u64, slot: usize) -> u32 {
-        let next = self.values.len() as u32;
-        let (values, first) = (&mut self.values, &mut self.first);
-        let at = self.codes.len() as u32;
-        let code = *self.index.entry(v).or_insert_with(|| {
-            values.push(v);
-            first.push(at);
-            next
-        });
-        self.front[slot] = (v, code);
-        code
-    }
 }
 
 impl Drop for Dictionary {
@@ -350,7 +397,7 @@ impl Drop for Dictionary {
         let kept = (
             std::mem::take(&mut self.codes),
             std::mem::take(&mut self.levels),
-            std::mem::take(&mut self.front),
+            std::mem::take(&mut self.lookup.table),
         );
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
@@ -358,27 +405,6 @@ impl Drop for Dictionary {
                 s.push(kept);
             }
         });
-    }
-}
-
-/// Hash of a u64 key: the two halves of its 128-bit product with an odd constant, folded
-/// (the map's bucket and control bits both come out mixed; the values are addresses).
-#[derive(Default)]
-struct Fold(u64);
-
-impl Hasher for Fold {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b) ^ self.0.rotate_left(8));
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, n: u64) {
-        let m = u128::from(n ^ self.0) * 0x9E37_79B9_7F4A_7C15;
-        self.0 = (m as u64) ^ ((m >> 64) as u64);
     }
 }
 
@@ -391,6 +417,8 @@ mod tests {
     use arrow_array::UInt64Array;
     use arrow_schema::Schema;
 
+    use std::collections::HashMap;
+
     use super::*;
 
     fn descr(nullable: bool) -> ColumnDescPtr {
@@ -401,8 +429,8 @@ mod tests {
 
     #[test]
     fn codes_follow_first_use_when_values_share_a_slot() {
-        // 20,000 distinct values over 8 Ki slots, each used again and again in a shuffled
-        // order: most rows meet another value in their slot and go to the map.
+        // 20,000 distinct values, each used again and again in a shuffled order: the table
+        // grows from 4 Ki slots to 64 Ki while rows come, and values collide on the way.
         let mut d = Dictionary::new(0, false);
         let values: Vec<u64> = (0..100_000u64)
             .map(|i| 0x40_0000 + (i.wrapping_mul(2_654_435_761) % 20_000) * 0x10)
@@ -417,9 +445,68 @@ mod tests {
             })
             .collect();
         assert_eq!(d.codes, want);
-        assert_eq!(d.values.len(), 20_000);
-        for (code, &v) in d.values.iter().enumerate() {
+        assert_eq!(d.values().len(), 20_000);
+        for (code, &v) in d.values().iter().enumerate() {
             assert_eq!(first[&v], code as u32);
+        }
+    }
+
+    /// Codes and first uses as a plain map gives them, for dictionaries of every size
+    /// around the table's growth points, values spread or sharing their hash's high bits,
+    /// with and without nulls, added in windows of any length.
+    #[test]
+    fn codes_are_a_plain_maps_at_every_size_and_growth() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for (case, distinct) in [1usize, 2, 2047, 2048, 2049, 4097, 70_000]
+            .iter()
+            .enumerate()
+        {
+            let pool: Vec<u64> = (0..*distinct as u64)
+                .map(|i| match case % 3 {
+                    0 => 0x40_0000 + i * 4,
+                    // Multiples of 2^52: the product's high bits come from few of them.
+                    1 => i << 52 | i,
+                    _ => i.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                })
+                .collect();
+            let rows: Vec<Option<u64>> = (0..3 * distinct + 1000)
+                .map(|_| {
+                    let v = pool[(next() % *distinct as u64) as usize];
+                    (case % 2 == 0 || next() % 3 != 0).then_some(v)
+                })
+                .collect();
+            let nullable = case % 2 == 1;
+            let mut d = Dictionary::new(0, nullable);
+            let mut at = 0;
+            while at < rows.len() {
+                let n = (1 + next() % 5000) as usize;
+                let part = UInt64Array::from(rows[at..rows.len().min(at + n)].to_vec());
+                d.add(part.values(), part.nulls());
+                at += n;
+            }
+            let mut map: HashMap<u64, u32> = HashMap::new();
+            let (mut codes, mut first) = (Vec::new(), Vec::new());
+            for &v in rows.iter().flatten() {
+                let n = map.len() as u32;
+                let c = *map.entry(v).or_insert_with(|| {
+                    first.push(codes.len() as u32);
+                    n
+                });
+                codes.push(c);
+            }
+            assert_eq!(d.codes, codes, "{distinct} values");
+            assert_eq!(d.lookup.first, first, "{distinct} values");
+            assert_eq!(d.values().len(), map.len());
+            for (code, &v) in d.values().iter().enumerate() {
+                assert_eq!(map[&v], code as u32);
+            }
+            assert!(d.lookup.table.len() >= 2 * d.values().len());
         }
     }
 
@@ -430,7 +517,7 @@ mod tests {
         d.add(a.values(), a.nulls());
         assert_eq!(d.codes, [0, 0, 1]);
         assert_eq!(d.levels, [1, 0, 1, 1, 0]);
-        assert_eq!((d.nulls, d.values.clone()), (2, vec![7, 9]));
+        assert_eq!((d.nulls, d.values().to_vec()), (2, vec![7, 9]));
     }
 
     #[test]
