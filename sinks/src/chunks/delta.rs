@@ -23,7 +23,7 @@ use arrow_array::{Array, ArrayRef, UInt64Array};
 use arrow_schema::{DataType, Field};
 use bytes::Bytes;
 
-use super::stats::{chunk_statistics, definition_levels, PageIndex};
+use super::stats::{chunk_statistics, definition_levels, min_i64, min_max, PageIndex};
 use super::{varint, Chunk, Packer};
 
 /// Values per block and per miniblock, as arrow-rs writes INT64 columns.
@@ -206,18 +206,18 @@ fn delta_page(values: &[u64], out: &mut Vec<u8>) -> Option<(u64, u64)> {
         return None;
     };
     varint(zigzag(first as i64), out);
-    let (mut lo, mut hi) = (first, first);
+    let mut lo_hi = (first, first);
     let mut deltas = [0i64; BLOCK];
     let mut previous = first;
     for block in values[1..].chunks(BLOCK) {
-        let mut min_delta = i64::MAX;
+        // Each pass its own loop: the deltas vectorize, and the minima and maxima fold in
+        // independent lanes (`min_max`).
         for (d, &v) in deltas.iter_mut().zip(block) {
             *d = v.wrapping_sub(previous) as i64;
             previous = v;
-            min_delta = min_delta.min(*d);
-            lo = lo.min(v);
-            hi = hi.max(v);
         }
+        let min_delta = min_i64(&deltas[..block.len()]);
+        lo_hi = min_max(block, None, lo_hi);
         varint(zigzag(min_delta), out);
         let widths_at = out.len();
         out.extend_from_slice(&[0; MINIBLOCKS]);
@@ -231,7 +231,7 @@ fn delta_page(values: &[u64], out: &mut Vec<u8>) -> Option<(u64, u64)> {
             pack(mini, min_delta, width, out);
         }
     }
-    Some((lo, hi))
+    Some(lo_hi)
 }
 
 /// A miniblock's deltas less `min_delta` at `width` bits each, least significant bit

@@ -23,7 +23,7 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Field};
 use bytes::Bytes;
 
-use super::stats::{chunk_statistics, definition_levels, PageIndex};
+use super::stats::{chunk_statistics, definition_levels, min_max, PageIndex};
 use super::{bit_width, page_rows, rle_hybrid, Chunk};
 
 /// An unsigned integer column, nullable or not.
@@ -176,27 +176,6 @@ fn page_min_max(
     start: usize,
     end: usize,
 ) -> (u64, u64) {
-    fn fold<T: Copy + Into<u64>>(v: &[T], levels: Option<&[u8]>, lo_hi: &mut (u64, u64)) {
-        let (mut lo, mut hi) = *lo_hi;
-        match levels {
-            None => {
-                for &x in v {
-                    lo = lo.min(x.into());
-                    hi = hi.max(x.into());
-                }
-            }
-            Some(l) => {
-                // A row without a value counts as the largest value for the minimum and
-                // the smallest for the maximum (no branch: the loop vectorizes).
-                for (&x, &l) in v.iter().zip(l) {
-                    let m = u64::from(l).wrapping_neg();
-                    lo = lo.min(x.into() | !m);
-                    hi = hi.max(x.into() & m);
-                }
-            }
-        }
-        *lo_hi = (lo, hi);
-    }
     let mut lo_hi = (u64::MAX, 0);
     let mut at = 0;
     for a in arrays {
@@ -204,16 +183,16 @@ fn page_min_max(
         if s < e {
             let l = levels.map(|l| &l[s..e]);
             if wide {
-                fold(
+                lo_hi = min_max(
                     &a.as_primitive::<UInt64Type>().values()[s - at..e - at],
                     l,
-                    &mut lo_hi,
+                    lo_hi,
                 );
             } else {
-                fold(
+                lo_hi = min_max(
                     &a.as_primitive::<UInt32Type>().values()[s - at..e - at],
                     l,
-                    &mut lo_hi,
+                    lo_hi,
                 );
             }
         }
