@@ -53,6 +53,21 @@ pub(super) fn encode(
     let nullable = descr.max_def_level() > 0;
     let rows: usize = arrays.iter().map(|a| a.len()).sum();
 
+    let statistics = props.statistics_enabled(&path);
+    // Where pages end depends on the final bit width only through the byte limit; when
+    // the row limit binds at any width the dictionary can reach, pages are known before
+    // the codes, and each page's minimum and maximum are taken as its rows are coded,
+    // while their values are still in cache (a second pass over the chunk's values read
+    // them from memory again).
+    let fixed_page = {
+        let rows_at = |w| page_rows(props, &path, w);
+        let widest = bit_width(limit.max(1));
+        (statistics == EnabledStatistics::Page && rows_at(1) == rows_at(widest)).then(|| rows_at(1))
+    };
+    let mut page_lo_hi: Vec<(u64, u64)> = Vec::new();
+    let mut lo_hi = (u64::MAX, 0);
+    let mut row = 0;
+
     let mut d = Dictionary::new(rows, nullable);
     for a in arrays {
         if !nullable && a.null_count() > 0 {
@@ -62,21 +77,45 @@ pub(super) fn encode(
         }
         // A window at a time, so that a column of mostly distinct values (timing's `raw`
         // on a trace of TSC packets) is handed to arrow-rs after a few thousand rows, not
-        // after a pass over the whole chunk.
-        for at in (0..a.len()).step_by(WINDOW) {
-            let part = a.slice(at, WINDOW.min(a.len() - at));
+        // after a pass over the whole chunk. (Only the dictionary's final size decides
+        // that, so windows may end anywhere: at page ends too.)
+        let mut at = 0;
+        while at < a.len() {
+            let mut len = WINDOW.min(a.len() - at);
+            if let Some(page) = fixed_page {
+                len = len.min(page - row % page);
+            }
+            let part = a.slice(at, len);
+            let levels_from = d.levels.len();
             match (part.data_type(), wide) {
                 (DataType::UInt64, true) => {
-                    d.add(part.as_primitive::<UInt64Type>().values(), part.nulls())
+                    let values = part.as_primitive::<UInt64Type>().values();
+                    d.add(values, part.nulls());
+                    if fixed_page.is_some() {
+                        let levels = nullable.then(|| &d.levels[levels_from..]);
+                        lo_hi = min_max(values, levels, lo_hi);
+                    }
                 }
                 (DataType::UInt32, false) => {
-                    d.add(part.as_primitive::<UInt32Type>().values(), part.nulls())
+                    let values = part.as_primitive::<UInt32Type>().values();
+                    d.add(values, part.nulls());
+                    if fixed_page.is_some() {
+                        let levels = nullable.then(|| &d.levels[levels_from..]);
+                        lo_hi = min_max(values, levels, lo_hi);
+                    }
                 }
                 (other, _) => {
                     return Err(ParquetError::General(format!(
                         "{path}: {other} arrays for a {} column",
                         descr.physical_type()
                     )))
+                }
+            }
+            at += len;
+            row += len;
+            if let Some(page) = fixed_page {
+                if row % page == 0 || row == rows {
+                    page_lo_hi.push(std::mem::replace(&mut lo_hi, (u64::MAX, 0)));
                 }
             }
             // As arrow-rs decides it: a dictionary at the limit is already too large.
@@ -98,12 +137,13 @@ pub(super) fn encode(
     }
     chunk.dictionary(&plain, d.values().len())?;
 
-    let statistics = props.statistics_enabled(&path);
     let mut pages = (statistics == EnabledStatistics::Page).then(|| PageIndex::new(&descr));
     let mut buf = Vec::new();
     let mut next_code = 0;
     let mut start = 0;
     let page = page_rows(props, &path, width);
+    debug_assert!(fixed_page.is_none_or(|p| p == page));
+    let mut page_lo_hi = page_lo_hi.into_iter();
     while start < rows {
         let end = (start + page).min(rows);
         buf.clear();
@@ -131,7 +171,11 @@ pub(super) fn encode(
         chunk.data(&buf, end - start)?;
         if let Some(p) = pages.as_mut() {
             let levels = nullable.then(|| &d.levels[..]);
-            let lo_hi = (valid > 0).then(|| page_min_max(arrays, wide, levels, start, end));
+            let lo_hi = match page_lo_hi.next() {
+                Some(lo_hi) => lo_hi,
+                None => page_min_max(arrays, wide, levels, start, end),
+            };
+            let lo_hi = (valid > 0).then_some(lo_hi);
             p.page(lo_hi, end - start, valid);
         }
         start = end;
@@ -251,6 +295,13 @@ impl Lookup {
         (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
     }
 
+    /// The code of `v` if it sits in its first slot.
+    #[inline]
+    fn hit(&self, v: u64) -> Option<u32> {
+        let c = self.table[self.slot(v)];
+        (self.values.get(c as usize) == Some(&v)).then_some(c)
+    }
+
     /// The code of `v`, a new one (the next) if it has none; `at`: where in the codes
     /// this row's code goes.
     #[inline]
@@ -339,14 +390,22 @@ impl Dictionary {
     fn add<T: Copy + Into<u64>>(&mut self, values: &[T], nulls: Option<&NullBuffer>) {
         match nulls.filter(|n| n.null_count() > 0) {
             None => {
-                let (base, lookup) = (self.codes.len(), &mut self.lookup);
-                // An exact-size extend: one capacity check, not one a row.
-                self.codes.extend(
-                    values
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &v)| lookup.code(v.into(), base + i)),
-                );
+                let base = self.codes.len();
+                let mut i = 0;
+                while i < values.len() {
+                    // Rows whose value is in its first slot, while they last: the table
+                    // is only read, so its place and size stay in registers (a search
+                    // that may insert made the loop reload them for every row).
+                    let lookup = &self.lookup;
+                    let hits = values[i..].iter().map_while(|&v| lookup.hit(v.into()));
+                    self.codes.extend(hits);
+                    i = self.codes.len() - base;
+                    if let Some(&v) = values.get(i) {
+                        let c = self.lookup.code(v.into(), base + i);
+                        self.codes.push(c);
+                        i += 1;
+                    }
+                }
                 if self.nullable {
                     self.levels.resize(self.levels.len() + values.len(), 1);
                 }
@@ -393,6 +452,7 @@ mod tests {
 
     use ::parquet::arrow::ArrowSchemaConverter;
     use ::parquet::file::properties::WriterProperties;
+    use ::parquet::schema::types::ColumnPath;
     use arrow_array::UInt64Array;
     use arrow_schema::Schema;
 
@@ -487,6 +547,44 @@ mod tests {
             }
             assert!(d.lookup.table.len() >= 2 * d.values().len());
         }
+    }
+
+    /// Page minima and maxima taken while coding (pages known ahead) and by a pass over
+    /// the pages afterwards (a byte limit that a wide dictionary would make bind) agree:
+    /// the same pages here, as the dictionary stays narrow.
+    #[test]
+    fn page_statistics_while_coding_are_those_of_a_pass_after() {
+        let values: Vec<Option<u64>> = (0..1000u64)
+            .map(|i| {
+                let k = i % 90;
+                (i % 5 != 2 && !(300..420).contains(&i)).then_some(k << 60 | k * 0x1_2345)
+            })
+            .collect();
+        let arrays: Vec<ArrayRef> = [0..130, 130..130, 130..777, 777..1000]
+            .into_iter()
+            .map(|r| Arc::new(UInt64Array::from(values[r].to_vec())) as ArrayRef)
+            .collect();
+        let props = |bytes| {
+            WriterProperties::builder()
+                .set_data_page_row_count_limit(100)
+                .set_data_page_size_limit(bytes)
+                .build()
+        };
+        // 100 rows a page at up to 8 bits (the 90 values here), fewer at 17 (the widest).
+        let (while_coding, after) = (props(1 << 20), props(100));
+        let page = |p: &WriterProperties, w| page_rows(p, &ColumnPath::from("ip"), w);
+        assert_eq!(page(&while_coding, 17), 100);
+        assert_eq!((page(&after, 7), page(&after, 17)), (100, 47));
+        let (a, ca) = encode(descr(true), &while_coding, &arrays)
+            .unwrap()
+            .unwrap();
+        let (b, cb) = encode(descr(true), &after, &arrays).unwrap().unwrap();
+        assert!(a == b, "the same pages");
+        assert!(ca.column_index.is_some());
+        assert_eq!(
+            format!("{:?}", ca.column_index),
+            format!("{:?}", cb.column_index)
+        );
     }
 
     #[test]
