@@ -50,7 +50,10 @@ pub struct Piece<S> {
 /// flight do not carry them).
 #[derive(Clone, Debug, Default)]
 pub struct Prepared {
-    pub(crate) eff: Vec<u64>,
+    /// None when not computed ahead: a piece without timing packets in a trace without
+    /// cycle-accurate timing, which the timeline passes over while nothing is dated yet
+    /// (`Timeline::untimed`), and otherwise computes it for.
+    pub(crate) eff: Option<Vec<u64>>,
     pub(crate) exact: Vec<bool>,
     pub(crate) lead: u64,
     pub(crate) marks: Option<Vec<Mark>>,
