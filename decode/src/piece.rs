@@ -56,6 +56,10 @@ pub struct Prepared {
     pub(crate) eff: Option<Vec<u64>>,
     pub(crate) exact: Vec<bool>,
     pub(crate) lead: u64,
+    /// The highest offset of a row decided by a packet (not a `jmp` or `call`), 0 for
+    /// none: what `Timeline::pass` needs of the rows, taken here on the thread that
+    /// decoded them, not on the ordered one.
+    pub(crate) decided: u64,
     pub(crate) marks: Option<Vec<Mark>>,
 }
 

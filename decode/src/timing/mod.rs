@@ -225,6 +225,7 @@ pub fn prepare(p: &mut Piece<BranchColumns>, cycle_acc: bool) {
             Vec::new()
         },
         lead: lead_bound(p),
+        decided: highest_decided(&p.rows),
         marks: None,
     }));
 }
@@ -650,9 +651,9 @@ impl<C: Clock> Timeline<C> {
     ) -> Vec<Timed> {
         self.next_piece += 1;
         self.passed += 1;
-        let own = p
-            .prepared
-            .take()
+        let prepared = p.prepared.take();
+        let decided = prepared.as_ref().map(|q| q.decided);
+        let own = prepared
             .and_then(|q| q.marks)
             .unwrap_or_else(|| marks_of(&p));
         let skip = std::mem::take(&mut self.skip_marks);
@@ -663,15 +664,9 @@ impl<C: Clock> Timeline<C> {
         // The highest effective offset: that of a decided row, or of a `jmp`/`call` row
         // after the last decided one (the first stop after it, else the next piece's
         // first decided row or stop; `effective_offsets` and `process`).
-        let decided = rows
-            .offset
-            .iter()
-            .zip(&rows.kind)
-            .filter(|(_, &k)| !direct(k))
-            .map(|(&o, _)| o)
-            .max();
+        let decided = decided.unwrap_or_else(|| highest_decided(rows));
         let tail = rows.kind.iter().rev().take_while(|&&k| direct(k)).count();
-        let mut highest = decided.unwrap_or(0);
+        let mut highest = decided;
         let mut taken = 0;
         if tail > 0 {
             let i = n - 1;
@@ -1235,6 +1230,18 @@ fn effective_offsets(rows: &BranchColumns, events: &[EventRow]) -> Vec<u64> {
         eff[i] = next.min(stop);
     }
     eff
+}
+
+/// The highest offset of a row decided by its own packet (not a direct `jmp` or `call`),
+/// 0 for none.
+fn highest_decided(rows: &BranchColumns) -> u64 {
+    let direct = |k: u8| k == BranchKind::Jmp as u8 || k == BranchKind::Call as u8;
+    let mut hi = [0u64; 4];
+    for (k, (&o, &kind)) in rows.offset.iter().zip(&rows.kind).enumerate() {
+        // Branch-free: a direct row counts as offset 0.
+        hi[k % 4] = hi[k % 4].max(o * u64::from(!direct(kind)));
+    }
+    hi.into_iter().max().unwrap_or(0)
 }
 
 /// Instructions of the rows placed by the same packet as row `i` (from row `i` on).
