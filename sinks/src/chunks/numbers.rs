@@ -557,7 +557,7 @@ mod tests {
         let values: Vec<Option<u64>> = (0..1000u64)
             .map(|i| {
                 let k = i % 90;
-                (i % 5 != 2 && !(300..420).contains(&i)).then_some(k << 60 | k * 0x1_2345)
+                (i % 5 != 2 && !(300..420).contains(&i)).then_some((k << 60) | (k * 0x1_2345))
             })
             .collect();
         let arrays: Vec<ArrayRef> = [0..130, 130..130, 130..777, 777..1000]
