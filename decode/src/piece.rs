@@ -50,9 +50,16 @@ pub struct Piece<S> {
 /// flight do not carry them).
 #[derive(Clone, Debug, Default)]
 pub struct Prepared {
-    pub(crate) eff: Vec<u64>,
+    /// None when not computed ahead: a piece without timing packets in a trace without
+    /// cycle-accurate timing, which the timeline passes over while nothing is dated yet
+    /// (`Timeline::untimed`), and otherwise computes it for.
+    pub(crate) eff: Option<Vec<u64>>,
     pub(crate) exact: Vec<bool>,
     pub(crate) lead: u64,
+    /// The highest offset of a row decided by a packet (not a `jmp` or `call`), 0 for
+    /// none: what `Timeline::pass` needs of the rows, taken here on the thread that
+    /// decoded them, not on the ordered one.
+    pub(crate) decided: u64,
     pub(crate) marks: Option<Vec<Mark>>,
 }
 

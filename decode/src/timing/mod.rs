@@ -216,13 +216,16 @@ fn marks_of<S>(p: &Piece<S>) -> Vec<Mark> {
 /// row is exact).
 pub fn prepare(p: &mut Piece<BranchColumns>, cycle_acc: bool) {
     p.prepared = Some(Box::new(Prepared {
-        eff: effective_offsets(&p.rows, &p.events),
+        // Not needed while nothing is dated yet ([`Timeline::untimed`]): a trace without
+        // timing packets never computes it.
+        eff: (cycle_acc || !p.timing.is_empty()).then(|| effective_offsets(&p.rows, &p.events)),
         exact: if cycle_acc {
             exact_rows(&p.rows)
         } else {
             Vec::new()
         },
         lead: lead_bound(p),
+        decided: highest_decided(&p.rows),
         marks: None,
     }));
 }
@@ -303,6 +306,11 @@ pub struct Timeline<C: Clock> {
     /// multiple of the marks of the trace (carrying a stretch from piece to piece made it
     /// quadratic).
     pub marks_handled: u64,
+    /// Pieces are passed over while nothing is dated yet ([`Timeline::untimed`]); off
+    /// only in tests, which compare the two paths.
+    pub(crate) pass_untimed: bool,
+    /// Pieces passed over so far.
+    pub passed: u64,
 }
 
 impl<C: Clock> Timeline<C> {
@@ -328,6 +336,8 @@ impl<C: Clock> Timeline<C> {
             max: [0; 2],
             max_pending: 4 << 20,
             marks_handled: 0,
+            pass_untimed: true,
+            passed: 0,
         }
     }
 
@@ -384,6 +394,9 @@ impl<C: Clock> Timeline<C> {
         next_bound: u64,
         last: bool,
     ) -> Vec<Timed> {
+        if self.untimed(&p, next_marks) {
+            return self.pass(p, next_marks, next_bound, last);
+        }
         let id = self.next_piece;
         self.next_piece += 1;
         let mut p = p;
@@ -398,7 +411,9 @@ impl<C: Clock> Timeline<C> {
         } else {
             marks.extend_from_slice(&own[skip.min(own.len())..]);
         }
-        let mut eff = prep.eff;
+        let mut eff = prep
+            .eff
+            .unwrap_or_else(|| effective_offsets(&p.rows, &p.events));
         if !last && next_bound != u64::MAX && eff.last() == Some(&u64::MAX) {
             // The `jmp`/`call` rows that end the piece sit where the next piece's first
             // decided row or stop is, as in a decode not cut here: the next piece's marks
@@ -593,6 +608,120 @@ impl<C: Clock> Timeline<C> {
             max: std::mem::take(&mut self.cur_max),
         });
         self.release(false)
+    }
+
+    /// Nothing is dated yet, and nothing in `p` or the marks it may take from the next
+    /// piece dates anything: no timing packet has been seen (no anchor, nothing
+    /// scheduled or waiting in a group, no TSC in a gap), none is in either piece, and
+    /// the timing is not cycle-accurate (whose rows take the first CYC's value from
+    /// before it). Then every row of `p` stays null whatever follows (the first anchor
+    /// gives the rows before it no value: `resolve`), and `p` can be passed over
+    /// ([`Timeline::pass`]) rather than walked row by row. So is every piece of a trace
+    /// without timing packets.
+    fn untimed(&self, p: &Piece<BranchColumns>, next_marks: &[Mark]) -> bool {
+        let clear = |s: &Stream| s.last.is_none() && s.floor.is_none() && s.pending.is_none();
+        self.pass_untimed
+            && !self.cycle_acc
+            && p.timing.is_empty()
+            && !next_marks.iter().any(|m| matches!(m, Mark::Fact(_)))
+            && clear(&self.tsc)
+            && clear(&self.cycles)
+            && self.scheduled.is_empty()
+            && self.group.is_empty()
+            && self.gap_tsc.is_none()
+            && self.held.is_empty()
+            && self.carry.is_empty()
+            && self.cur_fills.is_empty()
+    }
+
+    /// [`Timeline::process`] of a piece that dates nothing ([`Timeline::untimed`]): its
+    /// rows stay null and it is released at once. What `process` would leave for later
+    /// pieces is kept: the instruction count, the marks taken from the next piece (for
+    /// the `jmp`/`call` rows that end this one), the clock's enables, and whether the
+    /// trace is in a gap, which only the marks after the last row decide (a row
+    /// resumes tracing). Mark `j` comes after every row when the highest offset of the
+    /// marks up to it is at least every row's effective offset (`process` takes the
+    /// marks in order, each before the first row whose offset is above it).
+    fn pass(
+        &mut self,
+        mut p: Piece<BranchColumns>,
+        next_marks: &[Mark],
+        next_bound: u64,
+        last: bool,
+    ) -> Vec<Timed> {
+        self.next_piece += 1;
+        self.passed += 1;
+        let prepared = p.prepared.take();
+        let decided = prepared.as_ref().map(|q| q.decided);
+        let own = prepared
+            .and_then(|q| q.marks)
+            .unwrap_or_else(|| marks_of(&p));
+        let skip = std::mem::take(&mut self.skip_marks);
+        let own = &own[skip.min(own.len())..];
+        let rows = &p.rows;
+        let n = rows.len();
+        let direct = |k: u8| k == BranchKind::Jmp as u8 || k == BranchKind::Call as u8;
+        // The highest effective offset: that of a decided row, or of a `jmp`/`call` row
+        // after the last decided one (the first stop after it, else the next piece's
+        // first decided row or stop; `effective_offsets` and `process`).
+        let decided = decided.unwrap_or_else(|| highest_decided(rows));
+        let tail = rows.kind.iter().rev().take_while(|&&k| direct(k)).count();
+        let mut highest = decided;
+        let mut taken = 0;
+        if tail > 0 {
+            let i = n - 1;
+            let stop = p
+                .events
+                .iter()
+                .find(|e| is_stop(e.kind) && e.seq as usize > i)
+                .map_or(u64::MAX, |e| e.offset);
+            let mut eff = stop;
+            if !last && next_bound != u64::MAX && eff == u64::MAX {
+                eff = next_bound;
+                taken = next_marks
+                    .iter()
+                    .take_while(|m| m.offset() < next_bound)
+                    .count();
+                self.skip_marks = taken;
+            }
+            // The last row's is the highest of the tail's: the stops after it come no
+            // earlier than those after the rows before it.
+            highest = highest.max(eff);
+        }
+        let marks = own.iter().chain(&next_marks[..taken]);
+        self.marks_handled += (own.len() + taken) as u64;
+        let mut rows_done = n == 0;
+        let mut top = 0;
+        for m in marks {
+            top = top.max(m.offset());
+            if !rows_done && top >= highest {
+                rows_done = true;
+                self.in_gap = false;
+            }
+            if let Mark::Event(_, kind) = *m {
+                if kind == EventKind::TraceStop {
+                    self.clock.enabled();
+                }
+                if gap_starts(kind) {
+                    self.in_gap = true;
+                }
+                if gap_ends(kind) {
+                    self.in_gap = false;
+                }
+            }
+        }
+        if !rows_done {
+            self.in_gap = false;
+        }
+        self.insns += p.rows.insns.iter().map(|&k| u64::from(k)).sum::<u64>();
+        vec![Timed {
+            piece: p,
+            timing: TimingColumns::default(),
+            fills: Fills {
+                ops: Vec::new(),
+                carry: self.max,
+            },
+        }]
     }
 
     /// The end of the stretch of rows from `i` that only wait for an anchor (`i` itself
@@ -1101,6 +1230,18 @@ fn effective_offsets(rows: &BranchColumns, events: &[EventRow]) -> Vec<u64> {
         eff[i] = next.min(stop);
     }
     eff
+}
+
+/// The highest offset of a row decided by its own packet (not a direct `jmp` or `call`),
+/// 0 for none.
+fn highest_decided(rows: &BranchColumns) -> u64 {
+    let direct = |k: u8| k == BranchKind::Jmp as u8 || k == BranchKind::Call as u8;
+    let mut hi = [0u64; 4];
+    for (k, (&o, &kind)) in rows.offset.iter().zip(&rows.kind).enumerate() {
+        // Branch-free: a direct row counts as offset 0.
+        hi[k % 4] = hi[k % 4].max(o * u64::from(!direct(kind)));
+    }
+    hi.into_iter().max().unwrap_or(0)
 }
 
 /// Instructions of the rows placed by the same packet as row `i` (from row `i` on).

@@ -417,3 +417,183 @@ fn the_wait_is_cut_off_at_the_same_row_whatever_the_pieces() {
         time_in_pieces_waiting(&p, usize::MAX, 100).0
     );
 }
+
+/// `p` timed in pieces of `n` rows (`rowless`: what follows each piece's last row in a
+/// piece of its own, then an empty piece), passing over untimed pieces or not: each row's
+/// `tsc` and `cycles`, and the `timing` table's `tsc` and `value`.
+#[allow(clippy::type_complexity)]
+fn timed_passing(
+    p: &Piece<BranchColumns>,
+    n: usize,
+    rowless: bool,
+    pass: bool,
+) -> (Vec<Option<u64>>, Vec<Option<u64>>, Vec<(Option<u64>, u64)>) {
+    let mut tl = Timeline::new(&cfg(false));
+    tl.pass_untimed = pass;
+    let mut out = Vec::new();
+    let rows = p.rows.len();
+    let mut start = 0;
+    loop {
+        let end = (start + n).min(rows);
+        let last = end == rows;
+        let inside = |r: u64| r >= start as u64 && (r < end as u64 || (last && r == end as u64));
+        let mut q = Piece::<BranchColumns>::default();
+        for i in start..end {
+            q.rows.push(&p.rows.row(i));
+        }
+        q.events = (p.events.iter().filter(|e| inside(e.seq)))
+            .map(|e| EventRow {
+                seq: e.seq - start as u64,
+                ..e.clone()
+            })
+            .collect();
+        q.timing = (p.timing.iter().filter(|f| inside(f.row)))
+            .map(|f| TimingFact {
+                row: f.row - start as u64,
+                ..*f
+            })
+            .collect();
+        if rowless && !last {
+            // What follows the last row as a piece of its own, without rows.
+            let mut r = Piece::<BranchColumns>::default();
+            let after = |x: u64| x == end as u64;
+            r.events = (q.events.iter().filter(|e| after(e.seq + start as u64)))
+                .map(|e| EventRow {
+                    seq: 0,
+                    ..e.clone()
+                })
+                .collect();
+            q.events.retain(|e| !after(e.seq + start as u64));
+            r.timing = (q.timing.iter().filter(|f| after(f.row + start as u64)))
+                .map(|f| TimingFact { row: 0, ..*f })
+                .collect();
+            q.timing.retain(|f| !after(f.row + start as u64));
+            out.extend(tl.push(q));
+            out.extend(tl.push(r));
+            // And an empty one: what the rowless piece leaves (a gap open or not) is
+            // what the piece after the empty one starts from.
+            out.extend(tl.push(Piece::default()));
+        } else {
+            out.extend(tl.push(q));
+        }
+        start = end;
+        if last {
+            break;
+        }
+    }
+    out.extend(tl.finish());
+    assert!(pass || tl.passed == 0);
+    assert!(
+        !pass || n >= 40 || tl.passed > 0,
+        "pieces of {n} rows passed over"
+    );
+    let (mut tsc, mut cyc, mut table) = (Vec::new(), Vec::new(), Vec::new());
+    for (q, t) in &out {
+        for i in 0..q.rows.len() {
+            tsc.push(q.rows.tsc.get(i));
+            cyc.push(q.rows.cycles.get(i));
+        }
+        for i in 0..t.len() {
+            table.push((t.tsc.get(i), t.value[i]));
+        }
+    }
+    (tsc, cyc, table)
+}
+
+/// A trace whose first stretch has no timing packets (rows direct and decided, PSBs,
+/// gaps and a TraceStop, ending in one of several ways), then `gap_trace`'s timed
+/// rows: passing over the untimed pieces gives every row and timing row what walking
+/// them row by row gives, wherever the trace is cut.
+#[test]
+fn untimed_pieces_passed_over_are_timed_as_walked() {
+    let jmp = |offset: u64, kind: BranchKind| BranchRow {
+        ip: 0x1000,
+        target: Some(0x2000),
+        kind,
+        taken: true,
+        compressed: false,
+        insns: 3,
+        tsc: None,
+        cycles: None,
+        cr3: None,
+        offset,
+    };
+    use EventKind::*;
+    // How the untimed stretch ends: after its rows, a gap that stays open, one that
+    // closes, a TraceStop; direct jumps whose place is the next decided row's.
+    let endings: [&[EventKind]; 5] = [
+        &[],
+        &[Disable],
+        &[Disable, Enable],
+        &[TraceStop],
+        &[Psb, Overflow, Error],
+    ];
+    for (e, ending) in endings.iter().enumerate() {
+        for tail_jumps in [0, 3] {
+            let mut p = Piece::<BranchColumns>::default();
+            let mut off = 0u64;
+            let ev = |p: &mut Piece<BranchColumns>, off: u64, kind: EventKind| {
+                let seq = p.rows.len() as u64;
+                p.events.push(EventRow {
+                    seq,
+                    offset: off,
+                    kind,
+                    ip: None,
+                    tsc: None,
+                    detail: String::new(),
+                })
+            };
+            for k in 0..40u64 {
+                if k % 9 == 4 {
+                    ev(
+                        &mut p,
+                        off,
+                        [Psb, Disable, Enable, Psb, TraceStop][(k / 9) as usize % 5],
+                    );
+                    off += 1;
+                }
+                let kind = [BranchKind::Cond, BranchKind::Jmp, BranchKind::JmpInd][k as usize % 3];
+                p.rows.push(&jmp(off, kind));
+                if kind != BranchKind::Jmp {
+                    off += 1;
+                }
+            }
+            for _ in 0..tail_jumps {
+                p.rows.push(&jmp(off, BranchKind::Call));
+            }
+            for &kind in *ending {
+                ev(&mut p, off, kind);
+                off += 1;
+            }
+            // Then the timed trace, after these offsets and rows.
+            let timed = gap_trace(Disable, Some(Enable), 2);
+            let (rows, base) = (p.rows.len() as u64, off);
+            for i in 0..timed.rows.len() {
+                let mut r = timed.rows.row(i);
+                r.offset += base;
+                p.rows.push(&r);
+            }
+            p.events.extend(timed.events.iter().map(|x| EventRow {
+                seq: x.seq + rows,
+                offset: x.offset + base,
+                ..x.clone()
+            }));
+            p.timing.extend(timed.timing.iter().map(|f| TimingFact {
+                row: f.row + rows,
+                offset: f.offset + base,
+                ..*f
+            }));
+            for n in [1, 2, 3, 5, 8, 13, 40, 43, 44, 1000] {
+                for rowless in [false, true] {
+                    let walked = timed_passing(&p, n, rowless, false);
+                    assert!(walked.0.iter().any(|t| t.is_some()), "some rows are dated");
+                    assert_eq!(
+                        timed_passing(&p, n, rowless, true),
+                        walked,
+                        "ending {e}, {tail_jumps} jumps at the end, pieces of {n}, {rowless}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -23,7 +23,7 @@ use arrow_array::{Array, ArrayRef, UInt64Array};
 use arrow_schema::{DataType, Field};
 use bytes::Bytes;
 
-use super::stats::{chunk_statistics, definition_levels, PageIndex};
+use super::stats::{chunk_statistics, definition_levels, min_i64, min_max, PageIndex};
 use super::{varint, Chunk, Packer};
 
 /// Values per block and per miniblock, as arrow-rs writes INT64 columns.
@@ -169,6 +169,11 @@ impl Cursor {
                         levels.resize(levels.len() + n, 1);
                     }
                 }
+                // All null (`tsc` and `cycles` of a trace without timing packets): levels
+                // only, not a bit read per row.
+                Some(nulls) if nulls.null_count() == c.len() => {
+                    levels.resize(levels.len() + n, 0);
+                }
                 Some(nulls) => {
                     for (i, &v) in values.iter().enumerate() {
                         let valid = nulls.is_valid(self.row + i);
@@ -201,18 +206,18 @@ fn delta_page(values: &[u64], out: &mut Vec<u8>) -> Option<(u64, u64)> {
         return None;
     };
     varint(zigzag(first as i64), out);
-    let (mut lo, mut hi) = (first, first);
+    let mut lo_hi = (first, first);
     let mut deltas = [0i64; BLOCK];
     let mut previous = first;
     for block in values[1..].chunks(BLOCK) {
-        let mut min_delta = i64::MAX;
+        // Each pass its own loop: the deltas vectorize, and the minima and maxima fold in
+        // independent lanes (`min_max`).
         for (d, &v) in deltas.iter_mut().zip(block) {
             *d = v.wrapping_sub(previous) as i64;
             previous = v;
-            min_delta = min_delta.min(*d);
-            lo = lo.min(v);
-            hi = hi.max(v);
         }
+        let min_delta = min_i64(&deltas[..block.len()]);
+        lo_hi = min_max(block, None, lo_hi);
         varint(zigzag(min_delta), out);
         let widths_at = out.len();
         out.extend_from_slice(&[0; MINIBLOCKS]);
@@ -226,7 +231,7 @@ fn delta_page(values: &[u64], out: &mut Vec<u8>) -> Option<(u64, u64)> {
             pack(mini, min_delta, width, out);
         }
     }
-    Some((lo, hi))
+    Some(lo_hi)
 }
 
 /// A miniblock's deltas less `min_delta` at `width` bits each, least significant bit
@@ -267,16 +272,18 @@ mod tests {
     #[test]
     fn the_cursor_reads_pages_across_arrays_empty_arrays_slices_and_nulls() {
         let rows: Vec<Option<u64>> = (0..100u64)
-            .map(|i| (i % 7 != 3 || i < 20).then_some(i * 10))
+            .map(|i| ((i % 7 != 3 || i < 20) && !(60..80).contains(&i)).then_some(i * 10))
             .collect();
         let whole = UInt64Array::from(rows.clone());
-        // Arrays of 13, 0, 40 and 47 rows, sliced out of one (offsets into its buffers);
-        // the first 20 rows have no nulls.
+        // Arrays of 13, 0, 40, 7, 20 and 20 rows, sliced out of one (offsets into its
+        // buffers); the first 20 rows have no nulls, rows 60 to 79 (an array) no values.
         let parts = [
             whole.slice(0, 13),
             whole.slice(13, 0),
             whole.slice(13, 40),
-            whole.slice(53, 47),
+            whole.slice(53, 7),
+            whole.slice(60, 20),
+            whole.slice(80, 20),
         ];
         let columns: Vec<&UInt64Array> = parts.iter().collect();
         for page in [1, 5, 13, 20, 33, 100] {

@@ -14,9 +14,9 @@
 //!   constant `bundle`): the Arrow keys remapped through a table as long as the Arrow
 //!   dictionary, a load per row.
 //! - [`numbers`]: `UInt64`/`UInt32` dictionary columns (`ip`, `target`, `insns`, `cr3`):
-//!   a direct-mapped table of recently seen values in front of the hash map, so a row
-//!   whose value sits in its slot (most rows: a program runs the same branches again and
-//!   again) costs a multiply, a load and a compare. Statistics, the column index and the
+//!   an open-addressed table of codes small enough to stay in L1, so a row (a program
+//!   runs the same branches again and again) costs a multiply, two loads and a compare,
+//!   with no hash map behind it. Statistics, the column index and the
 //!   bloom filter are built from the dictionary and from each page's codes.
 //! - [`delta`]: `UInt64` columns that only grow (`seq`, `offset`, `tsc`, `cycles`) as
 //!   DELTA_BINARY_PACKED, a block of 256 values at a time.
@@ -280,29 +280,45 @@ fn rle_hybrid<T: Copy + Eq + Into<u64>>(codes: &[T], width: u8, out: &mut Vec<u8
     }
     let mut literal_start = 0;
     let mut i = 0;
-    while i < n {
-        let v = codes[i];
-        let mut run = 1;
-        while i + run < n && codes[i + run] == v {
-            run += 1;
+    // Only runs of eight or more can become RLE runs: the codes between them are passed
+    // over by `long_run`, a compare and a count per code, without a branch on every run's
+    // end (a page of codes is mostly short runs).
+    while let Some(start) = long_run(codes, i) {
+        let v = codes[start];
+        let mut end = start + 8;
+        while end < n && codes[end] == v {
+            end += 1;
         }
+        let run = end - start;
         // A literal stretch must end on a group of eight: borrow the run's first codes
         // to fill the last group, and take the run only if eight or more remain.
-        let fill = (8 - (i - literal_start) % 8) % 8;
+        let fill = (8 - (start - literal_start) % 8) % 8;
         if run >= fill + 8 {
-            bit_packed(&codes[literal_start..i + fill], width, out);
-            let start = i + fill;
-            let len = run - fill;
-            varint((len as u64) << 1, out);
+            bit_packed(&codes[literal_start..start + fill], width, out);
+            varint(((run - fill) as u64) << 1, out);
             let bytes = usize::from(width).div_ceil(8);
             out.extend_from_slice(&v.into().to_le_bytes()[..bytes]);
-            i = start + len;
-            literal_start = i;
-        } else {
-            i += run;
+            literal_start = end;
         }
+        i = end;
     }
     bit_packed(&codes[literal_start..], width, out);
+}
+
+/// Where the first run of eight or more equal codes from `from` on starts (`from` starts
+/// a run: it differs from the code before it, if any).
+#[inline]
+fn long_run<T: Copy + Eq>(codes: &[T], from: usize) -> Option<usize> {
+    let rest = codes.get(from..)?;
+    // Codes equal to the one before them, in a row.
+    let mut same = 0usize;
+    for (k, w) in rest.windows(2).enumerate() {
+        same = if w[1] == w[0] { same + 1 } else { 0 };
+        if same == 7 {
+            return Some(from + k - 6);
+        }
+    }
+    None
 }
 
 /// [`rle_hybrid`] of definition levels (each 0 or 1, at width 1), the same bytes made
@@ -464,6 +480,69 @@ impl Compressor {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// The hybrid encoding run by run, as it was written first: the reference that
+    /// `rle_hybrid` (which passes over short runs without visiting each) must match.
+    fn rle_hybrid_by_runs(codes: &[u32], width: u8, out: &mut Vec<u8>) {
+        let n = codes.len();
+        if width == 0 {
+            if n > 0 {
+                varint((n as u64) << 1, out);
+            }
+            return;
+        }
+        let mut literal_start = 0;
+        let mut i = 0;
+        while i < n {
+            let v = codes[i];
+            let mut run = 1;
+            while i + run < n && codes[i + run] == v {
+                run += 1;
+            }
+            let fill = (8 - (i - literal_start) % 8) % 8;
+            if run >= fill + 8 {
+                bit_packed(&codes[literal_start..i + fill], width, out);
+                let start = i + fill;
+                let len = run - fill;
+                varint((len as u64) << 1, out);
+                let bytes = usize::from(width).div_ceil(8);
+                out.extend_from_slice(&u64::from(v).to_le_bytes()[..bytes]);
+                i = start + len;
+                literal_start = i;
+            } else {
+                i += run;
+            }
+        }
+        bit_packed(&codes[literal_start..], width, out);
+    }
+
+    /// `rle_hybrid` writes what encoding run by run writes, for codes with runs of every
+    /// length (around eight and the group seams especially) at several widths.
+    #[test]
+    fn rle_hybrid_is_the_run_by_run_encoding() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for case in 0..4000 {
+            let width = [1u8, 2, 3, 7, 8, 13, 17][case % 7];
+            let longest = [1, 3, 8, 9, 10, 17, 40, 600][case % 8];
+            let n = (next() % 900) as usize;
+            let mut codes = Vec::new();
+            while codes.len() < n {
+                let v = (next() % (1 << width.min(3))) as u32;
+                let run = 1 + (next() % longest) as usize;
+                codes.extend(std::iter::repeat_n(v, run.min(n - codes.len())));
+            }
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            rle_hybrid_by_runs(&codes, width, &mut a);
+            rle_hybrid(&codes, width, &mut b);
+            assert_eq!(a, b, "case {case}, width {width}: {codes:?}");
+        }
+    }
 
     /// `rle_levels` writes the bytes `rle_hybrid` writes at width 1, for levels with runs
     /// of every length (none, short, around eight, long) and any length of input.

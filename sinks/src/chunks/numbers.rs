@@ -1,18 +1,14 @@
-//! `UInt64` and `UInt32` columns (`ip`, `target`, `insns`, `cr3`): dictionary codes from a
-//! direct-mapped table of recently seen values.
+//! `UInt64` and `UInt32` columns (`ip`, `target`, `insns`, `cr3`): dictionary codes from an
+//! open-addressed table of codes ([`Lookup`]).
 //!
-//! A row whose value sits in its slot of the table costs a multiply, a load and a compare;
-//! a value seen for the first time, or pushed out of its slot by another, is looked up in
-//! a hash map behind it. The table has 8 Ki slots (128 KiB, in L2): a row group of
-//! `branches` holds a few thousand distinct branch addresses. The statistics follow the
-//! codes rather than the rows where they can: the chunk's minimum and maximum are the
-//! dictionary's, the bloom filter holds the dictionary's values (as arrow-rs's does for a
-//! dictionary chunk), and only the page minimum and maximum read the rows' values (in
-//! order, from the arrays). Values are compared unsigned, as the columns' logical type
-//! says.
-
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+//! A row whose value sits in its first slot costs a multiply, two loads and a compare; the
+//! table is four bytes a slot and at most half full, so with the dictionary's values it
+//! stays in L1 for the few thousand distinct branch addresses of a `branches` row group.
+//! The statistics follow the codes rather than the rows where they can: the chunk's
+//! minimum and maximum are the dictionary's, the bloom filter holds the dictionary's
+//! values (as arrow-rs's does for a dictionary chunk), and only the page minimum and
+//! maximum read the rows' values (in order, from the arrays). Values are compared
+//! unsigned, as the columns' logical type says.
 
 use ::parquet::basic::Type;
 use ::parquet::bloom_filter::Sbbf;
@@ -27,7 +23,7 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Field};
 use bytes::Bytes;
 
-use super::stats::{chunk_statistics, definition_levels, PageIndex};
+use super::stats::{chunk_statistics, definition_levels, min_max, PageIndex};
 use super::{bit_width, page_rows, rle_hybrid, Chunk};
 
 /// An unsigned integer column, nullable or not.
@@ -57,6 +53,21 @@ pub(super) fn encode(
     let nullable = descr.max_def_level() > 0;
     let rows: usize = arrays.iter().map(|a| a.len()).sum();
 
+    let statistics = props.statistics_enabled(&path);
+    // Where pages end depends on the final bit width only through the byte limit; when
+    // the row limit binds at any width the dictionary can reach, pages are known before
+    // the codes, and each page's minimum and maximum are taken as its rows are coded,
+    // while their values are still in cache (a second pass over the chunk's values read
+    // them from memory again).
+    let fixed_page = {
+        let rows_at = |w| page_rows(props, &path, w);
+        let widest = bit_width(limit.max(1));
+        (statistics == EnabledStatistics::Page && rows_at(1) == rows_at(widest)).then(|| rows_at(1))
+    };
+    let mut page_lo_hi: Vec<(u64, u64)> = Vec::new();
+    let mut lo_hi = (u64::MAX, 0);
+    let mut row = 0;
+
     let mut d = Dictionary::new(rows, nullable);
     for a in arrays {
         if !nullable && a.null_count() > 0 {
@@ -66,15 +77,32 @@ pub(super) fn encode(
         }
         // A window at a time, so that a column of mostly distinct values (timing's `raw`
         // on a trace of TSC packets) is handed to arrow-rs after a few thousand rows, not
-        // after a pass over the whole chunk.
-        for at in (0..a.len()).step_by(WINDOW) {
-            let part = a.slice(at, WINDOW.min(a.len() - at));
+        // after a pass over the whole chunk. (Only the dictionary's final size decides
+        // that, so windows may end anywhere: at page ends too.)
+        let mut at = 0;
+        while at < a.len() {
+            let mut len = WINDOW.min(a.len() - at);
+            if let Some(page) = fixed_page {
+                len = len.min(page - row % page);
+            }
+            let part = a.slice(at, len);
+            let levels_from = d.levels.len();
             match (part.data_type(), wide) {
                 (DataType::UInt64, true) => {
-                    d.add(part.as_primitive::<UInt64Type>().values(), part.nulls())
+                    let values = part.as_primitive::<UInt64Type>().values();
+                    d.add(values, part.nulls());
+                    if fixed_page.is_some() {
+                        let levels = nullable.then(|| &d.levels[levels_from..]);
+                        lo_hi = min_max(values, levels, lo_hi);
+                    }
                 }
                 (DataType::UInt32, false) => {
-                    d.add(part.as_primitive::<UInt32Type>().values(), part.nulls())
+                    let values = part.as_primitive::<UInt32Type>().values();
+                    d.add(values, part.nulls());
+                    if fixed_page.is_some() {
+                        let levels = nullable.then(|| &d.levels[levels_from..]);
+                        lo_hi = min_max(values, levels, lo_hi);
+                    }
                 }
                 (other, _) => {
                     return Err(ParquetError::General(format!(
@@ -83,31 +111,39 @@ pub(super) fn encode(
                     )))
                 }
             }
+            at += len;
+            row += len;
+            if let Some(page) = fixed_page {
+                if row % page == 0 || row == rows {
+                    page_lo_hi.push(std::mem::replace(&mut lo_hi, (u64::MAX, 0)));
+                }
+            }
             // As arrow-rs decides it: a dictionary at the limit is already too large.
-            if d.values.len() >= limit {
+            if d.values().len() >= limit {
                 return Ok(None);
             }
         }
     }
 
-    let width = bit_width(d.values.len());
+    let width = bit_width(d.values().len());
     let mut chunk = Chunk::new(&path, props)?;
-    let mut plain = Vec::with_capacity(d.values.len() * value_bytes);
-    for &v in &d.values {
+    let mut plain = Vec::with_capacity(d.values().len() * value_bytes);
+    for &v in d.values() {
         if wide {
             plain.extend_from_slice(&v.to_le_bytes());
         } else {
             plain.extend_from_slice(&(v as u32).to_le_bytes());
         }
     }
-    chunk.dictionary(&plain, d.values.len())?;
+    chunk.dictionary(&plain, d.values().len())?;
 
-    let statistics = props.statistics_enabled(&path);
     let mut pages = (statistics == EnabledStatistics::Page).then(|| PageIndex::new(&descr));
     let mut buf = Vec::new();
     let mut next_code = 0;
     let mut start = 0;
     let page = page_rows(props, &path, width);
+    debug_assert!(fixed_page.is_none_or(|p| p == page));
+    let mut page_lo_hi = page_lo_hi.into_iter();
     while start < rows {
         let end = (start + page).min(rows);
         buf.clear();
@@ -125,14 +161,21 @@ pub(super) fn encode(
         // Each page is written at the width of the dictionary as it stood at the page's
         // end, as arrow-rs writes it: early pages of a chunk whose dictionary keeps
         // growing take fewer bits (5% smaller `target` chunks than the final width).
-        let seen = d.first.partition_point(|&at| (at as usize) < next_code);
+        let seen = d
+            .lookup
+            .first
+            .partition_point(|&at| (at as usize) < next_code);
         let page_width = bit_width(seen);
         buf.push(page_width);
         rle_hybrid(codes, page_width, &mut buf);
         chunk.data(&buf, end - start)?;
         if let Some(p) = pages.as_mut() {
             let levels = nullable.then(|| &d.levels[..]);
-            let lo_hi = (valid > 0).then(|| page_min_max(arrays, wide, levels, start, end));
+            let lo_hi = match page_lo_hi.next() {
+                Some(lo_hi) => lo_hi,
+                None => page_min_max(arrays, wide, levels, start, end),
+            };
+            let lo_hi = (valid > 0).then_some(lo_hi);
             p.page(lo_hi, end - start, valid);
         }
         start = end;
@@ -143,7 +186,7 @@ pub(super) fn encode(
         if statistics == EnabledStatistics::None {
             return b;
         }
-        chunk_statistics(b, &descr, min_max_all(&d.values), rows, nulls)
+        chunk_statistics(b, &descr, min_max_all(d.values()), rows, nulls)
     })?;
     if let Some(p) = pages {
         close.column_index = p.build()?;
@@ -151,7 +194,7 @@ pub(super) fn encode(
     if let Some(bp) = props.bloom_filter_properties(&path) {
         if props.bloom_filter_for_dictionary_encoded_chunks() {
             let mut filter = Sbbf::new_with_ndv_fpp(bp.ndv(), bp.fpp())?;
-            for &v in &d.values {
+            for &v in d.values() {
                 // As arrow-rs hashes them: the physical type's little-endian bytes.
                 if wide {
                     filter.insert(&(v as i64));
@@ -177,27 +220,6 @@ fn page_min_max(
     start: usize,
     end: usize,
 ) -> (u64, u64) {
-    fn fold<T: Copy + Into<u64>>(v: &[T], levels: Option<&[u8]>, lo_hi: &mut (u64, u64)) {
-        let (mut lo, mut hi) = *lo_hi;
-        match levels {
-            None => {
-                for &x in v {
-                    lo = lo.min(x.into());
-                    hi = hi.max(x.into());
-                }
-            }
-            Some(l) => {
-                // A row without a value counts as the largest value for the minimum and
-                // the smallest for the maximum (no branch: the loop vectorizes).
-                for (&x, &l) in v.iter().zip(l) {
-                    let m = u64::from(l).wrapping_neg();
-                    lo = lo.min(x.into() | !m);
-                    hi = hi.max(x.into() & m);
-                }
-            }
-        }
-        *lo_hi = (lo, hi);
-    }
     let mut lo_hi = (u64::MAX, 0);
     let mut at = 0;
     for a in arrays {
@@ -205,16 +227,16 @@ fn page_min_max(
         if s < e {
             let l = levels.map(|l| &l[s..e]);
             if wide {
-                fold(
+                lo_hi = min_max(
                     &a.as_primitive::<UInt64Type>().values()[s - at..e - at],
                     l,
-                    &mut lo_hi,
+                    lo_hi,
                 );
             } else {
-                fold(
+                lo_hi = min_max(
                     &a.as_primitive::<UInt32Type>().values()[s - at..e - at],
                     l,
-                    &mut lo_hi,
+                    lo_hi,
                 );
             }
         }
@@ -232,31 +254,105 @@ fn min_max_all(values: &[u64]) -> Option<(u64, u64)> {
 /// Rows added between two checks of the dictionary's size.
 const WINDOW: usize = 8192;
 
-/// log2 of the direct-mapped table's slots.
-const FRONT_BITS: u32 = 13;
-/// A slot that holds no value yet.
+/// log2 of the code table's slots when a chunk starts: 16 KiB of codes, room for 2 Ki
+/// distinct values before it grows (a `branches` row group of a program holds a few
+/// thousand branch addresses).
+const TABLE_BITS: u32 = 12;
+/// A slot that holds no code.
 const EMPTY: u32 = u32::MAX;
 
 /// The dictionary of a chunk: distinct values in order of first use, the code of every
 /// row that has a value, and (nullable columns) every row's definition level.
 struct Dictionary {
-    values: Vec<u64>,
-    /// Where each value's code was first used (an index into `codes`), increasing: how
-    /// many codes the rows up to a point use, by binary search, not by a pass over them.
-    first: Vec<u32>,
     codes: Vec<u32>,
     levels: Vec<u8>,
     nulls: u64,
     nullable: bool,
-    index: HashMap<u64, u32, BuildHasherDefault<Fold>>,
-    front: Box<[(u64, u32)]>,
+    lookup: Lookup,
 }
 
-/// A dictionary's large buffers (codes, levels, the front table), kept on the thread that
+/// The dictionary's values and the table that finds a value's code.
+///
+/// The table holds codes only, open-addressed by a multiplicative hash of the value with
+/// linear probing, at most half full: a row whose value is in its first slot costs a
+/// multiply, a load of the code, a load of the code's value and a compare, and both
+/// loads hit L1 (the table is four bytes a slot, the values eight bytes each). It
+/// replaced a direct-mapped table of (value, code) pairs in front of a hash map: that
+/// table's 128 KiB sat in L2, and the compare waiting on its load was the costliest part
+/// of encoding `ip`, `target` and `insns`.
+struct Lookup {
+    values: Vec<u64>,
+    /// Where each value's code was first used (an index into `codes`), increasing: how
+    /// many codes the rows up to a point use, by binary search, not by a pass over them.
+    first: Vec<u32>,
+    table: Vec<u32>,
+    bits: u32,
+}
+
+impl Lookup {
+    #[inline]
+    fn slot(&self, v: u64) -> usize {
+        (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
+    }
+
+    /// The code of `v` if it sits in its first slot.
+    #[inline]
+    fn hit(&self, v: u64) -> Option<u32> {
+        let c = self.table[self.slot(v)];
+        (self.values.get(c as usize) == Some(&v)).then_some(c)
+    }
+
+    /// The code of `v`, a new one (the next) if it has none; `at`: where in the codes
+    /// this row's code goes.
+    #[inline]
+    fn code(&mut self, v: u64, at: usize) -> u32 {
+        let mask = self.table.len() - 1;
+        let mut slot = self.slot(v);
+        loop {
+            let c = self.table[slot];
+            // An empty slot (EMPTY is past any code) ends the search.
+            match self.values.get(c as usize) {
+                Some(&seen) if seen == v => return c,
+                Some(_) => slot = (slot + 1) & mask,
+                None => return self.insert(v, slot, at),
+            }
+        }
+    }
+
+    #[inline(never)]
+    fn insert(&mut self, v: u64, slot: usize, at: usize) -> u32 {
+        let code = self.values.len() as u32;
+        self.values.push(v);
+        self.first.push(at as u32);
+        self.table[slot] = code;
+        if self.values.len() * 2 > self.table.len() {
+            self.grow();
+        }
+        code
+    }
+
+    /// Twice the slots, every code placed again.
+    #[cold]
+    fn grow(&mut self) {
+        self.bits += 1;
+        self.table.clear();
+        self.table.resize(1 << self.bits, EMPTY);
+        let mask = self.table.len() - 1;
+        for (code, &v) in self.values.iter().enumerate() {
+            let mut slot = self.slot(v);
+            while self.table[slot] != EMPTY {
+                slot = (slot + 1) & mask;
+            }
+            self.table[slot] = code as u32;
+        }
+    }
+}
+
+/// A dictionary's large buffers (codes, levels, the code table), kept on the thread that
 /// encoded a chunk for its next chunk: made fresh for every column of every row group
 /// (4 bytes of code and a level byte a row), they were new pages the kernel had to clear.
 /// At most [`KEPT`] sets a thread.
-type Scratch = (Vec<u32>, Vec<u8>, Box<[(u64, u32)]>);
+type Scratch = (Vec<u32>, Vec<u8>, Vec<u32>);
 const KEPT: usize = 2;
 
 thread_local! {
@@ -265,37 +361,50 @@ thread_local! {
 
 impl Dictionary {
     fn new(rows: usize, nullable: bool) -> Dictionary {
-        let (mut codes, mut levels, mut front) =
-            SCRATCH.with(|s| s.borrow_mut().pop()).unwrap_or_else(|| {
-                (
-                    Vec::new(),
-                    Vec::new(),
-                    vec![(0, EMPTY); 1 << FRONT_BITS].into_boxed_slice(),
-                )
-            });
+        let (mut codes, mut levels, mut table) =
+            SCRATCH.with(|s| s.borrow_mut().pop()).unwrap_or_default();
         codes.clear();
         codes.reserve(rows);
         levels.clear();
         levels.reserve(if nullable { rows } else { 0 });
-        front.fill((0, EMPTY));
+        table.clear();
+        table.resize(1 << TABLE_BITS, EMPTY);
         Dictionary {
-            values: Vec::new(),
-            first: Vec::new(),
             codes,
             levels,
             nulls: 0,
             nullable,
-            index: HashMap::default(),
-            front,
+            lookup: Lookup {
+                values: Vec::new(),
+                first: Vec::new(),
+                table,
+                bits: TABLE_BITS,
+            },
         }
+    }
+
+    fn values(&self) -> &[u64] {
+        &self.lookup.values
     }
 
     fn add<T: Copy + Into<u64>>(&mut self, values: &[T], nulls: Option<&NullBuffer>) {
         match nulls.filter(|n| n.null_count() > 0) {
             None => {
-                for &v in values {
-                    let c = self.code(v.into());
-                    self.codes.push(c);
+                let base = self.codes.len();
+                let mut i = 0;
+                while i < values.len() {
+                    // Rows whose value is in its first slot, while they last: the table
+                    // is only read, so its place and size stay in registers (a search
+                    // that may insert made the loop reload them for every row).
+                    let lookup = &self.lookup;
+                    let hits = values[i..].iter().map_while(|&v| lookup.hit(v.into()));
+                    self.codes.extend(hits);
+                    i = self.codes.len() - base;
+                    if let Some(&v) = values.get(i) {
+                        let c = self.lookup.code(v.into(), base + i);
+                        self.codes.push(c);
+                        i += 1;
+                    }
                 }
                 if self.nullable {
                     self.levels.resize(self.levels.len() + values.len(), 1);
@@ -309,7 +418,7 @@ impl Dictionary {
             Some(n) => {
                 for (&v, valid) in values.iter().zip(n.iter()) {
                     if valid {
-                        let c = self.code(v.into());
+                        let c = self.lookup.code(v.into(), self.codes.len());
                         self.codes.push(c);
                     } else {
                         self.nulls += 1;
@@ -319,30 +428,6 @@ impl Dictionary {
             }
         }
     }
-
-    #[inline]
-    fn code(&mut self, v: u64) -> u32 {
-        let slot = (v.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FRONT_BITS)) as usize;
-        let (seen, code) = self.front[slot];
-        if seen == v && code != EMPTY {
-            return code;
-        }
-        self.miss(v, slot)
-    }
-
-    #[inline(never)]
-    fn miss(&mut self, v: u64, slot: usize) -> u32 {
-        let next = self.values.len() as u32;
-        let (values, first) = (&mut self.values, &mut self.first);
-        let at = self.codes.len() as u32;
-        let code = *self.index.entry(v).or_insert_with(|| {
-            values.push(v);
-            first.push(at);
-            next
-        });
-        self.front[slot] = (v, code);
-        code
-    }
 }
 
 impl Drop for Dictionary {
@@ -350,7 +435,7 @@ impl Drop for Dictionary {
         let kept = (
             std::mem::take(&mut self.codes),
             std::mem::take(&mut self.levels),
-            std::mem::take(&mut self.front),
+            std::mem::take(&mut self.lookup.table),
         );
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
@@ -361,35 +446,17 @@ impl Drop for Dictionary {
     }
 }
 
-/// Hash of a u64 key: the two halves of its 128-bit product with an odd constant, folded
-/// (the map's bucket and control bits both come out mixed; the values are addresses).
-#[derive(Default)]
-struct Fold(u64);
-
-impl Hasher for Fold {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b) ^ self.0.rotate_left(8));
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, n: u64) {
-        let m = u128::from(n ^ self.0) * 0x9E37_79B9_7F4A_7C15;
-        self.0 = (m as u64) ^ ((m >> 64) as u64);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
     use ::parquet::arrow::ArrowSchemaConverter;
     use ::parquet::file::properties::WriterProperties;
+    use ::parquet::schema::types::ColumnPath;
     use arrow_array::UInt64Array;
     use arrow_schema::Schema;
+
+    use std::collections::HashMap;
 
     use super::*;
 
@@ -401,8 +468,8 @@ mod tests {
 
     #[test]
     fn codes_follow_first_use_when_values_share_a_slot() {
-        // 20,000 distinct values over 8 Ki slots, each used again and again in a shuffled
-        // order: most rows meet another value in their slot and go to the map.
+        // 20,000 distinct values, each used again and again in a shuffled order: the table
+        // grows from 4 Ki slots to 64 Ki while rows come, and values collide on the way.
         let mut d = Dictionary::new(0, false);
         let values: Vec<u64> = (0..100_000u64)
             .map(|i| 0x40_0000 + (i.wrapping_mul(2_654_435_761) % 20_000) * 0x10)
@@ -417,10 +484,107 @@ mod tests {
             })
             .collect();
         assert_eq!(d.codes, want);
-        assert_eq!(d.values.len(), 20_000);
-        for (code, &v) in d.values.iter().enumerate() {
+        assert_eq!(d.values().len(), 20_000);
+        for (code, &v) in d.values().iter().enumerate() {
             assert_eq!(first[&v], code as u32);
         }
+    }
+
+    /// Codes and first uses as a plain map gives them, for dictionaries of every size
+    /// around the table's growth points, values spread or sharing their hash's high bits,
+    /// with and without nulls, added in windows of any length.
+    #[test]
+    fn codes_are_a_plain_maps_at_every_size_and_growth() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for (case, distinct) in [1usize, 2, 2047, 2048, 2049, 4097, 70_000]
+            .iter()
+            .enumerate()
+        {
+            let pool: Vec<u64> = (0..*distinct as u64)
+                .map(|i| match case % 3 {
+                    0 => 0x40_0000 + i * 4,
+                    // Multiples of 2^52: the product's high bits come from few of them.
+                    1 => i << 52 | i,
+                    _ => i.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                })
+                .collect();
+            let rows: Vec<Option<u64>> = (0..3 * distinct + 1000)
+                .map(|_| {
+                    let v = pool[(next() % *distinct as u64) as usize];
+                    (case % 2 == 0 || next() % 3 != 0).then_some(v)
+                })
+                .collect();
+            let nullable = case % 2 == 1;
+            let mut d = Dictionary::new(0, nullable);
+            let mut at = 0;
+            while at < rows.len() {
+                let n = (1 + next() % 5000) as usize;
+                let part = UInt64Array::from(rows[at..rows.len().min(at + n)].to_vec());
+                d.add(part.values(), part.nulls());
+                at += n;
+            }
+            let mut map: HashMap<u64, u32> = HashMap::new();
+            let (mut codes, mut first) = (Vec::new(), Vec::new());
+            for &v in rows.iter().flatten() {
+                let n = map.len() as u32;
+                let c = *map.entry(v).or_insert_with(|| {
+                    first.push(codes.len() as u32);
+                    n
+                });
+                codes.push(c);
+            }
+            assert_eq!(d.codes, codes, "{distinct} values");
+            assert_eq!(d.lookup.first, first, "{distinct} values");
+            assert_eq!(d.values().len(), map.len());
+            for (code, &v) in d.values().iter().enumerate() {
+                assert_eq!(map[&v], code as u32);
+            }
+            assert!(d.lookup.table.len() >= 2 * d.values().len());
+        }
+    }
+
+    /// Page minima and maxima taken while coding (pages known ahead) and by a pass over
+    /// the pages afterwards (a byte limit that a wide dictionary would make bind) agree:
+    /// the same pages here, as the dictionary stays narrow.
+    #[test]
+    fn page_statistics_while_coding_are_those_of_a_pass_after() {
+        let values: Vec<Option<u64>> = (0..1000u64)
+            .map(|i| {
+                let k = i % 90;
+                (i % 5 != 2 && !(300..420).contains(&i)).then_some((k << 60) | (k * 0x1_2345))
+            })
+            .collect();
+        let arrays: Vec<ArrayRef> = [0..130, 130..130, 130..777, 777..1000]
+            .into_iter()
+            .map(|r| Arc::new(UInt64Array::from(values[r].to_vec())) as ArrayRef)
+            .collect();
+        let props = |bytes| {
+            WriterProperties::builder()
+                .set_data_page_row_count_limit(100)
+                .set_data_page_size_limit(bytes)
+                .build()
+        };
+        // 100 rows a page at up to 8 bits (the 90 values here), fewer at 17 (the widest).
+        let (while_coding, after) = (props(1 << 20), props(100));
+        let page = |p: &WriterProperties, w| page_rows(p, &ColumnPath::from("ip"), w);
+        assert_eq!(page(&while_coding, 17), 100);
+        assert_eq!((page(&after, 7), page(&after, 17)), (100, 47));
+        let (a, ca) = encode(descr(true), &while_coding, &arrays)
+            .unwrap()
+            .unwrap();
+        let (b, cb) = encode(descr(true), &after, &arrays).unwrap().unwrap();
+        assert!(a == b, "the same pages");
+        assert!(ca.column_index.is_some());
+        assert_eq!(
+            format!("{:?}", ca.column_index),
+            format!("{:?}", cb.column_index)
+        );
     }
 
     #[test]
@@ -430,7 +594,7 @@ mod tests {
         d.add(a.values(), a.nulls());
         assert_eq!(d.codes, [0, 0, 1]);
         assert_eq!(d.levels, [1, 0, 1, 1, 0]);
-        assert_eq!((d.nulls, d.values.clone()), (2, vec![7, 9]));
+        assert_eq!((d.nulls, d.values().to_vec()), (2, vec![7, 9]));
     }
 
     #[test]

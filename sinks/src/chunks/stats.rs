@@ -149,3 +149,117 @@ pub(super) fn chunk_statistics(
         b
     }
 }
+
+/// Lanes of the minima and maxima below, folded independently: one running minimum and
+/// maximum is a chain of compares and conditional moves that each wait for the last
+/// (baseline x86-64 has no vector minimum of 64-bit lanes); a page's statistics were the
+/// costliest part of its encoding.
+const LANES: usize = 4;
+
+/// `lo_hi` lowered and raised by the values of `v` (unsigned), of the rows whose level in
+/// `levels` is 1 when `levels` is given (as long as `v`).
+#[inline]
+pub(super) fn min_max<T: Copy + Into<u64>>(
+    v: &[T],
+    levels: Option<&[u8]>,
+    lo_hi: (u64, u64),
+) -> (u64, u64) {
+    let mut lo = [lo_hi.0; LANES];
+    let mut hi = [lo_hi.1; LANES];
+    match levels {
+        None => {
+            let mut chunks = v.chunks_exact(LANES);
+            for c in &mut chunks {
+                for k in 0..LANES {
+                    lo[k] = lo[k].min(c[k].into());
+                    hi[k] = hi[k].max(c[k].into());
+                }
+            }
+            for &x in chunks.remainder() {
+                lo[0] = lo[0].min(x.into());
+                hi[0] = hi[0].max(x.into());
+            }
+        }
+        Some(levels) => {
+            // A row without a value counts as the largest value for the minimum and the
+            // smallest for the maximum (no branch).
+            let mut chunks = v.chunks_exact(LANES).zip(levels.chunks_exact(LANES));
+            for (c, l) in &mut chunks {
+                for k in 0..LANES {
+                    let m = u64::from(l[k]).wrapping_neg();
+                    lo[k] = lo[k].min(c[k].into() | !m);
+                    hi[k] = hi[k].max(c[k].into() & m);
+                }
+            }
+            let done = v.len() / LANES * LANES;
+            for (&x, &l) in v[done..].iter().zip(&levels[done..]) {
+                let m = u64::from(l).wrapping_neg();
+                lo[0] = lo[0].min(x.into() | !m);
+                hi[0] = hi[0].max(x.into() & m);
+            }
+        }
+    }
+    (
+        lo.into_iter().min().unwrap_or(lo_hi.0),
+        hi.into_iter().max().unwrap_or(lo_hi.1),
+    )
+}
+
+/// The smallest of `v`, or `i64::MAX` for none.
+#[inline]
+pub(super) fn min_i64(v: &[i64]) -> i64 {
+    let mut lo = [i64::MAX; LANES];
+    let mut chunks = v.chunks_exact(LANES);
+    for c in &mut chunks {
+        for k in 0..LANES {
+            lo[k] = lo[k].min(c[k]);
+        }
+    }
+    for &x in chunks.remainder() {
+        lo[0] = lo[0].min(x);
+    }
+    lo.into_iter().min().unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lanes give what one running minimum and maximum give, for every length around
+    /// the lane count, with and without levels, from any starting pair.
+    #[test]
+    fn lanes_fold_as_one_running_minimum_and_maximum() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for n in 0..40 {
+            let v: Vec<u64> = (0..n).map(|_| next() >> (next() % 64)).collect();
+            let levels: Vec<u8> = (0..n).map(|_| (next() % 3 != 0) as u8).collect();
+            let start = [(u64::MAX, 0), (next(), next() >> 1)][n % 2];
+            let (mut lo, mut hi) = start;
+            for &x in &v {
+                lo = lo.min(x);
+                hi = hi.max(x);
+            }
+            assert_eq!(min_max(&v, None, start), (lo, hi), "{v:?}");
+            let (mut lo, mut hi) = start;
+            for (&x, &l) in v.iter().zip(&levels) {
+                if l == 1 {
+                    lo = lo.min(x);
+                    hi = hi.max(x);
+                }
+            }
+            assert_eq!(
+                min_max(&v, Some(&levels), start),
+                (lo, hi),
+                "{v:?} {levels:?}"
+            );
+            let d: Vec<i64> = v.iter().map(|&x| x as i64).collect();
+            assert_eq!(min_i64(&d), d.iter().copied().min().unwrap_or(i64::MAX));
+        }
+    }
+}
