@@ -119,30 +119,34 @@ struct Made {
     recording: PtRecording,
     file: Vec<u8>,
     /// Per CPU (0, 1): its stretches in order: thread, truth rows, AUX offset of the stretch.
-    cpus: Vec<Vec<(u32, Vec<Row>, u64)>>,
+    cpus: Vec<CpuTruth>,
 }
 
-fn recording() -> Made {
-    let mut r = PtRecording::for_elf(Path::new(BUSYBOX), PID, Vec::new()).unwrap();
+/// A CPU's stretches in order: thread, truth rows, AUX offset of the stretch.
+type CpuTruth = Vec<(u32, Vec<Row>, u64)>;
+
+/// busybox `sort` per `plan` entry (cpu, thread, sort args, lines, seed), one after the
+/// other in time on the CPU and thread given, added to `r` as TSC-timed stretches:
+/// per CPU (of `cpus`), its stretches with their truth.
+fn record_stretches(
+    r: &mut PtRecording,
+    cpus: usize,
+    plan: &[(u32, u32, &[&str], usize, u32)],
+) -> Vec<CpuTruth> {
     // TSC, MTC off, branches (perf's intel_pt//u with mtc=0): TSC packets in PSB+ only.
     r.config = 1 | 1 << 10 | 1 << 13;
-    let tsc_of = |perf_ns: u64| r.clock.perf_time_to_tsc(perf_ns).unwrap();
-    let ns_of = |tsc: u64| r.clock.tsc_to_perf_time(tsc);
-    let mut cpus: Vec<Vec<(u32, Vec<Row>, u64)>> = vec![Vec::new(), Vec::new()];
+    let clock = r.clock;
+    let tsc_of = |perf_ns: u64| clock.perf_time_to_tsc(perf_ns).unwrap();
+    let ns_of = |tsc: u64| clock.tsc_to_perf_time(tsc);
+    let mut truth: Vec<CpuTruth> = vec![Vec::new(); cpus];
+    let mut aux_end = vec![0u64; cpus];
     let mut at = r.start_time + 100_000;
-    // (cpu, tid, sort args, lines, seed)
-    let plan: [(u32, u32, &[&str], usize, u32); 3] = [
-        (0, PID, &["-n"], 300, 11),
-        (0, PID + 1, &["-r"], 200, 5),
-        (1, PID + 1, &["-n"], 300, 11),
-    ];
-    let mut aux_end = [0u64; 2];
-    for (cpu, tid, args, lines, seed) in plan {
+    for &(cpu, tid, args, lines, seed) in plan {
         let switch_in = at;
         let e = sort_execution(args, lines, seed, tsc_of(switch_in + 1_000));
         let switch_out = ns_of(tsc_of(switch_in + 1_000) + e.instructions) + 1_000;
         let k = cpu as usize;
-        cpus[k].push((tid, e.truth, aux_end[k]));
+        truth[k].push((tid, e.truth, aux_end[k]));
         aux_end[k] += e.pt.len().next_multiple_of(8) as u64;
         r.cpus.push(CpuStream {
             cpu,
@@ -153,6 +157,20 @@ fn recording() -> Made {
         });
         at = switch_out + 10_000;
     }
+    truth
+}
+
+fn recording() -> Made {
+    let mut r = PtRecording::for_elf(Path::new(BUSYBOX), PID, Vec::new()).unwrap();
+    let cpus = record_stretches(
+        &mut r,
+        2,
+        &[
+            (0, PID, &["-n"], 300, 11),
+            (0, PID + 1, &["-r"], 200, 5),
+            (1, PID + 1, &["-n"], 300, 11),
+        ],
+    );
     let w = intel_pt_two_threads(&r).unwrap();
     Made {
         recording: r,
@@ -260,6 +278,17 @@ fn decode_alike(file: &Path, dir: &Path, name: &str) -> (String, std::path::Path
     (said, one)
 }
 
+/// The stretches of `cpus`, every thread one of process [`PID`].
+fn of_process(cpus: &[CpuTruth]) -> Vec<Vec<Stretch<'_>>> {
+    cpus.iter()
+        .map(|c| {
+            c.iter()
+                .map(|(tid, t, sh)| (PID, *tid, &t[..], *sh))
+                .collect()
+        })
+        .collect()
+}
+
 /// Each CPU's rows in turn, each stretch its execution's truth (offsets shifted to the
 /// CPU's AUX stream) on its process and thread; `more` checks each row further. The
 /// stretches: per CPU, (pid, tid, truth, AUX offset of the stretch).
@@ -308,16 +337,7 @@ fn a_perf_data_of_two_threads_on_two_cpus_decodes_to_each_executions_truth_on_it
     let got = read_branches(&one.join("branches.parquet"));
     // CPU 0's rows, then CPU 1's; each stretch is its execution's truth, its offsets in the
     // CPU's AUX stream, on the thread the switch records say, with perf time from its TSC.
-    let cpus: Vec<Vec<Stretch<'_>>> = made
-        .cpus
-        .iter()
-        .map(|c| {
-            c.iter()
-                .map(|(tid, t, sh)| (PID, *tid, &t[..], *sh))
-                .collect()
-        })
-        .collect();
-    assert_stretches(&got, &cpus, |i, g| {
+    assert_stretches(&got, &of_process(&made.cpus), |i, g| {
         let tsc = g.tsc.expect("TSC packets: every row is timed");
         assert_eq!(g.time, Some(tsc / 2 + 1_000_000_000), "row {i}: perf time");
     });
@@ -343,57 +363,28 @@ fn eight_cpus_and_a_thread_that_migrates_decode_each_stretch_on_its_cpu_and_thre
         return;
     }
     let mut r = PtRecording::for_elf(Path::new(BUSYBOX), PID, Vec::new()).unwrap();
-    r.config = 1 | 1 << 10 | 1 << 13;
-    let tsc_of = |perf_ns: u64| r.clock.perf_time_to_tsc(perf_ns).unwrap();
-    let ns_of = |tsc: u64| r.clock.tsc_to_perf_time(tsc);
-    let kinds: [(&[&str], usize, u32); 3] =
-        [(&["-n"], 300, 11), (&["-r"], 200, 5), (&["-u"], 250, 3)];
-    // (cpu, thread, execution kind), in time order.
-    let plan = [
-        (0, PID, 0),
-        (1, PID + 1, 1),
-        (2, PID + 2, 2),
-        (3, PID + 3, 0),
-        (4, PID, 1),
-        (5, PID + 1, 2),
-        (6, PID + 2, 1),
-        (7, PID + 1, 0),
-    ];
-    let mut cpus: Vec<Vec<(u32, Vec<Row>, u64)>> = vec![Vec::new(); 8];
-    let mut aux_end = [0u64; 8];
-    let mut at = r.start_time + 100_000;
-    for (cpu, tid, kind) in plan {
-        let (args, lines, seed) = kinds[kind];
-        let switch_in = at;
-        let e = sort_execution(args, lines, seed, tsc_of(switch_in + 1_000));
-        let switch_out = ns_of(tsc_of(switch_in + 1_000) + e.instructions) + 1_000;
-        let k = cpu as usize;
-        cpus[k].push((tid, e.truth, aux_end[k]));
-        aux_end[k] += e.pt.len().next_multiple_of(8) as u64;
-        r.cpus.push(CpuStream {
-            cpu,
-            tid,
-            pt: e.pt,
-            switch_in,
-            switch_out,
-        });
-        at = switch_out + 10_000;
-    }
+    let (n, rev, uniq): (&[&str], &[&str], &[&str]) = (&["-n"], &["-r"], &["-u"]);
+    let cpus = record_stretches(
+        &mut r,
+        8,
+        &[
+            (0, PID, n, 300, 11),
+            (1, PID + 1, rev, 200, 5),
+            (2, PID + 2, uniq, 250, 3),
+            (3, PID + 3, n, 300, 11),
+            (4, PID, rev, 200, 5),
+            (5, PID + 1, uniq, 250, 3),
+            (6, PID + 2, rev, 200, 5),
+            (7, PID + 1, n, 300, 11),
+        ],
+    );
     let tmp = tempfile::tempdir().unwrap();
     let tmp = &keep_dir(&tmp);
     let file = write(tmp, "eight.data", &intel_pt_two_threads(&r).unwrap().bytes);
     let (said, one) = decode_alike(&file, tmp, "eight");
     assert!(!said.contains("warning"), "{said}");
     let got = read_branches(&one.join("branches.parquet"));
-    let stretches: Vec<Vec<Stretch<'_>>> = cpus
-        .iter()
-        .map(|c| {
-            c.iter()
-                .map(|(tid, t, sh)| (PID, *tid, &t[..], *sh))
-                .collect()
-        })
-        .collect();
-    assert_stretches(&got, &stretches, |i, g| {
+    assert_stretches(&got, &of_process(&cpus), |i, g| {
         let tsc = g.tsc.expect("TSC packets: every row is timed");
         assert_eq!(g.time, Some(tsc / 2 + 1_000_000_000), "row {i}: perf time");
     });
