@@ -364,9 +364,10 @@ fn open_path(path: &Path, o: &Overrides) -> Result<(String, Kind, Opened)> {
                     .with_context(|| format!("{name}: its directory"))?,
             );
         }
-        // `perf record --kcore` keeps its copy of the kernel's text beside the data.
+        // `perf record --kcore` keeps its copy of the kernel's text beside the data, in
+        // the recording's directory.
         let kcore_dir = path.join("kcore_dir");
-        if file != path && lookup.kcore.is_empty() && kcore_dir.join("kcore").is_file() {
+        if path.is_dir() && lookup.kcore.is_empty() && kcore_dir.join("kcore").is_file() {
             lookup.kcore.push(kcore_dir);
         }
         let rec = perf::open(&file, &lookup)?;

@@ -125,8 +125,7 @@ pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<S
     let mut images = Vec::new();
     let mut problems = Vec::new();
     for k in lookup.kernel() {
-        let k = &k;
-        let elf = map_file(k).map(|b| object::File::parse(&*b).is_ok());
+        let elf = map_file(&k).map(|b| object::File::parse(&*b).is_ok());
         match elf {
             Ok(true) => images.push(ImageEntry {
                 path: k.display().to_string(),
