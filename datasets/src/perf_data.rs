@@ -618,6 +618,10 @@ pub struct PtRecording {
     pub processes: Vec<PtProcess>,
     /// Programs processes exec into during the recording.
     pub execs: Vec<PtExec>,
+    /// The most AUX data one AUXTRACE record holds: a stretch's trace cut into buffers of
+    /// this many bytes at any byte, as perf cuts it (it reads the AUX ring where its head
+    /// is when it wakes, inside a packet as often as not). `None`: one buffer a stretch.
+    pub aux_buffer: Option<usize>,
 }
 
 /// A binary as mapped: path, build-id, load address, mapped length, file offset.
@@ -801,13 +805,16 @@ pub struct Written {
     recording: PtRecording,
     private: Vec<u8>,
     streams: Vec<Vec<u8>>,
+    /// Per stretch, the unpadded length of each of its AUXTRACE buffers.
+    cuts: Vec<Vec<usize>>,
 }
 
 impl Written {
     /// The records written, in order, with their CPU modes and trailers (AUXTRACE data
     /// padded to 8 bytes with PAD packets, as perf pads it).
     pub fn records(&self) -> Records<'_> {
-        build(&self.recording, &self.private, &self.streams).expect("built once already")
+        build(&self.recording, &self.private, &self.streams, &self.cuts)
+            .expect("built once already")
     }
 }
 
@@ -888,6 +895,13 @@ pub fn intel_pt_two_threads_pipe(r: &PtRecording) -> Result<Written, WriteError>
     written(r, PerfDataWriter::finish_pipe)
 }
 
+/// A stretch's trace as its AUXTRACE buffers hold it ([`PtRecording::aux_buffer`]).
+fn buffers<'p>(r: &PtRecording, pt: &'p [u8]) -> impl Iterator<Item = &'p [u8]> {
+    let n = r.aux_buffer.unwrap_or(pt.len()).max(1);
+    // An empty stretch is still one (empty) buffer.
+    pt.chunks(n).chain(pt.is_empty().then_some(pt))
+}
+
 /// Records with their CPU modes and trailers, as [`PerfDataWriter::push`] takes them.
 pub type Records<'a> = Vec<(u16, Record<'a>, SampleId)>;
 
@@ -900,12 +914,21 @@ fn written(
         .cpus
         .iter()
         .map(|c| {
-            let mut pt = c.pt.clone();
-            pt.resize(pt.len().next_multiple_of(8), 0);
+            // Each buffer's data padded to 8 bytes with zeros, as perf writes it.
+            let mut pt = Vec::new();
+            for piece in buffers(r, &c.pt) {
+                pt.extend_from_slice(piece);
+                pt.resize(pt.len().next_multiple_of(8), 0);
+            }
             pt
         })
         .collect();
-    let recs = build(r, &private, &streams)?;
+    let cuts: Vec<Vec<usize>> = r
+        .cpus
+        .iter()
+        .map(|c| buffers(r, &c.pt).map(<[u8]>::len).collect())
+        .collect();
+    let recs = build(r, &private, &streams, &cuts)?;
     let mut w = PerfDataWriter::new(intel_pt_attrs(r))?;
     if let Some(level) = r.compress {
         w.compress(level)?;
@@ -941,6 +964,7 @@ fn written(
         recording,
         private,
         streams,
+        cuts,
     })
 }
 
@@ -950,6 +974,7 @@ fn build<'a>(
     r: &'a PtRecording,
     private: &'a [u8],
     streams: &'a [Vec<u8>],
+    cuts: &[Vec<usize>],
 ) -> Result<Records<'a>, WriteError> {
     let mut recs: Records<'a> = Vec::new();
     let mut t = r.start_time;
@@ -1136,7 +1161,7 @@ fn build<'a>(
     // Per CPU: where its next AUX data goes in its buffer, and when its last thread left.
     let mut aux_at = vec![0u64; cpus.len()];
     let mut free_from = vec![sideband_end; cpus.len()];
-    for (i, (c, pt)) in r.cpus.iter().zip(streams).enumerate() {
+    for (i, ((c, pt), cut)) in r.cpus.iter().zip(streams).zip(cuts).enumerate() {
         let k = cpus.iter().position(|&x| x == c.cpu).expect("a listed CPU");
         let first_on_cpu = aux_at[k] == 0;
         if c.switch_in <= free_from[k] || c.switch_out <= c.switch_in + 1 {
@@ -1148,7 +1173,7 @@ fn build<'a>(
             ));
         }
         free_from[k] = c.switch_out + 1;
-        let size = pt.len() as u64;
+
         recs.push((
             user,
             Record::Switch(Switch {
@@ -1178,29 +1203,41 @@ fn build<'a>(
             }),
             sid(c.tid, c.cpu, c.switch_out, 2000),
         ));
-        recs.push((
-            0,
-            Record::Aux(Aux {
-                aux_offset: aux_at[k],
-                aux_size: size,
-                flags: 0,
-            }),
-            sid(c.tid, c.cpu, c.switch_out + 1, 1000),
-        ));
-        recs.push((
-            0,
-            Record::Auxtrace(Auxtrace {
-                size,
-                offset: aux_at[k],
-                reference: 0x5eed_0000 + i as u64,
-                idx: k as u32,
-                tid: u32::MAX,
-                cpu: c.cpu,
-                data: pt,
-            }),
-            none,
-        ));
-        aux_at[k] += size;
+        let mut at = 0;
+        for (j, &len) in cut.iter().enumerate() {
+            // The data and its padding; the next buffer starts where the data ends (without
+            // `aux_buffer`, a stretch is one buffer that ends with its padding, as before).
+            let padded = len.next_multiple_of(8);
+            let data = &pt[at..at + padded];
+            at += padded;
+            let size = match r.aux_buffer {
+                Some(_) => len as u64,
+                None => padded as u64,
+            };
+            recs.push((
+                0,
+                Record::Aux(Aux {
+                    aux_offset: aux_at[k],
+                    aux_size: size,
+                    flags: 0,
+                }),
+                sid(c.tid, c.cpu, c.switch_out + 1, 1000),
+            ));
+            recs.push((
+                0,
+                Record::Auxtrace(Auxtrace {
+                    size: padded as u64,
+                    offset: aux_at[k],
+                    reference: 0x5eed_0000 + i as u64 + ((j as u64) << 32),
+                    idx: k as u32,
+                    tid: u32::MAX,
+                    cpu: c.cpu,
+                    data,
+                }),
+                none,
+            ));
+            aux_at[k] += size;
+        }
     }
     let mut t = r.cpus.iter().map(|c| c.switch_out + 1).max().unwrap_or(0);
     let mut next_time = || {
@@ -1307,6 +1344,7 @@ impl PtRecording {
             compress: None,
             processes: Vec::new(),
             execs: Vec::new(),
+            aux_buffer: None,
         })
     }
 }

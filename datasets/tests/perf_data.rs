@@ -424,6 +424,67 @@ fn aux_queues_are_the_cpus_streams_and_name_gaps_overlaps_conflicts_and_losses()
 }
 
 #[test]
+fn a_buffers_zero_padding_that_the_next_buffer_starts_inside_is_not_trace() {
+    // perf pads an AUXTRACE buffer's data to 8 bytes with zeros and starts the next buffer
+    // where the data ended: those zeros are dropped, silently. Bytes the next buffer
+    // starts inside that are not such padding (not zeros, or 8 or more) stay an overlap.
+    use tracemill_datasets::perf_data::{intel_pt_attrs, PerfDataWriter};
+    use tracemill_perfdata::aux::{aux_queues, AuxIssue};
+    use tracemill_perfdata::record::Auxtrace;
+
+    let (r, _) = small();
+    let mut padded = [0x55u8; 16];
+    padded[13..].fill(0);
+    let (b66, zeros) = ([0x66u8; 16], [0u8; 16]);
+    let mut wr = PerfDataWriter::new(intel_pt_attrs(&r)).unwrap();
+    // 13 bytes and 3 of padding; 16 at 13; 16 at 27 (inside the last one's own bytes);
+    // 16 zeros at 43, then 16 at 51 (8 zeros inside: too many to be padding).
+    for (offset, data) in [
+        (0, &padded),
+        (13, &b66),
+        (27, &b66),
+        (43, &zeros),
+        (51, &b66),
+    ] {
+        let buf = Record::Auxtrace(Auxtrace {
+            size: 16,
+            offset,
+            reference: 0,
+            idx: 0,
+            tid: u32::MAX,
+            cpu: 0,
+            data,
+        });
+        wr.push(0, &buf, &SampleId::default()).unwrap();
+    }
+    let file = wr.finish();
+    let p = PerfData::parse(&file).unwrap();
+    let offsets: Vec<u64> = p.records().map(|i| i.unwrap().offset).collect();
+    let (queues, _) = aux_queues(&p).unwrap();
+    let q = &queues[0];
+    assert_eq!(q.buffers[0].data, &padded[..13]);
+    assert_eq!(
+        q.buffers.iter().map(|b| b.data.len()).collect::<Vec<_>>(),
+        [13, 16, 16, 16, 16]
+    );
+    assert_eq!(
+        q.issues,
+        [
+            AuxIssue::Overlap {
+                record_offset: offsets[2],
+                offset: 27,
+                prev_end: 29
+            },
+            AuxIssue::Overlap {
+                record_offset: offsets[4],
+                offset: 51,
+                prev_end: 59
+            },
+        ]
+    );
+}
+
+#[test]
 fn lengths_that_claim_more_than_the_file_are_refused_before_allocating() {
     let (_, w) = small();
     let p = PerfData::parse(&w.bytes).unwrap();

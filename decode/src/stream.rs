@@ -2,9 +2,16 @@
 //!
 //! A plain trace is one slice. A dump of the circular output buffer (spec 2.3: writes wrap
 //! to offset 0 once the offset reaches the mask) is two: `data[ring_offset..]` (oldest)
-//! followed by `data[..ring_offset]` (newest). Offsets everywhere in tracemill are stream
-//! offsets, i.e. positions in this time-ordered view; for a ring dump, stream offset `s`
-//! is file offset `(s + ring_offset) % len`.
+//! followed by `data[..ring_offset]` (newest). A perf.data AUX area is many: its AUXTRACE
+//! buffers, each a range of the recording's bytes, in AUX order ([`TraceStream::spans`]);
+//! they are read where they lie in the file, so decoding an area of gigabytes holds no
+//! copy of it. Offsets everywhere in tracemill are stream offsets, i.e. positions in this
+//! time-ordered view; for a ring dump, stream offset `s` is file offset
+//! `(s + ring_offset) % len`.
+//!
+//! A packet or a PSB pattern may straddle the edge between two parts: [`TraceStream::window`]
+//! copies those few bytes into the caller's scratch, and [`TraceStream::find`] searches
+//! each edge's bytes on their own.
 
 thread_local! {
     static SEARCHED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
@@ -18,11 +25,31 @@ pub fn bytes_searched_on_this_thread() -> u64 {
     SEARCHED.with(|c| c.get())
 }
 
-/// Time-ordered view of trace bytes: up to two borrowed parts.
+/// One part of a stream made of ranges of one buffer ([`TraceStream::spans`]): `len`
+/// bytes at `data[from..]`, at stream offset `at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub at: u64,
+    pub from: usize,
+    pub len: usize,
+}
+
+/// Time-ordered view of trace bytes: borrowed parts, in order.
 #[derive(Clone, Copy, Debug)]
 pub struct TraceStream<'a> {
+    /// The first part (the whole of a linear trace).
     first: &'a [u8],
-    second: &'a [u8],
+    rest: Rest<'a>,
+    len: u64,
+}
+
+/// The parts after the first.
+#[derive(Clone, Copy, Debug)]
+enum Rest<'a> {
+    /// None, or a ring dump's newer part.
+    One(&'a [u8]),
+    /// Ranges of `data`, the first of them at stream offset `first.len()`.
+    Spans { data: &'a [u8], spans: &'a [Span] },
 }
 
 impl<'a> TraceStream<'a> {
@@ -30,7 +57,8 @@ impl<'a> TraceStream<'a> {
     pub fn linear(data: &'a [u8]) -> Self {
         TraceStream {
             first: data,
-            second: &[],
+            rest: Rest::One(&[]),
+            len: data.len() as u64,
         }
     }
 
@@ -40,25 +68,88 @@ impl<'a> TraceStream<'a> {
         let r = ring_offset.min(data.len());
         TraceStream {
             first: &data[r..],
-            second: &data[..r],
+            rest: Rest::One(&data[..r]),
+            len: data.len() as u64,
         }
     }
 
-    pub fn len(&self) -> u64 {
-        (self.first.len() + self.second.len()) as u64
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// The ranges `spans` of `data` one after the other. Each span must lie in `data`,
+    /// start where the one before it ends (`at`), and the first at 0; [`Self::check_spans`]
+    /// says whether they do. Empty spans are allowed.
+    pub fn spans(data: &'a [u8], spans: &'a [Span]) -> Self {
+        debug_assert!(Self::check_spans(data.len(), spans));
+        let Some((s0, rest)) = spans.split_first() else {
+            return Self::linear(&[]);
+        };
+        let len = spans.last().map_or(0, |s| s.at + s.len as u64);
+        TraceStream {
+            first: &data[s0.from..s0.from + s0.len],
+            rest: Rest::Spans { data, spans: rest },
+            len,
+        }
     }
 
-    /// The stream's parts in order (for scans such as the PSB search).
-    pub fn parts(&self) -> [(u64, &'a [u8]); 2] {
-        [(0, self.first), (self.first.len() as u64, self.second)]
+    /// Whether `spans` describe a stream of a buffer of `len` bytes (see [`Self::spans`]).
+    pub fn check_spans(len: usize, spans: &[Span]) -> bool {
+        let mut at = 0;
+        spans.iter().all(|s| {
+            let ok = s.at == at && s.from.checked_add(s.len).is_some_and(|e| e <= len);
+            at = s.at + s.len as u64;
+            ok
+        })
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The stream's parts in order, each with its stream offset (for scans such as the
+    /// PSB search).
+    pub fn parts(&self) -> impl Iterator<Item = (u64, &'a [u8])> + 'a {
+        let first = std::iter::once((0, self.first));
+        let (one, spans) = match self.rest {
+            Rest::One(s) => (Some((self.first.len() as u64, s)), None),
+            Rest::Spans { data, spans } => (
+                None,
+                Some(
+                    spans
+                        .iter()
+                        .map(move |s| (s.at, &data[s.from..s.from + s.len])),
+                ),
+            ),
+        };
+        first
+            .chain(one)
+            .chain(spans.into_iter().flatten())
+            .filter(|(_, p)| !p.is_empty())
+    }
+
+    /// The part holding stream offset `pos`, with its stream offset; `None` past the end.
+    #[inline]
+    pub fn part_at(&self, pos: u64) -> Option<(u64, &'a [u8])> {
+        if pos < self.first.len() as u64 {
+            return Some((0, self.first));
+        }
+        if pos >= self.len {
+            return None;
+        }
+        match self.rest {
+            Rest::One(s) => Some((self.first.len() as u64, s)),
+            Rest::Spans { data, spans } => {
+                // The last span starting at or before `pos` that is not empty.
+                let i = spans.partition_point(|s| s.at <= pos);
+                let s = spans[..i].iter().rev().find(|s| s.len > 0)?;
+                Some((s.at, &data[s.from..s.from + s.len]))
+            }
+        }
     }
 
     /// The first place in `from..to` where `finder`'s pattern starts (searching at most the
-    /// bytes up to `to` plus the pattern's length less one), across the ring seam too. The
-    /// PSB searches of both formats (`crate::sync`, `crate::pt::sync`) use it; patterns
+    /// bytes up to `to` plus the pattern's length less one), across the parts' edges too.
+    /// The PSB searches of both formats (`crate::sync`, `crate::pt::sync`) use it; patterns
     /// are at most 32 bytes (a PSB is 9 or 16).
     pub fn find(&self, finder: &memchr::memmem::Finder<'_>, from: u64, to: u64) -> Option<u64> {
         let n = finder.needle().len() as u64;
@@ -69,71 +160,94 @@ impl<'a> TraceStream<'a> {
         }
         // A match starting before `to` ends by `end`.
         let end = (to + n - 1).min(self.len());
-        let [(_, p0), (b1, p1)] = self.parts();
         let mut hit = None;
-        if from < b1 {
-            let i = from as usize;
+        let mut pos = from;
+        while pos < end && hit.is_none() {
+            let Some((at, part)) = self.part_at(pos) else {
+                break;
+            };
+            let part_end = at + part.len() as u64;
+            let stop = end.min(part_end);
             hit = finder
-                .find(&p0[i..end.min(b1) as usize])
-                .map(|k| from + k as u64);
-            if hit.is_none() && end > b1 {
-                // A match may straddle the seam: it starts in the last n - 1 bytes of the
-                // first part (none starts wholly there: the search above would have found it).
-                let tail = (b1 as usize).saturating_sub(n as usize - 1).max(i);
+                .find(&part[(pos - at) as usize..(stop - at) as usize])
+                .map(|k| pos + k as u64);
+            if hit.is_none() && stop < end {
+                // A match may straddle the edge: it starts in the last n - 1 bytes before
+                // it (none starts wholly before: the search above would have found it).
+                let tail = part_end.saturating_sub(n - 1).max(pos);
                 let mut seam = [0u8; 64];
-                let a = b1 as usize - tail;
-                let b = p1.len().min(n as usize - 1).min((end - b1) as usize);
-                seam[..a].copy_from_slice(&p0[tail..]);
-                seam[a..a + b].copy_from_slice(&p1[..b]);
-                hit = finder.find(&seam[..a + b]).map(|k| (tail + k) as u64);
+                let w = self.window(
+                    tail,
+                    ((end - tail) as usize).min(2 * n as usize - 2),
+                    &mut seam,
+                );
+                hit = finder
+                    .find(w)
+                    .map(|k| tail + k as u64)
+                    .filter(|&h| h < part_end);
             }
-        }
-        if hit.is_none() {
-            let start = from.max(b1);
-            if start < end {
-                let (i, e) = ((start - b1) as usize, (end - b1) as usize);
-                hit = finder.find(&p1[i..e]).map(|k| start + k as u64);
-            }
+            pos = stop;
         }
         SEARCHED.with(|c| c.set(c.get() + hit.map_or(end, |h| h + n).min(end) - from));
         hit.filter(|&h| h < to)
     }
 
     /// Byte at stream offset `pos`.
+    #[inline]
     pub fn byte(&self, pos: u64) -> Option<u8> {
         let p = pos as usize;
         if p < self.first.len() {
             Some(self.first[p])
         } else {
-            self.second.get(p - self.first.len()).copied()
+            let (at, part) = self.part_at(pos)?;
+            part.get((pos - at) as usize).copied()
         }
     }
 
     /// Up to `n` bytes starting at `pos`. Borrowed from the stream when they are
     /// contiguous (always, for a linear trace); copied into `scratch` when they straddle
-    /// the ring seam. `n` must not exceed `scratch.len()`.
+    /// parts. `n` must not exceed `scratch.len()`.
     #[inline]
     pub fn window<'s>(&'s self, pos: u64, n: usize, scratch: &'s mut [u8]) -> &'s [u8] {
         let p = pos as usize;
-        let f = self.first.len();
-        if p + n <= f {
+        if p + n <= self.first.len() {
             return &self.first[p..p + n];
         }
-        if p >= f {
-            let q = p - f;
-            let e = (q + n).min(self.second.len());
-            return &self.second[q.min(e)..e];
+        let Some((at, part)) = self.part_at(pos) else {
+            return &[];
+        };
+        let i = (pos - at) as usize;
+        if i + n <= part.len() {
+            return &part[i..i + n];
         }
-        let a = f - p;
-        scratch[..a].copy_from_slice(&self.first[p..]);
-        let b = (n - a).min(self.second.len());
-        scratch[a..a + b].copy_from_slice(&self.second[..b]);
-        &scratch[..a + b]
+        let n = n.min((self.len - pos) as usize);
+        let mut got = 0;
+        while got < n {
+            let Some((at, part)) = self.part_at(pos + got as u64) else {
+                break;
+            };
+            let i = (pos + got as u64 - at) as usize;
+            let k = (part.len() - i).min(n - got);
+            scratch[got..got + k].copy_from_slice(&part[i..i + k]);
+            got += k;
+        }
+        &scratch[..got]
     }
 
     /// Copy of a stream range (for tests and small tools; the decoder never copies).
     pub fn to_vec(&self, start: u64, end: u64) -> Vec<u8> {
-        (start..end).filter_map(|p| self.byte(p)).collect()
+        let mut out = Vec::new();
+        let mut pos = start;
+        while pos < end.min(self.len) {
+            let Some((at, part)) = self.part_at(pos) else {
+                break;
+            };
+            let i = (pos - at) as usize;
+            let k = (part.len() - i).min((end - pos) as usize);
+            out.extend_from_slice(&part[i..i + k]);
+            pos += k as u64;
+        }
+        out
     }
 }
 
@@ -150,5 +264,91 @@ mod tests {
         assert_eq!(s.window(2, 4, &mut scratch), &[3, 4, 5, 6]);
         assert_eq!(s.window(5, 4, &mut scratch), &[6, 7]);
         assert_eq!(s.window(0, 3, &mut scratch), &[1, 2, 3]);
+    }
+
+    /// `data` cut into spans at `cuts` and laid out in `order` (a permutation), with empty
+    /// spans between: the stream is the pieces in order.
+    fn scattered(data: &[u8], cuts: &[usize]) -> (Vec<u8>, Vec<Span>) {
+        let mut bounds = vec![0];
+        bounds.extend(cuts.iter().copied().filter(|&c| c < data.len()));
+        bounds.push(data.len());
+        bounds.sort_unstable();
+        // Pieces stored back to front, with a byte of junk between, as AUXTRACE records
+        // lie between sideband in a perf.data.
+        let mut file = Vec::new();
+        let mut spans = Vec::new();
+        for w in bounds.windows(2).rev() {
+            file.push(0xEE);
+            spans.push(Span {
+                at: w[0] as u64,
+                from: file.len(),
+                len: w[1] - w[0],
+            });
+            file.extend_from_slice(&data[w[0]..w[1]]);
+        }
+        spans.reverse();
+        (file, spans)
+    }
+
+    #[test]
+    fn spans_read_as_the_bytes_they_join_across_every_edge() {
+        let data: Vec<u8> = (0..200u8).collect();
+        for cuts in [vec![], vec![1], vec![7, 8, 9, 100], vec![3, 3, 50, 51, 199]] {
+            let (file, spans) = scattered(&data, &cuts);
+            assert!(TraceStream::check_spans(file.len(), &spans));
+            let s = TraceStream::spans(&file, &spans);
+            assert_eq!(s.len(), 200);
+            assert_eq!(s.to_vec(0, 200), data);
+            let mut scratch = [0u8; 16];
+            for pos in 0..205u64 {
+                assert_eq!(s.byte(pos), data.get(pos as usize).copied(), "byte {pos}");
+                let want = &data[(pos as usize).min(200)..(pos as usize + 16).min(200)];
+                assert_eq!(s.window(pos, 16, &mut scratch), want, "window at {pos}");
+            }
+            let joined: Vec<u8> = s.parts().flat_map(|(_, p)| p.to_vec()).collect();
+            assert_eq!(joined, data);
+        }
+    }
+
+    #[test]
+    fn a_pattern_straddling_any_span_edge_is_found_where_the_joined_bytes_have_it() {
+        let pattern = [0x02u8, 0x82, 0x02, 0x82, 0x02, 0x82];
+        let finder = memchr::memmem::Finder::new(&pattern);
+        let mut data = vec![0u8; 64];
+        data[20..26].copy_from_slice(&pattern);
+        data[40..46].copy_from_slice(&pattern);
+        let plain = TraceStream::linear(&data);
+        // Every cut through and around both patterns, one and two at a time.
+        for a in 15..50 {
+            for b in [a, a + 1, a + 2, a + 4] {
+                let (file, spans) = scattered(&data, &[a, b]);
+                let s = TraceStream::spans(&file, &spans);
+                for from in [0, 19, 20, 21, 30, 40, 41] {
+                    for to in [21, 26, 40, 41, 64] {
+                        assert_eq!(
+                            s.find(&finder, from, to),
+                            plain.find(&finder, from, to),
+                            "cuts {a},{b}: from {from} to {to}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn spans_that_do_not_join_are_refused() {
+        let span = |at, from, len| Span { at, from, len };
+        assert!(TraceStream::check_spans(
+            10,
+            &[span(0, 5, 5), span(5, 0, 5)]
+        ));
+        assert!(!TraceStream::check_spans(10, &[span(0, 5, 6)]));
+        assert!(!TraceStream::check_spans(10, &[span(1, 0, 5)]));
+        assert!(!TraceStream::check_spans(
+            10,
+            &[span(0, 0, 5), span(6, 5, 1)]
+        ));
+        assert!(TraceStream::spans(&[], &[]).is_empty());
     }
 }

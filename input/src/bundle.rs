@@ -2,6 +2,8 @@
 //! memory-mapped (a collected form assembled in memory).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::collected;
 use crate::manifest::{open_regular, read_manifest_text, ImageEntry, ImageKind, Manifest};
@@ -10,14 +12,15 @@ use memmap2::Mmap;
 use tracemill_decode::image::{ImageError, ImageSet};
 use tracemill_decode::rtit::clock::TimingConfig;
 use tracemill_decode::rtit::config::TraceConfig;
-use tracemill_decode::stream::TraceStream;
+use tracemill_decode::stream::{Span, TraceStream};
 
 /// A file's bytes: memory-mapped when it has any (an empty file cannot be mapped), or
 /// assembled in memory (a trace collected as a ToPA dump or a trace-hub capture), or bytes
 /// another owner holds (a trace already in memory: the Python package's `bytes`, borrowed
-/// without a copy).
+/// without a copy). A mapping is shared by every bundle that reads it (a perf.data's AUX
+/// areas all read the recording's one mapping).
 pub enum Bytes {
-    Mapped(Mmap),
+    Mapped(Arc<Mmap>),
     Empty,
     Owned(Vec<u8>),
     Shared(std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>),
@@ -36,6 +39,17 @@ impl std::ops::Deref for Bytes {
 }
 
 impl Bytes {
+    /// Another handle on the same bytes (no copy, no new mapping), unless they are owned
+    /// here.
+    pub fn share(&self) -> Option<Bytes> {
+        match self {
+            Bytes::Mapped(m) => Some(Bytes::Mapped(m.clone())),
+            Bytes::Shared(b) => Some(Bytes::Shared(b.clone())),
+            Bytes::Empty => Some(Bytes::Empty),
+            Bytes::Owned(_) => None,
+        }
+    }
+
     /// Let the kernel drop the resident pages of `range` (a part the decode has finished
     /// with): a memory-mapped trace would otherwise count every page read so far in the
     /// process's memory, growing with the trace. Pages are read from the file again if
@@ -86,7 +100,7 @@ pub fn map_file(path: &Path) -> Result<Bytes> {
     // truncates or rewrites the file while we decode, reads may see the new bytes or
     // fault (SIGBUS); tracemill treats its inputs as immutable, as every trace tool does.
     let m = unsafe { Mmap::map(&f) }.with_context(|| format!("{}: cannot map", path.display()))?;
-    Ok(Bytes::Mapped(m))
+    Ok(Bytes::Mapped(Arc::new(m)))
 }
 
 /// One image as loaded.
@@ -104,12 +118,7 @@ impl LoadedImage {
         let mut problems = Vec::new();
         for e in entries {
             match Self::load(e, image_path(dir, e)) {
-                Ok(mut im) => {
-                    if let Bytes::Mapped(m) = im.bytes {
-                        im.bytes = Bytes::Shared(std::sync::Arc::new(m));
-                    }
-                    out.push(im)
-                }
+                Ok(im) => out.push(im),
                 Err(why) => problems.push(why),
             }
         }
@@ -130,11 +139,7 @@ impl LoadedImage {
 
     /// Another handle on the same bytes (no copy, no new mapping) where they are shared.
     pub fn share(&self) -> Option<LoadedImage> {
-        let bytes = match &self.bytes {
-            Bytes::Shared(b) => Bytes::Shared(b.clone()),
-            Bytes::Empty => Bytes::Empty,
-            _ => return None,
-        };
+        let bytes = self.bytes.share()?;
         Some(LoadedImage {
             entry: self.entry.clone(),
             path: self.path.clone(),
@@ -227,6 +232,12 @@ pub struct Bundle {
     pub path_warnings: Vec<String>,
     /// The trace was given in memory ([`Bundle::from_memory`]), not read from `dir`.
     pub in_memory: bool,
+    /// When not empty, the trace is these ranges of `trace`, one after the other: a
+    /// perf.data AUX area, its AUXTRACE buffers where they lie in the recording
+    /// ([`Bundle::with_spans`]).
+    pub spans: Vec<Span>,
+    /// How many of `spans` have had all their pages released.
+    spans_released: AtomicUsize,
 }
 
 /// Where the files a `bundle.toml` names may be.
@@ -399,6 +410,20 @@ impl Bundle {
         Ok(b)
     }
 
+    /// This bundle with its trace the ranges `spans` of its bytes, one after the other
+    /// (see [`TraceStream::spans`]; `spans` must join, in `trace`'s bounds).
+    pub fn with_spans(mut self, spans: Vec<Span>) -> Result<Bundle> {
+        if !TraceStream::check_spans(self.trace.len(), &spans) {
+            bail!(
+                "{}: the trace's parts do not join in its bytes",
+                self.trace_path.display()
+            );
+        }
+        self.trace_file_size = spans.iter().map(|s| s.len as u64).sum();
+        self.spans = spans;
+        Ok(self)
+    }
+
     /// The rest of opening, once the trace's bytes are at hand: put them in time order
     /// (collected forms) and load the images.
     fn assemble(
@@ -488,6 +513,8 @@ impl Bundle {
             image_problems,
             path_warnings,
             in_memory: false,
+            spans: Vec::new(),
+            spans_released: AtomicUsize::new(0),
         })
     }
 
@@ -514,16 +541,32 @@ impl Bundle {
     }
 
     /// The decode is done with the stream's bytes before `offset`: release their pages
-    /// (mapped linear traces only; a ring dump is one small buffer, an assembled trace is
-    /// in memory).
+    /// (mapped linear traces and spans only; a ring dump is one small buffer, an assembled
+    /// trace is in memory).
     pub fn release_trace_before(&self, offset: u64) {
-        if self.manifest.ring_offset.is_none() {
+        if !self.spans.is_empty() {
+            // Spans wholly before `offset` once each, then the part of the one it is in.
+            let done = self
+                .spans
+                .partition_point(|s| s.at + s.len as u64 <= offset);
+            let from = self.spans_released.fetch_max(done, Ordering::Relaxed);
+            for s in self.spans.get(from..done).unwrap_or_default() {
+                self.trace.release(s.from..s.from + s.len);
+            }
+            if let Some(s) = self.spans.get(done).filter(|s| s.at < offset) {
+                self.trace
+                    .release(s.from..s.from + (offset - s.at) as usize);
+            }
+        } else if self.manifest.ring_offset.is_none() {
             self.trace.release(0..offset as usize);
         }
     }
 
     /// The trace bytes in time order.
     pub fn stream(&self) -> TraceStream<'_> {
+        if !self.spans.is_empty() {
+            return TraceStream::spans(&self.trace, &self.spans);
+        }
         match self.manifest.ring_offset {
             Some(r) => TraceStream::ring(&self.trace, r as usize),
             None => TraceStream::linear(&self.trace),

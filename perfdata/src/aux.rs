@@ -130,7 +130,19 @@ pub fn aux_queues_despite_errors<'a>(
                         tid: a.tid,
                     });
                 }
-                if let Some(prev) = q.buffers.last() {
+                if let Some(prev) = q.buffers.last_mut() {
+                    // perf pads each buffer's data to 8 bytes with zeros (its `size`
+                    // counts them), and the next buffer starts where the data ended
+                    // (`offset` is the AUX head it read from): a tail of at most 7 zeros
+                    // the next buffer starts inside is that padding, not trace.
+                    let end = prev.offset.saturating_add(prev.data.len() as u64);
+                    let pad = end.saturating_sub(a.offset) as usize;
+                    if (1..8).contains(&pad)
+                        && pad <= prev.data.len()
+                        && prev.data[prev.data.len() - pad..].iter().all(|&b| b == 0)
+                    {
+                        prev.data = &prev.data[..prev.data.len() - pad];
+                    }
                     let prev_end = prev.offset.saturating_add(prev.data.len() as u64);
                     if a.offset < prev_end {
                         q.issues.push(AuxIssue::Overlap {

@@ -354,6 +354,53 @@ fn a_perf_data_of_two_threads_on_two_cpus_decodes_to_each_executions_truth_on_it
 }
 
 #[test]
+fn aux_buffers_cut_inside_packets_and_padded_as_perf_pads_them_join_to_the_truth() {
+    // perf cuts an area's trace into AUXTRACE buffers wherever the AUX head was when it
+    // read, and pads each to 8 bytes with zeros that the next buffer's offset does not
+    // count. Cut here at every few bytes (inside PSBs, TIP payloads, TSC packets), the
+    // buffers are read in place and join across every cut: each stretch is its truth, at
+    // its offset in the unpadded AUX stream, alike with -j1 and -j2 in the smallest
+    // chunks, and no warning (the padding is not an overlap).
+    if !tools() {
+        return;
+    }
+    let made = made();
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp = &keep_dir(&tmp);
+    // Per CPU, its stretches at the offsets of their unpadded bytes.
+    let cpus: Vec<CpuTruth> = made
+        .cpus
+        .iter()
+        .enumerate()
+        .map(|(k, stretches)| {
+            let lens = made.recording.cpus.iter().filter(|s| s.cpu == k as u32);
+            let mut at = 0;
+            stretches
+                .iter()
+                .zip(lens)
+                .map(|((tid, truth, _), s)| {
+                    at += s.pt.len() as u64;
+                    (*tid, truth.clone(), at - s.pt.len() as u64)
+                })
+                .collect()
+        })
+        .collect();
+    for n in [5, 997, 4099] {
+        let mut r = made.recording.clone();
+        r.aux_buffer = Some(n);
+        let file = write(
+            tmp,
+            &format!("cut-{n}.data"),
+            &intel_pt_two_threads(&r).unwrap().bytes,
+        );
+        let (said, one) = decode_alike(&file, tmp, &format!("cut-{n}"));
+        assert!(!said.contains("warning"), "buffers of {n}: {said}");
+        let got = read_branches(&one.join("branches.parquet"));
+        assert_stretches(&got, &of_process(&cpus), |_, _| {});
+    }
+}
+
+#[test]
 fn eight_cpus_and_a_thread_that_migrates_decode_each_stretch_on_its_cpu_and_thread() {
     // `perf record -a` on a larger machine: eight CPUs, four threads of the process, and
     // thread 4243 moving from CPU 1 to CPU 5 and then to CPU 7 between its stretches.
@@ -830,16 +877,23 @@ fn reports_of_a_perf_data_have_a_flame_graph_root_and_a_timeline_track_per_threa
 }
 
 #[test]
-fn ingest_takes_perf_data_files_with_their_labels_beside_them() {
+fn ingest_takes_perf_data_files_and_recording_directories_with_labels_beside_them() {
     if !tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let fleet = tmp.path().join("fleet");
-    for host in ["h1", "h2"] {
+    for host in ["h1", "h2", "h3"] {
         let d = fleet.join(host);
         std::fs::create_dir_all(&d).unwrap();
-        write(&d, "perf.data", &made().file);
+        if host == "h3" {
+            // A recording made as a directory (`perf record --kcore`: `data` beside
+            // `kcore_dir/`), its labels beside it as a file's are.
+            std::fs::create_dir_all(d.join("perf.data/kcore_dir")).unwrap();
+            write(&d.join("perf.data"), "data", &made().file);
+        } else {
+            write(&d, "perf.data", &made().file);
+        }
         std::fs::write(
             d.join("perf.data.toml"),
             format!("[labels]\nhost = \"{host}\"\n"),
@@ -866,7 +920,7 @@ fn ingest_takes_perf_data_files_with_their_labels_beside_them() {
         .flatten()
         .map(|s| s.1.len())
         .sum::<usize>();
-    for host in ["h1", "h2"] {
+    for host in ["h1", "h2", "h3"] {
         let dir = ds.join("branches").join(format!("host={host}"));
         let files: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
@@ -890,7 +944,7 @@ fn ingest_takes_perf_data_files_with_their_labels_beside_them() {
         "host",
     ]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains("2 already"), "{err}");
+    assert!(err.contains("3 already"), "{err}");
     // The dataset's flame graph: per thread, over both hosts.
     let folded = tmp.path().join("ds.folded");
     let (code, err) = tracemill(&[

@@ -81,6 +81,11 @@ pub struct PacketReader<'s> {
     /// answers for any position from `searched_from` up to it.
     next_psb: Option<u64>,
     searched_from: u64,
+    /// The part of the stream read last, and its stream offset: the hot paths read bytes
+    /// from it without asking the stream which part holds them (a perf.data area is
+    /// thousands of parts).
+    part: &'s [u8],
+    part_at: u64,
 }
 
 impl<'s> PacketReader<'s> {
@@ -95,6 +100,34 @@ impl<'s> PacketReader<'s> {
             errata,
             next_psb: None,
             searched_from: u64::MAX,
+            part: &[],
+            part_at: 0,
+        }
+    }
+
+    /// The byte at `pos`.
+    #[inline]
+    fn byte(&mut self, pos: u64) -> Option<u8> {
+        let i = pos.wrapping_sub(self.part_at);
+        if i < self.part.len() as u64 {
+            return Some(self.part[i as usize]);
+        }
+        let (at, part) = self.stream.part_at(pos)?;
+        (self.part, self.part_at) = (part, at);
+        part.get((pos - at) as usize).copied()
+    }
+
+    /// Up to `n` bytes at `pos`, as [`TraceStream::window`]: from the part read last when
+    /// they are in it.
+    #[inline]
+    fn window<'b>(&self, pos: u64, n: usize, scratch: &'b mut [u8]) -> &'b [u8]
+    where
+        's: 'b,
+    {
+        let i = pos.wrapping_sub(self.part_at) as usize;
+        match i.checked_add(n) {
+            Some(e) if e <= self.part.len() && pos >= self.part_at => &self.part[i..e],
+            _ => self.stream.window(pos, n, scratch),
         }
     }
 
@@ -145,7 +178,7 @@ impl<'s> PacketReader<'s> {
         if self.pos >= self.end {
             return None;
         }
-        let b = self.stream.byte(self.pos)?;
+        let b = self.byte(self.pos)?;
         if b & 1 != 0 || b == 0x00 || b == 0x02 {
             return None;
         }
@@ -171,7 +204,7 @@ impl<'s> PacketReader<'s> {
         if self.pos >= self.end {
             return None;
         }
-        let b = self.stream.byte(self.pos)?;
+        let b = self.byte(self.pos)?;
         if b & 0x1F != 0x0D {
             return None;
         }
@@ -187,13 +220,13 @@ impl<'s> PacketReader<'s> {
         // Eight bytes at once, masked to the payload's (a copy of `n` bytes is a call to
         // memcpy; benches/README.md, Throughput III's third round); byte by byte only at
         // the stream's end or the ring's seam.
-        let bits = match <[u8; 8]>::try_from(self.stream.window(off + 1, 8, &mut scratch)) {
+        let bits = match <[u8; 8]>::try_from(self.window(off + 1, 8, &mut scratch)) {
             Ok(w) => {
                 let mask = if n == 8 { u64::MAX } else { (1 << (8 * n)) - 1 };
                 u64::from_le_bytes(w) & mask
             }
             Err(_) => {
-                let bytes = self.stream.window(off + 1, n, &mut scratch);
+                let bytes = self.window(off + 1, n, &mut scratch);
                 bytes.iter().rev().fold(0, |a, &b| a << 8 | b as u64)
             }
         };
@@ -221,7 +254,7 @@ impl<'s> PacketReader<'s> {
         let limit = next_psb.unwrap_or(self.stream.len());
         let mut scratch = [0u8; MAX_PACKET_LEN];
         let avail = (limit - offset).min(MAX_PACKET_LEN as u64) as usize;
-        let bytes = self.stream.window(offset, avail, &mut scratch);
+        let bytes = self.window(offset, avail, &mut scratch);
         match parse(bytes, &self.errata) {
             Ok((packet, size)) => {
                 self.pos += size as u64;

@@ -25,25 +25,16 @@ pub fn next_psb_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u
     stream.find(finder(), from, to)
 }
 
-/// Every PSB in the stream, as sorted stream offsets. memchr's `memmem` does the search, so
-/// this runs at memory speed; PSBs straddling a ring seam are found too.
+/// Every PSB in the stream, as sorted stream offsets (for tools and tests; decoding asks
+/// for the next one as it goes). memchr's `memmem` does the search, so this runs at
+/// memory speed; PSBs straddling the edge between two parts of the stream are found too.
 pub fn find_psbs(stream: &TraceStream<'_>) -> Vec<u64> {
-    let finder = finder();
     let mut out = Vec::new();
-    let [(b0, p0), (b1, p1)] = stream.parts();
-    out.extend(finder.find_iter(p0).map(|i| b0 + i as u64));
-    if !p1.is_empty() {
-        // A PSB may straddle the seam: check the last 8 bytes of the first part.
-        let tail = p0.len().saturating_sub(PSB_BYTES.len() - 1);
-        let mut seam = Vec::with_capacity(2 * PSB_BYTES.len());
-        seam.extend_from_slice(&p0[tail..]);
-        seam.extend_from_slice(&p1[..p1.len().min(PSB_BYTES.len() - 1)]);
-        let seam_hits = finder.find_iter(&seam).map(|i| b0 + (tail + i) as u64);
-        out.extend(seam_hits.filter(|&o| o + PSB_BYTES.len() as u64 > b1));
-        out.extend(finder.find_iter(p1).map(|i| b1 + i as u64));
+    let mut from = 0;
+    while let Some(p) = next_psb(stream, from) {
+        out.push(p);
+        from = p + PSB_BYTES.len() as u64;
     }
-    out.sort_unstable();
-    out.dedup();
     out
 }
 

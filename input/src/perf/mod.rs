@@ -10,10 +10,10 @@
 //! ([`threads`]). Every problem the file has is a warning with its byte offset; only a
 //! file that is not an Intel PT recording, or has no AUX data at all, is an error.
 //!
-//! Each area's buffers are copied into one stream (perf writes them as AUXTRACE records
-//! with sideband between, so they are never contiguous in the file): memory for the
-//! largest area's trace, released before the next area is read. Decoding a stream made of
-//! borrowed pieces would need the decoder's stream view to have more than two parts.
+//! Each area's trace is read where perf wrote it: its buffers are ranges of the mapped file
+//! ([`tracemill_decode::stream::Span`]), joined by the decoder's stream view, so an area
+//! of gigabytes is not copied; the pages the decode has finished with are released as it
+//! goes, as for a bundle's trace.
 
 pub mod images;
 pub mod spaces;
@@ -32,6 +32,7 @@ use crate::bundle::{map_file, Bundle, Bytes, LoadedImage};
 pub use images::Lookup;
 use images::Mapping;
 use threads::{Switch, Threads};
+use tracemill_decode::stream::Span;
 
 /// `PROT_EXEC` in an MMAP2 record's `prot`.
 const PROT_EXEC: u32 = 4;
@@ -67,8 +68,9 @@ pub struct Recording {
 /// Read the perf.data at `path`: its Intel PT traces, sideband and images.
 pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
     let name = path.display().to_string();
-    let bytes = map_file(path)?;
-    let perf = PerfData::parse(&bytes).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    let mapped = map_file(path)?;
+    let bytes: &[u8] = &mapped;
+    let perf = PerfData::parse(bytes).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
     let (info_at, info) = match perf.intel_pt_info() {
         Ok(Some(x)) => x,
         Ok(None) => bail!(
@@ -303,15 +305,16 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
             ),
             (None, None) => (format!("AUX area {}", q.idx), Threads::default()),
         };
-        let stream = join(q, &name, &area, &mut warnings);
+        let spans = join(q, bytes, &name, &area, &mut warnings);
         let bundle = Bundle::from_memory_with_images(
-            Bytes::Owned(stream),
+            mapped.share().unwrap_or(Bytes::Empty),
             &format!("{name} ({area})"),
             manifest.clone(),
             &dir,
             shared.iter().filter_map(LoadedImage::share).collect(),
             shared_problems.clone(),
-        )?;
+        )?
+        .with_spans(spans)?;
         let spaces = spaces.as_ref().map(|s| spaces::TraceSpaces {
             threads: std::sync::Arc::new(threads.clone()),
             spaces: s.clone(),
@@ -334,10 +337,17 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
     })
 }
 
-/// An AUX area's buffers as one stream, in AUX offset order: a gap (bytes perf lost) is a
-/// warning and the stream goes on after it (the decoder resyncs at the next PSB); a
-/// buffer that overlaps the bytes already taken gives only its bytes past them.
-fn join(q: &AuxQueue<'_>, name: &str, area: &str, warnings: &mut Vec<String>) -> Vec<u8> {
+/// An AUX area's buffers as one stream, in AUX offset order, as ranges of `file` (the
+/// recording's bytes, which hold every buffer): a gap (bytes perf lost) is a warning and
+/// the stream goes on after it (the decoder resyncs at the next PSB); a buffer that
+/// overlaps the bytes already taken gives only its bytes past them.
+fn join(
+    q: &AuxQueue<'_>,
+    file: &[u8],
+    name: &str,
+    area: &str,
+    warnings: &mut Vec<String>,
+) -> Vec<Span> {
     for issue in &q.issues {
         warnings.push(match issue {
             AuxIssue::Gap {
@@ -369,7 +379,8 @@ fn join(q: &AuxQueue<'_>, name: &str, area: &str, warnings: &mut Vec<String>) ->
             ),
         });
     }
-    let mut out = Vec::with_capacity(q.len() as usize);
+    let mut out = Vec::with_capacity(q.buffers.len());
+    let mut at = 0u64;
     let mut end: Option<u64> = None;
     // After a gap, bytes up to the next PSB are skipped: they start inside a packet, and
     // joined to the bytes before the gap they could parse as packets that never were.
@@ -394,7 +405,17 @@ fn join(q: &AuxQueue<'_>, name: &str, area: &str, warnings: &mut Vec<String>) ->
                 None => data = &[],
             }
         }
-        out.extend_from_slice(data);
+        if !data.is_empty() {
+            // Where the buffer lies in the file (the parser's slices are of its bytes).
+            let from = (data.as_ptr() as usize).wrapping_sub(file.as_ptr() as usize);
+            debug_assert!(from + data.len() <= file.len());
+            out.push(Span {
+                at,
+                from,
+                len: data.len(),
+            });
+            at += data.len() as u64;
+        }
         let this_end = b.offset.saturating_add(b.data.len() as u64);
         end = Some(end.map_or(this_end, |e| e.max(this_end)));
     }
@@ -416,6 +437,7 @@ fn cpuid(perf: &PerfData<'_>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracemill_decode::stream::TraceStream;
     use tracemill_perfdata::aux::AuxBuffer;
 
     /// Two bytes of a cut packet, a PSB, then "gh".
@@ -424,7 +446,7 @@ mod tests {
         0x82, 0x02, 0x82, b'g', b'h',
     ];
 
-    fn buffer(record_offset: u64, offset: u64, data: &'static [u8]) -> AuxBuffer<'static> {
+    fn buffer<'a>(record_offset: u64, offset: u64, data: &'a [u8]) -> AuxBuffer<'a> {
         AuxBuffer {
             record_offset,
             offset,
@@ -435,18 +457,23 @@ mod tests {
 
     #[test]
     fn an_areas_buffers_join_in_aux_order_past_gaps_and_overlaps_with_warnings() {
+        // The buffers as they lie in a file, with other records' bytes between.
+        let mut file = b"--abcd--cdef--".to_vec();
+        file.extend(PSB_THEN_GH);
+        file.extend(b"--ab");
+        let p = PSB_THEN_GH.len();
         let q = AuxQueue {
             idx: 0,
             cpu: Some(0),
             tid: None,
             buffers: vec![
-                buffer(0x100, 0, b"abcd"),
+                buffer(0x100, 0, &file[2..6]),
                 // Overlaps "cd": only "ef" is new.
-                buffer(0x200, 2, b"cdef"),
+                buffer(0x200, 2, &file[8..12]),
                 // After a gap of 4 bytes (6..10 lost): read from its PSB on.
-                buffer(0x300, 10, PSB_THEN_GH),
+                buffer(0x300, 10, &file[14..14 + p]),
                 // Wholly inside what was read: nothing new.
-                buffer(0x400, 0, b"ab"),
+                buffer(0x400, 0, &file[16 + p..18 + p]),
             ],
             issues: vec![
                 AuxIssue::Overlap {
@@ -464,7 +491,13 @@ mod tests {
         let mut w = Vec::new();
         let mut want = b"abcdef".to_vec();
         want.extend(&PSB_THEN_GH[2..]);
-        assert_eq!(join(&q, "f", "cpu 0", &mut w), want);
+        let spans = join(&q, &file, "f", "cpu 0", &mut w);
+        // Read in place: the buffers' bytes, not copies.
+        assert_eq!(spans[0].from, 2);
+        assert_eq!(spans[1].from, 10);
+        assert_eq!(spans.len(), 3);
+        let stream = TraceStream::spans(&file, &spans);
+        assert_eq!(stream.to_vec(0, stream.len()), want);
         assert_eq!(w.len(), 2);
         assert!(w[0].contains("offset 0x200") && w[0].contains("only its bytes after"));
         assert!(

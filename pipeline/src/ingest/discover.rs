@@ -1,14 +1,15 @@
 //! Finding bundles and naming them.
 //!
 //! A SOURCE is a bundle directory (it has a `bundle.toml`), a perf.data file (Intel PT
-//! recorded by `perf record`), a directory searched recursively for both, or a text file
+//! recorded by `perf record`) or the directory `perf record --kcore` writes (its `data`
+//! file beside `kcore_dir/`), a directory searched recursively for them, or a text file
 //! listing their paths, one a line. A bundle's id is a hash of its `bundle.toml` and trace
 //! bytes (a perf.data's: of its labels file and its bytes), so the same bundle gets the
 //! same id wherever it is found and whoever finds it.
 //!
 //! A perf.data's labels are in a file beside it, its name with `.toml` added
-//! (`host1/perf.data.toml`), as a bundle's are in `bundle.toml`: `[labels]` with string
-//! values.
+//! (`host1/perf.data.toml`, also for a recording made as a directory `host1/perf.data/`),
+//! as a bundle's are in `bundle.toml`: `[labels]` with string values.
 
 use std::collections::HashSet;
 use std::io::{self, Read};
@@ -18,6 +19,7 @@ use anyhow::{bail, Context, Result};
 
 use tracemill_input::bundle::{outside, toml_error_unquoted, Reach};
 use tracemill_input::manifest::{open_regular, read_limited, read_manifest_text, Manifest};
+use tracemill_input::source::perf_data_file;
 
 /// The largest bundle list read (a million bundle paths of 60 bytes).
 const MAX_LIST_BYTES: u64 = 64 << 20;
@@ -40,7 +42,7 @@ pub fn discover(sources: &[PathBuf], skip: Option<&Path>) -> Result<Vec<PathBuf>
         if meta.is_file() && tracemill_input::source::is_perf_data(src) {
             add(src.clone(), &mut out);
         } else if meta.is_dir() {
-            if src.join("bundle.toml").exists() {
+            if src.join("bundle.toml").exists() || perf_data_file(src).is_some() {
                 add(src.clone(), &mut out);
             } else {
                 let mut found = Vec::new();
@@ -77,8 +79,9 @@ pub fn discover(sources: &[PathBuf], skip: Option<&Path>) -> Result<Vec<PathBuf>
     Ok(out)
 }
 
-/// Directories under `dir` with a `bundle.toml`; not below a bundle (its `images/` may be
-/// deep), not into hidden directories, not into the dataset being written.
+/// Directories under `dir` with a `bundle.toml`, perf.data files, and recordings made as
+/// directories; not below a bundle (its `images/` may be deep) or into a recording, not
+/// into hidden directories, not into the dataset being written.
 ///
 /// Symbolic links to directories are followed, each directory entered once (`visited`:
 /// device and inode): two links to a parent would otherwise make the search exponential,
@@ -123,7 +126,7 @@ fn walk(
     }
     subdirs.sort();
     for p in subdirs {
-        if p.join("bundle.toml").exists() {
+        if p.join("bundle.toml").exists() || perf_data_file(&p).is_some() {
             let Ok(m) = std::fs::metadata(&p) else {
                 continue;
             };
@@ -157,8 +160,12 @@ const MISSING: u64 = u64::MAX;
 /// device; with `reach` [`Reach::InsideOnly`], a link out of its directory) is also named
 /// by its path.
 pub fn identify(dir: &Path, reach: Reach) -> Identity {
+    if let Some(data) = perf_data_file(dir) {
+        return identify_perf_data(dir, &data, reach);
+    }
     if dir.is_file() {
-        return identify_perf_data(dir, reach);
+        // Not a perf.data (any more): its bytes and path name it, and opening it says why.
+        return identify_perf_data(dir, dir, reach);
     }
     let mut h = blake3::Hasher::new();
     h.update(b"tracemill-bundle-1\0");
@@ -245,10 +252,11 @@ pub fn perf_data_labels(
     Ok(l.labels)
 }
 
-/// [`identify`] for a perf.data: BLAKE3 of another version tag, its labels file and its
-/// bytes. Its manifest is one with those labels (the rest of a perf.data's configuration
-/// is read when it is decoded).
-fn identify_perf_data(path: &Path, reach: Reach) -> Identity {
+/// [`identify`] for a perf.data at `path` (a file, or a recording's directory) whose
+/// records are the file `data`: BLAKE3 of another version tag, its labels file and the
+/// bytes of `data`. Its manifest is one with those labels (the rest of a perf.data's
+/// configuration is read when it is decoded).
+fn identify_perf_data(path: &Path, data: &Path, reach: Reach) -> Identity {
     let mut h = blake3::Hasher::new();
     h.update(b"tracemill-perf-data-1\0");
     let labels = labels_file(path);
@@ -257,7 +265,7 @@ fn identify_perf_data(path: &Path, reach: Reach) -> Identity {
     if labels_outside || hash_file(&mut h, &labels).is_none() {
         h.update(&MISSING.to_le_bytes());
     }
-    let trace_bytes = hash_file(&mut h, path);
+    let trace_bytes = hash_file(&mut h, data);
     if trace_bytes.is_none() {
         h.update(&MISSING.to_le_bytes());
         h.update(path.to_string_lossy().as_bytes());

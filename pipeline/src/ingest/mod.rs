@@ -699,7 +699,7 @@ fn decode_and_publish(
 ) -> Result<Counts> {
     let staging = claim.staging();
     let reach = opts.reach();
-    let perf = path.is_file();
+    let perf = tracemill_input::source::perf_data_file(path).is_some();
     let ropts = run::Options {
         jobs,
         chunk_bytes: None,
