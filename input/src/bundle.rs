@@ -56,7 +56,6 @@ impl Bytes {
     /// touched. Only whole pages inside `range` are released.
     #[allow(unsafe_code)]
     pub fn release(&self, range: std::ops::Range<usize>) {
-        const PAGE: usize = 4096;
         let Bytes::Mapped(m) = self else { return };
         let start = range.start.div_ceil(PAGE) * PAGE;
         let end = range.end.min(m.len()) / PAGE * PAGE;
@@ -71,6 +70,9 @@ impl Bytes {
         }
     }
 }
+
+/// The page size [`Bytes::release`] rounds to (x86-64's).
+const PAGE: usize = 4096;
 
 /// Map a file read-only.
 ///
@@ -236,7 +238,10 @@ pub struct Bundle {
     /// perf.data AUX area, its AUXTRACE buffers where they lie in the recording
     /// ([`Bundle::with_spans`]).
     pub spans: Vec<Span>,
-    /// How many of `spans` have had all their pages released.
+    /// How many of `spans` the last release covered whole: the next release with a later
+    /// offset starts there. (A release with an earlier offset, as the decode's first after
+    /// planning has released everything, starts again from the first span: the decode has
+    /// read those pages again since.)
     spans_released: AtomicUsize,
 }
 
@@ -545,13 +550,25 @@ impl Bundle {
     /// trace is in memory).
     pub fn release_trace_before(&self, offset: u64) {
         if !self.spans.is_empty() {
-            // Spans wholly before `offset` once each, then the part of the one it is in.
+            // Spans wholly before `offset` not released since, then the part of the one
+            // it is in.
             let done = self
                 .spans
                 .partition_point(|s| s.at + s.len as u64 <= offset);
-            let from = self.spans_released.fetch_max(done, Ordering::Relaxed);
-            for s in self.spans.get(from..done).unwrap_or_default() {
-                self.trace.release(s.from..s.from + s.len);
+            let last = self.spans_released.swap(done, Ordering::Relaxed);
+            let from = if last <= done { last } else { 0 };
+            for k in from..done {
+                let s = &self.spans[k];
+                // From the page the span starts in to where the next span starts: the
+                // bytes between (AUXTRACE headers, other CPUs' buffers, decoded in their
+                // own turn) are mapped in too, by the kernel's fault-around on our reads,
+                // and would stay until their own turn. Dropping a clean page of this
+                // read-only map costs at most a fault when it is read again.
+                let end = match self.spans.get(k + 1) {
+                    Some(n) if n.from > s.from => n.from,
+                    _ => s.from + s.len,
+                };
+                self.trace.release(s.from / PAGE * PAGE..end);
             }
             if let Some(s) = self.spans.get(done).filter(|s| s.at < offset) {
                 self.trace

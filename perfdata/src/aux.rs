@@ -7,7 +7,7 @@
 
 use crate::error::Error;
 use crate::file::PerfData;
-use crate::record::{Aux, Record};
+use crate::record::{kind, Aux, Record};
 
 /// One AUXTRACE buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,9 +97,19 @@ pub fn aux_queues<'a>(perf: &PerfData<'a>) -> Result<(Vec<AuxQueue<'a>>, Vec<Aux
 pub fn aux_queues_despite_errors<'a>(
     perf: &PerfData<'a>,
 ) -> (Vec<AuxQueue<'a>>, Vec<AuxLoss>, Vec<Error>) {
+    aux_queues_walked(perf, |_| {})
+}
+
+/// [`aux_queues_despite_errors`], telling `at` the file offset of each record as its walks
+/// over the records reach it (a caller that maps the file lets the pages behind go).
+pub fn aux_queues_walked<'a>(
+    perf: &PerfData<'a>,
+    mut at: impl FnMut(u64),
+) -> (Vec<AuxQueue<'a>>, Vec<AuxLoss>, Vec<Error>) {
     let mut queues: Vec<AuxQueue<'a>> = Vec::new();
     let mut losses = Vec::new();
     let mut errors = Vec::new();
+    let mut compressed = false;
     for item in perf.records() {
         let item = match item {
             Ok(item) => item,
@@ -108,6 +118,7 @@ pub fn aux_queues_despite_errors<'a>(
                 continue;
             }
         };
+        at(item.offset);
         match item.record {
             Record::Auxtrace(a) => {
                 let q = match queues.iter().position(|q| q.idx == a.idx) {
@@ -174,28 +185,34 @@ pub fn aux_queues_despite_errors<'a>(
                     aux,
                 });
             }
+            Record::Other { kind: k, .. } if k == kind::COMPRESSED || k == kind::COMPRESSED2 => {
+                compressed = true;
+            }
             _ => {}
         }
     }
     // `perf record -z` compresses the AUX records (they come from the ring buffer) but
     // not the AUXTRACE ones: the losses inside compressed records, in their place by
-    // file offset. (Their errors are the sideband walk's to report.)
+    // file offset. (Their errors are the sideband walk's to report.) A file without
+    // compressed records is not walked again.
     let mut inner = Vec::new();
-    perf.for_each_compressed_record(|item| {
-        if let Ok(item) = item {
-            if let Record::Aux(aux) = item.record {
-                if aux.truncated() || aux.partial() || aux.collision() {
-                    inner.push(AuxLoss {
-                        record_offset: item.offset,
-                        cpu: item.sample_id.cpu,
-                        tid: item.sample_id.tid,
-                        time: item.sample_id.time,
-                        aux,
-                    });
+    if compressed {
+        perf.for_each_compressed_record(|item| {
+            if let Ok(item) = item {
+                if let Record::Aux(aux) = item.record {
+                    if aux.truncated() || aux.partial() || aux.collision() {
+                        inner.push(AuxLoss {
+                            record_offset: item.offset,
+                            cpu: item.sample_id.cpu,
+                            tid: item.sample_id.tid,
+                            time: item.sample_id.time,
+                            aux,
+                        });
+                    }
                 }
             }
-        }
-    });
+        });
+    }
     if !inner.is_empty() {
         losses.extend(inner);
         losses.sort_by_key(|l| l.record_offset);

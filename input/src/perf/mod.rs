@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use crate::manifest::{Manifest, PtFacts, TraceFormat};
 use anyhow::{bail, Result};
-use tracemill_perfdata::aux::{aux_queues_despite_errors, AuxIssue, AuxQueue};
+use tracemill_perfdata::aux::{aux_queues_walked, AuxIssue, AuxQueue};
 use tracemill_perfdata::record::Mmap2File;
 use tracemill_perfdata::{PerfClock, PerfData, Record};
 
@@ -63,6 +63,17 @@ pub struct Recording {
     pub comms: BTreeMap<u32, String>,
     /// The process of each thread (COMM, FORK), by thread id.
     pub pids: BTreeMap<u32, u32>,
+}
+
+/// How far a walk over the records gets before the pages behind it are released.
+const RELEASE_STEP: u64 = 16 << 20;
+
+/// A walk over the records has reached `at`: release the pages behind it in steps.
+fn release_behind(mapped: &Bytes, released: &mut u64, at: u64) {
+    if at >= *released + RELEASE_STEP {
+        mapped.release(*released as usize..at as usize);
+        *released = at;
+    }
 }
 
 /// Read the perf.data at `path`: its Intel PT traces, sideband and images.
@@ -111,6 +122,10 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
     let mut pids = BTreeMap::new();
     // What changes a process's mappings, for its address spaces.
     let mut changes = Vec::new();
+    // Each walk over the records touches a page at every record header, and the kernel
+    // maps the cached pages around each fault: most of the file, unless the pages behind
+    // the walk are let go as it goes. (Each area's decode maps in what it reads.)
+    let mut released = 0u64;
     // Records inside compressed records (`perf record -z`) in their place.
     perf.for_each_record(|item| {
         let item = match item {
@@ -120,6 +135,7 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
                 return;
             }
         };
+        release_behind(&mapped, &mut released, item.offset);
         let sid = item.sample_id;
         let mut switch_to = |pid: Option<u32>, tid: Option<u32>| {
             if let (Some(cpu), Some(time)) = (sid.cpu, sid.time) {
@@ -234,7 +250,11 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
         ));
     }
 
-    let (queues, losses, aux_errors) = aux_queues_despite_errors(&perf);
+    mapped.release(0..bytes.len());
+    released = 0;
+    let (queues, losses, aux_errors) =
+        aux_queues_walked(&perf, |at| release_behind(&mapped, &mut released, at));
+    mapped.release(0..bytes.len());
     for l in &losses {
         warnings.push(format!(
             "{name}: AUX data lost on {} (AUX record at offset {:#x}{}{}{}): the trace has \
