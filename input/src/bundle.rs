@@ -839,3 +839,70 @@ pub fn parse_image_arg(s: &str) -> Result<ImageEntry> {
         symbols: None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KIB: usize = 1024;
+
+    /// Resident KiB of this process's mapping that starts at `addr` (/proc/self/smaps).
+    fn resident_kib(addr: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut lines = smaps.lines();
+        while let Some(l) = lines.next() {
+            let start = l.split('-').next().unwrap_or("");
+            if usize::from_str_radix(start, 16).ok() != Some(addr) {
+                continue;
+            }
+            for l in lines.by_ref() {
+                if let Some(kb) = l.strip_prefix("Rss:") {
+                    return kb.trim().trim_end_matches("kB").trim().parse().unwrap();
+                }
+            }
+        }
+        panic!("no mapping at {addr:#x}");
+    }
+
+    fn touch(b: &[u8]) -> u64 {
+        b.iter().step_by(PAGE).map(|&x| x as u64).sum()
+    }
+
+    /// An area's buffers with other bytes between them, as in a perf.data: the pages the
+    /// decode has finished with go, the bytes between buffers with them, and again after
+    /// planning released everything once.
+    #[test]
+    fn released_spans_give_back_their_pages_and_the_bytes_up_to_the_next_span() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("perf.data");
+        std::fs::write(&path, vec![0x5a; 256 * KIB]).unwrap();
+        let bytes = map_file(&path).unwrap();
+        let addr = bytes.as_ptr() as usize;
+        let span = |at: usize, from: usize| Span {
+            at: at as u64,
+            from,
+            len: 32 * KIB,
+        };
+        let spans = vec![
+            span(0, 0),
+            span(32 * KIB, 64 * KIB),
+            span(64 * KIB, 128 * KIB),
+        ];
+        let b = Bundle::from_memory(bytes, "perf.data", Manifest::new(0), dir.path())
+            .unwrap()
+            .with_spans(spans)
+            .unwrap();
+        assert!(touch(&b.trace) > 0);
+        assert_eq!(resident_kib(addr), 256);
+        // Planning's last release: every span, and what lies between them.
+        b.release_trace_before(96 * KIB as u64);
+        assert!(resident_kib(addr) <= 96, "{} KiB", resident_kib(addr));
+        // The decode reads the trace again and releases behind itself from the start.
+        assert!(touch(&b.trace) > 0);
+        b.release_trace_before(64 * KIB as u64);
+        assert!(resident_kib(addr) <= 128, "{} KiB", resident_kib(addr));
+        // Half of the last span.
+        b.release_trace_before(80 * KIB as u64);
+        assert!(resident_kib(addr) <= 112, "{} KiB", resident_kib(addr));
+    }
+}

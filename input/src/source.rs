@@ -240,6 +240,8 @@ pub struct Source {
     pub warnings: Vec<String>,
     /// Some code image is loaded (without one no branch can be followed).
     pub has_code: bool,
+    /// Where standard input was spooled ([`Given::Stdin`]), removed with the source.
+    _spool: Option<tempfile::TempDir>,
 }
 
 /// Where an input is.
@@ -253,7 +255,16 @@ pub enum Given<'a> {
         name: String,
         dir: PathBuf,
     },
+    /// Standard input (`-` on the command line: `perf record -o - ... | tracemill decode
+    /// -`), read to its end into a temporary file first (under `TMPDIR`): the decoder maps
+    /// its trace and its chunks are read out of order, which a pipe cannot give, and
+    /// spooled the input costs disk, not memory. Named `<stdin>`; a perf.data's relative
+    /// binary names are not looked for beside it (there is no beside).
+    Stdin,
 }
+
+/// The name of standard input in messages and the tables.
+pub const STDIN_NAME: &str = "<stdin>";
 
 impl Source {
     /// Open `given` with the caller's `overrides`: decide the format (given → bundle.toml
@@ -261,11 +272,18 @@ impl Source {
     /// options that do not apply, open the traces and images, and make the checks a
     /// decode makes before decoding.
     pub fn open(given: Given<'_>, overrides: &Overrides) -> Result<Source> {
+        let mut spool = None;
         let (name, kind, opened) = match given {
             Given::Path(path) => open_path(path, overrides)?,
             Given::Bytes { bytes, name, dir } => {
                 let b = open_bytes(bytes, &name, &dir, overrides)?;
                 (name, Kind::Memory, Opened::Bundle(b))
+            }
+            Given::Stdin => {
+                let dir = spool_stdin()?;
+                let (_, kind, opened) = open_path(&dir.path().join("stdin"), overrides)?;
+                spool = Some(dir);
+                (STDIN_NAME.to_string(), kind, opened)
             }
         };
         let (format, warnings, has_code) = {
@@ -295,6 +313,7 @@ impl Source {
             opened,
             warnings,
             has_code,
+            _spool: spool,
         })
     }
 
@@ -487,8 +506,28 @@ fn open_bytes(bytes: Bytes, name: &str, dir: &Path, o: &Overrides) -> Result<Bun
     Bundle::from_memory(bytes, name, m, dir)
 }
 
-/// Whether `path` is a perf.data file (its first bytes are perf's magic, file or pipe
-/// mode). Not a perf.data: any read error, a directory, a short file.
+/// Standard input copied to the file `stdin` of a new temporary directory.
+fn spool_stdin() -> Result<tempfile::TempDir> {
+    use std::io::IsTerminal;
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        bail!(
+            "{STDIN_NAME}: standard input is a terminal: give `-` a recording or trace on \
+             a pipe or a file (`perf record -o - ... | tracemill decode -`)"
+        );
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("tracemill-stdin.")
+        .tempdir()
+        .context("standard input: cannot make a temporary directory to hold it (TMPDIR)")?;
+    let path = dir.path().join("stdin");
+    let mut file = std::fs::File::create(&path)
+        .with_context(|| format!("{}: cannot create", path.display()))?;
+    std::io::copy(&mut stdin.lock(), &mut file)
+        .with_context(|| format!("{STDIN_NAME}: cannot copy to {}", path.display()))?;
+    Ok(dir)
+}
+
 /// The perf.data file of the recording at `path`: `path` itself, or the `data` file of
 /// the directory `perf record --kcore` writes (`data` beside `kcore_dir/`, the copy of
 /// `/proc/kcore`); `None` when `path` is neither.
@@ -500,6 +539,8 @@ pub fn perf_data_file(path: &Path) -> Option<PathBuf> {
     (path.is_dir() && !path.join("bundle.toml").exists() && is_perf_data(&data)).then_some(data)
 }
 
+/// Whether `path` is a perf.data file (its first bytes are perf's magic, file or pipe
+/// mode). Not a perf.data: any read error, a directory, a short file.
 pub fn is_perf_data(path: &Path) -> bool {
     if !path.is_file() {
         return false;

@@ -54,7 +54,9 @@ enum Cmd {
 #[derive(Args)]
 struct SourceArgs {
     /// A bundle directory (with bundle.toml), a bare trace file (an RTIT one needs
-    /// --ctl), or a perf.data recorded with `perf record -e intel_pt//`.
+    /// --ctl), or a perf.data recorded with `perf record -e intel_pt//`; `-` reads a
+    /// perf.data or a trace file from standard input (`perf record -o - ... | tracemill
+    /// decode -`).
     bundle: PathBuf,
     /// RTIT_CTL value the trace was recorded with (hex like 0x2e0d, or decimal);
     /// overrides the bundle's.
@@ -313,7 +315,11 @@ fn open_source(
         lookup,
         ..Overrides::default()
     };
-    Source::open(Given::Path(&src.bundle), &overrides)
+    let given = match src.bundle.as_os_str() == "-" {
+        true => Given::Stdin,
+        false => Given::Path(&src.bundle),
+    };
+    Source::open(given, &overrides)
 }
 
 /// `--image` arguments as image entries, relative paths made absolute.
@@ -479,11 +485,8 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             let perf = matches!(src.opened, Opened::Recording(_));
             opts.require_rows = wants_code && (perf || !src.has_code);
             let report = run::decode_source(&src, &opts)
-                .with_context(|| format!("decoding {}", a.src.bundle.display()))?;
-            eprint!(
-                "{}",
-                run::summary(&a.src.bundle.display().to_string(), &report)
-            );
+                .with_context(|| format!("decoding {}", src.name))?;
+            eprint!("{}", run::summary(&src.name, &report));
             if let Opened::Bundle(b) = &src.opened {
                 if let Some(h) = ctl_hint(&report, b.manifest.rtit_ctl, a.src.ctl.is_some()) {
                     eprintln!("tracemill: hint: {h}");
@@ -562,7 +565,7 @@ fn dump(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
         bail!(
             "{}: --ptdump is for Intel PT traces; this one is read as RTIT (use \
              --trace-format pt)",
-            a.src.bundle.display()
+            src.name
         );
     }
     let traces: Vec<(Option<&str>, &tracemill_input::bundle::Bundle)> = match &src.opened {

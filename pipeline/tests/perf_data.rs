@@ -30,7 +30,9 @@ use arrow_array::types::{UInt32Type, UInt64Type};
 use arrow_array::Array;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracemill_datasets::exec::qemu;
-use tracemill_datasets::perf_data::{intel_pt_two_threads, kcore_copy, CpuStream, PtRecording};
+use tracemill_datasets::perf_data::{
+    intel_pt_two_threads, intel_pt_two_threads_pipe, kcore_copy, CpuStream, PtRecording,
+};
 use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtTsc};
 use tracemill_decode::image::ImageSet;
 
@@ -351,6 +353,51 @@ fn a_perf_data_of_two_threads_on_two_cpus_decodes_to_each_executions_truth_on_it
         return;
     };
     assert_taken_as_perf(&got, &perf);
+}
+
+#[test]
+fn a_pipe_mode_recording_decodes_from_a_file_and_from_standard_input_as_the_file_mode_one() {
+    // `perf record -o -` writes pipe mode (the attributes and features as records, no
+    // section table). Read from a file or piped into `tracemill decode -`, it decodes to
+    // the rows of the same recording in file mode, threads and times included.
+    if !tools() {
+        return;
+    }
+    let made = made();
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp = &keep_dir(&tmp);
+    let file = write(tmp, "perf.data", &made.file);
+    let pipe = write(
+        tmp,
+        "pipe.data",
+        &intel_pt_two_threads_pipe(&made.recording).unwrap().bytes,
+    );
+    decode(&file, &tmp.join("file"), &["-j", "2"]);
+    let want = read_branches(&tmp.join("file/branches.parquet"));
+    assert!(want.len() > 30_000, "{} rows", want.len());
+    let said = decode(&pipe, &tmp.join("pipe"), &["-j", "2"]);
+    assert!(!said.contains("warning"), "{said}");
+    assert!(read_branches(&tmp.join("pipe/branches.parquet")) == want);
+
+    // Spooled under TMPDIR, and removed after.
+    let spool = tmp.join("spool");
+    std::fs::create_dir(&spool).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_tracemill"))
+        .args(["decode", "-", "-j", "2", "--out"])
+        .arg(tmp.join("stdin"))
+        .env("TMPDIR", &spool)
+        .stdin(std::fs::File::open(&pipe).unwrap())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("<stdin>") && !said.contains("warning"),
+        "{said}"
+    );
+    assert!(read_branches(&tmp.join("stdin/branches.parquet")) == want);
+    let left: Vec<_> = std::fs::read_dir(&spool).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[test]
