@@ -523,8 +523,11 @@ fn spool_stdin() -> Result<tempfile::TempDir> {
     let path = dir.path().join("stdin");
     let mut file = std::fs::File::create(&path)
         .with_context(|| format!("{}: cannot create", path.display()))?;
-    std::io::copy(&mut stdin.lock(), &mut file)
+    let n = std::io::copy(&mut stdin.lock(), &mut file)
         .with_context(|| format!("{STDIN_NAME}: cannot copy to {}", path.display()))?;
+    if n == 0 {
+        bail!("{STDIN_NAME}: empty: nothing to decode");
+    }
     Ok(dir)
 }
 

@@ -398,6 +398,18 @@ fn a_pipe_mode_recording_decodes_from_a_file_and_from_standard_input_as_the_file
     assert!(read_branches(&tmp.join("stdin/branches.parquet")) == want);
     let left: Vec<_> = std::fs::read_dir(&spool).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
+    // Nothing on standard input says so by that name.
+    let o = Command::new(env!("CARGO_BIN_EXE_tracemill"))
+        .args(["decode", "-", "--out"])
+        .arg(tmp.join("none"))
+        .env("TMPDIR", &spool)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{said}");
+    assert!(said.contains("<stdin>: empty"), "{said}");
+    assert!(std::fs::read_dir(&spool).unwrap().next().is_none());
 }
 
 #[test]
