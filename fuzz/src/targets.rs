@@ -17,7 +17,7 @@ use tracemill_decode::rtit::packet::{
     parse_one, Packet, PacketError, PacketReader, Parsed, PSB_BYTES,
 };
 use tracemill_decode::rtit::sync::{find_psbs, next_psb};
-use tracemill_decode::stream::TraceStream;
+use tracemill_decode::stream::{Span, TraceStream};
 use tracemill_decode::tally::{Counted, Covered};
 use tracemill_decode::TraceConfig;
 
@@ -172,6 +172,8 @@ pub fn packets(data: &[u8]) {
 /// bytes through `byte` and `window`, same PSBs from `find_psbs` (including PSBs that
 /// straddle the seam), `next_psb` from the probe offset and from each PSB's neighbours
 /// agreeing with that list, same packets from a `PacketReader`, with and without Cycle_Acc.
+/// And the rotated bytes as spans of a larger buffer (`TraceStream::spans`, a perf.data's
+/// AUX area) read as the linear copy, by RTIT's and Intel PT's readers.
 pub fn sync_ring(input: &[u8]) {
     if input.len() < 4 {
         return;
@@ -215,6 +217,49 @@ pub fn sync_ring(input: &[u8]) {
         let b: Vec<_> = PacketReader::new(&linear, start, len, cycle_acc).collect();
         assert_eq!(a, b, "packets of the ring and of its rotated copy");
     }
+
+    // The rotated bytes again as spans of a larger buffer (a perf.data's AUXTRACE buffers,
+    // with record headers between them): cut every `off % 61 + 1` bytes, two bytes of a
+    // PSB's pattern between spans (a PSB must not be made of them). The same bytes,
+    // PSBs, windows and packets as the linear copy, for RTIT and Intel PT.
+    let cut = off % 61 + 1;
+    let mut buf = Vec::new();
+    let mut spans = Vec::new();
+    for (i, piece) in rotated.chunks(cut).enumerate() {
+        buf.extend_from_slice(&[0x02, 0x82]);
+        spans.push(Span {
+            at: (i * cut) as u64,
+            from: buf.len(),
+            len: piece.len(),
+        });
+        buf.extend_from_slice(piece);
+    }
+    assert!(TraceStream::check_spans(buf.len(), &spans));
+    let joined = TraceStream::spans(&buf, &spans);
+    assert_eq!(joined.len(), len);
+    assert_eq!(joined.to_vec(0, len), rotated, "the spans' bytes");
+    assert_eq!(find_psbs(&joined), psbs, "PSBs of the spans");
+    let pt_psbs = pt::sync::find_psbs(&linear);
+    assert_eq!(
+        pt::sync::find_psbs(&joined),
+        pt_psbs,
+        "PT PSBs of the spans"
+    );
+    for n in [0usize, 1, 2, 9, 16] {
+        let p = probe % (len + 1);
+        let got = joined.window(p, n, &mut scratch).to_vec();
+        let end = (p + n as u64).min(len) as usize;
+        assert_eq!(got, &rotated[p as usize..end], "spans: window({p}, {n})");
+    }
+    let start = psbs.first().copied().unwrap_or(0);
+    let a: Vec<_> = PacketReader::new(&joined, start, len, false).collect();
+    let b: Vec<_> = PacketReader::new(&linear, start, len, false).collect();
+    assert_eq!(a, b, "packets of the spans");
+    let start = pt_psbs.first().copied().unwrap_or(0);
+    let errata = pt::cpu::Errata::default();
+    let a: Vec<_> = pt::sync::PacketReader::new(&joined, start, len, errata).collect();
+    let b: Vec<_> = pt::sync::PacketReader::new(&linear, start, len, errata).collect();
+    assert_eq!(a, b, "Intel PT packets of the spans");
 }
 
 // ---------------------------------------------------------------------------------------
