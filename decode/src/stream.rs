@@ -220,33 +220,31 @@ impl<'a> TraceStream<'a> {
         if i + n <= part.len() {
             return &part[i..i + n];
         }
-        let n = n.min((self.len - pos) as usize);
+        let got = self.copy_to(pos, &mut scratch[..n]);
+        &scratch[..got]
+    }
+
+    /// Copy the bytes from `pos` into `dst`, across parts, up to its length or the
+    /// stream's end: how many were copied.
+    fn copy_to(&self, pos: u64, dst: &mut [u8]) -> usize {
         let mut got = 0;
-        while got < n {
+        while got < dst.len() {
             let Some((at, part)) = self.part_at(pos + got as u64) else {
                 break;
             };
             let i = (pos + got as u64 - at) as usize;
-            let k = (part.len() - i).min(n - got);
-            scratch[got..got + k].copy_from_slice(&part[i..i + k]);
+            let k = (part.len() - i).min(dst.len() - got);
+            dst[got..got + k].copy_from_slice(&part[i..i + k]);
             got += k;
         }
-        &scratch[..got]
+        got
     }
 
     /// Copy of a stream range (for tests and small tools; the decoder never copies).
     pub fn to_vec(&self, start: u64, end: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut pos = start;
-        while pos < end.min(self.len) {
-            let Some((at, part)) = self.part_at(pos) else {
-                break;
-            };
-            let i = (pos - at) as usize;
-            let k = (part.len() - i).min((end - pos) as usize);
-            out.extend_from_slice(&part[i..i + k]);
-            pos += k as u64;
-        }
+        let mut out = vec![0; end.min(self.len).saturating_sub(start) as usize];
+        let got = self.copy_to(start, &mut out);
+        out.truncate(got);
         out
     }
 }
@@ -266,8 +264,8 @@ mod tests {
         assert_eq!(s.window(0, 3, &mut scratch), &[1, 2, 3]);
     }
 
-    /// `data` cut into spans at `cuts` and laid out in `order` (a permutation), with empty
-    /// spans between: the stream is the pieces in order.
+    /// `data` cut into spans at `cuts` (a cut given twice makes an empty span), stored
+    /// back to front with a byte of junk before each: the stream is the pieces in order.
     fn scattered(data: &[u8], cuts: &[usize]) -> (Vec<u8>, Vec<Span>) {
         let mut bounds = vec![0];
         bounds.extend(cuts.iter().copied().filter(|&c| c < data.len()));

@@ -39,20 +39,16 @@ pub fn discover(sources: &[PathBuf], skip: Option<&Path>) -> Result<Vec<PathBuf>
     };
     for src in sources {
         let meta = std::fs::metadata(src).with_context(|| format!("source {}", src.display()))?;
-        if meta.is_file() && tracemill_input::source::is_perf_data(src) {
+        if is_source(src) {
             add(src.clone(), &mut out);
         } else if meta.is_dir() {
-            if src.join("bundle.toml").exists() || perf_data_file(src).is_some() {
-                add(src.clone(), &mut out);
-            } else {
-                let mut found = Vec::new();
-                let mut visited = HashSet::new();
-                walk(src, skip.as_deref(), &mut visited, &mut found)
-                    .with_context(|| format!("searching {} for bundles", src.display()))?;
-                found.sort();
-                for p in found {
-                    add(p, &mut out);
-                }
+            let mut found = Vec::new();
+            let mut visited = HashSet::new();
+            walk(src, skip.as_deref(), &mut visited, &mut found)
+                .with_context(|| format!("searching {} for bundles", src.display()))?;
+            found.sort();
+            for p in found {
+                add(p, &mut out);
             }
         } else {
             let text = open_regular(src)
@@ -77,6 +73,11 @@ pub fn discover(sources: &[PathBuf], skip: Option<&Path>) -> Result<Vec<PathBuf>
         }
     }
     Ok(out)
+}
+
+/// A bundle directory, a perf.data file, or a recording made as a directory.
+fn is_source(p: &Path) -> bool {
+    p.join("bundle.toml").exists() || perf_data_file(p).is_some()
 }
 
 /// Directories under `dir` with a `bundle.toml`, perf.data files, and recordings made as
@@ -126,7 +127,7 @@ fn walk(
     }
     subdirs.sort();
     for p in subdirs {
-        if p.join("bundle.toml").exists() || perf_data_file(&p).is_some() {
+        if is_source(&p) {
             let Ok(m) = std::fs::metadata(&p) else {
                 continue;
             };
