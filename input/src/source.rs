@@ -281,7 +281,17 @@ impl Source {
             }
             Given::Stdin => {
                 let dir = spool_stdin()?;
-                let (_, kind, opened) = open_path(&dir.path().join("stdin"), overrides)?;
+                let (_, kind, mut opened) = open_path(&dir.path().join("stdin"), overrides)?;
+                // The tables and later messages name the input, not its copy (gone after).
+                match &mut opened {
+                    Opened::Bundle(b) => b.trace_path = STDIN_NAME.into(),
+                    Opened::Recording(r) => {
+                        r.path = STDIN_NAME.into();
+                        for t in &mut r.traces {
+                            t.bundle.trace_path = format!("{STDIN_NAME} ({})", t.name).into();
+                        }
+                    }
+                }
                 spool = Some(dir);
                 (STDIN_NAME.to_string(), kind, opened)
             }

@@ -395,7 +395,18 @@ fn a_pipe_mode_recording_decodes_from_a_file_and_from_standard_input_as_the_file
         said.contains("<stdin>") && !said.contains("warning"),
         "{said}"
     );
-    assert!(read_branches(&tmp.join("stdin/branches.parquet")) == want);
+    let stdin_branches = tmp.join("stdin/branches.parquet");
+    assert!(read_branches(&stdin_branches) == want);
+    // The tables name the input as given, not the spooled copy.
+    let f = std::fs::File::open(&stdin_branches).unwrap();
+    let meta = ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    let source = meta
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|e| e.key == "tracemill.source"))
+        .and_then(|e| e.value.clone());
+    assert_eq!(source.as_deref(), Some("<stdin>"));
     let left: Vec<_> = std::fs::read_dir(&spool).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
     // Nothing on standard input says so by that name.
