@@ -281,14 +281,33 @@ impl Source {
             }
             Given::Stdin => {
                 let dir = spool_stdin()?;
-                let (_, kind, mut opened) = open_path(&dir.path().join("stdin"), overrides)?;
-                // The tables and later messages name the input, not its copy (gone after).
+                let copy = dir.path().join("stdin");
+                // The tables and every message name the input, not its copy (gone after):
+                // the copy's path is a fresh temporary one, so no other text holds it.
+                let copy_name = copy.display().to_string();
+                let named = |s: &str| s.replace(&copy_name, STDIN_NAME);
+                let (_, kind, mut opened) = open_path(&copy, overrides)
+                    .map_err(|e| anyhow::anyhow!(named(&format!("{e:#}"))))?;
+                let rename = |b: &mut Bundle, as_: String| {
+                    b.trace_path = as_.into();
+                    let lists = [
+                        &mut b.path_warnings,
+                        &mut b.trace_problems,
+                        &mut b.image_problems,
+                    ];
+                    for w in lists.into_iter().flatten() {
+                        *w = named(w);
+                    }
+                };
                 match &mut opened {
-                    Opened::Bundle(b) => b.trace_path = STDIN_NAME.into(),
+                    Opened::Bundle(b) => rename(b, STDIN_NAME.into()),
                     Opened::Recording(r) => {
                         r.path = STDIN_NAME.into();
+                        for w in &mut r.warnings {
+                            *w = named(w);
+                        }
                         for t in &mut r.traces {
-                            t.bundle.trace_path = format!("{STDIN_NAME} ({})", t.name).into();
+                            rename(&mut t.bundle, format!("{STDIN_NAME} ({})", t.name));
                         }
                     }
                 }

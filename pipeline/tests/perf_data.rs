@@ -421,6 +421,29 @@ fn a_pipe_mode_recording_decodes_from_a_file_and_from_standard_input_as_the_file
     assert_eq!(o.status.code(), Some(1), "{said}");
     assert!(said.contains("<stdin>: empty"), "{said}");
     assert!(std::fs::read_dir(&spool).unwrap().next().is_none());
+    // What is wrong with it is said by that name too, never by the spooled copy's: a
+    // recording cut short (warnings from opening it), and one cut before its first
+    // AUXTRACE record (an error).
+    let bytes = std::fs::read(&file).unwrap();
+    for (keep, code) in [(bytes.len() * 3 / 5, 0), (600, 1)] {
+        let cut = write(tmp, "cut.data", &bytes[..keep]);
+        let o = Command::new(env!("CARGO_BIN_EXE_tracemill"))
+            .args(["decode", "-", "--out"])
+            .arg(tmp.join(format!("cut-{keep}")))
+            .env("TMPDIR", &spool)
+            .stdin(std::fs::File::open(&cut).unwrap())
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{said}");
+        let about = if code == 0 {
+            "<stdin>: perf.data cut short"
+        } else {
+            "<stdin>: "
+        };
+        assert!(said.contains(about), "{said}");
+        assert!(!said.contains("tracemill-stdin."), "{said}");
+    }
 }
 
 #[test]
