@@ -88,21 +88,23 @@ impl RowSink for BranchColumns {
     /// rows-mode decode of a real program's Intel PT trace (the walk itself 25%).
     #[inline]
     fn replay(&mut self, r: &Replay<'_>) {
-        let rows = r.rows;
-        let Some(first) = rows.first() else {
+        let c = &r.cols;
+        let Some(&first) = c.insns.first() else {
             return;
         };
-        let n = rows.len();
+        let n = c.ip.len();
         self.ensure(n);
         let at = self.ip.len();
-        self.ip.extend(rows.iter().map(|m| m.ip));
-        self.target.values.extend(rows.iter().map(|m| m.target));
+        // The segment's columns as slices: copied, not gathered out of its rows one by
+        // one.
+        self.ip.extend_from_slice(c.ip);
+        self.target.values.extend_from_slice(c.target);
         self.target.valid.extend(std::iter::repeat_n(true, n));
-        self.kind.extend(rows.iter().map(|m| m.kind as u8));
-        self.taken.extend(rows.iter().map(|m| m.taken));
+        self.kind.extend_from_slice(c.kind);
+        self.taken.extend_from_slice(c.taken);
         self.compressed.extend(std::iter::repeat_n(false, n));
-        self.insns.extend(rows.iter().map(|m| m.insns));
-        self.insns[at] = r.open + first.insns;
+        self.insns.extend_from_slice(c.insns);
+        self.insns[at] = r.open + first;
         self.cr3.extend_row(r.cr3, n, at);
         let before = r.first_cond.min(n);
         self.offset

@@ -101,6 +101,29 @@ pub struct Segment {
     next_same: u32,
 }
 
+/// The table columns of the memo's rows, one vector each, in the order of its rows: a
+/// replay appends a segment's as slices (a copy per column) instead of gathering each
+/// column out of the rows one row at a time.
+#[derive(Default)]
+struct Columns {
+    ip: Vec<u64>,
+    target: Vec<u64>,
+    kind: Vec<u8>,
+    taken: Vec<bool>,
+    insns: Vec<u32>,
+}
+
+/// A segment's rows as columns ([`Memo::columns`]): `ip[i]` is `rows[i].ip`, and so on.
+#[derive(Clone, Copy, Debug)]
+pub struct RowColumns<'m> {
+    pub ip: &'m [u64],
+    pub target: &'m [u64],
+    /// `BranchKind as u8`.
+    pub kind: &'m [u8],
+    pub taken: &'m [bool],
+    pub insns: &'m [u32],
+}
+
 /// A segment's rows as a sink receives them ([`crate::flow::RowSink::replay`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Replay<'m> {
@@ -108,6 +131,8 @@ pub struct Replay<'m> {
     /// emptied with its cache, between walks).
     pub seg: u32,
     pub rows: &'m [MemoRow],
+    /// The same rows' table columns.
+    pub cols: RowColumns<'m>,
     /// Instructions open before the first row (they go into it), and where in them its
     /// block began (those before are partial blocks', flushed before).
     pub open: u32,
@@ -134,6 +159,7 @@ const NONE: u32 = u32::MAX;
 #[derive(Default)]
 pub struct Memo {
     rows: Vec<MemoRow>,
+    cols: Columns,
     segs: Vec<Segment>,
     heads: Vec<u32>,
     /// Segments built (memo misses), for statistics.
@@ -149,7 +175,7 @@ pub fn key(bits: u8, n: u8) -> u16 {
 impl Memo {
     /// Bytes it holds (about).
     pub fn bytes(&self) -> usize {
-        self.rows.len() * std::mem::size_of::<MemoRow>()
+        self.rows.len() * (std::mem::size_of::<MemoRow>() + 8 + 8 + 1 + 1 + 4)
             + self.segs.len() * std::mem::size_of::<Segment>()
             + self.heads.len() * 4
     }
@@ -166,6 +192,20 @@ impl Memo {
     #[inline]
     pub fn rows(&self, s: &Segment) -> &[MemoRow] {
         &self.rows[s.first as usize..s.first as usize + s.len as usize]
+    }
+
+    /// The rows of `s` as columns.
+    #[inline]
+    pub fn columns(&self, s: &Segment) -> RowColumns<'_> {
+        let r = s.first as usize..s.first as usize + s.len as usize;
+        let c = &self.cols;
+        RowColumns {
+            ip: &c.ip[r.clone()],
+            target: &c.target[r.clone()],
+            kind: &c.kind[r.clone()],
+            taken: &c.taken[r.clone()],
+            insns: &c.insns[r],
+        }
     }
 
     /// The index of the segment from `block` for bits `key`, if built.
@@ -191,6 +231,12 @@ impl Memo {
     fn insert(&mut self, block: u32, rows: &[MemoRow], mut seg: Segment) -> u32 {
         seg.first = self.rows.len() as u32;
         self.rows.extend_from_slice(rows);
+        let c = &mut self.cols;
+        c.ip.extend(rows.iter().map(|m| m.ip));
+        c.target.extend(rows.iter().map(|m| m.target));
+        c.kind.extend(rows.iter().map(|m| m.kind as u8));
+        c.taken.extend(rows.iter().map(|m| m.taken));
+        c.insns.extend(rows.iter().map(|m| m.insns));
         if self.heads.len() <= block as usize {
             self.heads.resize(block as usize + 1, NONE);
         }

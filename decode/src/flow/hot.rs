@@ -172,6 +172,7 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             self.rows.replay(&Replay {
                 seg: si,
                 rows,
+                cols: self.cache.memo.columns(&seg),
                 open: self.st.open_insns,
                 block_base: self.st.block_base,
                 block_start: self.st.block_start,
