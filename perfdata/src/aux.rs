@@ -101,7 +101,9 @@ pub fn aux_queues_despite_errors<'a>(
 }
 
 /// [`aux_queues_despite_errors`], telling `at` the file offset of each record as its walks
-/// over the records reach it (a caller that maps the file lets the pages behind go).
+/// over the records reach it (a caller that maps the file lets the pages behind go): one
+/// walk from the start, and with compressed records (`perf record -z`) a second one from
+/// the start again over those.
 pub fn aux_queues_walked<'a>(
     perf: &PerfData<'a>,
     mut at: impl FnMut(u64),
@@ -194,11 +196,13 @@ pub fn aux_queues_walked<'a>(
     // `perf record -z` compresses the AUX records (they come from the ring buffer) but
     // not the AUXTRACE ones: the losses inside compressed records, in their place by
     // file offset. (Their errors are the sideband walk's to report.) A file without
-    // compressed records is not walked again.
+    // compressed records is not walked again; this second walk tells `at` where it is
+    // too (the offset of the compressed record each record came from), from the start.
     let mut inner = Vec::new();
     if compressed {
         perf.for_each_compressed_record(|item| {
             if let Ok(item) = item {
+                at(item.offset);
                 if let Record::Aux(aux) = item.record {
                     if aux.truncated() || aux.partial() || aux.collision() {
                         inner.push(AuxLoss {

@@ -314,6 +314,39 @@ mod tests {
     }
 
     #[test]
+    fn the_aux_walk_tells_where_it_is_in_the_compressed_records_too() {
+        // A caller releases the pages behind each walk: the walk over the compressed
+        // records (for the AUX records inside) starts again from the first of them and
+        // moves on through every one.
+        let inner: Vec<u8> = (0..200).flat_map(|_| raw_record(90, &[3; 24])).collect();
+        let pieces = compressed(&inner, 5);
+        let mut recs = vec![raw_record(kind::FINISHED_ROUND, &[])];
+        recs.extend(pieces.iter().map(|p| raw_record(kind::COMPRESSED, p)));
+        let file = pipe_file(&recs);
+        let perf = PerfData::parse(&file).unwrap();
+        let mut at = Vec::new();
+        let (_, _, errors) = crate::aux::aux_queues_walked(&perf, |o| at.push(o));
+        assert!(errors.is_empty(), "{errors:?}");
+        let first: Vec<u64> = {
+            let mut o = 16;
+            recs.iter()
+                .map(|r| {
+                    let here = o;
+                    o += r.len() as u64;
+                    here
+                })
+                .collect()
+        };
+        // The record walk, then the compressed records' again, in order, each once at
+        // least (a record inside is reported at its compressed record's offset).
+        assert_eq!(&at[..first.len()], &first[..]);
+        let mut again = at[first.len()..].to_vec();
+        assert!(again.windows(2).all(|w| w[0] <= w[1]), "{again:?}");
+        again.dedup();
+        assert_eq!(again, first[1..]);
+    }
+
+    #[test]
     fn damage_is_an_error_at_the_compressed_record_and_never_unbounded() {
         let inner: Vec<u8> = (0..50).flat_map(|_| raw_record(90, &[7; 24])).collect();
         let pieces = compressed(&inner, 3);

@@ -68,9 +68,13 @@ pub struct Recording {
 /// How far a walk over the records gets before the pages behind it are released.
 const RELEASE_STEP: u64 = 16 << 20;
 
-/// A walk over the records has reached `at`: release the pages behind it in steps.
+/// A walk over the records has reached `at`: release the pages behind it in steps (and
+/// from `at` on, when a walk starts again from an earlier record: the compressed records'
+/// walk after the AUX one).
 fn release_behind(mapped: &Bytes, released: &mut u64, at: u64) {
-    if at >= *released + RELEASE_STEP {
+    if at < *released {
+        *released = at;
+    } else if at >= *released + RELEASE_STEP {
         mapped.release(*released as usize..at as usize);
         *released = at;
     }
