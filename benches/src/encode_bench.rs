@@ -76,6 +76,13 @@ fn main() -> Result<()> {
         .cloned()
         .context("not a tracemill table (no tracemill.table metadata)")?;
     let schema = builder.schema().clone();
+    // A perf.data decode's row tables carry the thread columns (`cpu`, `pid`, `tid`,
+    // `time`) after their own: encoded as its writer does.
+    let options = WriterOptions {
+        thread_columns: tracemill_schemas::arrow::with_thread_fields(&table)
+            .is_some_and(|t| t.fields().len() == schema.fields().len()),
+        ..WriterOptions::default()
+    };
     let mut batches: Vec<RecordBatch> = Vec::new();
     let mut have = 0;
     for b in builder.with_batch_size(65536).build()? {
@@ -92,8 +99,7 @@ fn main() -> Result<()> {
     let n = batch.num_rows();
     println!("{table}: {n} rows from {path}, median of {runs} runs, CPU of one thread");
 
-    let base =
-        tracemill_sinks::parquet::writer_properties(&table, vec![], &WriterOptions::default())?;
+    let base = tracemill_sinks::parquet::writer_properties(&table, vec![], &options)?;
     let mut targets: Vec<(String, Option<usize>)> = vec![("all columns".into(), None)];
     // What `tracemill ingest` adds: a constant `bundle` column (dictionary of one string).
     let with_bundle = {
@@ -153,7 +159,7 @@ fn main() -> Result<()> {
         let mut sizes = vec![0usize; names.len()];
         for _ in 0..runs {
             if with_encoder {
-                let (t, size) = encode_row_groups(&b, &table, path)?;
+                let (t, size) = encode_row_groups(&b, &table, path, &options)?;
                 times[0].push(t);
                 sizes[0] = size;
             }
@@ -184,7 +190,12 @@ fn main() -> Result<()> {
 /// dictionary chunks for string and unsigned integer columns, arrow-rs for the rest), row
 /// groups of the default size, on a pool of one thread, into a file in the temporary
 /// directory (removed). (CPU seconds of the whole process while encoding, bytes written.)
-fn encode_row_groups(b: &RecordBatch, table: &str, source: &str) -> Result<(f64, usize)> {
+fn encode_row_groups(
+    b: &RecordBatch,
+    table: &str,
+    source: &str,
+    options: &WriterOptions,
+) -> Result<(f64, usize)> {
     let dir = std::env::temp_dir().join(format!("encode-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let meta = tracemill_sinks::FileMeta {
@@ -196,8 +207,7 @@ fn encode_row_groups(b: &RecordBatch, table: &str, source: &str) -> Result<(f64,
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
     let group = tracemill_sinks::parquet::DEFAULT_MAX_ROW_GROUP_ROWS;
     let n = b.num_rows();
-    let mut w =
-        tracemill_sinks::TableWriter::create_in(&dir, table, &meta, &WriterOptions::default())?;
+    let mut w = tracemill_sinks::TableWriter::create_in(&dir, table, &meta, options)?;
     let e = w.row_group_encoder()?;
     let t0 = process_cpu_time();
     let mut groups = Vec::new();
