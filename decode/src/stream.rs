@@ -34,6 +34,57 @@ pub struct Span {
     pub len: usize,
 }
 
+/// Trace bytes lost right before stream offset `at`, where a PSB starts: a perf.data AUX
+/// area whose buffers skip bytes (perf could not keep up, or a snapshot overwrote them)
+/// or whose AUX record says the data was cut (truncated, partial, collision). The bytes
+/// before `at` and after it are joined in the stream, but no packet runs across: a
+/// decode reports an error at `at` (its `events` row says what was lost), drops what it
+/// had not proved, and reads on from the PSB there. The front end of the format says so
+/// ([`crate::pt::front`]); look-aheads stop at it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Break {
+    pub at: u64,
+    pub lost: Lost,
+}
+
+/// What a [`Break`] lost, and where the recording says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// AUX bytes `from..to` were in no AUXTRACE record (the one at file offset `record`
+    /// starts after them); the bytes after them up to the next PSB are skipped too.
+    Missing { from: u64, to: u64, record: u64 },
+    /// The AUX record at file offset `record` says the trace was cut at AUX offset `at`
+    /// (`flags`: its truncated, partial, collision bits); the bytes after that up to the
+    /// next PSB are skipped.
+    Flagged { at: u64, flags: u64, record: u64 },
+}
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Lost::Missing { from, to, record } => write!(
+                f,
+                "trace lost before this PSB: AUX bytes {from:#x}..{to:#x} are in no AUXTRACE \
+                 record (the one at file offset {record:#x} starts after them)"
+            ),
+            Lost::Flagged { at, flags, record } => {
+                let mut why = Vec::new();
+                for (bit, name) in [(1, "truncated"), (4, "partial"), (8, "collision")] {
+                    if flags & bit != 0 {
+                        why.push(name);
+                    }
+                }
+                write!(
+                    f,
+                    "trace lost before this PSB: the AUX record at file offset {record:#x} \
+                     says the data was cut at AUX offset {at:#x} ({})",
+                    why.join(", ")
+                )
+            }
+        }
+    }
+}
+
 /// Time-ordered view of trace bytes: borrowed parts, in order.
 #[derive(Clone, Copy, Debug)]
 pub struct TraceStream<'a> {
@@ -41,6 +92,8 @@ pub struct TraceStream<'a> {
     first: &'a [u8],
     rest: Rest<'a>,
     len: u64,
+    /// Where bytes were lost, in stream order ([`Break`]).
+    breaks: &'a [Break],
 }
 
 /// The parts after the first.
@@ -59,6 +112,7 @@ impl<'a> TraceStream<'a> {
             first: data,
             rest: Rest::One(&[]),
             len: data.len() as u64,
+            breaks: &[],
         }
     }
 
@@ -70,6 +124,7 @@ impl<'a> TraceStream<'a> {
             first: &data[r..],
             rest: Rest::One(&data[..r]),
             len: data.len() as u64,
+            breaks: &[],
         }
     }
 
@@ -86,7 +141,36 @@ impl<'a> TraceStream<'a> {
             first: &data[s0.from..s0.from + s0.len],
             rest: Rest::Spans { data, spans: rest },
             len,
+            breaks: &[],
         }
+    }
+
+    /// This stream with bytes lost before each of `breaks` (in order of `at`, each at a
+    /// PSB).
+    pub fn with_breaks(mut self, breaks: &'a [Break]) -> Self {
+        debug_assert!(breaks.windows(2).all(|w| w[0].at < w[1].at));
+        self.breaks = breaks;
+        self
+    }
+
+    /// The break at `pos`, if bytes were lost right before it.
+    #[inline]
+    pub fn break_at(&self, pos: u64) -> Option<&'a Break> {
+        if self.breaks.is_empty() {
+            return None;
+        }
+        let i = self.breaks.partition_point(|b| b.at < pos);
+        self.breaks.get(i).filter(|b| b.at == pos)
+    }
+
+    /// The first break after `pos` (where a look-ahead from `pos` stops), if any.
+    #[inline]
+    pub fn break_after(&self, pos: u64) -> Option<u64> {
+        if self.breaks.is_empty() {
+            return None;
+        }
+        let i = self.breaks.partition_point(|b| b.at <= pos);
+        self.breaks.get(i).map(|b| b.at)
     }
 
     /// Whether `spans` describe a stream of a buffer of `len` bytes (see [`Self::spans`]).

@@ -12,7 +12,7 @@ use memmap2::Mmap;
 use tracemill_decode::image::{ImageError, ImageSet};
 use tracemill_decode::rtit::clock::TimingConfig;
 use tracemill_decode::rtit::config::TraceConfig;
-use tracemill_decode::stream::{Span, TraceStream};
+use tracemill_decode::stream::{Break, Span, TraceStream};
 
 /// A file's bytes: memory-mapped when it has any (an empty file cannot be mapped), or
 /// assembled in memory (a trace collected as a ToPA dump or a trace-hub capture), or bytes
@@ -238,6 +238,8 @@ pub struct Bundle {
     /// perf.data AUX area, its AUXTRACE buffers where they lie in the recording
     /// ([`Bundle::with_spans`]).
     pub spans: Vec<Span>,
+    /// Where bytes of the trace were lost, in stream order ([`Bundle::with_spans`]).
+    pub breaks: Vec<Break>,
     /// How many of `spans` the last release covered whole: the next release with a later
     /// offset starts there. (A release with an earlier offset, as the decode's first after
     /// planning has released everything, starts again from the first span: the decode has
@@ -416,16 +418,23 @@ impl Bundle {
     }
 
     /// This bundle with its trace the ranges `spans` of its bytes, one after the other
-    /// (see [`TraceStream::spans`]; `spans` must join, in `trace`'s bounds).
-    pub fn with_spans(mut self, spans: Vec<Span>) -> Result<Bundle> {
-        if !TraceStream::check_spans(self.trace.len(), &spans) {
+    /// (see [`TraceStream::spans`]; `spans` must join, in `trace`'s bounds), with bytes
+    /// lost before each of `breaks` ([`TraceStream::with_breaks`]: in order, inside the
+    /// stream, none at its start).
+    pub fn with_spans(mut self, spans: Vec<Span>, breaks: Vec<Break>) -> Result<Bundle> {
+        let len: u64 = spans.iter().map(|s| s.len as u64).sum();
+        if !TraceStream::check_spans(self.trace.len(), &spans)
+            || !breaks.windows(2).all(|w| w[0].at < w[1].at)
+            || breaks.iter().any(|b| b.at == 0 || b.at >= len)
+        {
             bail!(
                 "{}: the trace's parts do not join in its bytes",
                 self.trace_path.display()
             );
         }
-        self.trace_file_size = spans.iter().map(|s| s.len as u64).sum();
+        self.trace_file_size = len;
         self.spans = spans;
+        self.breaks = breaks;
         Ok(self)
     }
 
@@ -519,6 +528,7 @@ impl Bundle {
             path_warnings,
             in_memory: false,
             spans: Vec::new(),
+            breaks: Vec::new(),
             spans_released: AtomicUsize::new(0),
         })
     }
@@ -582,7 +592,7 @@ impl Bundle {
     /// The trace bytes in time order.
     pub fn stream(&self) -> TraceStream<'_> {
         if !self.spans.is_empty() {
-            return TraceStream::spans(&self.trace, &self.spans);
+            return TraceStream::spans(&self.trace, &self.spans).with_breaks(&self.breaks);
         }
         match self.manifest.ring_offset {
             Some(r) => TraceStream::ring(&self.trace, r as usize),
@@ -890,7 +900,7 @@ mod tests {
         ];
         let b = Bundle::from_memory(bytes, "perf.data", Manifest::new(0), dir.path())
             .unwrap()
-            .with_spans(spans)
+            .with_spans(spans, Vec::new())
             .unwrap();
         assert!(touch(&b.trace) > 0);
         assert_eq!(resident_kib(addr), 256);

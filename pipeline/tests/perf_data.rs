@@ -493,6 +493,102 @@ fn aux_buffers_cut_inside_packets_and_padded_as_perf_pads_them_join_to_the_truth
     }
 }
 
+/// `(kind, offset, detail)` of each row of an `events` table.
+fn events_of(path: &Path) -> Vec<(String, u64, String)> {
+    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    for b in r {
+        let b = b.unwrap();
+        let kind =
+            tracemill_sinks::convert::strings(b.column_by_name("kind").unwrap().as_ref()).unwrap();
+        let detail =
+            tracemill_sinks::convert::strings(b.column_by_name("detail").unwrap().as_ref())
+                .unwrap();
+        let offset = b
+            .column_by_name("offset")
+            .unwrap()
+            .as_primitive::<UInt64Type>();
+        for i in 0..b.num_rows() {
+            out.push((
+                kind.value(i).to_string(),
+                offset.value(i),
+                detail.value(i).to_string(),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn aux_bytes_perf_lost_are_an_error_row_where_the_trace_resumes() {
+    // perf lost 300 bytes of CPU 0's AUX data before its tenth buffer (each later buffer
+    // of the area starts 300 bytes later in the AUX stream). The loss is an `error` row of
+    // `events` at the PSB where the trace resumes, naming the AUX bytes and the record;
+    // no packet is read across it; -j1 and -j2 in the smallest chunks write the same
+    // tables, and every row before it is the full recording's.
+    if !tools() {
+        return;
+    }
+    let made = made();
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp = &keep_dir(&tmp);
+    let mut r = made.recording.clone();
+    r.aux_buffer = Some(4099);
+    let full = intel_pt_two_threads(&r).unwrap().bytes;
+    let p = tracemill_perfdata::PerfData::parse(&full).unwrap();
+    let cpu0: Vec<(u64, u64)> = p
+        .records()
+        .map(Result::unwrap)
+        .filter_map(|i| match i.record {
+            tracemill_perfdata::Record::Auxtrace(a) if a.cpu == 0 => Some((i.offset, a.offset)),
+            _ => None,
+        })
+        .collect();
+    assert!(cpu0.len() > 12, "{} buffers", cpu0.len());
+    let mut lossy = full.clone();
+    for &(at, offset) in &cpu0[9..] {
+        let at = at as usize + 16;
+        lossy[at..at + 8].copy_from_slice(&(offset + 300).to_le_bytes());
+    }
+    let whole = write(tmp, "whole.data", &full);
+    let lossy = write(tmp, "lossy.data", &lossy);
+    let (_, whole) = decode_alike(&whole, tmp, "whole");
+    let (said, one) = decode_alike(&lossy, tmp, "lossy");
+    let (record, from) = cpu0[9];
+    // (They start after the zeros perf padded the buffer before with, which the next
+    // buffer no longer starts inside.)
+    let named = format!("..{:#x} are in no AUXTRACE record", from + 300);
+    assert!(said.contains(&named), "{said}");
+    let named = format!("(the one at file offset {record:#x} starts after them)");
+    let errors: Vec<_> = events_of(&one.join("events.parquet"))
+        .into_iter()
+        .filter(|e| e.0 == "error" && e.2.contains("trace lost before this PSB"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].2.contains(&named), "{errors:?}");
+    // Where the trace resumes: after the bytes before the gap, at a PSB of the buffer.
+    let at = errors[0].1;
+    assert!(at >= from && at < from + 4099 + 300, "{at:#x}");
+    // Every row decided before the loss is the whole recording's.
+    let got = read_branches(&one.join("branches.parquet"));
+    let want = read_branches(&whole.join("branches.parquet"));
+    let before = |d: &&Decoded| d.row.4 < from && d.cpu == Some(0);
+    let (g, w): (Vec<_>, Vec<_>) = (
+        got.iter().filter(before).collect(),
+        want.iter().filter(before).collect(),
+    );
+    assert!(
+        g.len() > 1000 && g.len() <= w.len(),
+        "{} of {}",
+        g.len(),
+        w.len()
+    );
+    assert!(g.iter().zip(&w).all(|(a, b)| a.row == b.row));
+}
+
 #[test]
 fn eight_cpus_and_a_thread_that_migrates_decode_each_stretch_on_its_cpu_and_thread() {
     // `perf record -a` on a larger machine: eight CPUs, four threads of the process, and

@@ -45,7 +45,7 @@ use super::packet::{AddressMode, ExecMode, Packet, PacketErrorKind, Parsed};
 use super::sync::PacketReader;
 use crate::flow::MAX_LOOKAHEAD_BYTES;
 use crate::front::{cfe_kind, Bits, Bound, Facts, Front, FupRole, Raw, TntBits, Vmexit};
-use crate::stream::TraceStream;
+use crate::stream::{Lost, TraceStream};
 
 /// Packets that can wait for the packet they bind to at once (libipt's queue holds 14).
 pub const QUEUE: usize = 8;
@@ -110,6 +110,9 @@ pub struct State {
     /// or VMCS now is part of that asynchronous transfer (36.4.2.7, "Application" 1) and
     /// applies at the TIP's IP.
     async_fup: bool,
+    /// The stream's break ([`crate::stream::Break`]) at this offset was reported and its
+    /// PSB is being read; `u64::MAX` otherwise.
+    broken: u64,
 }
 
 impl Default for State {
@@ -121,6 +124,7 @@ impl Default for State {
             iflag: None,
             enabled: false,
             async_fup: false,
+            broken: u64::MAX,
         }
     }
 }
@@ -231,6 +235,8 @@ pub enum PtError {
     /// A packet whose fields contradict each other (libipt's `pte_bad_packet`): a CFE
     /// RSM or SIPI with IP, a TRIG with IP but an instruction count.
     BadPacket,
+    /// Trace bytes were lost right before this PSB ([`crate::stream::Break`]).
+    Lost(Lost),
 }
 
 impl fmt::Display for PtError {
@@ -244,6 +250,7 @@ impl fmt::Display for PtError {
             ),
             PtError::BadContext => f.write_str("unexpected packet context"),
             PtError::BadPacket => f.write_str("unknown packet"),
+            PtError::Lost(l) => l.fmt(f),
         }
     }
 }
@@ -294,7 +301,8 @@ impl<'a> PtFront<'a> {
     fn peeker(&self, pos: u64) -> PacketReader<'a> {
         let mut r = self.reader.clone();
         r.seek(pos);
-        r.set_end(self.stream.len());
+        // Not past bytes that were lost: what comes after them says nothing of before.
+        r.set_end(self.stream.break_after(pos).unwrap_or(self.stream.len()));
         r
     }
 
@@ -736,6 +744,22 @@ impl<'a> PtFront<'a> {
                 Ok(None)
             }
             Packet::Psb => {
+                if let Some(b) = self.stream.break_at(off).filter(|_| st.broken != off) {
+                    // Bytes were lost right before this PSB: what waited for a packet is
+                    // lost with them, and the error comes first; then the PSB, again.
+                    st.clear();
+                    st.last_ip = LastIp::new();
+                    st.enabled = false;
+                    st.exec = None;
+                    st.iflag = None;
+                    st.broken = off;
+                    self.reader.seek(off);
+                    return Ok(Some(Raw::Error {
+                        off,
+                        e: PtError::Lost(b.lost),
+                    }));
+                }
+                st.broken = u64::MAX;
                 facts.event(off, EventKind::Psb, None, String::new());
                 Ok(Some(self.psb_plus(st, facts, off)))
             }

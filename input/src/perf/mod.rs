@@ -32,7 +32,7 @@ use crate::bundle::{map_file, Bundle, Bytes, LoadedImage};
 pub use images::Lookup;
 use images::Mapping;
 use threads::{Switch, Threads};
-use tracemill_decode::stream::Span;
+use tracemill_decode::stream::{Break, Lost, Span};
 
 /// `PROT_EXEC` in an MMAP2 record's `prot`.
 const PROT_EXEC: u32 = 4;
@@ -329,7 +329,27 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
             ),
             (None, None) => (format!("AUX area {}", q.idx), Threads::default()),
         };
-        let spans = join(q, bytes, &name, &area, &mut warnings);
+        // Where this area's AUX records say its data was cut: at the end of what they
+        // report written (the records of its CPU, or of its thread per thread).
+        let mut cuts: Vec<(u64, Lost)> = losses
+            .iter()
+            .filter(|l| match (q.cpu, q.tid) {
+                (Some(c), _) => l.cpu == Some(c),
+                (None, Some(t)) => l.tid == Some(t),
+                _ => false,
+            })
+            .map(|l| {
+                let at = l.aux.aux_offset.saturating_add(l.aux.aux_size);
+                let lost = Lost::Flagged {
+                    at,
+                    flags: l.aux.flags,
+                    record: l.record_offset,
+                };
+                (at, lost)
+            })
+            .collect();
+        cuts.sort_by_key(|c| c.0);
+        let (spans, breaks) = join(q, bytes, &cuts, &name, &area, &mut warnings);
         let bundle = Bundle::from_memory_with_images(
             mapped.share().unwrap_or(Bytes::Empty),
             &format!("{name} ({area})"),
@@ -338,7 +358,7 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
             shared.iter().filter_map(LoadedImage::share).collect(),
             shared_problems.clone(),
         )?
-        .with_spans(spans)?;
+        .with_spans(spans, breaks)?;
         let spaces = spaces.as_ref().map(|s| spaces::TraceSpaces {
             threads: std::sync::Arc::new(threads.clone()),
             spaces: s.clone(),
@@ -362,16 +382,19 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
 }
 
 /// An AUX area's buffers as one stream, in AUX offset order, as ranges of `file` (the
-/// recording's bytes, which hold every buffer): a gap (bytes perf lost) is a warning and
-/// the stream goes on after it (the decoder resyncs at the next PSB); a buffer that
-/// overlaps the bytes already taken gives only its bytes past them.
+/// recording's bytes, which hold every buffer), and where bytes were lost in it: a gap
+/// (bytes in no buffer) and a cut (`cuts`: AUX offsets where the area's AUX records say
+/// the data was truncated) are each a warning and a [`Break`] at the next PSB after them,
+/// the bytes up to it skipped (the decode reports the loss there and reads on from that
+/// PSB); a buffer that overlaps the bytes already taken gives only its bytes past them.
 fn join(
     q: &AuxQueue<'_>,
     file: &[u8],
+    cuts: &[(u64, Lost)],
     name: &str,
     area: &str,
     warnings: &mut Vec<String>,
-) -> Vec<Span> {
+) -> (Vec<Span>, Vec<Break>) {
     for issue in &q.issues {
         warnings.push(match issue {
             AuxIssue::Gap {
@@ -404,46 +427,78 @@ fn join(
         });
     }
     let mut out = Vec::with_capacity(q.buffers.len());
+    let mut breaks = Vec::new();
     let mut at = 0u64;
     let mut end: Option<u64> = None;
-    // After a gap, bytes up to the next PSB are skipped: they start inside a packet, and
-    // joined to the bytes before the gap they could parse as packets that never were.
-    let mut resync = false;
+    // After a gap or a cut, bytes up to the next PSB are skipped: they start inside a
+    // packet, and joined to the bytes before they could parse as packets that never were.
+    // What was lost is the break at that PSB.
+    let mut lost: Option<Lost> = None;
     let psb = memchr::memmem::Finder::new(&tracemill_decode::pt::packet::PSB_BYTES);
+    // Where AUX records say this area's trace was cut (AUX offsets), in order.
+    let mut cuts = cuts.iter().copied().filter(|c| c.0 > 0).peekable();
     for b in &q.buffers {
         let mut data = b.data;
+        let mut offset = b.offset;
         if let Some(e) = end {
-            if b.offset < e {
-                let skip = (e - b.offset).min(data.len() as u64) as usize;
+            if offset < e {
+                let skip = (e - offset).min(data.len() as u64) as usize;
                 data = &data[skip..];
-            } else if b.offset > e {
-                resync = true;
+                offset += skip as u64;
+            } else if offset > e {
+                lost.get_or_insert(Lost::Missing {
+                    from: e,
+                    to: offset,
+                    record: b.record_offset,
+                });
             }
         }
-        if resync {
-            match psb.find(data) {
-                Some(k) => {
-                    data = &data[k..];
-                    resync = false;
+        while !data.is_empty() {
+            if lost.is_some() {
+                match psb.find(data) {
+                    Some(k) => {
+                        data = &data[k..];
+                        offset += k as u64;
+                        let l = lost.take().expect("is some");
+                        if at > 0 && breaks.last().is_none_or(|p: &Break| p.at < at) {
+                            breaks.push(Break { at, lost: l });
+                        }
+                    }
+                    None => break,
                 }
-                None => data = &[],
             }
-        }
-        if !data.is_empty() {
-            // Where the buffer lies in the file (the parser's slices are of its bytes).
-            let from = (data.as_ptr() as usize).wrapping_sub(file.as_ptr() as usize);
-            debug_assert!(from + data.len() <= file.len());
-            out.push(Span {
-                at,
-                from,
-                len: data.len(),
-            });
-            at += data.len() as u64;
+            // Up to the next cut inside these bytes (cuts before them are passed).
+            while cuts.next_if(|c| c.0 < offset).is_some() {}
+            let take = match cuts.peek() {
+                Some(c) if c.0 < offset + data.len() as u64 => (c.0 - offset) as usize,
+                _ => data.len(),
+            };
+            if take > 0 {
+                // Where the bytes lie in the file (the parser's slices are of its bytes).
+                let from = (data.as_ptr() as usize).wrapping_sub(file.as_ptr() as usize);
+                debug_assert!(from + take <= file.len());
+                out.push(Span {
+                    at,
+                    from,
+                    len: take,
+                });
+                at += take as u64;
+            }
+            data = &data[take..];
+            offset += take as u64;
+            if !data.is_empty() {
+                let c = cuts.next().expect("a cut inside the data");
+                lost.get_or_insert(c.1);
+            }
         }
         let this_end = b.offset.saturating_add(b.data.len() as u64);
         end = Some(end.map_or(this_end, |e| e.max(this_end)));
+        // A cut where these bytes end: the next ones start after it.
+        if let Some(c) = cuts.next_if(|c| c.0 == this_end) {
+            lost.get_or_insert(c.1);
+        }
     }
-    out
+    (out, breaks)
 }
 
 /// The recording machine's processor as `family/model/stepping` (HEADER_CPUID,
@@ -477,6 +532,44 @@ mod tests {
             reference: 0,
             data,
         }
+    }
+
+    #[test]
+    fn a_cut_an_aux_record_reports_is_a_break_at_the_next_psb() {
+        // One buffer: "abcd", then bytes of a packet cut short, a PSB and "gh"; the AUX
+        // record says the data was truncated after "abcd" (AUX offset 4).
+        let mut file = b"--abcd".to_vec();
+        file.extend(PSB_THEN_GH);
+        let q = AuxQueue {
+            idx: 0,
+            cpu: Some(0),
+            tid: None,
+            buffers: vec![buffer(0x100, 0, &file[2..])],
+            issues: vec![],
+        };
+        let lost = Lost::Flagged {
+            at: 4,
+            flags: 1,
+            record: 0x80,
+        };
+        let mut w = Vec::new();
+        let (spans, breaks) = join(&q, &file, &[(4, lost)], "f", "cpu 0", &mut w);
+        let stream = TraceStream::spans(&file, &spans);
+        let mut want = b"abcd".to_vec();
+        want.extend(&PSB_THEN_GH[2..]);
+        assert_eq!(stream.to_vec(0, stream.len()), want);
+        assert_eq!(breaks, [Break { at: 4, lost }]);
+        assert!(lost.to_string().contains("offset 0x80") && lost.to_string().contains("truncated"));
+        // A cut where a buffer ends: the next buffer's bytes are read from their PSB.
+        let q = AuxQueue {
+            buffers: vec![buffer(0x100, 0, &file[2..6]), buffer(0x200, 4, &file[6..])],
+            ..q
+        };
+        let (spans, breaks) = join(&q, &file, &[(4, lost)], "f", "cpu 0", &mut w);
+        let stream = TraceStream::spans(&file, &spans);
+        assert_eq!(stream.to_vec(0, stream.len()), want);
+        assert_eq!(breaks, [Break { at: 4, lost }]);
+        assert!(w.is_empty(), "{w:?}");
     }
 
     #[test]
@@ -515,7 +608,19 @@ mod tests {
         let mut w = Vec::new();
         let mut want = b"abcdef".to_vec();
         want.extend(&PSB_THEN_GH[2..]);
-        let spans = join(&q, &file, "f", "cpu 0", &mut w);
+        let (spans, breaks) = join(&q, &file, &[], "f", "cpu 0", &mut w);
+        // The bytes after the gap start at a PSB, where the loss is a break.
+        assert_eq!(
+            breaks,
+            [Break {
+                at: 6,
+                lost: Lost::Missing {
+                    from: 6,
+                    to: 10,
+                    record: 0x300
+                }
+            }]
+        );
         // Read in place: the buffers' bytes, not copies.
         assert_eq!(spans[0].from, 2);
         assert_eq!(spans[1].from, 10);
