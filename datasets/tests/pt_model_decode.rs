@@ -302,7 +302,7 @@ fn interrupts_syscalls_and_long_tnt_decode_to_truth() {
             long_tnt,
             deferred_tips,
             psb_at_any_step,
-            psb_every: 2048,
+            psb_every: 1024,
             ..options(retc, user_only)
         };
         let what = format!(
@@ -428,5 +428,85 @@ fn sample_programs_under_qemu_decode_to_truth() {
             );
             assert!(out.truth.rows.len() > 100_000, "{name}");
         }
+    }
+}
+
+/// Bytes lost before PSBs (a perf.data AUX area's gaps: `tracemill_decode::stream::Break`),
+/// cut inside packets of every kind: the decode reports each loss once, at its PSB, and
+/// decodes alike sequentially, in chunks of every size, and in bodies given up and walked
+/// in pieces (the rows walked up to a break are final, as at any PSB: a chunk may start
+/// there).
+#[test]
+fn bytes_lost_before_psbs_are_one_error_each_and_decode_alike_in_any_chunks() {
+    use tracemill_decode::stream::{Break, Lost, Span};
+    let elf = busybox();
+    let mut cfg = WalkConfig::new(7, 400_000);
+    cfg.interrupt_rate = 1.0 / 500.0;
+    let exec = walk(&elf, &cfg);
+    let o = PtOptions {
+        psb_every: 1024,
+        psb_at_any_step: true,
+        deferred_tips: true,
+        ..options(true, false)
+    };
+    let out = encode(&elf, &exec, &o);
+    let bytes = &out.bytes;
+    let psbs = tracemill_decode::pt::sync::find_psbs(&TraceStream::linear(bytes));
+    assert!(psbs.len() > 40, "{} PSBs", psbs.len());
+    // Every third PSB after the first has 1 to 300 bytes before it lost.
+    let (mut spans, mut breaks) = (Vec::new(), Vec::new());
+    let (mut from, mut at) = (0usize, 0u64);
+    for (i, &p) in psbs.iter().enumerate().skip(1).step_by(3) {
+        let p = p as usize;
+        let lost = 1 + (i * 97) % 300;
+        let end = p.saturating_sub(lost).max(from);
+        spans.push(Span {
+            at,
+            from,
+            len: end - from,
+        });
+        at += (end - from) as u64;
+        breaks.push(Break {
+            at,
+            lost: Lost::Missing {
+                from: end as u64,
+                to: p as u64,
+                record: i as u64,
+            },
+        });
+        from = p;
+    }
+    spans.push(Span {
+        at,
+        from,
+        len: bytes.len() - from,
+    });
+    assert!(TraceStream::check_spans(bytes.len(), &spans));
+    let stream = TraceStream::spans(bytes, &spans).with_breaks(&breaks);
+    let mut images = ImageSet::new();
+    images.add_elf("busybox", &elf, None, None).unwrap();
+    let input = Input::pt(&stream, &images, PtConfig::default());
+    let seq = decode_all(&input, u64::MAX);
+    let lost: Vec<u64> = seq
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::Error && e.detail.contains("trace lost before this PSB"))
+        .map(|e| e.offset)
+        .collect();
+    assert_eq!(lost, breaks.iter().map(|b| b.at).collect::<Vec<_>>());
+    assert!(seq.rows.len() > 50_000, "{} rows", seq.rows.len());
+    for chunk in [1, 4096, 50_000] {
+        let par = decode_all(&input, chunk);
+        let w = format!("chunk {chunk}");
+        compare(&w, &seq.rows, &par.rows);
+        assert_eq!(seq.events, par.events, "{w}: events");
+        assert_eq!(seq.coverage, par.coverage, "{w}: coverage");
+    }
+    for (chunk, body, piece) in [(u64::MAX, 1, 1), (4096, 300, 1), (50_000, 5000, 999)] {
+        let par = decode_all_bounded(&input, chunk, body, piece);
+        let w = format!("chunk {chunk}, body limit {body}, pieces of {piece}");
+        compare(&w, &seq.rows, &par.rows);
+        assert_eq!(seq.events, par.events, "{w}: events");
+        assert_eq!(seq.coverage, par.coverage, "{w}: coverage");
     }
 }

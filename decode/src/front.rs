@@ -355,6 +355,10 @@ pub struct Facts {
     /// No packet starting past this offset is read ([`Raw::Limit`]): the walker's bound on
     /// how far it looks for a FUP's TIP (`u64::MAX` when it is not looking).
     pub limit: u64,
+    /// The front end reached the PSB of a break ([`crate::stream::Break`]) and reports the
+    /// loss before reading it: the rows walked before are final, as at any PSB (a chunk
+    /// may start there, and its stitch gets them as final).
+    pub lost_at_psb: bool,
 }
 
 impl Default for Facts {
@@ -367,6 +371,7 @@ impl Default for Facts {
             looking_ahead: false,
             cr3: None,
             limit: u64::MAX,
+            lost_at_psb: false,
         }
     }
 }

@@ -36,7 +36,7 @@ pub struct Span {
 
 /// Trace bytes lost right before stream offset `at`, where a PSB starts: a perf.data AUX
 /// area whose buffers skip bytes (perf could not keep up, or a snapshot overwrote them)
-/// or whose AUX record says the data was cut (truncated, partial, collision). The bytes
+/// or whose AUX record says the data was cut (truncated). The bytes
 /// before `at` and after it are joined in the stream, but no packet runs across: a
 /// decode reports an error at `at` (its `events` row says what was lost), drops what it
 /// had not proved, and reads on from the PSB there. The front end of the format says so
@@ -54,8 +54,8 @@ pub enum Lost {
     /// starts after them); the bytes after them up to the next PSB are skipped too.
     Missing { from: u64, to: u64, record: u64 },
     /// The AUX record at file offset `record` says the trace was cut at AUX offset `at`
-    /// (`flags`: its truncated, partial, collision bits); the bytes after that up to the
-    /// next PSB are skipped.
+    /// (`flags`: its flags, truncated among them); the bytes after that up to the next
+    /// PSB are skipped.
     Flagged { at: u64, flags: u64, record: u64 },
 }
 
@@ -163,13 +163,14 @@ impl<'a> TraceStream<'a> {
         self.breaks.get(i).filter(|b| b.at == pos)
     }
 
-    /// The first break after `pos` (where a look-ahead from `pos` stops), if any.
+    /// The first break at or after `pos`: where a look-ahead from `pos` stops (a reader
+    /// at a break has read up to the lost bytes; what follows them is not its to read).
     #[inline]
     pub fn break_after(&self, pos: u64) -> Option<u64> {
         if self.breaks.is_empty() {
             return None;
         }
-        let i = self.breaks.partition_point(|b| b.at <= pos);
+        let i = self.breaks.partition_point(|b| b.at < pos);
         self.breaks.get(i).map(|b| b.at)
     }
 

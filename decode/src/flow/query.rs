@@ -9,6 +9,9 @@ use crate::front::{BindsTo, Bits, Bound, Format, Front, FupRole, Raw, TntBits};
 use crate::rows::EventRow;
 use crate::sink::RowSink;
 
+/// What an [`Item::Error`] is, in error messages.
+pub(super) const PACKET_ERROR: &str = "a packet error";
+
 /// One flow item, as the walker uses it: a front end's [`Raw`] item, with a FUP paired
 /// with the TIP after it.
 #[derive(Clone, Copy, Debug)]
@@ -108,7 +111,7 @@ impl<E> Item<E> {
             Item::TraceStop { .. } => "TraceSTOP",
             Item::Status { .. } => "a PSB+",
             Item::At { .. } => "an event bound to an IP",
-            Item::Error { .. } => "a packet error",
+            Item::Error { .. } => PACKET_ERROR,
             Item::FupNext | Item::NoneNear | Item::End => "nothing usable",
         }
     }
@@ -198,7 +201,8 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 .iter()
                 .any(|e| e.kind == EventKind::Psb)
         };
-        if read(&self.facts.events, ne) || read(&self.facts.deferred, nd) {
+        let lost_at_psb = std::mem::take(&mut self.facts.lost_at_psb);
+        if lost_at_psb || read(&self.facts.events, ne) || read(&self.facts.deferred, nd) {
             // Every PSB may start a chunk, whose stitch gets the rows walked before it as
             // final: a gap met after the PSB does not take them back in any decode, even
             // when a FUP's look-ahead read it (fuzz findings `tail-across-psb`,

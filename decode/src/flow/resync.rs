@@ -5,6 +5,7 @@
 use tracemill_schemas::EventKind;
 
 use super::output::went_to;
+use super::query::PACKET_ERROR;
 use super::{Below, Item, Mode, Role, Stop, Target, Walker};
 use crate::front::{FarRule, Format, Front};
 use crate::loop_guard::LoopGuard;
@@ -196,8 +197,10 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             return;
         }
         let (off, found) = match self.la {
-            Some(it) if it.offset().is_some() => (it.offset().unwrap_or(0), it.name()),
-            _ => (self.front.pos(), "nothing usable"),
+            // What the packet error was (bytes lost before a PSB, say).
+            Some(Item::Error { off, e }) => (off, format!("{PACKET_ERROR} ({e})")),
+            Some(it) if it.offset().is_some() => (it.offset().unwrap_or(0), it.name().into()),
+            _ => (self.front.pos(), "nothing usable".into()),
         };
         // Intel PT (libipt 2.2): the packet that does not fit is where the walk resyncs
         // (a TIP, a FUP + TIP), unless the walk just resumed there.

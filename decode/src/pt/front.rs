@@ -753,6 +753,7 @@ impl<'a> PtFront<'a> {
                     st.exec = None;
                     st.iflag = None;
                     st.broken = off;
+                    facts.lost_at_psb = true;
                     self.reader.seek(off);
                     return Ok(Some(Raw::Error {
                         off,

@@ -329,10 +329,14 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
             ),
             (None, None) => (format!("AUX area {}", q.idx), Threads::default()),
         };
-        // Where this area's AUX records say its data was cut: at the end of what they
-        // report written (the records of its CPU, or of its thread per thread).
+        // Where this area's AUX records say its data was cut (truncated: the AUX area
+        // was full and the trace stopped): at the end of what they report written (the
+        // records of its CPU, or of its thread per thread). The partial and collision
+        // flags lose nothing at that place (the kernel's partial record has tracing off
+        // somewhere inside it, in VMX operation): warnings only.
         let mut cuts: Vec<(u64, Lost)> = losses
             .iter()
+            .filter(|l| l.aux.truncated())
             .filter(|l| match (q.cpu, q.tid) {
                 (Some(c), _) => l.cpu == Some(c),
                 (None, Some(t)) => l.tid == Some(t),
@@ -456,7 +460,13 @@ fn join(
         while !data.is_empty() {
             if lost.is_some() {
                 match psb.find(data) {
-                    Some(k) => {
+                    Some(mut k) => {
+                        // In a longer run of `02 82` pairs the PSB is its last 16 bytes,
+                        // where the decoder's reader finds it (`pt::sync`): the break is
+                        // there.
+                        while data.get(k + 16..k + 18) == Some(&[0x02, 0x82][..]) {
+                            k += 2;
+                        }
                         data = &data[k..];
                         offset += k as u64;
                         let l = lost.take().expect("is some");
@@ -570,6 +580,32 @@ mod tests {
         assert_eq!(stream.to_vec(0, stream.len()), want);
         assert_eq!(breaks, [Break { at: 4, lost }]);
         assert!(w.is_empty(), "{w:?}");
+    }
+
+    #[test]
+    fn after_a_loss_the_stream_resumes_at_the_psb_the_decoder_reads() {
+        // The skipped bytes end in `02 82` (a payload's last bytes): the PSB is the last
+        // 16 bytes of the run, where the decoder's reader finds it.
+        let mut file = b"abcd".to_vec();
+        file.extend([0x99, 0x02, 0x82]);
+        file.extend(&PSB_THEN_GH[2..]);
+        let q = AuxQueue {
+            idx: 0,
+            cpu: Some(0),
+            tid: None,
+            buffers: vec![buffer(0x100, 0, &file[..4]), buffer(0x200, 9, &file[4..])],
+            issues: vec![],
+        };
+        let (spans, breaks) = join(&q, &file, &[], "f", "cpu 0", &mut Vec::new());
+        let stream = TraceStream::spans(&file, &spans);
+        let mut want = b"abcd".to_vec();
+        want.extend(&PSB_THEN_GH[2..]);
+        assert_eq!(stream.to_vec(0, stream.len()), want);
+        assert_eq!(breaks.len(), 1);
+        assert_eq!(
+            tracemill_decode::pt::sync::next_psb(&stream, 0),
+            Some(breaks[0].at)
+        );
     }
 
     #[test]
