@@ -622,6 +622,11 @@ pub struct PtRecording {
     /// this many bytes at any byte, as perf cuts it (it reads the AUX ring where its head
     /// is when it wakes, inside a packet as often as not). `None`: one buffer a stretch.
     pub aux_buffer: Option<usize>,
+    /// `perf record -S` (snapshot mode) with this snapshot size: the AUX area is
+    /// overwritten in a ring, and a snapshot at the end of each `aux_buffer` bytes holds
+    /// only its last this many bytes (perf writes them at their AUX offset, so the bytes
+    /// before are a gap: overwritten). Needs `aux_buffer`.
+    pub snapshot: Option<usize>,
 }
 
 /// A binary as mapped: path, build-id, load address, mapped length, file offset.
@@ -763,7 +768,15 @@ pub fn perf_intel_pt_attrs(
 
 /// The Intel PT AUXTRACE_INFO perf writes for `r` ([`perf_intel_pt_info`]).
 pub fn intel_pt_info(r: &PtRecording) -> IntelPtInfo {
-    perf_intel_pt_info(r.pmu_type, &r.clock, r.tsc_ctc_ratio, r.max_nonturbo_ratio)
+    IntelPtInfo {
+        snapshot_mode: r.snapshot.is_some(),
+        ..perf_intel_pt_info(r.pmu_type, &r.clock, r.tsc_ctc_ratio, r.max_nonturbo_ratio)
+    }
+}
+
+/// Of an interval of `len` AUX bytes, how many a snapshot keeps (its last ones).
+fn kept(r: &PtRecording, len: usize) -> usize {
+    r.snapshot.map_or(len, |s| len.min(s))
 }
 
 /// The Intel PT AUXTRACE_INFO perf writes with per-CPU buffers, context-switch sideband,
@@ -917,7 +930,7 @@ fn written(
             // Each buffer's data padded to 8 bytes with zeros, as perf writes it.
             let mut pt = Vec::new();
             for piece in buffers(r, &c.pt) {
-                pt.extend_from_slice(piece);
+                pt.extend_from_slice(&piece[piece.len() - kept(r, piece.len())..]);
                 pt.resize(pt.len().next_multiple_of(8), 0);
             }
             pt
@@ -1207,7 +1220,9 @@ fn build<'a>(
         for (j, &len) in cut.iter().enumerate() {
             // The data and its padding; the next buffer starts where the data ends (without
             // `aux_buffer`, a stretch is one buffer that ends with its padding, as before).
-            let padded = len.next_multiple_of(8);
+            // A snapshot holds the interval's last bytes, at their AUX offset.
+            let keep = kept(r, len);
+            let padded = keep.next_multiple_of(8);
             let data = &pt[at..at + padded];
             at += padded;
             let size = match r.aux_buffer {
@@ -1219,7 +1234,8 @@ fn build<'a>(
                 Record::Aux(Aux {
                     aux_offset: aux_at[k],
                     aux_size: size,
-                    flags: 0,
+                    // The kernel's AUX records of an area written over in a ring.
+                    flags: if r.snapshot.is_some() { 2 } else { 0 },
                 }),
                 sid(c.tid, c.cpu, c.switch_out + 1, 1000),
             ));
@@ -1227,7 +1243,7 @@ fn build<'a>(
                 0,
                 Record::Auxtrace(Auxtrace {
                     size: padded as u64,
-                    offset: aux_at[k],
+                    offset: aux_at[k] + (len - keep) as u64,
                     reference: 0x5eed_0000 + i as u64 + ((j as u64) << 32),
                     idx: k as u32,
                     tid: u32::MAX,
@@ -1345,6 +1361,7 @@ impl PtRecording {
             processes: Vec::new(),
             execs: Vec::new(),
             aux_buffer: None,
+            snapshot: None,
         })
     }
 }

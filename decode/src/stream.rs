@@ -53,6 +53,9 @@ pub enum Lost {
     /// AUX bytes `from..to` were in no AUXTRACE record (the one at file offset `record`
     /// starts after them); the bytes after them up to the next PSB are skipped too.
     Missing { from: u64, to: u64, record: u64 },
+    /// A snapshot recording's AUX bytes `from..to` were written over in the ring before
+    /// the snapshot at file offset `record` was taken.
+    Overwritten { from: u64, to: u64, record: u64 },
     /// The AUX record at file offset `record` says the trace was cut at AUX offset `at`
     /// (`flags`: its flags, truncated among them); the bytes after that up to the next
     /// PSB are skipped.
@@ -66,6 +69,11 @@ impl std::fmt::Display for Lost {
                 f,
                 "trace lost before this PSB: AUX bytes {from:#x}..{to:#x} are in no AUXTRACE \
                  record (the one at file offset {record:#x} starts after them)"
+            ),
+            Lost::Overwritten { from, to, record } => write!(
+                f,
+                "trace lost before this PSB: AUX bytes {from:#x}..{to:#x} were overwritten \
+                 before the snapshot at file offset {record:#x} was taken"
             ),
             Lost::Flagged { at, flags, record } => {
                 let mut why = Vec::new();

@@ -590,6 +590,61 @@ fn aux_bytes_perf_lost_are_an_error_row_where_the_trace_resumes() {
 }
 
 #[test]
+fn a_snapshot_recording_decodes_what_is_there_and_names_what_was_overwritten() {
+    // `perf record -S`: the AUX area is a ring written over, and each snapshot (here at
+    // every 20,011 bytes of trace) holds only its last 12,000 bytes, at their AUX offset.
+    // The bytes before each are gone: a warning each, and an error row where the trace
+    // resumes (at the snapshot's first PSB); the rest decodes alike in any chunking.
+    if !tools() {
+        return;
+    }
+    let made = made();
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp = &keep_dir(&tmp);
+    let mut r = made.recording.clone();
+    r.aux_buffer = Some(20_011);
+    r.snapshot = Some(12_000);
+    let file = write(
+        tmp,
+        "snapshot.data",
+        &intel_pt_two_threads(&r).unwrap().bytes,
+    );
+    let (said, one) = decode_alike(&file, tmp, "snapshot");
+    // Each stretch's intervals (an empty stretch is one); one longer than a snapshot
+    // lost its first bytes, a gap after the area's first.
+    let gaps: usize = r
+        .cpu_list()
+        .iter()
+        .map(|&cpu| {
+            let stretches = r.cpus.iter().filter(|c| c.cpu == cpu);
+            let lens: Vec<usize> = stretches
+                .flat_map(|c| {
+                    let n = c.pt.len();
+                    (0..n.div_ceil(20_011).max(1)).map(move |i| (n - i * 20_011).min(20_011))
+                })
+                .collect();
+            lens[1..].iter().filter(|&&l| l > 12_000).count()
+        })
+        .sum();
+    let told = said
+        .lines()
+        .filter(|l| l.contains("warning") && l.contains("were overwritten before the snapshot"))
+        .count();
+    assert!(
+        gaps > 8 && told == gaps,
+        "{told} of {gaps} gaps told: {said}"
+    );
+    let lost = events_of(&one.join("events.parquet"))
+        .into_iter()
+        .filter(|e| e.0 == "error" && e.2.contains("were overwritten before the snapshot"))
+        .count();
+    assert!(lost >= 1 && lost <= gaps, "{lost} of {gaps}");
+    let got = read_branches(&one.join("branches.parquet")).len();
+    let whole: usize = made.cpus.iter().flatten().map(|s| s.1.len()).sum();
+    assert!(got > whole / 4 && got < whole, "{got} of {whole} rows");
+}
+
+#[test]
 fn eight_cpus_and_a_thread_that_migrates_decode_each_stretch_on_its_cpu_and_thread() {
     // `perf record -a` on a larger machine: eight CPUs, four threads of the process, and
     // thread 4243 moving from CPU 1 to CPU 5 and then to CPU 7 between its stretches.

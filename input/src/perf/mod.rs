@@ -104,12 +104,6 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
     let config = attr.attr.config;
     let settings = info.settings(config);
     let mut warnings = Vec::new();
-    if info.snapshot_mode {
-        warnings.push(format!(
-            "{name}: a snapshot recording (perf record -S): each snapshot is decoded from \
-             its first PSB, the bytes before it are skipped"
-        ));
-    }
     if let Some(f) = info.filter.as_ref().filter(|f| f.iter().any(|&b| b != 0)) {
         warnings.push(format!(
             "{name}: recorded with the address filter {:?}: decoded without it (the trace \
@@ -353,7 +347,15 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
             })
             .collect();
         cuts.sort_by_key(|c| c.0);
-        let (spans, breaks) = join(q, bytes, &cuts, &name, &area, &mut warnings);
+        let (spans, breaks) = join(
+            q,
+            bytes,
+            &cuts,
+            info.snapshot_mode,
+            &name,
+            &area,
+            &mut warnings,
+        );
         let bundle = Bundle::from_memory_with_images(
             mapped.share().unwrap_or(Bytes::Empty),
             &format!("{name} ({area})"),
@@ -395,12 +397,22 @@ fn join(
     q: &AuxQueue<'_>,
     file: &[u8],
     cuts: &[(u64, Lost)],
+    snapshot: bool,
     name: &str,
     area: &str,
     warnings: &mut Vec<String>,
 ) -> (Vec<Span>, Vec<Break>) {
     for issue in &q.issues {
         warnings.push(match issue {
+            AuxIssue::Gap {
+                record_offset,
+                from,
+                to,
+            } if snapshot => format!(
+                "{name}: {area}: AUX bytes {from:#x}..{to:#x} were overwritten before the \
+                 snapshot at offset {record_offset:#x} was taken: the trace after them is \
+                 read from its next PSB"
+            ),
             AuxIssue::Gap {
                 record_offset,
                 from,
@@ -450,10 +462,10 @@ fn join(
                 data = &data[skip..];
                 offset += skip as u64;
             } else if offset > e {
-                lost.get_or_insert(Lost::Missing {
-                    from: e,
-                    to: offset,
-                    record: b.record_offset,
+                let (from, to, record) = (e, offset, b.record_offset);
+                lost.get_or_insert(match snapshot {
+                    true => Lost::Overwritten { from, to, record },
+                    false => Lost::Missing { from, to, record },
                 });
             }
         }
@@ -563,7 +575,7 @@ mod tests {
             record: 0x80,
         };
         let mut w = Vec::new();
-        let (spans, breaks) = join(&q, &file, &[(4, lost)], "f", "cpu 0", &mut w);
+        let (spans, breaks) = join(&q, &file, &[(4, lost)], false, "f", "cpu 0", &mut w);
         let stream = TraceStream::spans(&file, &spans);
         let mut want = b"abcd".to_vec();
         want.extend(&PSB_THEN_GH[2..]);
@@ -575,7 +587,7 @@ mod tests {
             buffers: vec![buffer(0x100, 0, &file[2..6]), buffer(0x200, 4, &file[6..])],
             ..q
         };
-        let (spans, breaks) = join(&q, &file, &[(4, lost)], "f", "cpu 0", &mut w);
+        let (spans, breaks) = join(&q, &file, &[(4, lost)], false, "f", "cpu 0", &mut w);
         let stream = TraceStream::spans(&file, &spans);
         assert_eq!(stream.to_vec(0, stream.len()), want);
         assert_eq!(breaks, [Break { at: 4, lost }]);
@@ -596,7 +608,7 @@ mod tests {
             buffers: vec![buffer(0x100, 0, &file[..4]), buffer(0x200, 9, &file[4..])],
             issues: vec![],
         };
-        let (spans, breaks) = join(&q, &file, &[], "f", "cpu 0", &mut Vec::new());
+        let (spans, breaks) = join(&q, &file, &[], false, "f", "cpu 0", &mut Vec::new());
         let stream = TraceStream::spans(&file, &spans);
         let mut want = b"abcd".to_vec();
         want.extend(&PSB_THEN_GH[2..]);
@@ -644,7 +656,7 @@ mod tests {
         let mut w = Vec::new();
         let mut want = b"abcdef".to_vec();
         want.extend(&PSB_THEN_GH[2..]);
-        let (spans, breaks) = join(&q, &file, &[], "f", "cpu 0", &mut w);
+        let (spans, breaks) = join(&q, &file, &[], false, "f", "cpu 0", &mut w);
         // The bytes after the gap start at a PSB, where the loss is a break.
         assert_eq!(
             breaks,
