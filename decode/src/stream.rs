@@ -56,10 +56,9 @@ pub enum Lost {
     /// A snapshot recording's AUX bytes `from..to` were written over in the ring before
     /// the snapshot at file offset `record` was taken.
     Overwritten { from: u64, to: u64, record: u64 },
-    /// The AUX record at file offset `record` says the trace was cut at AUX offset `at`
-    /// (`flags`: its flags, truncated among them); the bytes after that up to the next
-    /// PSB are skipped.
-    Flagged { at: u64, flags: u64, record: u64 },
+    /// The AUX record at file offset `record` says the trace was truncated at AUX offset
+    /// `at` (the AUX area was full); the bytes after that up to the next PSB are skipped.
+    Truncated { at: u64, record: u64 },
 }
 
 impl std::fmt::Display for Lost {
@@ -75,20 +74,11 @@ impl std::fmt::Display for Lost {
                 "trace lost before this PSB: AUX bytes {from:#x}..{to:#x} were overwritten \
                  before the snapshot at file offset {record:#x} was taken"
             ),
-            Lost::Flagged { at, flags, record } => {
-                let mut why = Vec::new();
-                for (bit, name) in [(1, "truncated"), (4, "partial"), (8, "collision")] {
-                    if flags & bit != 0 {
-                        why.push(name);
-                    }
-                }
-                write!(
-                    f,
-                    "trace lost before this PSB: the AUX record at file offset {record:#x} \
-                     says the data was cut at AUX offset {at:#x} ({})",
-                    why.join(", ")
-                )
-            }
+            Lost::Truncated { at, record } => write!(
+                f,
+                "trace lost before this PSB: the AUX record at file offset {record:#x} says \
+                 the data was truncated at AUX offset {at:#x}"
+            ),
         }
     }
 }

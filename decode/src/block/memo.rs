@@ -113,6 +113,12 @@ struct Columns {
     insns: Vec<u32>,
 }
 
+impl Columns {
+    /// Bytes a row takes in them.
+    const ROW_BYTES: usize =
+        2 * size_of::<u64>() + size_of::<u8>() + size_of::<bool>() + size_of::<u32>();
+}
+
 /// A segment's rows as columns ([`Memo::columns`]): `ip[i]` is `rows[i].ip`, and so on.
 #[derive(Clone, Copy, Debug)]
 pub struct RowColumns<'m> {
@@ -175,7 +181,7 @@ pub fn key(bits: u8, n: u8) -> u16 {
 impl Memo {
     /// Bytes it holds (about).
     pub fn bytes(&self) -> usize {
-        self.rows.len() * (std::mem::size_of::<MemoRow>() + 8 + 8 + 1 + 1 + 4)
+        self.rows.len() * (std::mem::size_of::<MemoRow>() + Columns::ROW_BYTES)
             + self.segs.len() * std::mem::size_of::<Segment>()
             + self.heads.len() * 4
     }

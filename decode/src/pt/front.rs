@@ -178,6 +178,15 @@ impl State {
         self.async_fup = false;
     }
 
+    /// Packets were lost (an overflow, bytes lost before a PSB): Last IP, whether tracing
+    /// is on, the execution mode and IF are unknown until packets say them again.
+    fn forget(&mut self) {
+        self.last_ip = LastIp::new();
+        self.enabled = false;
+        self.exec = None;
+        self.iflag = None;
+    }
+
     /// The event the EVDs read so far wait to give their CFE (libipt's `evb_cfe`).
     fn cfe_slot(&mut self) -> Option<&mut Slot> {
         self.queue
@@ -496,10 +505,7 @@ impl<'a> PtFront<'a> {
                 _ => i += 1,
             }
         }
-        st.last_ip = LastIp::new();
-        st.enabled = false;
-        st.exec = None;
-        st.iflag = None;
+        st.forget();
         match self.find_ovf_fup(off) {
             OvfNext::Fup => {
                 if self.errata.apl12 && self.apl12(off) {
@@ -748,10 +754,7 @@ impl<'a> PtFront<'a> {
                     // Bytes were lost right before this PSB: what waited for a packet is
                     // lost with them, and the error comes first; then the PSB, again.
                     st.clear();
-                    st.last_ip = LastIp::new();
-                    st.enabled = false;
-                    st.exec = None;
-                    st.iflag = None;
+                    st.forget();
                     st.broken = off;
                     facts.lost_at_psb = true;
                     self.reader.seek(off);

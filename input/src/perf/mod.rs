@@ -32,7 +32,8 @@ use crate::bundle::{map_file, Bundle, Bytes, LoadedImage};
 pub use images::Lookup;
 use images::Mapping;
 use threads::{Switch, Threads};
-use tracemill_decode::stream::{Break, Lost, Span};
+use tracemill_decode::pt::sync::next_psb;
+use tracemill_decode::stream::{Break, Lost, Span, TraceStream};
 
 /// `PROT_EXEC` in an MMAP2 record's `prot`.
 const PROT_EXEC: u32 = 4;
@@ -338,9 +339,8 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
             })
             .map(|l| {
                 let at = l.aux.aux_offset.saturating_add(l.aux.aux_size);
-                let lost = Lost::Flagged {
+                let lost = Lost::Truncated {
                     at,
-                    flags: l.aux.flags,
                     record: l.record_offset,
                 };
                 (at, lost)
@@ -450,7 +450,6 @@ fn join(
     // packet, and joined to the bytes before they could parse as packets that never were.
     // What was lost is the break at that PSB.
     let mut lost: Option<Lost> = None;
-    let psb = memchr::memmem::Finder::new(&tracemill_decode::pt::packet::PSB_BYTES);
     // Where AUX records say this area's trace was cut (AUX offsets), in order.
     let mut cuts = cuts.iter().copied().filter(|c| c.0 > 0).peekable();
     for b in &q.buffers {
@@ -471,14 +470,11 @@ fn join(
         }
         while !data.is_empty() {
             if lost.is_some() {
-                match psb.find(data) {
-                    Some(mut k) => {
-                        // In a longer run of `02 82` pairs the PSB is its last 16 bytes,
-                        // where the decoder's reader finds it (`pt::sync`): the break is
-                        // there.
-                        while data.get(k + 16..k + 18) == Some(&[0x02, 0x82][..]) {
-                            k += 2;
-                        }
+                // The PSB where the decoder's reader finds it (in a longer run of `02 82`
+                // pairs, its last 16 bytes): the break is there.
+                match next_psb(&TraceStream::linear(data), 0) {
+                    Some(k) => {
+                        let k = k as usize;
                         data = &data[k..];
                         offset += k as u64;
                         let l = lost.take().expect("is some");
@@ -538,7 +534,6 @@ fn cpuid(perf: &PerfData<'_>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracemill_decode::stream::TraceStream;
     use tracemill_perfdata::aux::AuxBuffer;
 
     /// Two bytes of a cut packet, a PSB, then "gh".
@@ -569,9 +564,8 @@ mod tests {
             buffers: vec![buffer(0x100, 0, &file[2..])],
             issues: vec![],
         };
-        let lost = Lost::Flagged {
+        let lost = Lost::Truncated {
             at: 4,
-            flags: 1,
             record: 0x80,
         };
         let mut w = Vec::new();
