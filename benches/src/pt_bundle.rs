@@ -27,7 +27,9 @@
 //! one process, CPUs 0 and 1 in turn), its PT encoded with a TSC in every PSB+ (one tick
 //! per instruction, the copies one after another in time) and the ELF mapped from
 //! `OUT/pt/images/`: for `perf script --itrace=b` against `tracemill decode` on one file
-//! (`benches/scripts/perf-script-bench.sh`). `OUT/perf-two.data` is the same with the
+//! (`benches/scripts/perf-script-bench.sh`). `--cpus=N` spreads the turns over N CPUs
+//! (N AUX areas; 2 by default); `--perf-only` writes only `OUT/perf.data` at SIZE_MB (the
+//! bundles hold one copy, for their images): the large recordings of the memory aims. `OUT/perf-two.data` is the same with the
 //! second thread's turns in another process (5151) that maps a copy of the ELF: two
 //! programs at the same addresses, decoded with address spaces.
 
@@ -51,13 +53,20 @@ const PT_CTL: u64 = 1 | 1 << 3 | 1 << 13;
 const DIS_RETC: u64 = 1 << 11;
 
 fn main() -> Result<()> {
-    const USAGE: &str = "usage: pt-bundle OUT [SIZE_MB] [RECIPE] [--no-ret-compression]";
+    const USAGE: &str = "usage: pt-bundle OUT [SIZE_MB] [RECIPE] [--no-ret-compression] \
+                         [--perf-only] [--cpus=N]";
     let all: Vec<String> = std::env::args().skip(1).collect();
     let retc = !all.iter().any(|a| a == "--no-ret-compression");
-    if let Some(a) = all
-        .iter()
-        .find(|a| a.starts_with('-') && *a != "--no-ret-compression")
-    {
+    let perf_only = all.iter().any(|a| a == "--perf-only");
+    let cpus: u32 = match all.iter().find_map(|a| a.strip_prefix("--cpus=")) {
+        Some(n) => n.parse().ok().filter(|&n| n > 0).context(USAGE)?,
+        None => 2,
+    };
+    if let Some(a) = all.iter().find(|a| {
+        a.starts_with('-')
+            && !matches!(a.as_str(), "--no-ret-compression" | "--perf-only")
+            && !a.starts_with("--cpus=")
+    }) {
         bail!("unknown option {a}\n{USAGE}");
     }
     let mut args = all.into_iter().filter(|a| !a.starts_with('-'));
@@ -104,7 +113,11 @@ fn main() -> Result<()> {
         exec.steps.iter().copied(),
     );
     let rtit = &g.output.bytes;
-    let copies = (size_mb * 1_000_000).div_ceil(pt.bytes.len() as u64).max(1);
+    // With --perf-only the bundles hold one copy: they are there for the program's images.
+    let copies = match perf_only {
+        true => 1,
+        false => (size_mb * 1_000_000).div_ceil(pt.bytes.len() as u64).max(1),
+    };
 
     // The RTIT bundle: the sample's manifest with the trace as one linear file.
     let mut m = g.manifest.clone();
@@ -153,10 +166,16 @@ fn main() -> Result<()> {
         &elf,
         &timed.bytes,
         timed.summary.instructions,
-        perf_copies,
+        Turns {
+            copies: perf_copies,
+            cpus,
+        },
         None,
         retc,
     )?;
+    if perf_only {
+        return Ok(());
+    }
     // The same turns with the second thread's as another process's, which maps a copy of
     // the program (another file at the same addresses): its code collides, and the decode
     // selects an address space at each place (`perf-two.data`).
@@ -167,7 +186,10 @@ fn main() -> Result<()> {
         &elf,
         &timed.bytes,
         timed.summary.instructions,
-        perf_copies,
+        Turns {
+            copies: perf_copies,
+            cpus,
+        },
         Some(&std::path::absolute(&copy)?),
         retc,
     )?;
@@ -198,8 +220,16 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// How many turns a recording has, and over how many CPUs they go in turn.
+#[derive(Clone, Copy)]
+struct Turns {
+    copies: u64,
+    cpus: u32,
+}
+
 /// `OUT/perf.data` of `copies` turns of one execution (`pt`, its TSCs counted from 0,
-/// `instructions` long) alternating between two threads and two CPUs; with `other`, the
+/// `instructions` long) alternating between two threads, the turns on `cpus` CPUs in
+/// turn (each CPU one AUX area); with `other`, the
 /// second thread is process 5151's, which maps that file instead; `retc`: the PT was
 /// encoded with RET compression (else the recording says `noretcomp`).
 fn write_perf_data(
@@ -207,7 +237,7 @@ fn write_perf_data(
     elf: &Path,
     pt: &[u8],
     instructions: u64,
-    copies: u64,
+    turns: Turns,
     other: Option<&Path>,
     retc: bool,
 ) -> Result<()> {
@@ -239,6 +269,7 @@ fn write_perf_data(
         });
     }
     let ns = |tsc: u64| r.clock.tsc_to_perf_time(tsc);
+    let Turns { copies, cpus } = turns;
     for k in 0..copies {
         // Copy k runs from TSC `start` for `instructions` ticks, then 100,000 ticks idle.
         let start = 3_000_000 + k * (instructions + 100_000);
@@ -250,7 +281,7 @@ fn write_perf_data(
             bytes[o..o + 7].copy_from_slice(&t.to_le_bytes()[..7]);
         }
         r.cpus.push(CpuStream {
-            cpu: (k % 2) as u32,
+            cpu: (k % cpus as u64) as u32,
             tid: match ((k / 2) % 2, other) {
                 (0, _) => PID,
                 (_, None) => PID + 1,

@@ -704,12 +704,22 @@ pub mod pt_format {
     pub const MTC_PERIOD: u64 = 0xf << 14;
 }
 
+/// The ids of the intel_pt event (this plus the CPU) and of the sideband event: far
+/// enough apart for any CPU number (a recording may have thousands of AUX areas).
+pub const PT_IDS: u64 = 1000;
+pub const SIDEBAND_IDS: u64 = 1 << 32;
+
 /// The attrs of `perf record -e intel_pt//u` for `r` ([`perf_intel_pt_attrs`]): ids
-/// 1000 + CPU and 2000 + CPU, trailers with IDENTIFIER, IP, TID, TIME, CPU.
+/// [`PT_IDS`] + CPU and [`SIDEBAND_IDS`] + CPU, trailers with IDENTIFIER, IP, TID, TIME, CPU.
 pub fn intel_pt_attrs(r: &PtRecording) -> Vec<Attr> {
     let ids = |base: u64| r.cpu_list().iter().map(|&c| base + c as u64).collect();
     let sample_type = sample::IDENTIFIER | sample::IP | sample::TID | sample::TIME | sample::CPU;
-    perf_intel_pt_attrs(r.pmu_type, r.config, sample_type, [ids(1000), ids(2000)])
+    perf_intel_pt_attrs(
+        r.pmu_type,
+        r.config,
+        sample_type,
+        [ids(PT_IDS), ids(SIDEBAND_IDS)],
+    )
 }
 
 /// The two events `perf record -e intel_pt//u` opens: the intel_pt event (`pmu_type`,
@@ -1048,7 +1058,7 @@ fn build<'a>(
             exec: true,
             comm,
         }),
-        sid(first.tid, first.cpu, next_time(), 2000),
+        sid(first.tid, first.cpu, next_time(), SIDEBAND_IDS),
     ));
     recs.push((
         user,
@@ -1063,7 +1073,7 @@ fn build<'a>(
             flags: 2, // MAP_PRIVATE
             filename: &r.path,
         }),
-        sid(first.tid, first.cpu, next_time(), 2000),
+        sid(first.tid, first.cpu, next_time(), SIDEBAND_IDS),
     ));
     let threads: Vec<u32> = r
         .tids()
@@ -1086,7 +1096,7 @@ fn build<'a>(
                 ptid: first.tid,
                 time,
             }),
-            sid(c.tid, first.cpu, time, 2000),
+            sid(c.tid, first.cpu, time, SIDEBAND_IDS),
         ));
         recs.push((
             user,
@@ -1096,7 +1106,7 @@ fn build<'a>(
                 exec: false,
                 comm,
             }),
-            sid(c.tid, c.cpu, next_time(), 2000),
+            sid(c.tid, c.cpu, next_time(), SIDEBAND_IDS),
         ));
     }
     // The other processes and the execs, at their own times (perf orders a round's
@@ -1133,7 +1143,7 @@ fn build<'a>(
                     ptid: parent,
                     time: t,
                 }),
-                sid(p.pid, cpu, t, 2000),
+                sid(p.pid, cpu, t, SIDEBAND_IDS),
             ));
             t += 1;
         }
@@ -1146,9 +1156,9 @@ fn build<'a>(
                     exec: true,
                     comm: im.comm(),
                 }),
-                sid(p.pid, cpu, t, 2000),
+                sid(p.pid, cpu, t, SIDEBAND_IDS),
             ));
-            recs.push((user, mmap2(p.pid, im), sid(p.pid, cpu, t + 1, 2000)));
+            recs.push((user, mmap2(p.pid, im), sid(p.pid, cpu, t + 1, SIDEBAND_IDS)));
         }
     }
     for e in &r.execs {
@@ -1161,12 +1171,12 @@ fn build<'a>(
                 exec: true,
                 comm: e.image.comm(),
             }),
-            sid(e.pid, cpu, e.time, 2000),
+            sid(e.pid, cpu, e.time, SIDEBAND_IDS),
         ));
         recs.push((
             user,
             mmap2(e.pid, &e.image),
-            sid(e.pid, cpu, e.time + 1, 2000),
+            sid(e.pid, cpu, e.time + 1, SIDEBAND_IDS),
         ));
     }
     let sideband_end = next_time();
@@ -1194,7 +1204,7 @@ fn build<'a>(
                 preempt: false,
                 next_prev: Some((0, 0)),
             }),
-            sid(c.tid, c.cpu, c.switch_in, 2000),
+            sid(c.tid, c.cpu, c.switch_in, SIDEBAND_IDS),
         ));
         // perf's AUX event is scheduled in once per CPU (cpu-wide): one ITRACE_START.
         if first_on_cpu {
@@ -1204,7 +1214,7 @@ fn build<'a>(
                     pid: r.pid_of(c.tid),
                     tid: c.tid,
                 },
-                sid(c.tid, c.cpu, c.switch_in + 1, 1000),
+                sid(c.tid, c.cpu, c.switch_in + 1, PT_IDS),
             ));
         }
         recs.push((
@@ -1214,7 +1224,7 @@ fn build<'a>(
                 preempt: false,
                 next_prev: Some((0, 0)),
             }),
-            sid(c.tid, c.cpu, c.switch_out, 2000),
+            sid(c.tid, c.cpu, c.switch_out, SIDEBAND_IDS),
         ));
         let mut at = 0;
         for (j, &len) in cut.iter().enumerate() {
@@ -1237,7 +1247,7 @@ fn build<'a>(
                     // The kernel's AUX records of an area written over in a ring.
                     flags: if r.snapshot.is_some() { 2 } else { 0 },
                 }),
-                sid(c.tid, c.cpu, c.switch_out + 1, 1000),
+                sid(c.tid, c.cpu, c.switch_out + 1, PT_IDS),
             ));
             recs.push((
                 0,
@@ -1278,7 +1288,7 @@ fn build<'a>(
                 ptid: c.tid,
                 time,
             }),
-            sid(c.tid, c.cpu, time, 2000),
+            sid(c.tid, c.cpu, time, SIDEBAND_IDS),
         ));
     }
     recs.push((0, Record::FinishedRound, none));

@@ -442,14 +442,21 @@ fn join(
             ),
         });
     }
-    let mut out = Vec::with_capacity(q.buffers.len());
-    let mut breaks = Vec::new();
+    // First every byte, in AUX order, cut into spans where bytes were lost (`losses`:
+    // stream offsets, each a span's start). Then the bytes from each loss up to the next
+    // PSB are dropped: they start inside a packet, and joined to the bytes before they
+    // could parse as packets that never were. The PSB is searched in the joined bytes (a
+    // PSB that perf cut in two is found), but not across the next loss.
+    let mut raw: Vec<Span> = Vec::with_capacity(q.buffers.len());
+    let mut losses: Vec<(u64, Lost)> = Vec::new();
     let mut at = 0u64;
     let mut end: Option<u64> = None;
-    // After a gap or a cut, bytes up to the next PSB are skipped: they start inside a
-    // packet, and joined to the bytes before they could parse as packets that never were.
-    // What was lost is the break at that PSB.
-    let mut lost: Option<Lost> = None;
+    let lose = |losses: &mut Vec<(u64, Lost)>, at: u64, l: Lost| {
+        // Two at one place (a cut where a buffer ends, then a gap): the first names it.
+        if losses.last().is_none_or(|p| p.0 < at) {
+            losses.push((at, l));
+        }
+    };
     // Where AUX records say this area's trace was cut (AUX offsets), in order.
     let mut cuts = cuts.iter().copied().filter(|c| c.0 > 0).peekable();
     for b in &q.buffers {
@@ -462,31 +469,17 @@ fn join(
                 offset += skip as u64;
             } else if offset > e {
                 let (from, to, record) = (e, offset, b.record_offset);
-                lost.get_or_insert(match snapshot {
+                let l = match snapshot {
                     true => Lost::Overwritten { from, to, record },
                     false => Lost::Missing { from, to, record },
-                });
+                };
+                lose(&mut losses, at, l);
             }
         }
+        // Cuts before these bytes were passed (in a gap, or in bytes already read).
+        while cuts.next_if(|c| c.0 < offset).is_some() {}
         while !data.is_empty() {
-            if lost.is_some() {
-                // The PSB where the decoder's reader finds it (in a longer run of `02 82`
-                // pairs, its last 16 bytes): the break is there.
-                match next_psb(&TraceStream::linear(data), 0) {
-                    Some(k) => {
-                        let k = k as usize;
-                        data = &data[k..];
-                        offset += k as u64;
-                        let l = lost.take().expect("is some");
-                        if at > 0 && breaks.last().is_none_or(|p: &Break| p.at < at) {
-                            breaks.push(Break { at, lost: l });
-                        }
-                    }
-                    None => break,
-                }
-            }
-            // Up to the next cut inside these bytes (cuts before them are passed).
-            while cuts.next_if(|c| c.0 < offset).is_some() {}
+            // Up to the next cut inside these bytes.
             let take = match cuts.peek() {
                 Some(c) if c.0 < offset + data.len() as u64 => (c.0 - offset) as usize,
                 _ => data.len(),
@@ -495,7 +488,7 @@ fn join(
                 // Where the bytes lie in the file (the parser's slices are of its bytes).
                 let from = (data.as_ptr() as usize).wrapping_sub(file.as_ptr() as usize);
                 debug_assert!(from + take <= file.len());
-                out.push(Span {
+                raw.push(Span {
                     at,
                     from,
                     len: take,
@@ -506,17 +499,76 @@ fn join(
             offset += take as u64;
             if !data.is_empty() {
                 let c = cuts.next().expect("a cut inside the data");
-                lost.get_or_insert(c.1);
+                lose(&mut losses, at, c.1);
             }
         }
         let this_end = b.offset.saturating_add(b.data.len() as u64);
         end = Some(end.map_or(this_end, |e| e.max(this_end)));
         // A cut where these bytes end: the next ones start after it.
         if let Some(c) = cuts.next_if(|c| c.0 == this_end) {
-            lost.get_or_insert(c.1);
+            lose(&mut losses, at, c.1);
         }
     }
-    (out, breaks)
+    drop_to_psbs(file, &raw, &losses)
+}
+
+/// `raw` (every byte of an area, cut into spans at each of `losses`) without the bytes
+/// from each loss to the PSB after it, and a [`Break`] at each such PSB (not at the
+/// stream's start: a loss before any byte read is no break). A loss before which no PSB
+/// follows up to the next loss is one with it (the break names the first).
+fn drop_to_psbs(file: &[u8], raw: &[Span], losses: &[(u64, Lost)]) -> (Vec<Span>, Vec<Break>) {
+    // The stretches dropped, as stream offsets of `raw`, and the loss each one ends at.
+    let mut drops: Vec<(u64, u64, Option<Lost>)> = Vec::with_capacity(losses.len());
+    let mut pending: Option<(u64, Lost)> = None;
+    for (i, &(x, l)) in losses.iter().enumerate() {
+        let (from, lost) = pending.take().unwrap_or((x, l));
+        // The bytes up to the next loss, and no further.
+        let upto = losses.get(i + 1).map(|n| n.0);
+        let n = upto.map_or(raw.len(), |u| raw.partition_point(|s| s.at < u));
+        let view = TraceStream::spans(file, &raw[..n]);
+        match next_psb(&view, x) {
+            Some(p) => drops.push((from, p, Some(lost))),
+            None if upto.is_some() => pending = Some((from, lost)),
+            None => drops.push((from, view.len(), None)),
+        }
+    }
+    let mut spans = Vec::with_capacity(raw.len());
+    let mut breaks: Vec<Break> = Vec::new();
+    let mut dropped = 0u64;
+    let mut d = drops.iter().peekable();
+    for s in raw {
+        let (mut a, e) = (s.at, s.at + s.len as u64);
+        while a < e {
+            match d.peek() {
+                Some(&&(from, to, lost)) if from <= a => {
+                    // Inside a dropped stretch: on to its end.
+                    let skip = to.min(e) - a;
+                    a += skip;
+                    dropped += skip;
+                    if a == to {
+                        d.next();
+                        let at = a - dropped;
+                        if let Some(lost) = lost.filter(|_| at > 0) {
+                            if breaks.last().is_none_or(|b| b.at < at) {
+                                breaks.push(Break { at, lost });
+                            }
+                        }
+                    }
+                }
+                next => {
+                    let stop = next.map_or(e, |n| n.0.min(e));
+                    let off = (a - s.at) as usize;
+                    spans.push(Span {
+                        at: a - dropped,
+                        from: s.from + off,
+                        len: (stop - a) as usize,
+                    });
+                    a = stop;
+                }
+            }
+        }
+    }
+    (spans, breaks)
 }
 
 /// The recording machine's processor as `family/model/stepping` (HEADER_CPUID,
@@ -612,6 +664,95 @@ mod tests {
             tracemill_decode::pt::sync::next_psb(&stream, 0),
             Some(breaks[0].at)
         );
+    }
+
+    #[test]
+    fn a_psb_perf_cut_in_two_after_a_loss_is_where_the_trace_resumes() {
+        // "abcd", then a gap, then a cut packet and a PSB whose first 6 bytes end one
+        // buffer and whose last 10 start the next (perf cuts buffers at any byte).
+        let mut file = b"abcd".to_vec();
+        file.extend(PSB_THEN_GH);
+        let q = AuxQueue {
+            idx: 0,
+            cpu: Some(0),
+            tid: None,
+            buffers: vec![
+                buffer(0x100, 0, &file[..4]),
+                buffer(0x200, 9, &file[4..12]),
+                buffer(0x300, 17, &file[12..]),
+            ],
+            issues: vec![],
+        };
+        let (spans, breaks) = join(&q, &file, &[], false, "f", "cpu 0", &mut Vec::new());
+        let stream = TraceStream::spans(&file, &spans);
+        let mut want = b"abcd".to_vec();
+        want.extend(&PSB_THEN_GH[2..]);
+        assert_eq!(stream.to_vec(0, stream.len()), want);
+        let lost = Lost::Missing {
+            from: 4,
+            to: 9,
+            record: 0x200,
+        };
+        assert_eq!(breaks, [Break { at: 4, lost }]);
+        assert_eq!(tracemill_decode::pt::sync::next_psb(&stream, 0), Some(4));
+    }
+
+    #[test]
+    fn no_psb_is_taken_across_a_loss_and_losses_before_one_psb_are_one_break() {
+        // Half a PSB, a gap, the other half, a second gap, then a whole PSB: the halves
+        // are no PSB (their bytes were not written one after the other); the trace
+        // resumes at the whole one, one break naming the first loss.
+        let half = &PSB_THEN_GH[2..10];
+        let mut file = b"abcd".to_vec();
+        file.extend(half);
+        file.extend(half);
+        file.extend(PSB_THEN_GH);
+        let q = AuxQueue {
+            idx: 0,
+            cpu: Some(0),
+            tid: None,
+            buffers: vec![
+                buffer(0x100, 0, &file[..12]),
+                buffer(0x200, 20, &file[12..20]),
+                buffer(0x300, 40, &file[20..]),
+            ],
+            issues: vec![],
+        };
+        let lost = Lost::Truncated {
+            at: 4,
+            record: 0x80,
+        };
+        let (spans, breaks) = join(
+            &q,
+            &file,
+            &[(4, lost)],
+            false,
+            "f",
+            "cpu 0",
+            &mut Vec::new(),
+        );
+        let stream = TraceStream::spans(&file, &spans);
+        let mut want = b"abcd".to_vec();
+        want.extend(&PSB_THEN_GH[2..]);
+        assert_eq!(stream.to_vec(0, stream.len()), want);
+        assert_eq!(breaks, [Break { at: 4, lost }]);
+        // With no PSB after the losses, their bytes are dropped to the end.
+        let q = AuxQueue {
+            buffers: q.buffers[..2].to_vec(),
+            ..q
+        };
+        let (spans, breaks) = join(
+            &q,
+            &file,
+            &[(4, lost)],
+            false,
+            "f",
+            "cpu 0",
+            &mut Vec::new(),
+        );
+        let stream = TraceStream::spans(&file, &spans);
+        assert_eq!(stream.to_vec(0, stream.len()), b"abcd");
+        assert!(breaks.is_empty());
     }
 
     #[test]
