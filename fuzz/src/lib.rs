@@ -26,3 +26,6 @@ pub mod collected;
 pub mod perf_data;
 
 pub mod targets;
+
+#[cfg(test)]
+mod tests;

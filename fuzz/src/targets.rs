@@ -17,7 +17,7 @@ use tracemill_decode::rtit::packet::{
     parse_one, Packet, PacketError, PacketReader, Parsed, PSB_BYTES,
 };
 use tracemill_decode::rtit::sync::{find_psbs, next_psb};
-use tracemill_decode::stream::{Span, TraceStream};
+use tracemill_decode::stream::{Break, Lost, Span, TraceStream};
 use tracemill_decode::tally::{Counted, Covered};
 use tracemill_decode::TraceConfig;
 
@@ -494,8 +494,9 @@ impl Decodes for Case {
 /// the same branches, events, timing table and coverage; the step walk, the memoized
 /// walk's reference (`decode/src/memo.rs`), gives exactly the same, sequentially and in
 /// chunks of 64 bytes; and a decode that keeps no row (`--tables events`, `coverage`)
-/// finds the same counts, events, timing table and coverage.
-fn chunks_agree(case: &impl Decodes) {
+/// finds the same counts, events, timing table and coverage. Returns the sequential
+/// decode.
+fn chunks_agree(case: &impl Decodes) -> Decoded {
     let seq = case.decode(u64::MAX);
     case.check(&seq);
     memo_agrees(case, u64::MAX, &seq);
@@ -545,6 +546,7 @@ fn chunks_agree(case: &impl Decodes) {
             "coverage differs at chunk size {chunk}"
         );
     }
+    seq
 }
 
 /// The instructions of the `tail` event (none without one): those after the last row.
@@ -780,7 +782,14 @@ pub struct PtCase {
     pub images: u8,
     pub cfg: pt::PtConfig,
     pub trace: Vec<u8>,
+    /// Where trace bytes were lost ([`Break`]; [`PtCase::parse_with_breaks`]): none from
+    /// [`PtCase::parse`].
+    pub breaks: Vec<Break>,
 }
+
+/// The trailer that gives a [`PtCase`] breaks ([`PtCase::parse_with_breaks`]): an input
+/// that ends with these three bytes and a selector byte.
+pub const BREAKS_TAG: &[u8; 3] = b"BRK";
 
 impl PtCase {
     pub const HEADER: usize = 4;
@@ -842,12 +851,57 @@ impl PtCase {
             images: f & 1,
             cfg,
             trace,
+            breaks: Vec::new(),
         })
+    }
+
+    /// [`PtCase::parse`], with bytes lost before some PSBs when `data` ends with
+    /// [`BREAKS_TAG`] and a selector byte `s` (the four bytes are no part of the trace;
+    /// any other input reads as [`PtCase::parse`] reads it, with no break). The breaks
+    /// ([`Break`], as a perf.data AUX area's gaps make them) are at PSBs other than the
+    /// prologue's, as [`pt::sync::next_psb`] finds them walking forward
+    /// ([`pt::sync::find_psbs`]): from the `phase`-th on, every `k`-th, where
+    ///
+    /// | bits of `s` | meaning |
+    /// |---|---|
+    /// | 2:0 | `k - 1` (every PSB to every eighth) |
+    /// | 4:3 | `phase` (0 to 3 PSBs passed over first) |
+    /// | 7:5 | what was lost ([`Lost`]): 0 `Missing`, 1 `Overwritten`, 2 `Truncated`, else the three in turn |
+    pub fn parse_with_breaks(data: &[u8]) -> Option<PtCase> {
+        let n = data.len();
+        let tagged = n > Self::HEADER + BREAKS_TAG.len()
+            && data[n - 1 - BREAKS_TAG.len()..n - 1] == BREAKS_TAG[..];
+        if !tagged {
+            return Self::parse(data);
+        }
+        let s = data[n - 1];
+        let mut case = Self::parse(&data[..n - 1 - BREAKS_TAG.len()])?;
+        let (k, phase, kind) = ((s & 7) as usize + 1, ((s >> 3) & 3) as usize, s >> 5);
+        let psbs = pt::sync::find_psbs(&TraceStream::linear(&case.trace));
+        case.breaks = psbs
+            .into_iter()
+            .filter(|&p| p > 0)
+            .skip(phase)
+            .step_by(k)
+            .enumerate()
+            .map(|(i, at)| {
+                let record = 0x1000 + 0x40 * i as u64;
+                let from = at + 0x100 * i as u64;
+                let to = from + 1 + (at & 0xff);
+                let lost = match if kind < 3 { kind as usize } else { i % 3 } {
+                    0 => Lost::Missing { from, to, record },
+                    1 => Lost::Overwritten { from, to, record },
+                    _ => Lost::Truncated { at: from, record },
+                };
+                Break { at, lost }
+            })
+            .collect();
+        Some(case)
     }
 
     /// `f` over the case's decode input.
     fn with_input<R>(&self, f: impl FnOnce(&Input<'_, tracemill_decode::Pt>) -> R) -> R {
-        let stream = TraceStream::linear(&self.trace);
+        let stream = TraceStream::linear(&self.trace).with_breaks(&self.breaks);
         f(&Input {
             spaces: None,
             stream: &stream,
@@ -911,11 +965,52 @@ pub fn pt_walk(data: &[u8]) {
 /// Intel PT differential: `decode_all` with one chunk against chunks of 1, 64 and 4096
 /// bytes (cut at PSBs): identical branches (timing columns included), events, timing and
 /// coverage, as [`stitch_diff`] for RTIT.
+///
+/// An input that ends with [`BREAKS_TAG`] and a selector byte
+/// ([`PtCase::parse_with_breaks`]) has bytes lost before some of its PSBs (perf.data AUX
+/// gaps, [`Break`]): every decode, sequential, chunked, memoized or step walk, tallied,
+/// reads the stream with those breaks, and must still agree; and the sequential decode
+/// reports each break the decode synchronized before (all of them: the prologue's PSB is
+/// at 0) as exactly one `error` event at its PSB, naming the loss ("trace lost before this
+/// PSB"), and no other event names one.
 pub fn pt_stitch_diff(data: &[u8]) {
-    let Some(case) = PtCase::parse(data) else {
+    let Some(case) = PtCase::parse_with_breaks(data) else {
         return;
     };
-    chunks_agree(&case);
+    let seq = chunks_agree(&case);
+    losses_reported(&case, &seq);
+}
+
+/// The `error` events of `d` that name lost trace bytes are one at each of `case`'s breaks
+/// at or after the first PSB (where a decode synchronizes), in order.
+pub fn losses_reported(case: &PtCase, d: &Decoded) {
+    let stream = TraceStream::linear(&case.trace);
+    let first = pt::sync::next_psb(&stream, 0).unwrap_or(u64::MAX);
+    let want: Vec<u64> = case
+        .breaks
+        .iter()
+        .map(|b| b.at)
+        .filter(|&at| at >= first)
+        .collect();
+    let got: Vec<u64> = d
+        .events
+        .iter()
+        .filter(|e| e.detail.contains("trace lost before this PSB"))
+        .inspect(|e| {
+            assert_eq!(
+                e.kind,
+                tracemill_schemas::EventKind::Error,
+                "a loss reported as {:?} at {}",
+                e.kind,
+                e.offset
+            )
+        })
+        .map(|e| e.offset)
+        .collect();
+    assert_eq!(
+        got, want,
+        "losses reported at these offsets, breaks at those (after the first PSB, {first})"
+    );
 }
 
 /// Intel PT's [`stretch`]: a [`PtCase`] header, a prefix length byte, the prefix and a
