@@ -589,6 +589,23 @@ impl Bundle {
         }
     }
 
+    /// A reader is done with the whole trace (planning's search, or the decode): release
+    /// every page of the mapping it lies in, and start the count of released spans
+    /// again, for the next reader reads it from the start (with only
+    /// [`Self::release_trace_before`] at the end, the decode after planning found every
+    /// span counted as released already and kept the pages of any part too small to
+    /// reach a release step).
+    ///
+    /// The whole mapping, not only this trace's spans: a perf.data's AUX areas share one
+    /// mapping, and the kernel maps more than the page read on a fault (the 64 KiB
+    /// around it, or the whole of a large page-cache folio), so reading one area maps
+    /// pages of others, decoded before or after. Called between parts, when no other
+    /// part of the mapping is being read.
+    pub fn release_trace(&self) {
+        self.trace.release(0..self.trace.len());
+        self.spans_released.store(0, Ordering::Relaxed);
+    }
+
     /// The trace bytes in time order.
     pub fn stream(&self) -> TraceStream<'_> {
         if !self.spans.is_empty() {

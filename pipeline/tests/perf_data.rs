@@ -1694,6 +1694,57 @@ fn the_binaries_are_mapped_once_for_all_the_aux_areas() {
     drop(rec);
 }
 
+#[test]
+fn each_areas_pages_of_the_recording_are_released_when_its_decode_is_done() {
+    // The decode releases the pages it read in steps of megabytes; an area smaller than
+    // a step is released when its decode ends, with the pages of other areas that
+    // reading it mapped in (the kernel maps more than the page read), or a recording of
+    // thousands of small areas keeps every page of them (RssFile the size of its AUX
+    // data). Here two areas of about 160 KB, interleaved in the file.
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write(tmp.path(), "released.data", &made().file);
+    let rec =
+        tracemill_input::perf::open(&file, &tracemill_input::perf::Lookup::default()).unwrap();
+    let aux: usize = rec
+        .traces
+        .iter()
+        .map(|t| t.bundle.stream().len() as usize)
+        .sum();
+    assert!(aux > 64 << 10, "{aux} bytes of AUX data");
+    let report = tracemill::run::decode_perf(&rec, &Default::default()).unwrap();
+    assert!(report.rows > 0);
+    let rss = resident_kib(&file);
+    assert!(
+        rss * 1024 < aux / 4,
+        "{rss} KiB of the recording still resident after decoding {aux} bytes of AUX data"
+    );
+    drop(rec);
+}
+
+/// KiB of `file` resident in this process's mappings of it.
+fn resident_kib(file: &Path) -> usize {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let name = file.to_str().unwrap();
+    let mut rss = 0usize;
+    let mut lines = smaps.lines();
+    while lines.by_ref().any(|l| l.ends_with(name)) {
+        rss += lines
+            .find_map(|l| l.strip_prefix("Rss:"))
+            .and_then(|kb| {
+                kb.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+            })
+            .expect("the mapping's Rss");
+    }
+    rss
+}
+
 /// `perf script --itrace=b -F comm,tid,cpu,time,ip,sym,addr,symoff` of `file`, or None
 /// without perf (the check skipped, except in CI).
 fn perf_script_text(file: &Path) -> Option<String> {

@@ -470,6 +470,10 @@ fn decode_as<F: TraceFormat>(
                     r,
                 ),
             };
+            // The part's pages go as soon as it is done: the decode releases them in steps
+            // of RELEASE_STEP as it goes, which a small part never reaches (a recording
+            // of thousands of small AUX areas kept every page it had read).
+            part.bundle.release_trace();
             emitter.part_base += stream.len();
         }
         if !stopped {
@@ -597,7 +601,7 @@ fn plan<F: TraceFormat>(
     });
     // The pages the search touched (the kernel maps pages around every fault) go too:
     // they stay in the page cache, and the decode maps what it reads again.
-    bundle.release_trace_before(stream.len());
+    bundle.release_trace();
     if chunks.is_empty() {
         return Err(crate::errors::NoPsb {
             path: bundle.trace_path.display().to_string(),
