@@ -11,12 +11,15 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use arrow_array::RecordBatch;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::{Array, RecordBatch};
 use arrow_schema::SchemaRef;
 use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
 };
 use parquet::arrow::ProjectionMask;
+use parquet::file::metadata::PageIndexPolicy;
 use tracemill_input::manifest::{ImageKind, Manifest};
 use tracemill_schemas::{meta, SCHEMA_VERSION};
 
@@ -145,6 +148,21 @@ impl Table {
         Ok(Some(m))
     }
 
+    /// A Parquet table's footer with its offset index (where each page starts), when the
+    /// file has one: a reader of some rows of a row group ([`Table::row_group_rows`])
+    /// then skips the pages that hold none of them. `None` for Arrow IPC.
+    pub fn parquet_footer_indexed(&self) -> Result<Option<ArrowReaderMetadata>> {
+        if self.ipc {
+            return Ok(None);
+        }
+        let f = File::open(&self.path)
+            .with_context(|| format!("{}: cannot open", self.path.display()))?;
+        let o = ArrowReaderOptions::new().with_offset_index_policy(PageIndexPolicy::Optional);
+        let m = ArrowReaderMetadata::load(&f, o)
+            .with_context(|| format!("{}: not a Parquet file", self.path.display()))?;
+        Ok(Some(m))
+    }
+
     /// Batches of the named columns of row group `group` only: readers of different row
     /// groups work side by side.
     pub fn row_group_batches(
@@ -157,18 +175,43 @@ impl Table {
         let f = File::open(&self.path)
             .with_context(|| format!("{}: cannot open", self.path.display()))?;
         let b = ParquetRecordBatchReaderBuilder::new_with_metadata(f, footer.clone());
-        self.parquet_batches(b.with_row_groups(vec![group]), cols)
+        self.parquet_batches(b.with_row_groups(vec![group]), cols, 64 * 1024)
     }
 
-    /// The builder's batches of the named columns, 64 Ki rows each.
+    /// Batches of at most `batch` rows of the named columns of the rows `ranges` of row
+    /// group `group` (row numbers in the row group, ascending, not overlapping), in order.
+    pub fn row_group_rows(
+        &self,
+        footer: &ArrowReaderMetadata,
+        cols: &[&str],
+        group: usize,
+        ranges: &[std::ops::Range<usize>],
+        batch: usize,
+    ) -> Result<Batches> {
+        self.require(cols)?;
+        let f = File::open(&self.path)
+            .with_context(|| format!("{}: cannot open", self.path.display()))?;
+        let rows = footer.metadata().row_group(group).num_rows().max(0) as usize;
+        let mut b = ParquetRecordBatchReaderBuilder::new_with_metadata(f, footer.clone())
+            .with_row_groups(vec![group]);
+        // The whole row group: no selection to follow.
+        if !matches!(ranges, [r] if r.start == 0 && r.end >= rows) {
+            let s = RowSelection::from_consecutive_ranges(ranges.iter().cloned(), rows);
+            b = b.with_row_selection(s);
+        }
+        self.parquet_batches(b, cols, batch)
+    }
+
+    /// The builder's batches of the named columns, `batch` rows each.
     fn parquet_batches(
         &self,
         b: ParquetRecordBatchReaderBuilder<File>,
         cols: &[&str],
+        batch: usize,
     ) -> Result<Batches> {
         let path = self.path.clone();
         let mask = ProjectionMask::columns(b.parquet_schema(), cols.iter().copied());
-        let r = b.with_projection(mask).with_batch_size(64 * 1024).build()?;
+        let r = b.with_projection(mask).with_batch_size(batch).build()?;
         Ok(Box::new(r.map(move |b| {
             b.with_context(|| format!("{}: cannot read", path.display()))
         })))
@@ -190,7 +233,11 @@ impl Table {
                 b.with_context(|| format!("{}: cannot read", path.display()))
             })))
         } else {
-            self.parquet_batches(ParquetRecordBatchReaderBuilder::try_new(f)?, cols)
+            self.parquet_batches(
+                ParquetRecordBatchReaderBuilder::try_new(f)?,
+                cols,
+                64 * 1024,
+            )
         }
     }
 }
@@ -210,36 +257,122 @@ pub struct Input {
     pub symbols: Symbolizer,
     /// Problems that left part of the report out or less exact.
     pub warnings: Vec<String>,
-    /// Walk only the rows of one thread (the `tid` column of a perf.data decode; `Some(None)`:
-    /// the rows no thread is known for). `None`: every row.
-    pub thread: Option<Option<u32>>,
+    /// Walk only the rows of one thread of a perf.data decode ([`Input::threads`]), in
+    /// time order. `None`: every row, in table order.
+    pub thread: Option<Thread>,
 }
 
-/// A thread of a perf.data decode: its `tid` (`None`: rows no thread is known for) and
-/// its name (`comm pid/tid`).
-pub type Thread = (Option<u32>, String);
+/// A thread of a perf.data decode: its `tid` (`None`: rows no thread is known for), its
+/// name (`comm pid/tid`) and where its rows are.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Thread {
+    pub tid: Option<u32>,
+    pub name: String,
+    /// Its stretches, in table order.
+    pub stretches: Vec<Stretch>,
+}
+
+/// A stretch of a thread: a maximal run of consecutive rows of `branches` (`start..end`,
+/// row numbers from 0) that are the thread's on one CPU (`cpu`; `None` for a per-thread
+/// recording). A CPU's rows are in time order, the CPUs one after another: the thread's
+/// stretches on one CPU are in time order, those on different CPUs not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stretch {
+    pub start: u64,
+    pub end: u64,
+    pub cpu: Option<u32>,
+    /// The first `time` on the CPU after the stretch (another thread's): no row of the
+    /// stretch ran after it. A row timed so took the time of a timing packet sent after
+    /// the thread left the CPU (rows after a gap wait for the next one: docs/timing.md;
+    /// without MTC packets that can be the next thread's first).
+    pub until: Option<u64>,
+}
 
 /// Metadata key of a perf.data decode's threads: `pid/tid=comm` entries, comma-separated.
 pub const META_THREADS: &str = "tracemill.perf_threads";
 
 impl Input {
+    /// Is this a perf.data decode, whose `branches` rows have threads (a `tid` column)?
+    pub fn has_threads(&self) -> bool {
+        self.table("branches")
+            .is_ok_and(|t| t.schema.field_with_name("tid").is_ok())
+    }
+
     /// The threads of a perf.data decode (those with rows, in `tid` order; `None` is the
-    /// rows no thread is known for), each with its name (`comm pid/tid`); `None` for any
-    /// other decode (no `tid` column).
+    /// rows no thread is known for), each with its name (`comm pid/tid`) and its stretches;
+    /// `None` for any other decode (no `tid` column). One pass over the `tid`, `cpu` and
+    /// `time` columns; memory follows the stretches (the context switches), not the rows.
     pub fn threads(&self) -> Result<Option<Vec<Thread>>> {
         let t = self.table("branches")?;
         if t.schema.field_with_name("tid").is_err() {
             return Ok(None);
         }
-        let mut tids = std::collections::BTreeSet::new();
-        for b in t.batches(&["tid"])? {
+        let has = |c: &str| t.schema.field_with_name(c).is_ok();
+        let mut cols = vec!["tid"];
+        cols.extend(["cpu", "time"].into_iter().filter(|c| has(c)));
+        let mut stretches: std::collections::BTreeMap<Option<u32>, Vec<Stretch>> =
+            Default::default();
+        // The open stretch and its thread; the stretches before it on its CPU that wait
+        // for the CPU's next time (their `until`): thread, index.
+        let mut open: Option<(Option<u32>, Stretch)> = None;
+        let mut waiting: Vec<(Option<u32>, usize)> = Vec::new();
+        let mut row = 0u64;
+        let wrong = |name: &str| anyhow!("{}: {name} is not of its type", t.path.display());
+        for b in t.batches(&cols)? {
             let b = b?;
-            let c = b
-                .column(0)
-                .as_any()
-                .downcast_ref::<arrow_array::UInt32Array>()
-                .ok_or_else(|| anyhow!("{}: tid is not UInt32", t.path.display()))?;
-            tids.extend(c.iter());
+            let tid = (b.column_by_name("tid"))
+                .and_then(|c| c.as_primitive_opt::<UInt32Type>())
+                .ok_or_else(|| wrong("tid"))?;
+            let cpu = (b.column_by_name("cpu"))
+                .map(|c| {
+                    c.as_primitive_opt::<UInt32Type>()
+                        .ok_or_else(|| wrong("cpu"))
+                })
+                .transpose()?;
+            let time = (b.column_by_name("time"))
+                .map(|c| {
+                    c.as_primitive_opt::<UInt64Type>()
+                        .ok_or_else(|| wrong("time"))
+                })
+                .transpose()?;
+            for i in 0..b.num_rows() {
+                let who = tid.is_valid(i).then(|| tid.value(i));
+                let on = cpu.and_then(|c| c.is_valid(i).then(|| c.value(i)));
+                match &mut open {
+                    Some((tid, s)) if *tid == who && s.cpu == on => s.end = row + 1,
+                    _ => {
+                        if let Some((tid, s)) = open.take() {
+                            let list = stretches.entry(tid).or_default();
+                            if s.cpu != on {
+                                // The last stretch of its CPU's rows.
+                                waiting.clear();
+                            } else {
+                                waiting.push((tid, list.len()));
+                            }
+                            list.push(s);
+                        }
+                        let s = Stretch {
+                            start: row,
+                            end: row + 1,
+                            cpu: on,
+                            until: None,
+                        };
+                        open = Some((who, s));
+                    }
+                }
+                let when = time.and_then(|c| c.is_valid(i).then(|| c.value(i)));
+                if let (Some(when), false) = (when, waiting.is_empty()) {
+                    for (tid, k) in waiting.drain(..) {
+                        if let Some(s) = stretches.get_mut(&tid).and_then(|l| l.get_mut(k)) {
+                            s.until = Some(when);
+                        }
+                    }
+                }
+                row += 1;
+            }
+        }
+        if let Some((tid, s)) = open {
+            stretches.entry(tid).or_default().push(s);
         }
         let known: HashMap<u32, (String, String)> = self
             .meta
@@ -255,8 +388,9 @@ impl Input {
             })
             .unwrap_or_default();
         Ok(Some(
-            tids.into_iter()
-                .map(|tid| {
+            stretches
+                .into_iter()
+                .map(|(tid, stretches)| {
                     let name = match tid {
                         None => "[thread unknown]".to_string(),
                         Some(t) => match known.get(&t) {
@@ -264,7 +398,11 @@ impl Input {
                             None => format!("thread {t}"),
                         },
                     };
-                    (tid, name)
+                    Thread {
+                        tid,
+                        name,
+                        stretches,
+                    }
                 })
                 .collect(),
         ))

@@ -368,8 +368,9 @@ pub fn write(src: &mut Source, opts: &Options, out: impl Write) -> Result<Timeli
         let tracks = match input.threads()? {
             Some(threads) => {
                 let mut tracks = Vec::new();
-                for (tid, name) in threads {
-                    input.thread = Some(tid);
+                for thread in threads {
+                    let name = thread.name.clone();
+                    input.thread = Some(thread);
                     let sp = spans(input, opts, &mut bw, &mut n, &mut dropped, &mut merged);
                     input.thread = None;
                     tracks.push((Some(name), sp?));

@@ -1,11 +1,10 @@
 //! Walking a decode's branches table into [`Stacks`]: readers ahead, the walk behind.
 
 use std::fs::File;
-use std::sync::atomic::Ordering;
 
 use anyhow::Result;
 
-use crate::input::Input;
+use crate::input::{Input, Table};
 use crate::parquet_keys::{self};
 
 use super::{events::*, functions::*, rows::*, trie::*, walker::*, MAX_DEPTH};
@@ -17,6 +16,9 @@ use super::{events::*, functions::*, rows::*, trie::*, walker::*, MAX_DEPTH};
 ///
 /// Reader threads decode the Parquet row groups ahead of the walk (reading took about as
 /// long as walking), and another reads the events; the walk takes both in order.
+///
+/// With `input.thread` (a perf.data decode), only that thread's rows, in time order
+/// ([`super::threads`]).
 pub fn build<'s>(
     input: &Input,
     f: &mut Functions<'s>,
@@ -41,7 +43,6 @@ pub fn build<'s>(
     };
     let has_cycles = cycles && t.schema.field_with_name("cycles").is_ok();
     let has_tsc = times && t.schema.field_with_name("tsc").is_ok();
-    let thread = input.thread;
     let mut cols = vec!["ip", "target", "kind", "insns"];
     if has_cycles {
         cols.push("cycles");
@@ -49,10 +50,59 @@ pub fn build<'s>(
     if has_tsc {
         cols.push("tsc");
     }
-    if thread.is_some() {
-        cols.push("tid");
-    }
     t.require(&cols)?;
+    match &input.thread {
+        Some(thread) => {
+            let has_time = t.schema.field_with_name("time").is_ok();
+            if has_time {
+                cols.push("time");
+            }
+            let read = Read {
+                cols: &cols,
+                cycles: has_cycles,
+                tsc: has_tsc,
+                time: has_time,
+            };
+            super::threads::walk(input, t, thread, read, &mut w, warnings)?;
+        }
+        None => walk_table(input, t, &cols, has_cycles, has_tsc, &mut w, warnings)?,
+    }
+    w.pop_to(0);
+    w.flush();
+    if w.st.full > 0 {
+        warnings.push(format!(
+            "{} calls past 4 G distinct stacks: counted in their caller",
+            w.st.full
+        ));
+    }
+    if w.st.max_depth_hit > 0 {
+        warnings.push(format!(
+            "{} calls past the depth limit {MAX_DEPTH}: counted in the deepest frame",
+            w.st.max_depth_hit
+        ));
+    }
+    Ok(w.st)
+}
+
+/// The columns a walk reads, and which of the optional ones.
+#[derive(Clone, Copy)]
+pub(super) struct Read<'c> {
+    pub(super) cols: &'c [&'c str],
+    pub(super) cycles: bool,
+    pub(super) tsc: bool,
+    pub(super) time: bool,
+}
+
+/// Walk every row of the table, in table order.
+fn walk_table<F: FnMut(Span)>(
+    input: &Input,
+    t: &Table,
+    cols: &[&str],
+    has_cycles: bool,
+    has_tsc: bool,
+    w: &mut Walker<'_, '_, F>,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
     // Parquet row groups are read side by side, each by the reader `group % readers`,
     // and walked in order; Arrow IPC is one run of batches.
     let footer = t.parquet_footer()?;
@@ -62,29 +112,10 @@ pub fn build<'s>(
     let readers = groups.clamp(1, cores.clamp(2, 8));
     // Without cycles and times, row groups are read as dictionary keys (where they can
     // be: others go through arrow-rs).
-    // (A thread filter reads `tid` too: through arrow-rs.)
-    let by_keys = footer
-        .as_ref()
-        .filter(|_| !has_cycles && !has_tsc && thread.is_none());
-    let mut reader = EventReader::open(input);
+    let by_keys = footer.as_ref().filter(|_| !has_cycles && !has_tsc);
+    let reader = EventReader::open(input, None);
     std::thread::scope(|scope| -> Result<()> {
-        let (etx, erx) = std::sync::mpsc::sync_channel::<Vec<Ev>>(4);
-        let events_read = scope.spawn(move || {
-            while let Some(b) = reader.next_batch() {
-                // A closed channel: the walk stopped.
-                if !b.is_empty() && etx.send(b).is_err() {
-                    break;
-                }
-            }
-            let by_keys = reader.by_keys.load(Ordering::Relaxed);
-            let resolver = reader.resolver();
-            (
-                reader.warnings,
-                resolver.seen,
-                by_keys,
-                resolver.out_of_order,
-            )
-        });
+        let (erx, events_read) = reader.spawn(scope);
         let (mut rxs, mut backs) = (Vec::new(), Vec::new());
         for r in 0..readers {
             // A message is a batch, or the end of a row group (`None`); two ahead each.
@@ -118,7 +149,7 @@ pub fn build<'s>(
                     };
                     let sent = batches.and_then(|it| {
                         for b in it {
-                            let rows = Rows::of(&b?, has_cycles, has_tsc, thread)?;
+                            let rows = Rows::of(&b?, has_cycles, has_tsc, false)?;
                             tx.send(Ok(Some(Batch::Arrow(Box::new(rows)))))
                                 .map_err(|_| anyhow::anyhow!("walk stopped"))?;
                         }
@@ -133,11 +164,7 @@ pub fn build<'s>(
                 }
             });
         }
-        let mut events = Events {
-            batches: erx,
-            batch: Vec::new(),
-            at: 0,
-        };
+        let mut events = Events::new(erx);
         let (mut seq, mut prev_cyc, mut evs) = (0u64, None, Vec::new());
         for g in 0..groups {
             loop {
@@ -159,7 +186,7 @@ pub fn build<'s>(
                 // Events at a row are applied before it: those up to the batch's last.
                 events.until(seq + len as u64, &mut evs);
                 match rows {
-                    Batch::Arrow(rows) => w.batch(&rows, &evs, &mut seq, &mut prev_cyc),
+                    Batch::Arrow(rows) => w.batch(&rows, 0..len, &evs, &mut seq, &mut prev_cyc),
                     Batch::Keyed(rows) => {
                         w.keyed_batch(&rows, &evs, &mut seq);
                         // Back to its reader for the next row group; when two wait
@@ -174,27 +201,7 @@ pub fn build<'s>(
         drop(rxs);
         // Events after the last row are never taken: the reader stops at its next send.
         drop(events);
-        let read = events_read.join();
-        let (read, n, by_keys, out_of_order) =
-            read.unwrap_or_else(|p| std::panic::resume_unwind(p));
-        warnings.extend(read);
-        (w.st.events_read, w.st.events_by_keys) = (n, by_keys);
-        warnings.extend(out_of_order);
+        events_read.join().add_to(&mut w.st, warnings);
         Ok(())
-    })?;
-    w.pop_to(0);
-    w.flush();
-    if w.st.full > 0 {
-        warnings.push(format!(
-            "{} calls past 4 G distinct stacks: counted in their caller",
-            w.st.full
-        ));
-    }
-    if w.st.max_depth_hit > 0 {
-        warnings.push(format!(
-            "{} calls past the depth limit {MAX_DEPTH}: counted in the deepest frame",
-            w.st.max_depth_hit
-        ));
-    }
-    Ok(w.st)
+    })
 }

@@ -91,8 +91,46 @@ pub(super) type EventBatches<'a> = Box<dyn Iterator<Item = Result<Vec<Ev>>> + Se
 /// The events table's columns the stacks read.
 pub(super) const EVENT_COLUMNS: [&str; 3] = ["seq", "kind", "ip"];
 
+/// The events of a thread's stretches on one CPU (`start..=end` each, ascending): those
+/// from before a stretch's first row to after its last. The others are other threads'.
+#[derive(Clone, Debug)]
+pub(super) struct SeqRanges(Arc<[(u64, u64)]>);
+
+impl SeqRanges {
+    pub(super) fn new(ranges: impl IntoIterator<Item = (u64, u64)>) -> Self {
+        SeqRanges(ranges.into_iter().collect())
+    }
+
+    /// Is `seq` in a range?
+    pub(super) fn contains(&self, seq: u64) -> bool {
+        self.overlaps(seq, seq)
+    }
+
+    /// Does a range meet `lo..=hi`?
+    pub(super) fn overlaps(&self, lo: u64, hi: u64) -> bool {
+        let i = self.0.partition_point(|r| r.1 < lo);
+        self.0.get(i).is_some_and(|r| r.0 <= hi)
+    }
+}
+
+/// The `seq` values of row group `group` of a Parquet events table, from its statistics
+/// (`None` when it has none).
+fn seq_bounds(group: &parquet::file::metadata::RowGroupMetaData) -> Option<(u64, u64)> {
+    use parquet::file::statistics::Statistics;
+    let c = group
+        .columns()
+        .iter()
+        .find(|c| c.column_path().string() == "seq")?;
+    match c.statistics()? {
+        Statistics::Int64(s) => Some((*s.min_opt()? as u64, *s.max_opt()? as u64)),
+        _ => None,
+    }
+}
+
 impl<'a> EventReader<'a> {
-    pub(super) fn open(input: &'a Input) -> Self {
+    /// The events of the whole table, or only those `ranges` holds (each CPU's of a
+    /// thread's walk: [`SeqRanges`]), settled by a [`Resolver`] of their own.
+    pub(super) fn open(input: &'a Input, ranges: Option<SeqRanges>) -> Self {
         let mut warnings = Vec::new();
         let by_keys = Arc::new(AtomicU64::new(0));
         let resolver = Arc::new(Mutex::new(Resolver::default()));
@@ -103,7 +141,7 @@ impl<'a> EventReader<'a> {
                 );
                 None
             }
-            Ok(t) => match Self::batches(t, by_keys.clone(), resolver.clone()) {
+            Ok(t) => match Self::batches(t, by_keys.clone(), resolver.clone(), ranges) {
                 Ok(it) => Some(it),
                 Err(e) => {
                     warnings.push(format!("{e:#}: gaps are not seen by the stacks"));
@@ -119,6 +157,31 @@ impl<'a> EventReader<'a> {
         }
     }
 
+    /// Read the batches on a thread of `scope`, which sends them to the receiver (a few
+    /// ahead) and stops when the receiver is dropped.
+    pub(super) fn spawn<'scope>(
+        mut self,
+        scope: &'scope std::thread::Scope<'scope, 'a>,
+    ) -> (std::sync::mpsc::Receiver<Vec<Ev>>, EventsRead<'scope>) {
+        let (etx, erx) = std::sync::mpsc::sync_channel::<Vec<Ev>>(4);
+        let done = scope.spawn(move || {
+            while let Some(b) = self.next_batch() {
+                // A closed channel: the walk stopped.
+                if !b.is_empty() && etx.send(b).is_err() {
+                    break;
+                }
+            }
+            let resolver = self.resolver();
+            EventsDone {
+                warnings: self.warnings,
+                seen: resolver.seen,
+                by_keys: self.by_keys.load(Ordering::Relaxed),
+                out_of_order: resolver.out_of_order,
+            }
+        });
+        (erx, EventsRead(done))
+    }
+
     /// The resolver's state once the batches are read.
     pub(super) fn resolver(&self) -> Resolver {
         lock(&self.resolver).clone()
@@ -127,17 +190,22 @@ impl<'a> EventReader<'a> {
     /// A Parquet table's row groups are read as dictionary keys where they can be (as
     /// `branches`' are: through arrow-rs, the 1 GiB synthetic trace's events took 1.45 s,
     /// a fifth of a `branches` reader's time), others through arrow-rs.
+    ///
+    /// With `ranges`, only their events, and only the row groups whose `seq` statistics
+    /// meet them.
     pub(super) fn batches(
         t: &'a Table,
         by_keys: Arc<AtomicU64>,
         resolver: Arc<Mutex<Resolver>>,
+        ranges: Option<SeqRanges>,
     ) -> Result<EventBatches<'a>> {
         t.require(&EVENT_COLUMNS)?;
         let shared = resolver.clone();
+        let within = ranges.clone();
         let settled = move |b: Result<arrow_array::RecordBatch>| {
             let mut events = events_of(&b?)?;
             let mut r = lock(&shared);
-            events.retain_mut(|e| r.keep(e));
+            events.retain_mut(|e| within.as_ref().is_none_or(|w| w.contains(e.seq)) && r.keep(e));
             Ok(events)
         };
         let Some(footer) = t.parquet_footer()? else {
@@ -149,7 +217,14 @@ impl<'a> EventReader<'a> {
         Ok(Box::new((0..groups).flat_map(
             move |g| -> EventBatches<'a> {
                 let group = footer.metadata().row_group(g);
-                let keyed = (file.as_ref()).and_then(|f| scratch.read(f, group, &resolver).ok());
+                let skip = ranges
+                    .as_ref()
+                    .is_some_and(|w| seq_bounds(group).is_some_and(|(lo, hi)| !w.overlaps(lo, hi)));
+                if skip {
+                    return Box::new(std::iter::empty());
+                }
+                let keyed = (file.as_ref())
+                    .and_then(|f| scratch.read(f, group, &resolver, ranges.as_ref()).ok());
                 if let Some((batches, n)) = keyed {
                     by_keys.fetch_add(n, Ordering::Relaxed);
                     return Box::new(batches.into_iter().map(Ok));
@@ -177,6 +252,39 @@ impl<'a> EventReader<'a> {
                 self.batches = None;
                 None
             }
+        }
+    }
+}
+
+/// The events reader's thread ([`EventReader::spawn`]).
+pub(super) struct EventsRead<'scope>(std::thread::ScopedJoinHandle<'scope, EventsDone>);
+
+impl EventsRead<'_> {
+    /// Wait for the reader (its receiver dropped first, or it may wait to send).
+    pub(super) fn join(self) -> EventsDone {
+        self.0
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+}
+
+/// What an events reader says once done.
+pub(super) struct EventsDone {
+    pub(super) warnings: Vec<String>,
+    /// Events that matter to the walk, read.
+    pub(super) seen: u64,
+    /// Of those, read as dictionary keys.
+    pub(super) by_keys: u64,
+    pub(super) out_of_order: Option<String>,
+}
+
+impl EventsDone {
+    /// Count the events in `st`, and say the warnings (each once).
+    pub(super) fn add_to(self, st: &mut super::trie::Stacks, warnings: &mut Vec<String>) {
+        st.events_read += self.seen;
+        st.events_by_keys += self.by_keys;
+        for w in self.warnings.into_iter().chain(self.out_of_order) {
+            crate::source::warn_once(warnings, w);
         }
     }
 }
@@ -239,13 +347,14 @@ impl KeyedEvents {
     pub(super) const BATCH: usize = 1 << 16;
 
     /// The events the walk takes in one row group ([`Resolver`]), in batches, and how
-    /// many mattered. `resolver` moves on only when the whole row group was read: one
-    /// that cannot be is read again through arrow-rs.
+    /// many mattered (of those in `ranges`, when given). `resolver` moves on only when the
+    /// whole row group was read: one that cannot be is read again through arrow-rs.
     pub(super) fn read(
         &mut self,
         file: &File,
         group: &parquet::file::metadata::RowGroupMetaData,
         resolver: &Mutex<Resolver>,
+        ranges: Option<&SeqRanges>,
     ) -> Result<(Vec<Vec<Ev>>, u64)> {
         let rows = group.num_rows() as usize;
         let (map, chunks) = parquet_keys::map_chunks(file, group, &EVENT_COLUMNS)?;
@@ -275,6 +384,9 @@ impl KeyedEvents {
                 .values
                 .get(seq.keys[i] as usize)
                 .ok_or_else(|| anyhow::anyhow!("an event's seq is null"))?;
+            if ranges.is_some_and(|w| !w.contains(seq)) {
+                continue;
+            }
             let ip = ip.values.get(ip.keys[i] as usize).copied();
             let mut e = Ev {
                 seq,
@@ -306,6 +418,14 @@ pub(super) struct Events {
 }
 
 impl Events {
+    pub(super) fn new(batches: std::sync::mpsc::Receiver<Vec<Ev>>) -> Self {
+        Events {
+            batches,
+            batch: Vec::new(),
+            at: 0,
+        }
+    }
+
     /// Move the events before row `end` to `out`, as many at a time as there are in the
     /// batch at hand (one at a time was 3% of the flame graph's time). The decoder writes
     /// events in `seq` order; in a table written otherwise, an event behind a later one

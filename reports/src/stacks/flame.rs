@@ -17,7 +17,7 @@ pub fn stacks_of(
     warnings: &mut Vec<String>,
 ) -> Result<(Stacks, Vec<String>)> {
     if let Source::Decode(input) = src {
-        if input.threads()?.is_some() {
+        if input.has_threads() {
             let mut sum = StacksSum::new(cycles);
             sum.add_threads(input)?;
             return Ok(sum.finish(warnings));
@@ -59,15 +59,17 @@ impl StacksSum {
         self.add_under(input, None)
     }
 
-    /// Add `input`'s stacks; for a perf.data decode each thread's rows on their own, under
-    /// a frame naming the thread (a thread's stack is its own, and one CPU's rows switch
+    /// Add `input`'s stacks; for a perf.data decode each thread's rows on their own, in
+    /// time order (its stretches on different CPUs are in CPU order in the table), under a
+    /// frame naming the thread (a thread's stack is its own, and one CPU's rows switch
     /// between threads).
     pub fn add_threads(&mut self, input: &mut Input) -> Result<()> {
         let Some(threads) = input.threads()? else {
             return self.add(input);
         };
-        for (tid, name) in threads {
-            input.thread = Some(tid);
+        for thread in threads {
+            let name = thread.name.clone();
+            input.thread = Some(thread);
             let added = self.add_under(input, Some(&name));
             input.thread = None;
             added?;

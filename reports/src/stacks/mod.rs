@@ -32,6 +32,7 @@ mod functions;
 mod rows;
 #[cfg(test)]
 mod tests;
+mod threads;
 mod trie;
 mod walker;
 

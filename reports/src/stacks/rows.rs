@@ -144,8 +144,8 @@ pub(super) struct Rows {
     pub(super) kinds: Vec<u8>,
     pub(super) cycles: Option<PrimitiveArray<UInt64Type>>,
     pub(super) tsc: Option<PrimitiveArray<UInt64Type>>,
-    /// With a thread filter: which rows are the thread's (the others are counted, not walked).
-    pub(super) keep: Option<Vec<bool>>,
+    /// A perf.data thread's walk: `time`, which orders its rows on different CPUs.
+    pub(super) time: Option<PrimitiveArray<UInt64Type>>,
 }
 
 impl Rows {
@@ -153,7 +153,7 @@ impl Rows {
         b: &arrow_array::RecordBatch,
         cycles: bool,
         tsc: bool,
-        thread: Option<Option<u32>>,
+        time: bool,
     ) -> Result<Rows> {
         // A column of nulls only is no column: the walk then keeps its last value.
         let opt = |read: bool, name: &str| -> Result<Option<PrimitiveArray<UInt64Type>>> {
@@ -170,15 +170,18 @@ impl Rows {
             kinds: kind_codes(b, "kind", BranchKind::from_name, |k| k as u8)?,
             cycles: opt(cycles, "cycles")?,
             tsc: opt(tsc, "tsc")?,
-            keep: match thread {
-                None => None,
-                Some(want) => Some(
-                    col::<UInt32Type>(b, "tid")?
-                        .iter()
-                        .map(|t| t == want)
-                        .collect(),
-                ),
-            },
+            time: opt(time, "time")?,
         })
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.ip.len()
+    }
+
+    /// Row `i`'s `time` (`None`: null, or not read).
+    #[inline]
+    pub(super) fn time(&self, i: usize) -> Option<u64> {
+        let t = self.time.as_ref()?;
+        t.is_valid(i).then(|| t.value(i))
     }
 }

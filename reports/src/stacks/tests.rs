@@ -262,3 +262,189 @@ fn the_trie_finds_every_child_again_past_the_list_limit() {
         "cycles are counted per node when asked for"
     );
 }
+
+/// A row of a perf.data decode's `branches`: cpu, tid, time, ip, kind, target, insns.
+type PerfRow<'a> = (u32, u32, u64, u64, &'a str, u64, u32);
+
+/// A perf.data decode's `branches` and `events` written in `dir` (Parquet with row groups
+/// of three rows, or Arrow IPC): its rows in table order; each event (seq, kind).
+fn perf_tables(dir: &std::path::Path, ipc: bool, rows: &[PerfRow<'_>], events: &[(u64, &str)]) {
+    use arrow_array::{ArrayRef, RecordBatch, StringArray, UInt32Array, UInt64Array};
+    use std::sync::Arc;
+    let u32s = |f: fn(&PerfRow<'_>) -> u32| -> ArrayRef {
+        Arc::new(rows.iter().map(f).collect::<UInt32Array>())
+    };
+    let u64s = |f: fn(&PerfRow<'_>) -> u64| -> ArrayRef {
+        Arc::new(rows.iter().map(f).collect::<UInt64Array>())
+    };
+    let branches = RecordBatch::try_from_iter([
+        ("ip", u64s(|r| r.3)),
+        ("target", u64s(|r| r.5)),
+        (
+            "kind",
+            Arc::new(rows.iter().map(|r| Some(r.4)).collect::<StringArray>()) as ArrayRef,
+        ),
+        ("insns", u32s(|r| r.6)),
+        ("cpu", u32s(|r| r.0)),
+        ("tid", u32s(|r| r.1)),
+        ("time", u64s(|r| r.2)),
+    ])
+    .unwrap();
+    let events = RecordBatch::try_from_iter([
+        (
+            "seq",
+            Arc::new(events.iter().map(|e| e.0).collect::<UInt64Array>()) as ArrayRef,
+        ),
+        (
+            "kind",
+            Arc::new(events.iter().map(|e| Some(e.1)).collect::<StringArray>()),
+        ),
+        (
+            "ip",
+            Arc::new(events.iter().map(|_| None::<u64>).collect::<UInt64Array>()),
+        ),
+    ])
+    .unwrap();
+    for (name, b) in [("branches", branches), ("events", events)] {
+        let ext = if ipc { "arrow" } else { "parquet" };
+        let f = std::fs::File::create(dir.join(format!("{name}.{ext}"))).unwrap();
+        if ipc {
+            let mut w = arrow_ipc::writer::FileWriter::try_new(f, &b.schema()).unwrap();
+            // Batches of three rows, as the Parquet row groups.
+            for at in (0..b.num_rows()).step_by(3) {
+                w.write(&b.slice(at, 3.min(b.num_rows() - at))).unwrap();
+            }
+            w.finish().unwrap();
+        } else {
+            let props = parquet::file::properties::WriterProperties::builder()
+                .set_max_row_group_row_count(Some(3))
+                .build();
+            let mut w = parquet::arrow::ArrowWriter::try_new(f, b.schema(), Some(props)).unwrap();
+            w.write(&b).unwrap();
+            w.close().unwrap();
+        }
+    }
+}
+
+/// The folded lines of thread `tid` in the flame graph of `rows` and `events`
+/// ([`perf_tables`]), sorted; and the gaps of all threads.
+fn thread_lines(
+    ipc: bool,
+    rows: &[PerfRow<'_>],
+    events: &[(u64, &str)],
+    tid: u32,
+) -> (Vec<String>, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    perf_tables(dir.path(), ipc, rows, events);
+    let input = crate::input::Input::open(dir.path(), None).unwrap();
+    let mut src = crate::source::Source::Decode(Box::new(input));
+    let mut warnings = Vec::new();
+    let (st, names) = stacks_of(&mut src, false, &mut warnings).unwrap();
+    let mut out = Vec::new();
+    st.write_folded(&names, false, &mut out).unwrap();
+    let root = format!("thread_{tid};");
+    let mut lines: Vec<String> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with(&root))
+        .map(String::from)
+        .collect();
+    lines.sort();
+    (lines, st.gaps)
+}
+
+#[test]
+fn a_thread_that_ran_on_two_cpus_is_walked_in_time_order() {
+    use BranchKind::*;
+    let (call, ret, cond) = (Call.name(), Ret.name(), Cond.name());
+    // Thread 7 calls 0x2000 on CPU 0, which calls 0x3000 on CPU 1 and returns there, and
+    // returns itself on CPU 0; CPU 1 runs it again after that. Thread 8 runs between, on
+    // both, with an error (a gap) among its rows. Each of thread 7's rows has its own bit
+    // of `insns`, to tell where it went.
+    let rows = [
+        // CPU 0
+        (0, 7, 10, 0x1000, call, 0x2000, 1),
+        (0, 8, 11, 0x5000, cond, 0x5004, 100),
+        (0, 8, 12, 0x5004, cond, 0x5008, 200),
+        (0, 7, 40, 0x2010, ret, 0x1005, 2),
+        (0, 7, 41, 0x1010, cond, 0x1014, 4),
+        // CPU 1: the last two rows are one stretch of thread 7 (CPU 1 ran nothing of the
+        // trace between), with CPU 0's two rows above in its time.
+        (1, 7, 20, 0x2000, call, 0x3000, 8),
+        (1, 7, 21, 0x3000, cond, 0x3004, 16),
+        (1, 8, 25, 0x5008, cond, 0x500c, 400),
+        (1, 7, 30, 0x3010, ret, 0x2005, 32),
+        (1, 7, 50, 0x1014, cond, 0x1018, 64),
+    ];
+    for ipc in [false, true] {
+        let (lines, gaps) = thread_lines(ipc, &rows, &[(2, EventKind::Error.name())], 7);
+        // Returns are all mismatched (no image: no return address is known), each
+        // popping one frame.
+        assert_eq!(
+            lines,
+            [
+                "thread_7;0x1000 69",               // rows 1, 4, 64
+                "thread_7;0x1000;0x2000 10",        // rows 8, 2
+                "thread_7;0x1000;0x2000;0x3000 48", // rows 16, 32
+            ],
+            "ipc {ipc}"
+        );
+        // The error is thread 8's, not thread 7's.
+        assert_eq!(gaps, 1, "ipc {ipc}");
+    }
+}
+
+#[test]
+fn a_thread_that_goes_back_and_forth_between_two_idle_cpus_is_walked_in_time_order() {
+    use BranchKind::*;
+    let (call, ret, cond) = (Call.name(), Ret.name(), Cond.name());
+    // Thread 9 alone, from CPU 0 to CPU 1 and back, twice: each CPU's rows are one
+    // stretch, with the other's rows within its time.
+    let rows = [
+        (0, 9, 10, 0x1000, call, 0x2000, 1),
+        (0, 9, 30, 0x3000, cond, 0x3004, 4),
+        (0, 9, 50, 0x2008, cond, 0x200c, 16),
+        (1, 9, 20, 0x2000, call, 0x3000, 2),
+        (1, 9, 40, 0x3010, ret, 0x2005, 8),
+    ];
+    for ipc in [false, true] {
+        let (lines, _) = thread_lines(ipc, &rows, &[], 9);
+        assert_eq!(
+            lines,
+            [
+                "thread_9;0x1000 1",
+                "thread_9;0x1000;0x2000 18",        // rows 2, 16
+                "thread_9;0x1000;0x2000;0x3000 12", // rows 4, 8
+            ],
+            "ipc {ipc}"
+        );
+    }
+}
+
+#[test]
+fn rows_timed_after_the_next_thread_on_their_cpu_stay_in_their_place() {
+    use BranchKind::*;
+    let (call, ret, cond) = (Call.name(), Ret.name(), Cond.name());
+    // Thread 7's last row on CPU 0 came after a gap and took the next timing packet's
+    // time: thread 8's, after thread 7 ran on CPU 1. It ran before that.
+    let rows = [
+        (0, 7, 10, 0x1000, call, 0x2000, 1),
+        (0, 7, 20, 0x2000, cond, 0x2004, 2),
+        (0, 7, 60, 0x2010, ret, 0x1005, 4),
+        (0, 8, 60, 0x5000, cond, 0x5004, 100),
+        (1, 7, 30, 0x1005, call, 0x3000, 8),
+        (1, 7, 40, 0x3000, cond, 0x3004, 16),
+    ];
+    for ipc in [false, true] {
+        let (lines, _) = thread_lines(ipc, &rows, &[], 7);
+        assert_eq!(
+            lines,
+            [
+                "thread_7;0x1000 9",         // rows 1, 8
+                "thread_7;0x1000;0x2000 6",  // rows 2, 4
+                "thread_7;0x1000;0x3000 16", // row 16
+            ],
+            "ipc {ipc}"
+        );
+    }
+}

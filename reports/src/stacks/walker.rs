@@ -184,11 +184,12 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
         }
     }
 
-    /// Walk one batch of rows; `seq` is the first one's, `prev_cyc` the last `cycles`
-    /// value seen.
+    /// Walk the rows `range` of a batch; `seq` is the first one's, `prev_cyc` the last
+    /// `cycles` value seen.
     pub(super) fn batch(
         &mut self,
         rows: &Rows,
+        range: std::ops::Range<usize>,
         events: &[Ev],
         seq: &mut u64,
         prev_cyc: &mut Option<u64>,
@@ -200,16 +201,10 @@ impl<'s, F: FnMut(Span)> Walker<'_, 's, F> {
         let tnull = rows.target.null_count() > 0;
         let mut evs = events.iter().copied().peekable();
         let mut pending = std::mem::take(&mut self.pending);
-        self.st.rows += rows.ip.len() as u64;
-        for i in 0..rows.ip.len() {
+        self.st.rows += range.len() as u64;
+        for i in range {
             while let Some(e) = evs.next_if(|e| e.seq <= *seq) {
                 self.event(e);
-            }
-            // Another thread's row: its place counts (events are numbered by rows), its
-            // branch is not this thread's.
-            if rows.keep.as_ref().is_some_and(|k| !k[i]) {
-                *seq += 1;
-                continue;
             }
             let mut dcyc = 0;
             if let Some(c) = &rows.cycles {
