@@ -639,6 +639,10 @@ pub fn check_format(parts: &[&Bundle]) -> Result<(TraceFormat, Vec<String>)> {
     let format = first.manifest.format;
     for p in parts {
         mismatch(&p.stream(), format, &p.trace_path.display().to_string())?;
+        // The sniff read the trace's first bytes, and the kernel mapped the pages around
+        // them: a perf.data's areas share one mapping, and thousands of them would have
+        // all of it resident at once.
+        p.release_trace();
     }
     let mut warnings = Vec::new();
     match format {
