@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tracemill_datasets::perf_data::{
-    intel_pt_info, intel_pt_two_threads, intel_pt_two_threads_pipe, CpuStream, PtRecording, Written,
+    intel_pt_info, intel_pt_two_threads, intel_pt_two_threads_pipe, CpuStream, PtRecording,
+    Written, PT_IDS, SIDEBAND_IDS,
 };
 use tracemill_decode::pt::encode::encode;
 use tracemill_decode::pt::packet::{IpCompression, IpPayload, Packet, Tnt};
@@ -144,8 +145,8 @@ fn round_trip_gives_back_every_record_and_the_aux_data_byte_for_byte() {
     assert_eq!(
         names,
         vec![
-            (&b"intel_pt//u"[..], vec![1000, 1001]),
-            (&b"dummy:u"[..], vec![2000, 2001])
+            (&b"intel_pt//u"[..], vec![PT_IDS, PT_IDS + 1]),
+            (&b"dummy:u"[..], vec![SIDEBAND_IDS, SIDEBAND_IDS + 1])
         ]
     );
     assert!(p.pmu_mappings().unwrap().contains(&(8, &b"intel_pt"[..])));
