@@ -24,6 +24,7 @@ use std::path::Path;
 use std::process::Command;
 
 mod common;
+use common::{real_program_tools, BUSYBOX};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
@@ -36,26 +37,7 @@ use tracemill_datasets::perf_data::{
 use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtTsc};
 use tracemill_decode::image::ImageSet;
 
-const BUSYBOX: &str = "/usr/bin/busybox";
 const PID: u32 = 4242;
-
-/// The tools the test needs, or why it is skipped (never in CI).
-fn tools() -> bool {
-    let skip = std::env::var("TRACEMILL_SKIP_MISSING").is_ok_and(|v| v == "1")
-        && std::env::var_os("CI").is_none();
-    let missing = qemu::check_tools()
-        .err()
-        .map(|e| e.to_string())
-        .or_else(|| (!Path::new(BUSYBOX).exists()).then(|| format!("{BUSYBOX} not installed")));
-    if let Some(e) = missing {
-        assert!(
-            skip,
-            "{e} (TRACEMILL_SKIP_MISSING=1 skips this test, except in CI)"
-        );
-        return false;
-    }
-    true
-}
 
 /// One execution's rows as the truth has them: (ip, taken, target, insns, offset).
 type Row = (u64, bool, Option<u64>, u32, u64);
@@ -327,7 +309,7 @@ fn assert_stretches(got: &[Decoded], cpus: &[Vec<Stretch<'_>>], more: impl Fn(us
 
 #[test]
 fn a_perf_data_of_two_threads_on_two_cpus_decodes_to_each_executions_truth_on_its_thread() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let made = made();
@@ -360,7 +342,7 @@ fn a_pipe_mode_recording_decodes_from_a_file_and_from_standard_input_as_the_file
     // `perf record -o -` writes pipe mode (the attributes and features as records, no
     // section table). Read from a file or piped into `tracemill decode -`, it decodes to
     // the rows of the same recording in file mode, threads and times included.
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let made = made();
@@ -454,7 +436,7 @@ fn aux_buffers_cut_inside_packets_and_padded_as_perf_pads_them_join_to_the_truth
     // buffers are read in place and join across every cut: each stretch is its truth, at
     // its offset in the unpadded AUX stream, alike with -j1 and -j2 in the smallest
     // chunks, and no warning (the padding is not an overlap).
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let made = made();
@@ -529,7 +511,7 @@ fn aux_bytes_perf_lost_are_an_error_row_where_the_trace_resumes() {
     // `events` at the PSB where the trace resumes, naming the AUX bytes and the record;
     // no packet is read across it; -j1 and -j2 in the smallest chunks write the same
     // tables, and every row before it is the full recording's.
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let made = made();
@@ -595,7 +577,7 @@ fn a_snapshot_recording_decodes_what_is_there_and_names_what_was_overwritten() {
     // every 20,011 bytes of trace) holds only its last 12,000 bytes, at their AUX offset.
     // The bytes before each are gone: a warning each, and an error row where the trace
     // resumes (at the snapshot's first PSB); the rest decodes alike in any chunking.
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let made = made();
@@ -650,7 +632,7 @@ fn eight_cpus_and_a_thread_that_migrates_decode_each_stretch_on_its_cpu_and_thre
     // thread 4243 moving from CPU 1 to CPU 5 and then to CPU 7 between its stretches.
     // Every stretch is its execution's truth on the CPU and thread the switch records put
     // it on, and perf decodes the same taken branches.
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let mut r = PtRecording::for_elf(Path::new(BUSYBOX), PID, Vec::new()).unwrap();
@@ -777,7 +759,7 @@ fn try_decode(file: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, String) 
 
 #[test]
 fn a_perf_data_without_aux_data_or_with_another_pmus_is_refused_by_name() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -830,7 +812,7 @@ fn a_perf_data_without_aux_data_or_with_another_pmus_is_refused_by_name() {
 
 #[test]
 fn a_perf_data_cut_in_the_middle_of_a_record_decodes_what_came_before() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -860,7 +842,7 @@ fn a_perf_data_cut_in_the_middle_of_a_record_decodes_what_came_before() {
 
 #[test]
 fn a_missing_binary_is_named_and_found_again_with_symfs_or_the_build_id_cache() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -916,7 +898,7 @@ fn kernel_code_decodes_from_vmlinux_a_kcore_copy_and_the_directory_perf_record_k
     // segments, `--kcore FILE` or its `kcore_dir`), and the directory `perf record --kcore`
     // writes (`data` beside `kcore_dir/kcore`), which uses its own copy unasked. Each
     // decodes the rows of the recording with its binary.
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -996,7 +978,7 @@ fn tracemill(args: &[&str]) -> (Option<i32>, String) {
 
 #[test]
 fn reports_of_a_perf_data_have_a_flame_graph_root_and_a_timeline_track_per_thread() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -1122,7 +1104,7 @@ fn reports_of_a_perf_data_have_a_flame_graph_root_and_a_timeline_track_per_threa
 
 #[test]
 fn ingest_takes_perf_data_files_and_recording_directories_with_labels_beside_them() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -1239,7 +1221,7 @@ fn tracemill_within(secs: u64, args: &[&str]) -> (Option<i32>, String) {
 
 #[test]
 fn files_a_recording_names_are_opened_as_regular_files_only_and_never_block() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -1278,7 +1260,7 @@ fn files_a_recording_names_are_opened_as_regular_files_only_and_never_block() {
 
 #[test]
 fn ingest_reads_nothing_outside_the_recordings_directory_and_quotes_no_file() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -1360,7 +1342,7 @@ fn ingest_reads_nothing_outside_the_recordings_directory_and_quotes_no_file() {
 
 #[test]
 fn a_cut_or_lying_auxtrace_is_named_and_the_bytes_before_it_are_decoded() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -1447,7 +1429,7 @@ fn an_empty_file_a_foreign_magic_or_a_fifo_each_get_their_own_message() {
 
 #[test]
 fn a_decode_with_no_branch_publishes_nothing_and_keeps_what_out_held() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -1491,7 +1473,7 @@ fn a_decode_with_no_branch_publishes_nothing_and_keeps_what_out_held() {
 
 #[test]
 fn a_recording_made_with_perf_record_z_decodes_as_the_same_recording_without() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -1623,7 +1605,7 @@ fn two_programs() -> &'static TwoPrograms {
 
 #[test]
 fn processes_with_programs_at_the_same_addresses_decode_each_in_its_own_address_space() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let made = two_programs();
@@ -1667,7 +1649,7 @@ fn processes_with_programs_at_the_same_addresses_decode_each_in_its_own_address_
 
 #[test]
 fn the_binaries_are_mapped_once_for_all_the_aux_areas() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -1701,7 +1683,7 @@ fn each_areas_pages_of_the_recording_are_released_when_its_decode_is_done() {
     // reading it mapped in (the kernel maps more than the page read), or a recording of
     // thousands of small areas keeps every page of them (RssFile the size of its AUX
     // data). Here two areas of about 160 KB, interleaved in the file.
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -1824,7 +1806,7 @@ fn same_lines(perf: &[&str], ours: &[&str], what: &str) {
 
 #[test]
 fn perf_script_text_is_perfs_line_for_line() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -16,6 +16,8 @@
 //! Either way the thread's folded stacks are those of the whole execution decoded on one
 //! CPU, with as many mismatched returns (none).
 
+mod common;
+use common::{real_program_tools, BUSYBOX};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
@@ -26,28 +28,9 @@ use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtTsc};
 use tracemill_decode::image::ImageSet;
 use tracemill_decode::insn::InsnClass;
 
-const BUSYBOX: &str = "/usr/bin/busybox";
 const PID: u32 = 4242;
 /// The thread that migrates.
 const TID: u32 = PID + 1;
-
-/// The tools the test needs, or why it is skipped (never in CI).
-fn tools() -> bool {
-    let skip = std::env::var("TRACEMILL_SKIP_MISSING").is_ok_and(|v| v == "1")
-        && std::env::var_os("CI").is_none();
-    let missing = qemu::check_tools()
-        .err()
-        .map(|e| e.to_string())
-        .or_else(|| (!Path::new(BUSYBOX).exists()).then(|| format!("{BUSYBOX} not installed")));
-    if let Some(e) = missing {
-        assert!(
-            skip,
-            "{e} (TRACEMILL_SKIP_MISSING=1 skips this test, except in CI)"
-        );
-        return false;
-    }
-    true
-}
 
 /// A part of the execution encoded: its trace, and its instructions.
 struct Part {
@@ -140,7 +123,7 @@ fn flame(dir: &Path, name: &str, r: &PtRecording) -> (BTreeMap<String, Vec<Strin
 
 #[test]
 fn a_thread_that_migrates_in_the_middle_of_its_calls_has_the_stacks_of_its_execution() {
-    if !tools() {
+    if !real_program_tools() {
         return;
     }
     let mut x = 7u32;

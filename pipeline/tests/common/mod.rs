@@ -302,3 +302,25 @@ pub fn u64_pairs(path: &Path, [a, b]: [&str; 2]) -> Vec<(u64, Option<u64>)> {
     }
     out
 }
+
+/// Debian's busybox-static: the real program the tests run under qemu.
+pub const BUSYBOX: &str = "/usr/bin/busybox";
+
+/// Whether qemu and [`BUSYBOX`] are there for the tests that run a real program, or why
+/// such a test is skipped (with `TRACEMILL_SKIP_MISSING=1` only, and never in CI).
+pub fn real_program_tools() -> bool {
+    let skip = std::env::var("TRACEMILL_SKIP_MISSING").is_ok_and(|v| v == "1")
+        && std::env::var_os("CI").is_none();
+    let missing = tracemill_datasets::exec::qemu::check_tools()
+        .err()
+        .map(|e| e.to_string())
+        .or_else(|| (!Path::new(BUSYBOX).exists()).then(|| format!("{BUSYBOX} not installed")));
+    if let Some(e) = missing {
+        assert!(
+            skip,
+            "{e} (TRACEMILL_SKIP_MISSING=1 skips this test, except in CI)"
+        );
+        return false;
+    }
+    true
+}
