@@ -240,10 +240,9 @@ pub struct Bundle {
     pub spans: Vec<Span>,
     /// Where bytes of the trace were lost, in stream order ([`Bundle::with_spans`]).
     pub breaks: Vec<Break>,
-    /// How many of `spans` the last release covered whole: the next release with a later
-    /// offset starts there. (A release with an earlier offset, as the decode's first after
-    /// planning has released everything, starts again from the first span: the decode has
-    /// read those pages again since.)
+    /// How many of `spans` the last release covered whole: the next release starts there.
+    /// [`Bundle::release_trace`], which ends each reader (planning, the decode), sets it
+    /// back to none for the next, which reads the pages again.
     spans_released: AtomicUsize,
 }
 
@@ -565,9 +564,10 @@ impl Bundle {
             let done = self
                 .spans
                 .partition_point(|s| s.at + s.len as u64 <= offset);
+            // (A reader that reads the trace again starts from a count of none:
+            // `release_trace` ends each reader.)
             let last = self.spans_released.swap(done, Ordering::Relaxed);
-            let from = if last <= done { last } else { 0 };
-            for k in from..done {
+            for k in last.min(done)..done {
                 let s = &self.spans[k];
                 // From the page the span starts in to where the next span starts: the
                 // bytes between (AUXTRACE headers, other CPUs' buffers, decoded in their
@@ -921,9 +921,11 @@ mod tests {
             .unwrap();
         assert!(touch(&b.trace) > 0);
         assert_eq!(resident_kib(addr), 256);
-        // Planning's last release: every span, and what lies between them.
+        // Planning's releases as it goes: the spans it passed, and what lies between.
         b.release_trace_before(96 * KIB as u64);
         assert!(resident_kib(addr) <= 96, "{} KiB", resident_kib(addr));
+        // Planning is done with the trace.
+        b.release_trace();
         // The decode reads the trace again and releases behind itself from the start.
         assert!(touch(&b.trace) > 0);
         b.release_trace_before(64 * KIB as u64);
