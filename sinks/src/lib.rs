@@ -71,6 +71,7 @@ mod atomic;
 mod chunks;
 pub mod convert;
 mod error;
+mod footer;
 pub mod ipc;
 pub mod parquet;
 mod writer;

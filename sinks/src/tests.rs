@@ -1354,3 +1354,126 @@ fn strings_of_a_column_are_its_strings() {
     let numbers = arrow_array::UInt64Array::from(vec![1u64]);
     assert!(crate::convert::strings(&numbers).is_err());
 }
+
+// ---------------------------------------------------------------- the footer held on disk
+
+/// `table` written from `row_groups` through [`TableWriter::row_group_encoder`] (the
+/// footer held on disk, `footer.rs`) and through arrow-rs's own file writer (the footer in
+/// memory): the two files' bytes.
+fn files_both_ways(
+    dir: &Path,
+    table: &str,
+    opts: &WriterOptions,
+    row_groups: &[Vec<RecordBatch>],
+) -> (Vec<u8>, Vec<u8>) {
+    let ours = dir.join("ours");
+    let theirs = dir.join("arrow-rs");
+    fs::create_dir_all(&ours).unwrap();
+    fs::create_dir_all(&theirs).unwrap();
+    let mut w = TableWriter::create_in(&ours, table, &file_meta(), opts).unwrap();
+    let e = w.row_group_encoder().unwrap();
+    for (i, rg) in row_groups.iter().enumerate() {
+        w.append_encoded(e.encode(i, rg).unwrap()).unwrap();
+    }
+    let written = w.finish().unwrap();
+    let w = TableWriter::create_in(&theirs, table, &file_meta(), opts).unwrap();
+    let arrow_rs = w.bytes_with_arrow_rs_footer(row_groups);
+    // Nothing but the table is left beside it: the spills were unnamed.
+    assert_eq!(dir_names(&ours), [opts.format.file_name(table)]);
+    (fs::read(written.path).unwrap(), arrow_rs)
+}
+
+#[test]
+fn the_footer_held_on_disk_is_arrow_rs_footer_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let variants = [
+        WriterOptions::default(),
+        WriterOptions {
+            data_page_rows: 1_000,
+            constant_columns: vec![("bundle".into(), "0123456789abcdef".into())],
+            ..WriterOptions::default()
+        },
+        WriterOptions {
+            thread_columns: true,
+            codec: Codec::Lz4,
+            ..WriterOptions::default()
+        },
+    ];
+    for (v, opts) in variants.iter().enumerate() {
+        for table in ["branches", "timing", "events", "edges"] {
+            let batch = |i: u64| -> RecordBatch {
+                let b = match table {
+                    "branches" => crate::convert::branches(
+                        sample_branches(5_000 + i as usize * 777, i, i * 1_000_000),
+                        i * 10_000,
+                    ),
+                    "timing" => crate::convert::timing(sample_timing(3_000 + i as usize)),
+                    "events" => crate::convert::events(&sample_events()),
+                    _ => crate::convert::edges(&sample_edges()),
+                }
+                .unwrap();
+                if opts.thread_columns && table != "edges" {
+                    with_thread_columns(&b, table)
+                } else {
+                    b
+                }
+            };
+            // Row groups of one batch, of two, and of none.
+            let row_groups = vec![
+                vec![batch(0)],
+                vec![batch(1), batch(2)],
+                vec![],
+                vec![batch(3).slice(0, 1)],
+            ];
+            let d = dir.path().join(format!("{v}-{table}"));
+            let (ours, arrow_rs) = files_both_ways(&d, table, opts, &row_groups);
+            assert!(ours.len() > 1_000, "{table}: {} bytes", ours.len());
+            assert!(ours == arrow_rs, "variant {v}, {table}: the files differ");
+        }
+    }
+    // No row group at all.
+    let d = dir.path().join("empty");
+    let (ours, arrow_rs) = files_both_ways(&d, "branches", &WriterOptions::default(), &[]);
+    assert_eq!(ours, arrow_rs);
+}
+
+#[test]
+fn past_32767_row_groups_the_ordinals_are_left_out_as_arrow_rs_does() {
+    // The footer carries each row group's ordinal only when all of them fit in an i16:
+    // something only the end knows.
+    let dir = tempfile::tempdir().unwrap();
+    let edges = crate::convert::edges(&sample_edges()).unwrap();
+    for n in [i16::MAX as usize, i16::MAX as usize + 1] {
+        let row_groups: Vec<Vec<RecordBatch>> = (0..n)
+            .map(|i| vec![edges.slice(i % edges.num_rows(), 1)])
+            .collect();
+        let d = dir.path().join(n.to_string());
+        let (ours, arrow_rs) = files_both_ways(&d, "edges", &WriterOptions::default(), &row_groups);
+        assert!(ours == arrow_rs, "{n} row groups: the files differ");
+        let md = ::parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&bytes::Bytes::from(ours))
+            .unwrap();
+        assert_eq!(md.num_row_groups(), n);
+    }
+}
+
+/// `b` with a perf.data decode's thread columns (`cpu`, `pid`, `tid`, `time`), some null.
+fn with_thread_columns(b: &RecordBatch, table: &str) -> RecordBatch {
+    use arrow_array::{ArrayRef, UInt32Array, UInt64Array};
+    let n = b.num_rows();
+    let u32s = |m: u32| -> ArrayRef {
+        std::sync::Arc::new(UInt32Array::from_iter(
+            (0..n as u32).map(|i| (i % 7 != 3).then_some(i % m)),
+        ))
+    };
+    let mut columns = b.columns().to_vec();
+    columns.extend([
+        u32s(4),
+        u32s(900),
+        u32s(1000),
+        std::sync::Arc::new(UInt64Array::from_iter(
+            (0..n as u64).map(|i| (i > 10).then_some(1_000_000_000 + i * 13)),
+        )) as ArrayRef,
+    ]);
+    RecordBatch::try_new(schema::with_thread_fields(table).unwrap(), columns).unwrap()
+}

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::fs::File;
+use std::io::{Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -10,8 +11,9 @@ use ::parquet::arrow::arrow_writer::{
 };
 use ::parquet::arrow::ArrowWriter;
 use ::parquet::column::writer::ColumnCloseResult;
+use ::parquet::errors::ParquetError;
 use ::parquet::file::properties::WriterPropertiesPtr;
-use ::parquet::file::writer::SerializedFileWriter;
+use ::parquet::file::writer::SerializedRowGroupWriter;
 use ::parquet::schema::types::ColumnDescPtr;
 use arrow_array::types::Int32Type;
 use arrow_array::{ArrayRef, DictionaryArray, Int32Array, RecordBatch, StringArray};
@@ -24,6 +26,7 @@ use tracemill_schemas::{meta, SCHEMA_VERSION, TABLES};
 use crate::aligned::{aligned_arrays, Restager};
 use crate::atomic::{PendingFile, Unpublished};
 use crate::convert::ImageDictionary;
+use crate::footer::RowGroupFile;
 use crate::{chunks, convert, ipc, parquet, ConvertError, Error};
 
 /// Output file format.
@@ -178,8 +181,8 @@ pub struct Written {
 enum Sink {
     Parquet(ArrowWriter<File>),
     /// Parquet whose row groups are encoded elsewhere ([`RowGroupEncoder`]) and appended
-    /// here in order.
-    ParquetRowGroups(SerializedFileWriter<File>),
+    /// here in order, the footer held on disk until the end ([`crate::footer`]).
+    ParquetRowGroups(RowGroupFile),
     Ipc(ipc::IpcWriter),
     /// Transient, while switching from `Parquet` to `ParquetRowGroups`.
     Switching,
@@ -225,6 +228,17 @@ enum EncodedColumn {
 impl EncodedRowGroup {
     pub fn rows(&self) -> u64 {
         self.rows
+    }
+
+    /// Appends the columns, in order, to a row group of the file.
+    fn append_to(self, rgw: &mut SerializedRowGroupWriter<'_, File>) -> Result<(), ParquetError> {
+        for c in self.chunks {
+            match c {
+                EncodedColumn::Arrow(c) => c.append_to_row_group(rgw)?,
+                EncodedColumn::Keyed(bytes, close) => rgw.append_column(&bytes, close)?,
+            }
+        }
+        Ok(())
     }
 }
 
@@ -529,6 +543,45 @@ impl TableWriter {
     /// before any row was written through [`TableWriter::write`].
     pub fn row_group_encoder(&mut self) -> Result<RowGroupEncoder, Error> {
         let path = self.pending.dest().to_path_buf();
+        self.check_encodable()?;
+        match std::mem::replace(&mut self.sink, Sink::Switching) {
+            Sink::Parquet(w) => {
+                let perr = |source| Error::Parquet {
+                    path: path.clone(),
+                    source,
+                };
+                let (mut writer, factory) = w.into_serialized_writer().map_err(perr)?;
+                // Nothing but the magic is written yet: the file starts again under a
+                // writer that keeps the footer on disk.
+                let io = |e: std::io::Error| perr(e.into());
+                writer.flush().map_err(io)?;
+                let mut file = writer.inner().try_clone().map_err(io)?;
+                let schema_descr = Arc::new(writer.schema_descr().clone());
+                let props = writer.properties().clone();
+                drop(writer);
+                file.set_len(0).map_err(io)?;
+                file.seek(SeekFrom::Start(0)).map_err(io)?;
+                let dir = path.parent().unwrap_or(Path::new("."));
+                let writer =
+                    RowGroupFile::new(file, dir, schema_descr, props.clone()).map_err(perr)?;
+                let encoder = self.encoder(factory, writer.schema_descr().columns(), props);
+                self.sink = Sink::ParquetRowGroups(writer);
+                Ok(encoder)
+            }
+            other => {
+                self.sink = other;
+                Err(Error::SchemaMismatch {
+                    path,
+                    table: self.table,
+                    detail: "row groups can be encoded elsewhere for Parquet only".into(),
+                })
+            }
+        }
+    }
+
+    /// Row groups can be encoded elsewhere only from the start, and for flat tables.
+    fn check_encodable(&self) -> Result<(), Error> {
+        let path = self.pending.dest().to_path_buf();
         if self.rows > 0 || self.images.is_some() {
             return Err(Error::SchemaMismatch {
                 path,
@@ -548,46 +601,53 @@ impl TableWriter {
                 detail: "row groups are encoded elsewhere only for flat tables".into(),
             });
         }
-        match std::mem::replace(&mut self.sink, Sink::Switching) {
-            Sink::Parquet(w) => {
-                let (writer, factory) =
-                    w.into_serialized_writer()
-                        .map_err(|source| Error::Parquet {
-                            path: path.clone(),
-                            source,
-                        })?;
-                let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
-                fields.extend(self.constants.fields.iter().cloned());
-                let leaves = writer.schema_descr().columns();
-                let props = writer.properties().clone();
-                // Row groups are encoded column by column, field i as leaf column i: every
-                // table is flat. (Checked before the writer is taken apart.)
-                let keyed = fields
-                    .iter()
-                    .zip(leaves)
-                    .map(|(f, leaf)| {
-                        chunks::kind(f, leaf.path(), &props).map(|k| (leaf.clone(), k))
-                    })
-                    .collect();
-                self.sink = Sink::ParquetRowGroups(writer);
-                Ok(RowGroupEncoder {
-                    factory: Arc::new(factory),
-                    schema: Arc::new(Schema::new(fields)),
-                    constants: self.constants.clone(),
-                    keyed: Arc::new(keyed),
-                    props,
-                    path,
-                })
-            }
-            other => {
-                self.sink = other;
-                Err(Error::SchemaMismatch {
-                    path,
-                    table: self.table,
-                    detail: "row groups can be encoded elsewhere for Parquet only".into(),
-                })
-            }
+        Ok(())
+    }
+
+    fn encoder(
+        &self,
+        factory: ArrowRowGroupWriterFactory,
+        leaves: &[ColumnDescPtr],
+        props: WriterPropertiesPtr,
+    ) -> RowGroupEncoder {
+        let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
+        fields.extend(self.constants.fields.iter().cloned());
+        // Row groups are encoded column by column, field i as leaf column i: every table
+        // is flat (`check_encodable`).
+        let keyed = fields
+            .iter()
+            .zip(leaves)
+            .map(|(f, leaf)| chunks::kind(f, leaf.path(), &props).map(|k| (leaf.clone(), k)))
+            .collect();
+        RowGroupEncoder {
+            factory: Arc::new(factory),
+            schema: Arc::new(Schema::new(fields)),
+            constants: self.constants.clone(),
+            keyed: Arc::new(keyed),
+            props,
+            path: self.pending.dest().to_path_buf(),
         }
+    }
+
+    /// The file arrow-rs's own `SerializedFileWriter` writes from these row groups, its
+    /// footer held in memory: what [`crate::footer`] must write byte for byte.
+    #[cfg(test)]
+    pub(crate) fn bytes_with_arrow_rs_footer(mut self, row_groups: &[Vec<RecordBatch>]) -> Vec<u8> {
+        self.check_encodable().unwrap();
+        let Sink::Parquet(w) = std::mem::replace(&mut self.sink, Sink::Switching) else {
+            panic!("a Parquet writer");
+        };
+        let (mut writer, factory) = w.into_serialized_writer().unwrap();
+        let props = writer.properties().clone();
+        let encoder = self.encoder(factory, writer.schema_descr().columns(), props);
+        for (i, batches) in row_groups.iter().enumerate() {
+            let rg = encoder.encode(i, batches).unwrap();
+            let mut rgw = writer.next_row_group().unwrap();
+            rg.append_to(&mut rgw).unwrap();
+            rgw.close().unwrap();
+        }
+        drop(writer.into_inner().unwrap());
+        std::fs::read(self.pending.tmp()).unwrap()
     }
 
     /// Append a row group from this writer's [`RowGroupEncoder`] (in the order of the
@@ -605,20 +665,11 @@ impl TableWriter {
             path: path.clone(),
             source,
         };
-        let r = (|| {
-            let mut rgw = w.next_row_group()?;
-            for c in rg.chunks {
-                match c {
-                    EncodedColumn::Arrow(c) => c.append_to_row_group(&mut rgw)?,
-                    EncodedColumn::Keyed(bytes, close) => rgw.append_column(&bytes, close)?,
-                }
-            }
-            rgw.close()?;
-            Ok(())
-        })();
+        let rows = rg.rows;
+        let r = w.append(|rgw| rg.append_to(rgw));
         match r {
             Ok(()) => {
-                self.rows += rg.rows;
+                self.rows += rows;
                 Ok(())
             }
             Err(e) => {
@@ -726,7 +777,7 @@ impl TableWriter {
                 path: path.clone(),
                 source,
             })?,
-            Sink::ParquetRowGroups(w) => w.into_inner().map_err(|source| Error::Parquet {
+            Sink::ParquetRowGroups(w) => w.finish().map_err(|source| Error::Parquet {
                 path: path.clone(),
                 source,
             })?,
