@@ -440,7 +440,16 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Decode(a) => {
             // Options first: a bad one fails before the bundle is read.
-            let tables = Tables::parse(&a.tables)?;
+            let mut tables = Tables::parse(&a.tables)?;
+            if a.out.is_none() {
+                // Nothing is written, so no row is built: the walk counts what the summary
+                // shows, blocks and edges too when coverage or edges is asked for.
+                tables = Tables {
+                    coverage: tables.coverage,
+                    edges: tables.edges,
+                    ..Tables::NONE
+                };
+            }
             if let Some(out) = &a.out {
                 check_out_dir(out)?;
             }
