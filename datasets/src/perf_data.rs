@@ -627,6 +627,9 @@ pub struct PtRecording {
     /// only its last this many bytes (perf writes them at their AUX offset, so the bytes
     /// before are a gap: overwritten). Needs `aux_buffer`.
     pub snapshot: Option<usize>,
+    /// Sideband records (LOST) and samples (LOST_SAMPLES) perf dropped: one record of each
+    /// with these counts, before the threads exit.
+    pub lost: Option<(u64, u64)>,
 }
 
 /// A binary as mapped: path, build-id, load address, mapped length, file offset.
@@ -1271,6 +1274,22 @@ fn build<'a>(
         t
     };
     recs.push((0, Record::FinishedRound, none));
+    if let Some((lost, samples)) = r.lost {
+        let (cpu, tid) = (r.cpus[0].cpu, r.cpus[0].tid);
+        let time = next_time();
+        let id = SIDEBAND_IDS + cpu as u64;
+        recs.push((
+            0,
+            Record::Lost { id, lost },
+            sid(tid, cpu, time, SIDEBAND_IDS),
+        ));
+        let time = next_time();
+        recs.push((
+            0,
+            Record::LostSamples { lost: samples },
+            sid(tid, cpu, time, SIDEBAND_IDS),
+        ));
+    }
     for &tid in r.tids().iter().rev() {
         let c = r
             .cpus
@@ -1372,6 +1391,7 @@ impl PtRecording {
             execs: Vec::new(),
             aux_buffer: None,
             snapshot: None,
+            lost: None,
         })
     }
 }

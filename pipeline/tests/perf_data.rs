@@ -1897,3 +1897,52 @@ fn perf_script_text_is_perfs_line_for_line() {
     );
     assert!(ours.contains(" fib+0x"), "symbols");
 }
+
+#[test]
+fn sideband_records_and_samples_perf_lost_are_warnings_at_their_offsets_and_rows_stay() {
+    // LOST and LOST_SAMPLES name no place in any AUX area's trace (perf dropped sideband
+    // records or samples, not trace bytes): warnings with the record's offset, and the
+    // trace decodes as it would without them.
+    if !real_program_tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut r = made().recording.clone();
+    r.lost = Some((3, 5));
+    let lossy = intel_pt_two_threads(&r).unwrap().bytes;
+    let file = write(tmp.path(), "lost.data", &lossy);
+    let rec =
+        tracemill_input::perf::open(&file, &tracemill_input::perf::Lookup::default()).unwrap();
+    let p = tracemill_perfdata::PerfData::parse(&lossy).unwrap();
+    let at = |want: u32| {
+        p.records()
+            .map(Result::unwrap)
+            .find(|i| i.record.kind() == want)
+            .expect("the record")
+            .offset
+    };
+    use tracemill_perfdata::record::kind;
+    let lost = format!(
+        "3 sideband records lost (LOST at offset {:#x})",
+        at(kind::LOST)
+    );
+    let samples = format!(
+        "5 samples lost (LOST_SAMPLES at offset {:#x})",
+        at(kind::LOST_SAMPLES)
+    );
+    for want in [&lost, &samples] {
+        assert!(
+            rec.warnings.iter().any(|w| w.contains(want.as_str())),
+            "{want}: {:?}",
+            rec.warnings
+        );
+    }
+    let with = tracemill::run::decode_perf(&rec, &Default::default()).unwrap();
+    let plain = write(tmp.path(), "plain.data", &made().file);
+    let rec = tracemill_input::perf::open(&plain, &Default::default()).unwrap();
+    let without = tracemill::run::decode_perf(&rec, &Default::default()).unwrap();
+    assert_eq!(
+        (with.rows, with.instructions),
+        (without.rows, without.instructions)
+    );
+}

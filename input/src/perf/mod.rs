@@ -216,6 +216,11 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
                  mappings may be missing",
                 item.offset
             )),
+            Record::LostSamples { lost } => warnings.push(format!(
+                "{name}: {lost} samples lost (LOST_SAMPLES at offset {:#x}): records perf \
+                 sampled may be missing",
+                item.offset
+            )),
             Record::AuxtraceError(e) => warnings.push(format!(
                 "{name}: perf reported a trace error (AUXTRACE_ERROR at offset {:#x}): {}",
                 item.offset,
