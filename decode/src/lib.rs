@@ -22,7 +22,8 @@
 //!
 //! Layers, bottom up (each a module with its own tests; each imports only the modules
 //! listed before it, which `tests/layers.rs` checks, so the crate has no import circle):
-//! - [`stream`]: the trace bytes in time order (plain file or rotated ring dump);
+//! - [`stream`], [`psb_ahead`]: the trace bytes in time order (plain file or rotated ring
+//!   dump); where the next PSB is, for a packet reader, searched a window at a time;
 //! - [`column_pool`], [`retstack`]: reused column buffers; return compression;
 //! - [`image`], [`insn`], [`block`]: code images, instruction classes and modes, the
 //!   basic-block cache with the memoized walk over it (`block::memo`);
@@ -61,6 +62,7 @@ pub mod image;
 pub mod insn;
 pub mod loop_guard;
 pub mod piece;
+pub mod psb_ahead;
 pub mod pt;
 pub mod retstack;
 pub mod rows;

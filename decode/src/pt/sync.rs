@@ -15,6 +15,7 @@ use super::packet::{
     parse, IpCompression, IpPayload, Packet, PacketError, Parsed, Tnt, MAX_PACKET_LEN, PSB_BYTES,
     PSB_LEN,
 };
+use crate::psb_ahead::PsbAhead;
 use crate::stream::TraceStream;
 
 fn finder() -> &'static memchr::memmem::Finder<'static> {
@@ -77,10 +78,8 @@ pub struct PacketReader<'s> {
     pos: u64,
     end: u64,
     errata: Errata,
-    /// The first PSB at or after `searched_from` (None: none up to the stream's end); it
-    /// answers for any position from `searched_from` up to it.
-    next_psb: Option<u64>,
-    searched_from: u64,
+    /// Where the next PSB is, searched a window at a time.
+    psb: PsbAhead,
     /// The part of the stream read last, and its stream offset: the hot paths read bytes
     /// from it without asking the stream which part holds them (a perf.data area is
     /// thousands of parts).
@@ -98,8 +97,7 @@ impl<'s> PacketReader<'s> {
             pos: start,
             end: end.min(stream.len()),
             errata,
-            next_psb: None,
-            searched_from: u64::MAX,
+            psb: PsbAhead::new(),
             part: &[],
             part_at: 0,
         }
@@ -151,24 +149,35 @@ impl<'s> PacketReader<'s> {
         self.end >= self.stream.len()
     }
 
-    /// The first PSB at or after `pos`; searches only what an earlier call did not prove.
-    /// After a seek back (a look-ahead undone) only the bytes up to the known answer are
+    /// The first PSB at or after `pos` if it starts within a packet's length or so
+    /// ([`PsbAhead::near`]); searches only what an earlier call did not prove. After a
+    /// seek back (a look-ahead undone) only the bytes up to the known answer are
     /// searched: searching on to the next PSB each time made a stretch without PSBs that
     /// the walker reads ahead in often (OVF packets back to back) quadratic, 25 s for
     /// 1 MiB and 353 s for 4 MiB.
     #[inline]
     fn psb_from(&mut self, pos: u64) -> Option<u64> {
-        if self.searched_from != u64::MAX && pos < self.searched_from {
-            // The first run starting in pos..searched_from, else the one known from there.
-            if let Some(q) = find_pattern(self.stream, pos, self.searched_from) {
-                self.next_psb = Some(psb_of_run(self.stream, q));
-            }
-            self.searched_from = pos;
-        } else if self.searched_from > pos || self.next_psb.is_some_and(|p| p < pos) {
-            self.next_psb = next_psb(self.stream, pos);
-            self.searched_from = pos;
-        }
-        self.next_psb
+        let s = self.stream;
+        self.psb.near(
+            pos,
+            s.len(),
+            |from, to| next_psb_before(s, from, to),
+            // The first run starting before what was searched, wherever its PSB ends.
+            |from, to| find_pattern(s, from, to).map(|q| psb_of_run(s, q)),
+        )
+    }
+
+    /// The first PSB at or after `pos`, however far (where reading resumes after an
+    /// error).
+    fn psb_exact(&mut self, pos: u64) -> Option<u64> {
+        let s = self.stream;
+        self.psb.exact(
+            pos,
+            s.len(),
+            |from, to| next_psb_before(s, from, to),
+            |from, to| find_pattern(s, from, to).map(|q| psb_of_run(s, q)),
+            |from| next_psb(s, from),
+        )
     }
 
     /// The next packet if it is a TNT-8 (the flow decoder's hot path): one byte, not at
@@ -265,7 +274,10 @@ impl<'s> PacketReader<'s> {
                 }))
             }
             Err(kind) => {
-                self.pos = limit;
+                self.pos = match next_psb {
+                    Some(p) => p,
+                    None => self.psb_exact(offset).unwrap_or(self.stream.len()),
+                };
                 Some(Err(PacketError::new(offset, kind)))
             }
         }

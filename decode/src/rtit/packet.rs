@@ -23,6 +23,7 @@
 
 use std::fmt;
 
+use crate::psb_ahead::PsbAhead;
 use crate::stream::TraceStream;
 
 /// The longest packet: a PSB (9 bytes). A packet plus its CYC never exceeds 7 + 3.
@@ -401,10 +402,8 @@ pub struct PacketReader<'s> {
     stream: &'s TraceStream<'s>,
     pos: u64,
     end: u64,
-    /// The first PSB at or after `searched_from` (None: none up to the stream's end); it
-    /// answers for any position from `searched_from` up to it.
-    next_psb: Option<u64>,
-    searched_from: u64,
+    /// Where the next PSB is, searched a window at a time.
+    psb: PsbAhead,
     cycle_acc: bool,
     want_cyc: bool,
 }
@@ -417,8 +416,7 @@ impl<'s> PacketReader<'s> {
             stream,
             pos: start,
             end: end.min(stream.len()),
-            next_psb: None,
-            searched_from: u64::MAX,
+            psb: PsbAhead::new(),
             cycle_acc,
             want_cyc: false,
         }
@@ -442,22 +440,26 @@ impl<'s> PacketReader<'s> {
         self.want_cyc = want_cyc;
     }
 
-    /// The first PSB at or after `pos`. Searches only what an earlier call did not prove,
-    /// so a reader moving forward scans each byte once, and one seeking back (a look-ahead
+    /// The first PSB at or after `pos` if it starts within a packet's length or so
+    /// ([`PsbAhead::near`]). Searches only what an earlier call did not prove, so a
+    /// reader moving forward scans each byte once, and one seeking back (a look-ahead
     /// undone) scans only the bytes up to the known answer again, not on to the next PSB
     /// (which made long PSB-less stretches quadratic in the Intel PT reader).
     #[inline]
     fn psb_from(&mut self, pos: u64) -> Option<u64> {
-        if self.searched_from != u64::MAX && pos < self.searched_from {
-            if let Some(p) = super::sync::next_psb_before(self.stream, pos, self.searched_from) {
-                self.next_psb = Some(p);
-            }
-            self.searched_from = pos;
-        } else if self.searched_from > pos || self.next_psb.is_some_and(|p| p < pos) {
-            self.next_psb = super::sync::next_psb(self.stream, pos);
-            self.searched_from = pos;
-        }
-        self.next_psb
+        let s = self.stream;
+        let first_in = |from, to| super::sync::next_psb_before(s, from, to);
+        self.psb.near(pos, s.len(), first_in, first_in)
+    }
+
+    /// The first PSB at or after `pos`, however far (where parsing resumes after an
+    /// error).
+    fn psb_exact(&mut self, pos: u64) -> Option<u64> {
+        let s = self.stream;
+        let first_in = |from, to| super::sync::next_psb_before(s, from, to);
+        self.psb.exact(pos, s.len(), first_in, first_in, |from| {
+            super::sync::next_psb(s, from)
+        })
     }
 
     /// The range ends where the stream ends (not at a chunk boundary).
@@ -530,7 +532,7 @@ impl<'s> PacketReader<'s> {
                 self.want_cyc = false;
                 self.pos = match next_psb {
                     Some(p) => p,
-                    None => self.stream.len(),
+                    None => self.psb_exact(offset).unwrap_or(self.stream.len()),
                 };
                 Some(Err(PacketError::new(offset, kind)))
             }
