@@ -567,4 +567,49 @@ mod tests {
             proptest::prop_assert_eq!(summary(&ring, 0), all);
         }
     }
+
+    /// The reader looks for the next PSB a window at a time (`psb_ahead`): over streams
+    /// longer than a window, with PSBs, runs of them and truncated packets placed on each
+    /// side of the windows' edges, it reads every PSB `find_psbs` finds, where it finds
+    /// it, and the same packets as readers started at each PSB (the chunks' readers).
+    #[test]
+    fn psbs_at_the_edges_of_the_readers_search_window_are_read_where_they_are() {
+        use crate::psb_ahead::HORIZON;
+        let h = HORIZON as usize;
+        let mut d = vec![0u8; 4 * h + 100];
+        d[..16].copy_from_slice(&PSB_BYTES);
+        let mut put = |at: usize, bytes: &[u8]| d[at..at + bytes.len()].copy_from_slice(bytes);
+        // PSBs ending just before, straddling and starting just after each edge; a run of
+        // 02 82 pairs longer than a PSB across one; an MNT cut by a PSB across another.
+        for at in [h - 16, h - 9, 2 * h - 40, 2 * h + 3] {
+            put(at, &PSB_BYTES);
+        }
+        let mut run = Vec::new();
+        for _ in 0..11 {
+            run.extend_from_slice(&[0x02, 0x82]);
+        }
+        put(3 * h - 10, &run);
+        put(4 * h - 20, &[0x02, 0xC3, 0x88]);
+        put(4 * h - 17, &PSB_BYTES);
+        let s = TraceStream::linear(&d);
+        let psbs = find_psbs(&s);
+        assert!(psbs.len() >= 6, "{psbs:?}");
+        let whole: Vec<_> = PacketReader::new(&s, 0, s.len(), Errata::default()).collect();
+        let read_psbs: Vec<u64> = whole
+            .iter()
+            .filter_map(|p| {
+                p.as_ref()
+                    .ok()
+                    .filter(|p| p.packet == Packet::Psb)
+                    .map(|p| p.offset)
+            })
+            .collect();
+        assert_eq!(read_psbs, psbs);
+        let mut chunked = Vec::new();
+        for (i, &p) in psbs.iter().enumerate() {
+            let end = psbs.get(i + 1).copied().unwrap_or(s.len());
+            chunked.extend(PacketReader::new(&s, p, end, Errata::default()));
+        }
+        assert_eq!(whole, chunked);
+    }
 }
