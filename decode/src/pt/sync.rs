@@ -53,6 +53,12 @@ pub fn next_psb_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u
     Some(psb_of_run(stream, q)).filter(|&p| p < to)
 }
 
+/// The PSB of the first run of `02 82` pairs starting in `from..to`, wherever it ends (for
+/// a reader gone back before what it had searched: the run may end in what was searched).
+fn run_before(stream: &TraceStream<'_>, from: u64, to: u64) -> Option<u64> {
+    find_pattern(stream, from, to).map(|q| psb_of_run(stream, q))
+}
+
 /// Every PSB, in order (for tools and tests; decoding asks for the next one as it goes).
 pub fn find_psbs(stream: &TraceStream<'_>) -> Vec<u64> {
     let mut out = Vec::new();
@@ -162,8 +168,7 @@ impl<'s> PacketReader<'s> {
             pos,
             s.len(),
             |from, to| next_psb_before(s, from, to),
-            // The first run starting before what was searched, wherever its PSB ends.
-            |from, to| find_pattern(s, from, to).map(|q| psb_of_run(s, q)),
+            |from, to| run_before(s, from, to),
         )
     }
 
@@ -175,7 +180,7 @@ impl<'s> PacketReader<'s> {
             pos,
             s.len(),
             |from, to| next_psb_before(s, from, to),
-            |from, to| find_pattern(s, from, to).map(|q| psb_of_run(s, q)),
+            |from, to| run_before(s, from, to),
             |from| next_psb(s, from),
         )
     }
