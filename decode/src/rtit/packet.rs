@@ -685,4 +685,39 @@ mod tests {
             Err(PacketErrorKind::ReservedCycSize(0xFC))
         );
     }
+
+    /// The reader looks for the next PSB a window at a time (`psb_ahead`): PSBs on each
+    /// side of the windows' edges are read where `find_psbs` finds them, and a reader over
+    /// the whole stream reads what readers started at each PSB read.
+    #[test]
+    fn psbs_at_the_edges_of_the_readers_search_window_are_read_where_they_are() {
+        use crate::psb_ahead::HORIZON;
+        use crate::rtit::sync::find_psbs;
+        let h = HORIZON as usize;
+        // One-bit TNTs between the PSBs.
+        let mut d = vec![0x02u8; 3 * h + 50];
+        for at in [0, h - 20, h - 4, 2 * h - 30, 2 * h + 1, 3 * h + 20] {
+            d[at..at + PSB_BYTES.len()].copy_from_slice(&PSB_BYTES);
+        }
+        let s = TraceStream::linear(&d);
+        let psbs = find_psbs(&s);
+        assert_eq!(psbs.len(), 6, "{psbs:?}");
+        let whole: Vec<_> = PacketReader::new(&s, 0, s.len(), false).collect();
+        let read: Vec<u64> = whole
+            .iter()
+            .filter_map(|p| {
+                p.as_ref()
+                    .ok()
+                    .filter(|p| p.packet == Packet::Psb)
+                    .map(|p| p.offset)
+            })
+            .collect();
+        assert_eq!(read, psbs);
+        let mut chunked = Vec::new();
+        for (i, &p) in psbs.iter().enumerate() {
+            let end = psbs.get(i + 1).copied().unwrap_or(s.len());
+            chunked.extend(PacketReader::new(&s, p, end, false));
+        }
+        assert_eq!(whole, chunked);
+    }
 }
