@@ -649,9 +649,9 @@ fn compression_chooses_the_codec_of_every_table_in_decode_and_ingest() {
 
 /// `tracemill::allocator` sets mimalloc's option by its index (libmimalloc-sys does not
 /// name it): mimalloc itself, asked to be verbose, lists its options in index order, and
-/// `purge_delay` must be the one at that index.
+/// `purge_delay` and `allow_thp` must be the ones at those indexes.
 #[test]
-fn the_allocator_option_set_is_the_purge_delay() {
+fn the_allocator_options_set_are_the_purge_delay_and_allow_thp() {
     let o = Command::new(env!("CARGO_BIN_EXE_tracemill"))
         .arg("--version")
         .env("MIMALLOC_VERBOSE", "1")
@@ -665,10 +665,14 @@ fn the_allocator_option_set_is_the_purge_delay() {
         .filter_map(|l| l.split('\'').next())
         .map(str::to_string)
         .collect();
-    let i = tracemill::allocator::MI_OPTION_PURGE_DELAY as usize;
-    assert_eq!(
-        names.get(i).map(String::as_str),
-        Some("purge_delay"),
-        "mimalloc's options: {names:?}"
-    );
+    for (i, name) in [
+        (tracemill::allocator::MI_OPTION_PURGE_DELAY, "purge_delay"),
+        (tracemill::allocator::MI_OPTION_ALLOW_THP, "allow_thp"),
+    ] {
+        assert_eq!(
+            names.get(i as usize).map(String::as_str),
+            Some(name),
+            "mimalloc's options: {names:?}"
+        );
+    }
 }
