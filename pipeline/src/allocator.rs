@@ -36,10 +36,9 @@ pub const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
 ///
 /// Transparent huge pages are turned off: mimalloc asked for them, and the kernel then
 /// maps and clears 2 MiB at a time where rows need a few pages, and keeps them until the
-/// whole huge page is free. Without them (benches/README.md, Throughput III's sixth round)
-/// `decode -j2 --out` of the 92 MB Intel PT file peaked at 211 to 224 MB against 271 to
-/// 283 MB in the same wall and CPU time, and the 200 MB synthetic trace at 519 to 523 MiB
-/// against 591 to 604 (with 6% more wall time).
+/// whole huge page is free. Without them the 1 GiB synthetic trace's decode peaked at 569
+/// MiB, not 648, and the 92 MB Intel PT file's at a fifth less in the same time
+/// (benches/README.md, Throughput III's sixth round).
 #[allow(unsafe_code)]
 pub fn configure() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
