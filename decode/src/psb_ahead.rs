@@ -41,8 +41,8 @@ impl PsbAhead {
     }
 
     /// The first PSB at or after `pos` in a stream of `len` bytes; `None` when none
-    /// starts in the next [`MARGIN`] bytes at least (use [`Self::exact`] to know where
-    /// the next one is). `first_in(from, to)` is the format's search for the first PSB
+    /// starts in the next [`MARGIN`] bytes at least ([`Self::resume_at`] finds the next one
+    /// wherever it is). `first_in(from, to)` is the format's search for the first PSB
     /// starting in `from..to`; `back(from, to)`, for a reader gone back before what was
     /// searched, the one starting in `from..to` where `to` is the old start (a PSB known
     /// from there stays the answer when it finds none).
@@ -75,21 +75,17 @@ impl PsbAhead {
         self.next
     }
 
-    /// The first PSB at or after `pos` wherever it is (after an error the reader skips to
-    /// it): what [`Self::near`] knows, else `search(pos)` to the end of the stream.
-    pub fn exact(
-        &mut self,
-        pos: u64,
+    /// Where a reader resumes after an error: the PSB [`Self::near`] just answered
+    /// (`near`), else the next one however far (`search`, unless that `None` held to the
+    /// stream's end, `len`), else the end.
+    pub fn resume_at(
+        &self,
+        near: Option<u64>,
         len: u64,
-        first_in: impl FnOnce(u64, u64) -> Option<u64>,
-        back: impl FnOnce(u64, u64) -> Option<u64>,
-        search: impl FnOnce(u64) -> Option<u64>,
-    ) -> Option<u64> {
-        match self.near(pos, len, first_in, back) {
-            Some(p) => Some(p),
-            None if self.to >= len => None,
-            None => search(pos),
-        }
+        search: impl FnOnce() -> Option<u64>,
+    ) -> u64 {
+        near.or_else(|| if self.to >= len { None } else { search() })
+            .unwrap_or(len)
     }
 }
 
@@ -127,7 +123,7 @@ mod tests {
     #[test]
     fn near_answers_as_the_search_to_the_next_psb_for_every_packet_it_bounds() {
         // The full search's answer, or `None` only when the next PSB is beyond the
-        // margin; `exact` always the full answer.
+        // margin; `resume_at` always the full answer.
         let len = 5 * HORIZON + 100;
         let psbs = [40, HORIZON - 10, 3 * HORIZON + 5, 5 * HORIZON + 60];
         let full = |pos: u64| psbs.iter().copied().find(|&p| p >= pos);
@@ -146,8 +142,10 @@ mod tests {
                 (None, Some(w)) => assert!(w >= pos + MARGIN, "at {pos}: next PSB {w}"),
                 (None, None) => {}
             }
-            let exact = b.exact(pos, len, searches(&psbs), searches(&psbs), full);
-            assert_eq!(exact, full(pos), "exact at {pos}");
+            // A reader after an error: what `near` knows, else the search on to the end.
+            let near = b.near(pos, len, searches(&psbs), searches(&psbs));
+            let exact = b.resume_at(near, len, || full(pos));
+            assert_eq!(exact, full(pos).unwrap_or(len), "exact at {pos}");
         }
     }
 

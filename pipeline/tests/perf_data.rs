@@ -24,7 +24,7 @@ use std::path::Path;
 use std::process::Command;
 
 mod common;
-use common::{real_program_tools, BUSYBOX};
+use common::{real_program_tools, sort_input, BUSYBOX};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
@@ -51,12 +51,7 @@ struct Encoded {
 /// busybox `sort ARGS` of `lines` numbers under qemu, encoded as Intel PT with TSC packets
 /// from `tsc` on (one tick per instruction).
 fn sort_execution(args: &[&str], lines: usize, seed: u32, tsc: u64) -> Encoded {
-    let mut x = seed;
-    let mut input = String::new();
-    for _ in 0..lines {
-        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-        input += &format!("{}\n", (x >> 8) % 10_000);
-    }
+    let input = sort_input(lines, seed);
     let mut argv = vec!["sort"];
     argv.extend(args);
     execution(Path::new(BUSYBOX), &argv, input.as_bytes(), tsc)

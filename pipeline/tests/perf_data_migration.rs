@@ -17,7 +17,7 @@
 //! CPU, with as many mismatched returns (none).
 
 mod common;
-use common::{real_program_tools, BUSYBOX};
+use common::{real_program_tools, sort_input, BUSYBOX};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
@@ -126,12 +126,7 @@ fn a_thread_that_migrates_in_the_middle_of_its_calls_has_the_stacks_of_its_execu
     if !real_program_tools() {
         return;
     }
-    let mut x = 7u32;
-    let mut input = String::new();
-    for _ in 0..300 {
-        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-        input += &format!("{}\n", (x >> 8) % 10_000);
-    }
+    let input = sort_input(300, 7);
     let cap = qemu::trace(Path::new(BUSYBOX), &["sort", "-n"], input.as_bytes()).unwrap();
     assert_eq!(cap.exit_code, Some(0));
     let exec = cap.execution;

@@ -172,19 +172,6 @@ impl<'s> PacketReader<'s> {
         )
     }
 
-    /// The first PSB at or after `pos`, however far (where reading resumes after an
-    /// error).
-    fn psb_exact(&mut self, pos: u64) -> Option<u64> {
-        let s = self.stream;
-        self.psb.exact(
-            pos,
-            s.len(),
-            |from, to| next_psb_before(s, from, to),
-            |from, to| run_before(s, from, to),
-            |from| next_psb(s, from),
-        )
-    }
-
     /// The next packet if it is a TNT-8 (the flow decoder's hot path): one byte, not at
     /// the end of the range. A PSB cannot start with it.
     #[inline]
@@ -279,10 +266,10 @@ impl<'s> PacketReader<'s> {
                 }))
             }
             Err(kind) => {
-                self.pos = match next_psb {
-                    Some(p) => p,
-                    None => self.psb_exact(offset).unwrap_or(self.stream.len()),
-                };
+                let (stream, len) = (self.stream, self.stream.len());
+                self.pos = self
+                    .psb
+                    .resume_at(next_psb, len, || self::next_psb(stream, offset));
                 Some(Err(PacketError::new(offset, kind)))
             }
         }

@@ -452,16 +452,6 @@ impl<'s> PacketReader<'s> {
         self.psb.near(pos, s.len(), first_in, first_in)
     }
 
-    /// The first PSB at or after `pos`, however far (where parsing resumes after an
-    /// error).
-    fn psb_exact(&mut self, pos: u64) -> Option<u64> {
-        let s = self.stream;
-        let first_in = |from, to| super::sync::next_psb_before(s, from, to);
-        self.psb.exact(pos, s.len(), first_in, first_in, |from| {
-            super::sync::next_psb(s, from)
-        })
-    }
-
     /// The range ends where the stream ends (not at a chunk boundary).
     pub fn ends_at_stream_end(&self) -> bool {
         self.end >= self.stream.len()
@@ -530,10 +520,10 @@ impl<'s> PacketReader<'s> {
             }
             Err(kind) => {
                 self.want_cyc = false;
-                self.pos = match next_psb {
-                    Some(p) => p,
-                    None => self.psb_exact(offset).unwrap_or(self.stream.len()),
-                };
+                let (stream, len) = (self.stream, self.stream.len());
+                self.pos = self
+                    .psb
+                    .resume_at(next_psb, len, || super::sync::next_psb(stream, offset));
                 Some(Err(PacketError::new(offset, kind)))
             }
         }

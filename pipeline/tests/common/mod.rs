@@ -324,3 +324,15 @@ pub fn real_program_tools() -> bool {
     }
     true
 }
+
+/// `lines` seeded pseudo-random numbers below 10,000, one a line: what the tests give
+/// busybox `sort`.
+pub fn sort_input(lines: usize, seed: u32) -> String {
+    let mut x = seed;
+    let mut input = String::new();
+    for _ in 0..lines {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        input += &format!("{}\n", (x >> 8) % 10_000);
+    }
+    input
+}

@@ -8,8 +8,8 @@
 //! serialized to 33 MiB of footer and 44 MiB of page indexes: the one part of a decode's
 //! memory that grew with the trace.
 //!
-//! This writer produces the same file, byte for byte (`tests.rs` compares it with
-//! arrow-rs's on every table), and serializes each row group's part of the footer as soon
+//! This writer produces the same file, byte for byte (the crate's `tests.rs` compares it
+//! with arrow-rs's on every table), and serializes each row group's part of the footer as soon
 //! as the row group is written: the row group and its column chunks, its column indexes
 //! and its offset indexes each go to an unnamed temporary file beside the table, and the
 //! footer is assembled from them at the end. Its memory is one row group's, whatever the
@@ -22,8 +22,6 @@
 //! groups, whether row groups carry their ordinal) is written here, in Thrift's compact
 //! encoding, following `ThriftMetadataWriter`.
 
-#[cfg(test)]
-mod tests;
 mod thrift;
 
 use std::fs::File;
@@ -35,7 +33,8 @@ use ::parquet::bloom_filter::Sbbf;
 use ::parquet::errors::ParquetError;
 use ::parquet::file::metadata::page_index::PageIndexProvider;
 use ::parquet::file::metadata::{
-    FileMetaData, ParquetMetaDataBuilder, ParquetMetaDataWriter, RowGroupMetaData,
+    FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataBuilder, ParquetMetaDataWriter,
+    RowGroupMetaData,
 };
 use ::parquet::file::page_index::column_index::ColumnIndexMetaData;
 use ::parquet::file::page_index::offset_index::OffsetIndexMetaData;
@@ -57,7 +56,8 @@ pub(crate) struct RowGroupFile {
     buf: TrackedWrite<File>,
     schema: SchemaDescPtr,
     props: WriterPropertiesPtr,
-    /// Per row group: its thrift pieces ([`Spilled`]).
+    /// Per row group: the record `spill` writes (its thrift pieces, and the lengths of its
+    /// page indexes).
     row_groups: Spill,
     /// The column indexes, in the order the footer puts them (row group by row group).
     column_indexes: Spill,
@@ -102,6 +102,27 @@ impl RowGroupFile {
 
     pub(crate) fn schema_descr(&self) -> &SchemaDescPtr {
         &self.schema
+    }
+
+    /// This file's `FileMetaData` with no row group yet.
+    fn file_metadata(
+        &self,
+        created_by: Option<String>,
+        key_value: Option<Vec<KeyValue>>,
+    ) -> FileMetaData {
+        let version = self.props.writer_version().as_num();
+        FileMetaData::new(version, 0, created_by, key_value, self.schema.clone(), None)
+    }
+
+    /// `metadata` as arrow-rs's file writer would end a file with it: its page indexes,
+    /// then its `FileMetaData`, its length and the magic.
+    fn serialized(&self, metadata: &ParquetMetaData) -> Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        ParquetMetaDataWriter::new(&mut bytes, metadata)
+            .with_write_path_in_schema(self.props.write_path_in_schema())
+            .with_preserve_page_index_locations(false)
+            .finish()?;
+        Ok(bytes)
     }
 
     /// Writes one row group: `fill` appends its columns, in order, to the row group writer.
@@ -156,23 +177,11 @@ impl RowGroupFile {
             column_indexes: closed.column_indexes,
             offset_indexes,
         };
-        let file_metadata = FileMetaData::new(
-            self.props.writer_version().as_num(),
-            0,
-            None,
-            None,
-            self.schema.clone(),
-            None,
-        );
-        let metadata = ParquetMetaDataBuilder::new(file_metadata)
+        let metadata = ParquetMetaDataBuilder::new(self.file_metadata(None, None))
             .add_row_group(closed.metadata)
             .set_page_index(Some(Arc::new(index)))
             .build();
-        let mut bytes = Vec::new();
-        ParquetMetaDataWriter::new(&mut bytes, &metadata)
-            .with_write_path_in_schema(self.props.write_path_in_schema())
-            .with_preserve_page_index_locations(false)
-            .finish()?;
+        let bytes = self.serialized(&metadata)?;
         let pieces = Pieces::of_one_row_group(&bytes, columns)?;
         // The record the footer is assembled from: the row group's tail, then each column
         // chunk's prefix and the lengths of its column index and offset index, whose
@@ -205,27 +214,19 @@ impl RowGroupFile {
     /// Writes the page indexes and the footer, and hands back the file (not yet synced).
     pub(crate) fn finish(mut self) -> Result<File> {
         let columns = self.schema.num_columns();
-        let index_start = self.buf.bytes_written() as i64;
-        let column_index_bytes = self.column_indexes.copy_to(&mut self.buf)? as i64;
-        self.offset_indexes.copy_to(&mut self.buf)?;
 
         // The footer of the same schema and key-value metadata with no row group: every
         // field but the row count and the row groups is the final footer's.
-        let file_metadata = FileMetaData::new(
-            self.props.writer_version().as_num(),
-            0,
+        let file_metadata = self.file_metadata(
             Some(self.props.created_by().to_string()),
             self.props.key_value_metadata().cloned(),
-            self.schema.clone(),
-            None,
         );
-        let empty = ParquetMetaDataBuilder::new(file_metadata).build();
-        let mut frame = Vec::new();
-        ParquetMetaDataWriter::new(&mut frame, &empty)
-            .with_write_path_in_schema(self.props.write_path_in_schema())
-            .with_preserve_page_index_locations(false)
-            .finish()?;
+        let frame = self.serialized(&ParquetMetaDataBuilder::new(file_metadata).build())?;
         let frame = Frame::of(&frame)?;
+
+        let index_start = self.buf.bytes_written() as i64;
+        let column_index_bytes = self.column_indexes.copy_to(&mut self.buf)? as i64;
+        self.offset_indexes.copy_to(&mut self.buf)?;
 
         let start = self.buf.bytes_written();
         let mut out = Vec::with_capacity(1 << 16);
@@ -245,26 +246,13 @@ impl RowGroupFile {
             thrift::write_field(&mut out, 0, 1, LIST);
             thrift::write_list(&mut out, STRUCT, columns);
             for _ in 0..columns {
-                let mut last = read_i16(&mut records)?;
+                let last = read_i16(&mut records)?;
                 read_piece(&mut records, &mut out)?;
                 let ci = read_u32(&mut records)?;
                 let oi = read_u32(&mut records)?;
                 // ColumnChunk 4 to 7: where its offset index and column index are.
-                if oi != NONE {
-                    thrift::write_field(&mut out, last, 4, I64);
-                    thrift::write_zigzag(&mut out, oi_at);
-                    thrift::write_field(&mut out, 4, 5, I32);
-                    thrift::write_zigzag(&mut out, i64::from(oi));
-                    oi_at += i64::from(oi);
-                    last = 5;
-                }
-                if ci != NONE {
-                    thrift::write_field(&mut out, last, 6, I64);
-                    thrift::write_zigzag(&mut out, ci_at);
-                    thrift::write_field(&mut out, 6, 7, I32);
-                    thrift::write_zigzag(&mut out, i64::from(ci));
-                    ci_at += i64::from(ci);
-                }
+                let last = index_location(&mut out, last, 4, oi, &mut oi_at);
+                index_location(&mut out, last, 6, ci, &mut ci_at);
                 out.push(0);
             }
             out.extend(&tail);
@@ -286,6 +274,21 @@ impl RowGroupFile {
         self.buf.write_all(MAGIC)?;
         self.buf.into_inner()
     }
+}
+
+/// A ColumnChunk's offset (field `id`, i64) and length (`id + 1`, i32) of a page index of
+/// `len` bytes at `*at`, after field `last`, unless there is none (`len` is [`NONE`]);
+/// moves `*at` past it. The id of the last field written.
+fn index_location(out: &mut Vec<u8>, last: i16, id: i16, len: u32, at: &mut i64) -> i16 {
+    if len == NONE {
+        return last;
+    }
+    thrift::write_field(out, last, id, I64);
+    thrift::write_zigzag(out, *at);
+    thrift::write_field(out, id, id + 1, I32);
+    thrift::write_zigzag(out, i64::from(len));
+    *at += i64::from(len);
+    id + 1
 }
 
 /// arrow-rs's `write_bloom_filters` for one row group (`BloomFilterPosition::AfterRowGroup`).
