@@ -571,7 +571,8 @@ fn a_snapshot_recording_decodes_what_is_there_and_names_what_was_overwritten() {
     // `perf record -S`: the AUX area is a ring written over, and each snapshot (here at
     // every 20,011 bytes of trace) holds only its last 12,000 bytes, at their AUX offset.
     // The bytes before each are gone: a warning each, and an error row where the trace
-    // resumes (at the snapshot's first PSB); the rest decodes alike in any chunking.
+    // resumes (at the snapshot's first PSB); the rest decodes alike in any chunking, and
+    // is the truth row for row.
     if !real_program_tools() {
         return;
     }
@@ -616,9 +617,169 @@ fn a_snapshot_recording_decodes_what_is_there_and_names_what_was_overwritten() {
         .filter(|e| e.0 == "error" && e.2.contains("were overwritten before the snapshot"))
         .count();
     assert!(lost >= 1 && lost <= gaps, "{lost} of {gaps}");
-    let got = read_branches(&one.join("branches.parquet")).len();
+    let got = read_branches(&one.join("branches.parquet"));
     let whole: usize = made.cpus.iter().flatten().map(|s| s.1.len()).sum();
-    assert!(got > whole / 4 && got < whole, "{got} of {whole} rows");
+    assert!(
+        got.len() > whole / 4 && got.len() < whole,
+        "{} of {whole} rows",
+        got.len()
+    );
+
+    // Row for row against the whole recording (the same buffers, nothing overwritten),
+    // which is the executions' truth.
+    let mut w = r.clone();
+    w.snapshot = None;
+    let whole_file = write(tmp, "whole.data", &intel_pt_two_threads(&w).unwrap().bytes);
+    let whole_dir = tmp.join("whole");
+    decode(&whole_file, &whole_dir, &[]);
+    let truth = read_branches(&whole_dir.join("branches.parquet"));
+    // Its stretches one after the other in the CPU's AUX offsets (a buffer's padding is
+    // not AUX data).
+    let stretches: Vec<Vec<Stretch<'_>>> = made
+        .cpus
+        .iter()
+        .enumerate()
+        .map(|(cpu, truths)| {
+            let mut at = 0;
+            let lens = r.cpus.iter().filter(|c| c.cpu == cpu as u32);
+            truths
+                .iter()
+                .zip(lens)
+                .map(|((tid, t, _), c)| {
+                    at += c.pt.len() as u64;
+                    (PID, *tid, &t[..], at - c.pt.len() as u64)
+                })
+                .collect()
+        })
+        .collect();
+    assert_stretches(&truth, &stretches, |_, _| {});
+    let truth_psbs: Vec<(u32, u64)> = seq_events(&whole_dir.join("events.parquet"))
+        .into_iter()
+        .filter(|e| e.kind == "psb")
+        .map(|e| (e.cpu, e.offset))
+        .collect();
+    let events = seq_events(&one.join("events.parquet"));
+    let resumed = snapshot_rows_are_the_truths(&got, &truth, &events, &truth_psbs);
+    assert_eq!(resumed, lost, "every loss is a gap in the rows");
+}
+
+/// An event with the row it comes before (`seq`) and its CPU.
+struct SeqEvent {
+    seq: u64,
+    cpu: u32,
+    kind: String,
+    offset: u64,
+    detail: String,
+}
+
+fn seq_events(path: &Path) -> Vec<SeqEvent> {
+    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    for b in r {
+        let b = b.unwrap();
+        let col = |n: &str| b.column_by_name(n).unwrap().clone();
+        let strings = |n: &str| tracemill_sinks::convert::strings(col(n).as_ref()).unwrap();
+        let (kind, detail) = (strings("kind"), strings("detail"));
+        let (seq, offset) = (col("seq"), col("offset"));
+        let (seq, offset) = (
+            seq.as_primitive::<UInt64Type>(),
+            offset.as_primitive::<UInt64Type>(),
+        );
+        let cpu = col("cpu");
+        let cpu = cpu.as_primitive::<UInt32Type>();
+        for i in 0..b.num_rows() {
+            out.push(SeqEvent {
+                seq: seq.value(i),
+                cpu: cpu.value(i),
+                kind: kind.value(i).to_string(),
+                offset: offset.value(i),
+                detail: detail.value(i).to_string(),
+            });
+        }
+    }
+    out
+}
+
+/// A snapshot recording's rows `got` against the truth's (a decode of the same recording
+/// with nothing overwritten), CPU by CPU: the rows are the truth's, in its order, on its
+/// threads, and its rows are missing only where an "overwritten" error row stands before
+/// the row the trace resumes at: from the last packet before the bytes overwritten (AUX
+/// `a..b`; a packet cut there is lost with them) to the first PSB at or after `b`, whose
+/// first row is the next one. The number of such gaps.
+fn snapshot_rows_are_the_truths(
+    got: &[Decoded],
+    truth: &[Decoded],
+    events: &[SeqEvent],
+    truth_psbs: &[(u32, u64)],
+) -> usize {
+    // The AUX bytes overwritten before the row at (cpu, seq).
+    let mut losses = std::collections::BTreeMap::new();
+    for e in events.iter().filter(|e| e.kind == "error") {
+        if let Some(r) = e.detail.split("AUX bytes ").nth(1) {
+            let r = r.split_whitespace().next().unwrap();
+            let (a, b) = r.split_once("..").unwrap();
+            let hex = |x: &str| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap();
+            losses.insert((e.cpu, e.seq), (hex(a), hex(b)));
+        }
+    }
+    let same = |a: &Decoded, b: &Decoded| {
+        let (r, s) = (a.row, b.row);
+        (r.0, r.1, r.2, a.pid, a.tid) == (s.0, s.1, s.2, b.pid, b.tid)
+    };
+    let mut gaps = 0;
+    for cpu in [0u32, 1] {
+        let mine: Vec<(usize, &Decoded)> = got
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.cpu == Some(cpu))
+            .collect();
+        let theirs: Vec<&Decoded> = truth.iter().filter(|d| d.cpu == Some(cpu)).collect();
+        // The first snapshot's first rows: where the truth has the next 200 rows.
+        let window = |k: usize| (0..200).all(|j| same(mine[j].1, theirs[k + j]));
+        let mut k = (0..theirs.len() - 200)
+            .find(|&k| window(k))
+            .expect("the first rows are the truth's");
+        for (n, &(i, d)) in mine.iter().enumerate() {
+            if n > 0 {
+                if let Some(&(a, b)) = losses.get(&(cpu, i as u64)) {
+                    // The truth's rows up to the bytes overwritten were all decoded.
+                    let first = theirs[k].row.4;
+                    assert!(
+                        first + 16 >= a,
+                        "cpu {cpu} row {i}: a row decided at {first:#x} lost, before the \
+                         bytes overwritten ({a:#x}..{b:#x}) and a packet cut there"
+                    );
+                    let psb = truth_psbs
+                        .iter()
+                        .filter(|p| p.0 == cpu && p.1 >= b)
+                        .map(|p| p.1)
+                        .min()
+                        .unwrap();
+                    let resume = theirs.partition_point(|t| t.row.4 < psb);
+                    assert!(
+                        resume > k,
+                        "cpu {cpu} row {i}: no row lost at {a:#x}..{b:#x}"
+                    );
+                    k = resume;
+                    gaps += 1;
+                }
+            }
+            let t = theirs
+                .get(k)
+                .unwrap_or_else(|| panic!("cpu {cpu} row {i}: past the truth"));
+            assert!(same(d, t), "cpu {cpu} row {i}: {d:?}, the truth's is {t:?}");
+            k += 1;
+        }
+        assert_eq!(
+            k,
+            theirs.len(),
+            "cpu {cpu}: rows after the last snapshot's first PSB"
+        );
+    }
+    gaps
 }
 
 #[test]
