@@ -630,6 +630,10 @@ pub struct PtRecording {
     /// Sideband records (LOST) and samples (LOST_SAMPLES) perf dropped: one record of each
     /// with these counts, before the threads exit.
     pub lost: Option<(u64, u64)>,
+    /// `perf record --per-thread`: an AUX area per thread (its stretches' data one after
+    /// the other, whatever their CPU; AUXTRACE records name the thread, CPU -1), and no
+    /// context switch recorded (`have_sched_switch` 0).
+    pub per_thread: bool,
 }
 
 /// A binary as mapped: path, build-id, load address, mapped length, file offset.
@@ -717,12 +721,17 @@ pub const SIDEBAND_IDS: u64 = 1 << 32;
 pub fn intel_pt_attrs(r: &PtRecording) -> Vec<Attr> {
     let ids = |base: u64| r.cpu_list().iter().map(|&c| base + c as u64).collect();
     let sample_type = sample::IDENTIFIER | sample::IP | sample::TID | sample::TIME | sample::CPU;
-    perf_intel_pt_attrs(
+    let mut attrs = perf_intel_pt_attrs(
         r.pmu_type,
         r.config,
         sample_type,
         [ids(PT_IDS), ids(SIDEBAND_IDS)],
-    )
+    );
+    if r.per_thread {
+        // perf record --per-thread records no context switches (without --switch-events).
+        attrs[1].attr.flags &= !flag::CONTEXT_SWITCH;
+    }
+    attrs
 }
 
 /// The two events `perf record -e intel_pt//u` opens: the intel_pt event (`pmu_type`,
@@ -783,6 +792,8 @@ pub fn perf_intel_pt_attrs(
 pub fn intel_pt_info(r: &PtRecording) -> IntelPtInfo {
     IntelPtInfo {
         snapshot_mode: r.snapshot.is_some(),
+        per_cpu_mmaps: !r.per_thread,
+        have_sched_switch: if r.per_thread { 0 } else { 2 },
         ..perf_intel_pt_info(r.pmu_type, &r.clock, r.tsc_ctc_ratio, r.max_nonturbo_ratio)
     }
 }
@@ -1184,33 +1195,48 @@ fn build<'a>(
     }
     let sideband_end = next_time();
     let cpus = r.cpu_list();
-    // Per CPU: where its next AUX data goes in its buffer, and when its last thread left.
-    let mut aux_at = vec![0u64; cpus.len()];
+    let areas = match r.per_thread {
+        true => r.tids(),
+        false => cpus.clone(),
+    };
+    // Per AUX area: where its next data goes in its buffer; per CPU: when its last thread
+    // left.
+    let mut aux_at = vec![0u64; areas.len()];
     let mut free_from = vec![sideband_end; cpus.len()];
     for (i, ((c, pt), cut)) in r.cpus.iter().zip(streams).zip(cuts).enumerate() {
-        let k = cpus.iter().position(|&x| x == c.cpu).expect("a listed CPU");
-        let first_on_cpu = aux_at[k] == 0;
-        if c.switch_in <= free_from[k] || c.switch_out <= c.switch_in + 1 {
+        let on = cpus.iter().position(|&x| x == c.cpu).expect("a listed CPU");
+        let area = if r.per_thread { c.tid } else { c.cpu };
+        let k = areas
+            .iter()
+            .position(|&x| x == area)
+            .expect("a listed area");
+        let first_in_area = aux_at[k] == 0;
+        if c.switch_in <= free_from[on] || c.switch_out <= c.switch_in + 1 {
             return Err(WriteError::SwitchTimes(
                 c.cpu,
                 c.switch_in,
                 c.switch_out,
-                free_from[k],
+                free_from[on],
             ));
         }
-        free_from[k] = c.switch_out + 1;
+        free_from[on] = c.switch_out + 1;
 
-        recs.push((
-            user,
-            Record::Switch(Switch {
-                out: false,
+        // CPU-wide context switches (per thread, perf records none), naming the task
+        // switched from or to: the idle task here.
+        let switch = |out: bool, time| {
+            let s = Record::Switch(Switch {
+                out,
                 preempt: false,
                 next_prev: Some((0, 0)),
-            }),
-            sid(c.tid, c.cpu, c.switch_in, SIDEBAND_IDS),
-        ));
-        // perf's AUX event is scheduled in once per CPU (cpu-wide): one ITRACE_START.
-        if first_on_cpu {
+            });
+            (user, s, sid(c.tid, c.cpu, time, SIDEBAND_IDS))
+        };
+        if !r.per_thread {
+            recs.push(switch(false, c.switch_in));
+        }
+        // perf's AUX event is scheduled in once per area (per CPU when CPU-wide, per thread
+        // with --per-thread): one ITRACE_START.
+        if first_in_area {
             recs.push((
                 user,
                 Record::ItraceStart {
@@ -1220,15 +1246,9 @@ fn build<'a>(
                 sid(c.tid, c.cpu, c.switch_in + 1, PT_IDS),
             ));
         }
-        recs.push((
-            user,
-            Record::Switch(Switch {
-                out: true,
-                preempt: false,
-                next_prev: Some((0, 0)),
-            }),
-            sid(c.tid, c.cpu, c.switch_out, SIDEBAND_IDS),
-        ));
+        if !r.per_thread {
+            recs.push(switch(true, c.switch_out));
+        }
         let mut at = 0;
         for (j, &len) in cut.iter().enumerate() {
             // The data and its padding; the next buffer starts where the data ends (without
@@ -1259,8 +1279,8 @@ fn build<'a>(
                     offset: aux_at[k] + (len - keep) as u64,
                     reference: 0x5eed_0000 + i as u64 + ((j as u64) << 32),
                     idx: k as u32,
-                    tid: u32::MAX,
-                    cpu: c.cpu,
+                    tid: if r.per_thread { c.tid } else { u32::MAX },
+                    cpu: if r.per_thread { u32::MAX } else { c.cpu },
                     data,
                 }),
                 none,
@@ -1392,6 +1412,7 @@ impl PtRecording {
             aux_buffer: None,
             snapshot: None,
             lost: None,
+            per_thread: false,
         })
     }
 }

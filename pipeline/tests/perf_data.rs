@@ -60,6 +60,11 @@ fn sort_execution(args: &[&str], lines: usize, seed: u32, tsc: u64) -> Encoded {
 /// The static program `program` run with `argv` (its `argv[0]` included) and `stdin` under
 /// qemu, encoded as Intel PT with TSC packets from `tsc` on (one tick per instruction).
 fn execution(program: &Path, argv: &[&str], stdin: &[u8], tsc: u64) -> Encoded {
+    timed_execution(program, argv, stdin, Some(tsc))
+}
+
+/// [`execution`], with TSC packets from `tsc` on, or none (`tsc=0`).
+fn timed_execution(program: &Path, argv: &[&str], stdin: &[u8], tsc: Option<u64>) -> Encoded {
     let cap = qemu::trace(program, argv, stdin).unwrap();
     assert_eq!(cap.exit_code, Some(0));
     let exec = cap.execution;
@@ -67,10 +72,7 @@ fn execution(program: &Path, argv: &[&str], stdin: &[u8], tsc: u64) -> Encoded {
     let mut images = ImageSet::new();
     images.add_elf("program", &elf, None, None).unwrap();
     let o = PtOptions {
-        tsc: Some(PtTsc {
-            start: tsc,
-            per_insn: 1,
-        }),
+        tsc: tsc.map(|start| PtTsc { start, per_insn: 1 }),
         ..PtOptions::default()
     };
     let out = encode_execution(&images, &o, exec.entry, exec.steps.iter().copied());
@@ -847,28 +849,7 @@ fn assert_taken_as_perf(got: &[Decoded], perf: &[(u64, u64, u32, u32)]) {
 /// two traced addresses, in perf's order made CPU by CPU (perf interleaves CPUs by time).
 /// `None` (the check skipped, except in CI) without perf.
 fn perf_branches(file: &Path) -> Option<Vec<(u64, u64, u32, u32)>> {
-    let ok = Command::new("perf")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "perf is not installed (apt-get install linux-perf)"
-        );
-        return None;
-    }
-    let out = Command::new("perf")
-        .args(["script", "-f", "--itrace=b", "-F", "tid,cpu,ip,addr", "-i"])
-        .arg(file)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "perf script: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = perf_script(file, "tid,cpu,ip,addr")?;
     let mut by_cpu: std::collections::BTreeMap<u32, Vec<(u64, u64, u32, u32)>> = Default::default();
     for line in text.lines() {
         // "  4242 [000]           401a2b =>           401a40"
@@ -1801,6 +1782,176 @@ fn processes_with_programs_at_the_same_addresses_decode_each_in_its_own_address_
         return;
     };
     assert_taken_as_perf(&got, &perf);
+}
+
+#[test]
+fn a_per_thread_recording_without_timing_decodes_each_process_in_its_own_address_space() {
+    // `perf record --per-thread -e intel_pt/tsc=0/u` of the two programs at the same
+    // addresses: no timing packet dates a place, but each AUX area is one thread's, so
+    // its code is its process's (4242 busybox; 5151 `recursion`; 6161, forked from 5151,
+    // the mappings it inherited), wherever the thread ran. Each thread's stretches, on
+    // either CPU, are one after the other in its area.
+    if !real_program_tools() {
+        return;
+    }
+    use tracemill_datasets::perf_data::{PtImage, PtProcess};
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = &keep_dir(&dir);
+    let prog = tmp.join("recursion");
+    qemu::compile_c(&qemu::programs_dir().join("recursion.c"), &prog).unwrap();
+    let mut r = PtRecording::for_elf(Path::new(BUSYBOX), PID, Vec::new()).unwrap();
+    // Branches only: no TSC, MTC or CYC.
+    r.config = 1 | 1 << 13;
+    r.per_thread = true;
+    let image = PtImage::for_elf(&prog).unwrap();
+    r.processes.push(PtProcess {
+        pid: OTHER,
+        parent: None,
+        image: Some(image),
+        start: r.start_time + 50_000,
+    });
+    r.processes.push(PtProcess {
+        pid: FORKED,
+        parent: Some(OTHER),
+        image: None,
+        start: r.start_time + 60_000,
+    });
+    let sort = |args: &[&str], lines, seed| {
+        let mut argv = vec!["sort"];
+        argv.extend(args);
+        let input = sort_input(lines, seed);
+        timed_execution(Path::new(BUSYBOX), &argv, input.as_bytes(), None)
+    };
+    let recursion = |input: &str| timed_execution(&prog, &["recursion"], input.as_bytes(), None);
+    let plan: [(u32, u32, Encoded); 5] = [
+        (0, PID, sort(&["-n"], 300, 11)),
+        (0, OTHER, recursion("12 8 300 5")),
+        (1, OTHER, recursion("10 6 200 4")),
+        (1, FORKED, recursion("11 7 250 5")),
+        (1, PID, sort(&["-r"], 200, 5)),
+    ];
+    // Per thread (area): its stretches in order, truth and AUX offset.
+    let threads = [PID, OTHER, FORKED];
+    let mut areas: Vec<Vec<(u32, Vec<Row>, u64)>> = vec![Vec::new(); threads.len()];
+    let mut aux_end = [0u64; 3];
+    let mut at = r.start_time + 100_000;
+    for (cpu, tid, e) in plan {
+        let k = threads.iter().position(|&t| t == tid).unwrap();
+        areas[k].push((tid, e.truth, aux_end[k]));
+        aux_end[k] += e.pt.len().next_multiple_of(8) as u64;
+        let switch_out = at + e.instructions + 1_000;
+        r.cpus.push(CpuStream {
+            cpu,
+            tid,
+            pt: e.pt,
+            switch_in: at,
+            switch_out,
+        });
+        at = switch_out + 10_000;
+    }
+    let file = write(
+        tmp,
+        "per-thread.data",
+        &intel_pt_two_threads(&r).unwrap().bytes,
+    );
+    let (said, one) = decode_alike(&file, tmp, "per-thread");
+    assert!(!said.contains("warning"), "{said}");
+    let got = read_branches(&one.join("branches.parquet"));
+    let mut i = 0;
+    for stretches in &areas {
+        for (tid, truth, shift) in stretches {
+            for (k, want) in truth.iter().enumerate() {
+                let g = got
+                    .get(i)
+                    .unwrap_or_else(|| panic!("thread {tid} row {k} missing"));
+                let mut want = *want;
+                want.4 += shift;
+                assert_eq!(g.row, want, "row {i} (thread {tid}, its row {k})");
+                assert_eq!(
+                    (g.cpu, g.pid, g.tid, g.tsc, g.time),
+                    (None, Some(*tid), Some(*tid), None, None),
+                    "row {i}: a thread's area, no time"
+                );
+                i += 1;
+            }
+        }
+    }
+    assert_eq!(got.len(), i, "rows beyond the truth");
+
+    // The same recording made per CPU: nothing dates a place in a CPU's trace, so its
+    // process is not known where code collides. Said once, by cause.
+    r.per_thread = false;
+    let cpu_wide = write(
+        tmp,
+        "per-cpu.data",
+        &intel_pt_two_threads(&r).unwrap().bytes,
+    );
+    let said = decode(&cpu_wide, &tmp.join("per-cpu"), &[]);
+    assert!(
+        said.contains("no timing packets (tsc=0)") && said.contains("--per-thread"),
+        "{said}"
+    );
+
+    // perf decodes each thread's area in its thread's maps to the same taken branches.
+    let Some(perf) = perf_taken_by_thread(&file) else {
+        return;
+    };
+    for tid in threads {
+        let ours: Vec<(u64, u64)> = got
+            .iter()
+            .filter(|d| d.tid == Some(tid) && d.row.1)
+            .filter_map(|d| Some((d.row.0, d.row.2?)))
+            .collect();
+        let theirs = perf.get(&tid).map_or(&[][..], |v| &v[..]);
+        assert!(ours.len() > 10_000, "thread {tid}: {} taken", ours.len());
+        assert!(ours == theirs, "thread {tid}: perf's taken branches differ");
+    }
+}
+
+/// `perf script -f --itrace=b -F FIELDS -i FILE`'s output, which must succeed. `None` (the
+/// check skipped, except in CI) without perf.
+fn perf_script(file: &Path, fields: &str) -> Option<String> {
+    let ok = Command::new("perf")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "perf is not installed (apt-get install linux-perf)"
+        );
+        return None;
+    }
+    let out = Command::new("perf")
+        .args(["script", "-f", "--itrace=b", "-F", fields, "-i"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "perf script: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `perf script --itrace=b` of a per-thread recording: each thread's taken branches
+/// (from, to) between two traced addresses, in order. `None` (except in CI) without perf.
+fn perf_taken_by_thread(file: &Path) -> Option<std::collections::BTreeMap<u32, Vec<(u64, u64)>>> {
+    let text = perf_script(file, "tid,ip,addr")?;
+    let mut out: std::collections::BTreeMap<u32, Vec<(u64, u64)>> = Default::default();
+    for line in text.lines() {
+        // "  4242           401a2b =>           401a40"
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let [tid, from, "=>", to] = w[..] else {
+            continue;
+        };
+        let hex = |x| u64::from_str_radix(x, 16).ok();
+        if let (Ok(tid), Some(from @ 1..), Some(to @ 1..)) = (tid.parse(), hex(from), hex(to)) {
+            out.entry(tid).or_default().push((from, to));
+        }
+    }
+    Some(out)
 }
 
 #[test]

@@ -245,6 +245,15 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
     // their address space, and each trace's decode selects one by place.
     let spaces = spaces::AddressSpaces::build(&changes, &clock);
     let (tagged, any_tagged) = spaces.tag(&mappings);
+    if any_tagged && !settings.tsc && info.per_cpu_mmaps {
+        // Spaces are chosen by time on a CPU's trace; without TSC packets nothing dates a
+        // place in it (and the trace of user code has no PIP to name a CR3).
+        warnings.push(format!(
+            "{name}: processes have other code at the same addresses, and the trace has no \
+             timing packets (tsc=0): which process ran where on a CPU is not known, so code \
+             there is not decoded (record with tsc, or with --per-thread)"
+        ));
+    }
     let spaces = any_tagged.then(|| std::sync::Arc::new(spaces));
     let (image_entries, image_problems) = images::resolve(&tagged, lookup);
     warnings.extend(image_problems);
