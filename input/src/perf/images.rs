@@ -108,6 +108,19 @@ impl Mapping {
 }
 
 impl Mapping {
+    /// A kernel module (perf's records of the modules loaded: the kernel's pid, -1, and
+    /// the `.ko` file's path, compressed or not). Its code is read from a kcore copy,
+    /// not from the file: the kernel relocates a module's code when it loads it, and
+    /// ftrace and the alternatives patch it, so the file's bytes are not what ran (why
+    /// perf's Intel PT documentation asks for a kcore copy to decode kernel code).
+    pub fn is_kernel_module(&self) -> bool {
+        let p = self.path.as_str();
+        self.pid == u32::MAX
+            && [".ko", ".ko.xz", ".ko.zst", ".ko.gz"]
+                .iter()
+                .any(|e| p.ends_with(e))
+    }
+
     /// The vDSO: code the kernel maps into every process, found by build-id only.
     pub fn is_vdso(&self) -> bool {
         self.path == "[vdso]"
@@ -139,12 +152,31 @@ pub fn resolve(mappings: &[Mapping], lookup: &Lookup) -> (Vec<ImageEntry>, Vec<S
             Err(e) => problems.push(format!("{e:#}: not used")),
         }
     }
+    let modules: Vec<&Mapping> = mappings.iter().filter(|m| m.is_kernel_module()).collect();
+    if !modules.is_empty() && lookup.kcore.is_empty() {
+        let named: Vec<String> = modules
+            .iter()
+            .take(3)
+            .map(|m| format!("{} at {:#x}", m.path, m.addr))
+            .collect();
+        problems.push(format!(
+            "{} kernel module{} mapped ({}{}; first record at offset {:#x}): a module's code \
+             is decoded from a kcore copy only (--kcore, as `perf record --kcore` makes \
+             it), not from its .ko file, which the kernel relocated and patched when it \
+             loaded it; its code is not decoded",
+            modules.len(),
+            if modules.len() == 1 { "" } else { "s" },
+            named.join(", "),
+            if modules.len() > 3 { ", ..." } else { "" },
+            modules[0].record_offset
+        ));
+    }
     // One image per (path, bias, space): a program's mapping recorded again for each
     // process (fork) or thread is the same code at the same place.
     let mut seen: BTreeMap<(String, u64, Option<u64>), ()> = BTreeMap::new();
     for m in mappings
         .iter()
-        .filter(|m| m.is_file() || (m.is_vdso() && m.build_id.is_some()))
+        .filter(|m| !m.is_kernel_module() && (m.is_file() || (m.is_vdso() && m.build_id.is_some())))
     {
         let candidates = candidates(m, lookup);
         let mut found = None;
@@ -476,6 +508,44 @@ mod tests {
             assert_eq!(images.len(), 1, "{problems:?}");
             assert!(images[0].path.ends_with("/elf"));
         }
+    }
+
+    #[test]
+    fn kernel_modules_are_never_read_from_their_ko_files_and_without_kcore_are_named() {
+        // A .ko that exists (this test's own ELF standing in): not opened, not an image.
+        let tmp = tempfile::tempdir().unwrap();
+        let ko = tmp.path().join("fuse.ko");
+        std::fs::copy("/proc/self/exe", &ko).unwrap();
+        let module = |path: &str, pid| Mapping {
+            pid,
+            addr: 0xffff_ffff_c000_0000,
+            ..mapping(path, None)
+        };
+        let ko = ko.display().to_string();
+        let mods = [
+            module(&ko, u32::MAX),
+            module("/lib/modules/6.1.0/kernel/fs/xfs/xfs.ko.xz", u32::MAX),
+        ];
+        let (images, problems) = resolve(&mods, &Lookup::default());
+        assert!(images.is_empty(), "{images:?}");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("2 kernel modules mapped")
+                && problems[0].contains("fuse.ko at 0xffffffffc0000000")
+                && problems[0].contains("--kcore"),
+            "{problems:?}"
+        );
+        // With a kcore copy its code is there: nothing to say about the modules.
+        let l = Lookup {
+            kcore: vec!["/proc/self/exe".into()],
+            ..Lookup::default()
+        };
+        let (images, problems) = resolve(&mods, &l);
+        assert_eq!((images.len(), problems.len()), (1, 0), "{problems:?}");
+        // A process's own file named .ko is a file like any other.
+        assert!(!module(&ko, 42).is_kernel_module());
+        let (images, _) = resolve(&[module(&ko, 42)], &Lookup::default());
+        assert_eq!(images.len(), 1);
     }
 
     #[test]
