@@ -485,6 +485,14 @@ pub trait Front {
     fn settled(&self) -> bool {
         true
     }
+    /// `e`, an error at `off`, is a packet cut short whose first bytes say it is a TIP
+    /// or a TNT: the packet the next branch that needs trace would take. The walk up to
+    /// that branch (direct branches, no event between) needs nothing from it, so it goes
+    /// on and stops there, as libipt's does (its query decoder reads a packet's opcode
+    /// ahead, and the packet only when a branch asks for it).
+    fn cut_before_branch(&self, _off: u64, _e: &Self::Error) -> bool {
+        false
+    }
     /// The hot path: the next packet if it is a plain TNT that needs nothing else done.
     fn try_tnt(&mut self, st: &mut Self::State) -> Option<(TntBits, u64)>;
     /// The other hot path: the next packet if it is a plain TIP that needs nothing else

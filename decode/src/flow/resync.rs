@@ -197,6 +197,12 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
             return;
         }
         let (off, found) = match self.la {
+            // A TIP or TNT cut short, walked up to: the rows since the last packet that
+            // decided one are proven (no event could come between), and kept.
+            Some(Item::Error { off, e }) if self.front.cut_before_branch(off, &e) => {
+                self.decided(self.st.decision);
+                (off, format!("{PACKET_ERROR} ({e})"))
+            }
             // What the packet error was (bytes lost before a PSB, say).
             Some(Item::Error { off, e }) => (off, format!("{PACKET_ERROR} ({e})")),
             Some(it) if it.offset().is_some() => (it.offset().unwrap_or(0), it.name().into()),

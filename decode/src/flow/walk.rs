@@ -35,6 +35,9 @@ impl<'a, 'c, F: Format, S: RowSink> Walker<'a, 'c, F, S> {
                 match self.peek() {
                     Item::Tnt { .. } | Item::Tip { .. } | Item::FupNext | Item::NoneNear => {}
                     Item::End => return Some(Stop::End),
+                    // A TIP or TNT cut short: the walk goes on to the branch that would
+                    // take it, which stops there (`inconsistent`, with this error).
+                    Item::Error { off, e } if self.front.cut_before_branch(off, &e) => {}
                     Item::Error { off, e } => {
                         self.consume();
                         self.gap(off, e.to_string());

@@ -1193,6 +1193,15 @@ impl Front for PtFront<'_> {
     }
     fn save(&self, _st: &mut State) {}
 
+    fn cut_before_branch(&self, off: u64, e: &PtError) -> bool {
+        // A TIP (opcode xxx01101; TIP.PGE, TIP.PGD and FUP are events, and the walk stops
+        // at them) or a TNT-64 (02 A3), cut short.
+        let cut = matches!(e, PtError::Packet(k) if k.is_truncated());
+        let tip = self.stream.byte(off).is_some_and(|b| b & 0x1f == 0x0d);
+        let tnt = self.stream.byte(off) == Some(0x02) && self.stream.byte(off + 1) == Some(0xa3);
+        cut && (tip || tnt)
+    }
+
     #[inline]
     fn try_tnt(&mut self, st: &mut State) -> Option<(TntBits, u64)> {
         if st.queue[0].is_some() {
