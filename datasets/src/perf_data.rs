@@ -618,6 +618,9 @@ pub struct PtRecording {
     pub processes: Vec<PtProcess>,
     /// Programs processes exec into during the recording.
     pub execs: Vec<PtExec>,
+    /// Kernel modules loaded, as `perf record` synthesizes them when it starts: an MMAP2
+    /// of the kernel (pid -1) naming the module's `.ko` file.
+    pub modules: Vec<PtImage>,
     /// The most AUX data one AUXTRACE record holds: a stretch's trace cut into buffers of
     /// this many bytes at any byte, as perf cuts it (it reads the AUX ring where its head
     /// is when it wakes, inside a packet as often as not). `None`: one buffer a stretch.
@@ -1193,6 +1196,13 @@ fn build<'a>(
             sid(e.pid, cpu, e.time + 1, SIDEBAND_IDS),
         ));
     }
+    for m in &r.modules {
+        recs.push((
+            misc::KERNEL,
+            mmap2(u32::MAX, m),
+            sid(u32::MAX, first.cpu, r.start_time, SIDEBAND_IDS),
+        ));
+    }
     let sideband_end = next_time();
     let cpus = r.cpu_list();
     let areas = match r.per_thread {
@@ -1409,6 +1419,7 @@ impl PtRecording {
             compress: None,
             processes: Vec::new(),
             execs: Vec::new(),
+            modules: Vec::new(),
             aux_buffer: None,
             snapshot: None,
             lost: None,

@@ -1046,6 +1046,16 @@ fn kernel_code_decodes_from_vmlinux_a_kcore_copy_and_the_directory_perf_record_k
         .as_os_str()
         .as_encoded_bytes()
         .to_vec();
+    // A kernel module loaded, whose .ko file is there (busybox standing in): its code is
+    // the kcore copy's, never the file's.
+    let ko = tmp.path().join("fuse.ko");
+    std::fs::copy(BUSYBOX, &ko).unwrap();
+    let module = tracemill_datasets::perf_data::PtImage {
+        path: ko.as_os_str().as_encoded_bytes().to_vec(),
+        addr: 0xffff_ffff_c000_0000,
+        ..tracemill_datasets::perf_data::PtImage::for_elf(Path::new(BUSYBOX)).unwrap()
+    };
+    r.modules.push(module);
     let bytes = intel_pt_two_threads(&r).unwrap().bytes;
     let want = read_branches(&{
         let o = tmp.path().join("o-ref");
@@ -1079,6 +1089,9 @@ fn kernel_code_decodes_from_vmlinux_a_kcore_copy_and_the_directory_perf_record_k
             said.contains("busybox"),
             "{name}: the missing binary is named: {said}"
         );
+        // Without a kcore copy the module is named, and why its code is not decoded.
+        let named = said.contains("1 kernel module mapped (") && said.contains("fuse.ko at");
+        assert_eq!(named, name == "vmlinux", "{name}: {said}");
         assert_eq!(read_branches(&o.join("branches.parquet")), want, "{name}");
     }
     // Without the kernel's code nothing decodes.
