@@ -5,11 +5,10 @@
 //! trace and no event can come before a TIP or TNT, so their rows are proven. Any other
 //! packet cut short (a FUP, an event) stops the walk after the last whole packet.
 
-use tracemill_decode::chunk::{decode_all, Decoded, Input};
+mod common;
+
+use tracemill_decode::chunk::Decoded;
 use tracemill_decode::image::ImageSet;
-use tracemill_decode::pt::clock::PtTiming;
-use tracemill_decode::pt::{Pt, PtConfig};
-use tracemill_decode::stream::TraceStream;
 use tracemill_schemas::EventKind;
 
 /// 0x1000: je 0x1004; nop; nop; 0x1004: call 0x1010; 0x1009: hlt ... 0x1010: jmp rax;
@@ -37,20 +36,7 @@ fn decode(trace: &[u8]) -> Decoded {
     let code = code();
     let mut images = ImageSet::new();
     images.add_raw("code", &code, 0x1000, None);
-    let stream = TraceStream::linear(trace);
-    let cfg = PtConfig::default();
-    let input = Input::<Pt> {
-        spaces: None,
-        stream: &stream,
-        images: &images,
-        cfg: cfg.clone(),
-        timing: PtTiming::new(&cfg),
-    };
-    let seq = decode_all(&input, u64::MAX);
-    let chunked = decode_all(&input, 1);
-    assert_eq!(seq.rows.ip, chunked.rows.ip, "rows, cut at every PSB");
-    assert_eq!(seq.events, chunked.events, "events, cut at every PSB");
-    seq
+    common::decode_pt_both_ways(&images, trace, "the cut trace")
 }
 
 fn errors(d: &Decoded) -> Vec<(Option<u64>, u64, &str)> {

@@ -5,11 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use tracemill_decode::chunk::{decode_all, Decoded, Input};
+mod common;
+
+use tracemill_decode::chunk::Decoded;
 use tracemill_decode::image::ImageSet;
-use tracemill_decode::pt::clock::PtTiming;
-use tracemill_decode::pt::{Pt, PtConfig};
-use tracemill_decode::stream::TraceStream;
 use tracemill_schemas::EventKind;
 
 fn case_dir(case: &str) -> PathBuf {
@@ -25,26 +24,7 @@ fn decode(case: &str) -> Decoded {
     let code = std::fs::read(dir.join(format!("{case}.bin"))).unwrap();
     let mut images = ImageSet::new();
     images.add_raw("code", &code, 0x100000, None);
-    let stream = TraceStream::linear(&trace);
-    let cfg = PtConfig::default();
-    let input = Input::<Pt> {
-        spaces: None,
-        stream: &stream,
-        images: &images,
-        cfg: cfg.clone(),
-        timing: PtTiming::new(&cfg),
-    };
-    let seq = decode_all(&input, u64::MAX);
-    let chunked = decode_all(&input, 1);
-    assert_eq!(
-        seq.rows.ip, chunked.rows.ip,
-        "{case}: rows, cut at every PSB"
-    );
-    assert_eq!(
-        seq.events, chunked.events,
-        "{case}: events, cut at every PSB"
-    );
-    seq
+    common::decode_pt_both_ways(&images, &trace, case)
 }
 
 /// (kind, ip) of every event but PSBs and the tail (the instructions after the last row).

@@ -474,31 +474,10 @@ fn aux_buffers_cut_inside_packets_and_padded_as_perf_pads_them_join_to_the_truth
 
 /// `(kind, offset, detail)` of each row of an `events` table.
 fn events_of(path: &Path) -> Vec<(String, u64, String)> {
-    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .build()
-        .unwrap();
-    let mut out = Vec::new();
-    for b in r {
-        let b = b.unwrap();
-        let kind =
-            tracemill_sinks::convert::strings(b.column_by_name("kind").unwrap().as_ref()).unwrap();
-        let detail =
-            tracemill_sinks::convert::strings(b.column_by_name("detail").unwrap().as_ref())
-                .unwrap();
-        let offset = b
-            .column_by_name("offset")
-            .unwrap()
-            .as_primitive::<UInt64Type>();
-        for i in 0..b.num_rows() {
-            out.push((
-                kind.value(i).to_string(),
-                offset.value(i),
-                detail.value(i).to_string(),
-            ));
-        }
-    }
-    out
+    seq_events(path)
+        .into_iter()
+        .map(|e| (e.kind, e.offset, e.detail))
+        .collect()
 }
 
 #[test]
