@@ -1901,6 +1901,20 @@ fn a_per_thread_recording_without_timing_decodes_each_process_in_its_own_address
         said.contains("no timing packets (tsc=0)") && said.contains("--per-thread"),
         "{said}"
     );
+    // Per thread again, with 6161 exec'ing busybox at the end: two programs, and no time
+    // to say which ran where in its thread's trace.
+    r.per_thread = true;
+    r.execs.push(tracemill_datasets::perf_data::PtExec {
+        pid: FORKED,
+        time: at,
+        image: PtImage::for_elf(Path::new(BUSYBOX)).unwrap(),
+    });
+    let exec = write(tmp, "exec.data", &intel_pt_two_threads(&r).unwrap().bytes);
+    let said = decode(&exec, &tmp.join("exec"), &[]);
+    assert!(
+        said.contains("process [6161] exec'd during the recording"),
+        "{said}"
+    );
 
     // perf decodes each thread's area in its thread's maps to the same taken branches.
     let Some(perf) = perf_taken_by_thread(&file) else {

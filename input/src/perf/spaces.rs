@@ -180,6 +180,13 @@ impl AddressSpaces {
         (out, true)
     }
 
+    /// The processes with more than one space (an exec during the recording): only a
+    /// time says which of them a place is in.
+    pub fn several(&self) -> Vec<u32> {
+        let many = self.by_pid.iter().filter(|(_, v)| v.len() > 1);
+        many.map(|(&pid, _)| pid).collect()
+    }
+
     /// The key of process `pid`'s space at `tsc`: the last one begun at or before it.
     /// Without a time, the process's space if it has only one.
     pub fn key_at(&self, pid: Option<u32>, tsc: Option<u64>) -> Option<u64> {
