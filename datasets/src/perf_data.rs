@@ -637,6 +637,9 @@ pub struct PtRecording {
     /// the other, whatever their CPU; AUXTRACE records name the thread, CPU -1), and no
     /// context switch recorded (`have_sched_switch` 0).
     pub per_thread: bool,
+    /// `perf record -e intel_pt//` (not `//u`): the kernel is traced too (both events
+    /// without `exclude_kernel`), and the streams are encoded with every CPL traced.
+    pub kernel: bool,
 }
 
 /// A binary as mapped: path, build-id, load address, mapped length, file offset.
@@ -733,6 +736,11 @@ pub fn intel_pt_attrs(r: &PtRecording) -> Vec<Attr> {
     if r.per_thread {
         // perf record --per-thread records no context switches (without --switch-events).
         attrs[1].attr.flags &= !flag::CONTEXT_SWITCH;
+    }
+    if r.kernel {
+        for a in &mut attrs {
+            a.attr.flags &= !flag::EXCLUDE_KERNEL;
+        }
     }
     attrs
 }
@@ -1424,6 +1432,7 @@ impl PtRecording {
             snapshot: None,
             lost: None,
             per_thread: false,
+            kernel: false,
         })
     }
 }

@@ -65,17 +65,23 @@ fn execution(program: &Path, argv: &[&str], stdin: &[u8], tsc: u64) -> Encoded {
 
 /// [`execution`], with TSC packets from `tsc` on, or none (`tsc=0`).
 fn timed_execution(program: &Path, argv: &[&str], stdin: &[u8], tsc: Option<u64>) -> Encoded {
+    let o = PtOptions {
+        tsc: tsc.map(|start| PtTsc { start, per_insn: 1 }),
+        ..PtOptions::default()
+    };
+    encoded_execution(program, argv, stdin, &o)
+}
+
+/// The static program `program` run with `argv` and `stdin` under qemu, encoded as Intel
+/// PT with the options `o`.
+fn encoded_execution(program: &Path, argv: &[&str], stdin: &[u8], o: &PtOptions) -> Encoded {
     let cap = qemu::trace(program, argv, stdin).unwrap();
     assert_eq!(cap.exit_code, Some(0));
     let exec = cap.execution;
     let elf = exec.images[0].1.clone();
     let mut images = ImageSet::new();
     images.add_elf("program", &elf, None, None).unwrap();
-    let o = PtOptions {
-        tsc: tsc.map(|start| PtTsc { start, per_insn: 1 }),
-        ..PtOptions::default()
-    };
-    let out = encode_execution(&images, &o, exec.entry, exec.steps.iter().copied());
+    let out = encode_execution(&images, o, exec.entry, exec.steps.iter().copied());
     let t = out.truth.provable();
     let truth = (0..t.len())
         .map(|i| {
@@ -1094,6 +1100,65 @@ fn kernel_code_decodes_from_vmlinux_a_kcore_copy_and_the_directory_perf_record_k
     // Without the kernel's code nothing decodes.
     let (code, err) = try_decode(&file, &tmp.path().join("none"), &[]);
     assert_eq!(code, Some(1), "{err}");
+}
+
+#[test]
+fn a_trace_of_every_cpl_decodes_from_a_kcore_copy_to_its_truth() {
+    // `perf record -e intel_pt//` (the kernel traced too): a far transfer is a TIP alone
+    // (SDM 36.4.2, case 10e) and an interrupt a FUP + TIP, where `//u` has TIP.PGD and
+    // TIP.PGE. The code is the kernel's, from a copy of kcore (busybox standing in: PT
+    // packets carry no CPL), and the rows are the execution's truth.
+    if !real_program_tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp = &keep_dir(&tmp);
+    let mut r = PtRecording::for_elf(Path::new(BUSYBOX), PID, Vec::new()).unwrap();
+    r.path = tmp
+        .join("gone/busybox")
+        .as_os_str()
+        .as_encoded_bytes()
+        .to_vec();
+    r.config = 1 | 1 << 10 | 1 << 13;
+    r.kernel = true;
+    let switch_in = r.start_time + 100_000;
+    let tsc = r.clock.perf_time_to_tsc(switch_in + 1_000).unwrap();
+    let o = PtOptions {
+        user_only: false,
+        tsc: Some(PtTsc {
+            start: tsc,
+            per_insn: 1,
+        }),
+        ..PtOptions::default()
+    };
+    let input = sort_input(300, 11);
+    let e = encoded_execution(Path::new(BUSYBOX), &["sort", "-n"], input.as_bytes(), &o);
+    let switch_out = r.clock.tsc_to_perf_time(tsc + e.instructions) + 1_000;
+    r.cpus.push(CpuStream {
+        cpu: 0,
+        tid: PID,
+        pt: e.pt,
+        switch_in,
+        switch_out,
+    });
+    let file = write(tmp, "kernel.data", &intel_pt_two_threads(&r).unwrap().bytes);
+    let kcore = tmp.join("kcore");
+    let core = kcore_copy(&std::fs::read(BUSYBOX).unwrap()).unwrap();
+    std::fs::write(&kcore, core).unwrap();
+    let out = tmp.join("kernel");
+    decode(&file, &out, &["--kcore", kcore.to_str().unwrap()]);
+    let got = read_branches(&out.join("branches.parquet"));
+    assert_stretches(&got, &[vec![(PID, PID, &e.truth[..], 0)]], |_, _| {});
+    let kinds: Vec<String> = events_of(&out.join("events.parquet"))
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
+    // Every CPL traced: no syscall stops tracing, only the end of the execution does.
+    let disables = kinds.iter().filter(|k| *k == "disable").count();
+    assert!(
+        disables == 1 && kinds.last().is_some_and(|k| k == "disable"),
+        "{kinds:?}"
+    );
 }
 
 /// A copy of the recorded binary in perf's build-id cache layout under `cache`.
