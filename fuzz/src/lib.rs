@@ -22,7 +22,7 @@ pub mod collected;
 
 /// `tracemill_datasets::perf_data`, the perf.data writer (the round-trip oracle of the
 /// `perf_data` target), likewise.
-#[path = "../../datasets/src/perf_data.rs"]
+#[path = "../../datasets/src/perf_data/mod.rs"]
 pub mod perf_data;
 
 pub mod targets;
