@@ -32,7 +32,8 @@ use arrow_array::Array;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tracemill_datasets::exec::qemu;
 use tracemill_datasets::perf_data::{
-    intel_pt_two_threads, intel_pt_two_threads_pipe, kcore_copy, CpuStream, PtRecording,
+    intel_pt_two_threads, intel_pt_two_threads_pipe, kcore_copy, CpuStream, PtExec, PtImage,
+    PtProcess, PtRecording,
 };
 use tracemill_datasets::pt_encode::{encode_execution, PtOptions, PtTsc};
 use tracemill_decode::image::ImageSet;
@@ -51,10 +52,15 @@ struct Encoded {
 /// busybox `sort ARGS` of `lines` numbers under qemu, encoded as Intel PT with TSC packets
 /// from `tsc` on (one tick per instruction).
 fn sort_execution(args: &[&str], lines: usize, seed: u32, tsc: u64) -> Encoded {
+    timed_sort(args, lines, seed, Some(tsc))
+}
+
+/// [`sort_execution`], with TSC packets from `tsc` on, or none (`tsc=0`).
+fn timed_sort(args: &[&str], lines: usize, seed: u32, tsc: Option<u64>) -> Encoded {
     let input = sort_input(lines, seed);
     let mut argv = vec!["sort"];
     argv.extend(args);
-    execution(Path::new(BUSYBOX), &argv, input.as_bytes(), tsc)
+    timed_execution(Path::new(BUSYBOX), &argv, input.as_bytes(), tsc)
 }
 
 /// The static program `program` run with `argv` (its `argv[0]` included) and `stdin` under
@@ -1053,10 +1059,10 @@ fn kernel_code_decodes_from_vmlinux_a_kcore_copy_and_the_directory_perf_record_k
     // the kcore copy's, never the file's.
     let ko = tmp.path().join("fuse.ko");
     std::fs::copy(BUSYBOX, &ko).unwrap();
-    let module = tracemill_datasets::perf_data::PtImage {
+    let module = PtImage {
         path: ko.as_os_str().as_encoded_bytes().to_vec(),
         addr: 0xffff_ffff_c000_0000,
-        ..tracemill_datasets::perf_data::PtImage::for_elf(Path::new(BUSYBOX)).unwrap()
+        ..PtImage::for_elf(Path::new(BUSYBOX)).unwrap()
     };
     r.modules.push(module);
     let bytes = intel_pt_two_threads(&r).unwrap().bytes;
@@ -1734,10 +1740,26 @@ struct TwoPrograms {
 const OTHER: u32 = 5151;
 const FORKED: u32 = 6161;
 
+/// Process 5151 running `image` (`recursion`), and 6161, a child of 5151 that runs its
+/// parent's program: its code is in the mappings the fork copied (no MMAP of its own).
+fn add_other_processes(r: &mut PtRecording, image: &PtImage) {
+    r.processes.push(PtProcess {
+        pid: OTHER,
+        parent: None,
+        image: Some(image.clone()),
+        start: r.start_time + 50_000,
+    });
+    r.processes.push(PtProcess {
+        pid: FORKED,
+        parent: Some(OTHER),
+        image: None,
+        start: r.start_time + 60_000,
+    });
+}
+
 fn two_programs() -> &'static TwoPrograms {
     static MADE: std::sync::OnceLock<TwoPrograms> = std::sync::OnceLock::new();
     MADE.get_or_init(|| {
-        use tracemill_datasets::perf_data::{PtExec, PtImage, PtProcess};
         let dir = tempfile::tempdir().unwrap();
         let prog = dir.path().join("recursion");
         qemu::compile_c(&qemu::programs_dir().join("recursion.c"), &prog).unwrap();
@@ -1750,20 +1772,7 @@ fn two_programs() -> &'static TwoPrograms {
             image.addr,
             r.addr
         );
-        r.processes.push(PtProcess {
-            pid: OTHER,
-            parent: None,
-            image: Some(image.clone()),
-            start: r.start_time + 50_000,
-        });
-        // A child of 5151 that runs its parent's program: its code is in the mappings
-        // the fork copied (no MMAP of its own).
-        r.processes.push(PtProcess {
-            pid: FORKED,
-            parent: Some(OTHER),
-            image: None,
-            start: r.start_time + 60_000,
-        });
+        add_other_processes(&mut r, &image);
         let tsc_of = |perf_ns: u64| r.clock.perf_time_to_tsc(perf_ns).unwrap();
         let ns_of = |tsc: u64| r.clock.tsc_to_perf_time(tsc);
         let recursion = |input: &str, tsc| execution(&prog, &["recursion"], input.as_bytes(), tsc);
@@ -1869,7 +1878,6 @@ fn a_per_thread_recording_without_timing_decodes_each_process_in_its_own_address
     if !real_program_tools() {
         return;
     }
-    use tracemill_datasets::perf_data::{PtImage, PtProcess};
     let dir = tempfile::tempdir().unwrap();
     let tmp = &keep_dir(&dir);
     let prog = tmp.join("recursion");
@@ -1878,25 +1886,8 @@ fn a_per_thread_recording_without_timing_decodes_each_process_in_its_own_address
     // Branches only: no TSC, MTC or CYC.
     r.config = 1 | 1 << 13;
     r.per_thread = true;
-    let image = PtImage::for_elf(&prog).unwrap();
-    r.processes.push(PtProcess {
-        pid: OTHER,
-        parent: None,
-        image: Some(image),
-        start: r.start_time + 50_000,
-    });
-    r.processes.push(PtProcess {
-        pid: FORKED,
-        parent: Some(OTHER),
-        image: None,
-        start: r.start_time + 60_000,
-    });
-    let sort = |args: &[&str], lines, seed| {
-        let mut argv = vec!["sort"];
-        argv.extend(args);
-        let input = sort_input(lines, seed);
-        timed_execution(Path::new(BUSYBOX), &argv, input.as_bytes(), None)
-    };
+    add_other_processes(&mut r, &PtImage::for_elf(&prog).unwrap());
+    let sort = |args: &[&str], lines, seed| timed_sort(args, lines, seed, None);
     let recursion = |input: &str| timed_execution(&prog, &["recursion"], input.as_bytes(), None);
     let plan: [(u32, u32, Encoded); 5] = [
         (0, PID, sort(&["-n"], 300, 11)),
@@ -1969,7 +1960,7 @@ fn a_per_thread_recording_without_timing_decodes_each_process_in_its_own_address
     // Per thread again, with 6161 exec'ing busybox at the end: two programs, and no time
     // to say which ran where in its thread's trace.
     r.per_thread = true;
-    r.execs.push(tracemill_datasets::perf_data::PtExec {
+    r.execs.push(PtExec {
         pid: FORKED,
         time: at,
         image: PtImage::for_elf(Path::new(BUSYBOX)).unwrap(),

@@ -253,20 +253,18 @@ pub fn open(path: &Path, lookup: &Lookup) -> Result<Recording> {
              timing packets (tsc=0): which process ran where on a CPU is not known, so code \
              there is not decoded (record with tsc, or with --per-thread)"
         ));
-    } else if any_tagged && !settings.tsc && !spaces.several().is_empty() {
+    } else if any_tagged && !settings.tsc {
         // Per thread, a process is known without time, but not which of its programs.
-        warnings.push(format!(
-            "{name}: processes have other code at the same addresses, and the trace has no \
-             timing packets (tsc=0): process{} {:?} exec'd during the recording, so which \
-             program ran where in its threads' traces is not known, and code there is not \
-             decoded",
-            if spaces.several().len() == 1 {
-                ""
-            } else {
-                "es"
-            },
-            spaces.several()
-        ));
+        let several = spaces.several();
+        if !several.is_empty() {
+            let s = if several.len() == 1 { "" } else { "es" };
+            warnings.push(format!(
+                "{name}: processes have other code at the same addresses, and the trace has \
+                 no timing packets (tsc=0): process{s} {several:?} exec'd during the \
+                 recording, so which program ran where in its threads' traces is not known, \
+                 and code there is not decoded"
+            ));
+        }
     }
     let spaces = any_tagged.then(|| std::sync::Arc::new(spaces));
     let (image_entries, image_problems) = images::resolve(&tagged, lookup);
